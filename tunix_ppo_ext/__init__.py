@@ -1,0 +1,1 @@
+"""tunix-ppo-ext: PPO extensions for Google's tunix."""

@@ -1,0 +1,43 @@
+"""Masked reductions shared by the losses, advantages and metrics.
+
+Every function takes a value array and a same-shape (or broadcastable) mask of
+0/1 entries, computes in float32, and never divides by zero: an empty mask gives
+0 (sums, means) instead of NaN.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def masked_sum(x: jax.Array, mask: jax.Array, axis: int | None = None) -> jax.Array:
+  """Sum of `x` where `mask` is 1, in float32."""
+  return jnp.sum(x.astype(jnp.float32) * mask.astype(jnp.float32), axis=axis)
+
+
+def masked_mean(x: jax.Array, mask: jax.Array, axis: int | None = None) -> jax.Array:
+  """Mean of `x` over mask entries; 0 where the mask is empty."""
+  count = jnp.sum(jnp.broadcast_to(mask, x.shape).astype(jnp.float32), axis=axis)
+  return masked_sum(x, mask, axis) / jnp.maximum(count, 1.0)
+
+
+def masked_var(x: jax.Array, mask: jax.Array) -> jax.Array:
+  """Unbiased (Bessel-corrected) variance over all mask entries; 0 for < 2 entries."""
+  mask = jnp.broadcast_to(mask, x.shape).astype(jnp.float32)
+  count = jnp.sum(mask)
+  mean = masked_mean(x, mask)
+  sq_sum = masked_sum(jnp.square(x.astype(jnp.float32) - mean), mask)
+  return sq_sum / jnp.maximum(count - 1.0, 1.0)
+
+
+def masked_whiten(x: jax.Array, mask: jax.Array, shift_mean: bool = True) -> jax.Array:
+  """`(x - mean) / sqrt(var + 1e-8)` with masked mean and unbiased masked variance.
+
+  Returns float32 of `x.shape`. Entries outside the mask are whitened too (callers
+  multiply by the mask when they need zeros there).
+  """
+  x = x.astype(jnp.float32)
+  mean = masked_mean(x, mask)
+  whitened = (x - mean) * jax.lax.rsqrt(masked_var(x, mask) + 1e-8)
+  return whitened if shift_mean else whitened + mean
