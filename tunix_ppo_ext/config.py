@@ -1,0 +1,176 @@
+"""`PpoExtConfig`: tunix's `PPOConfig` plus every knob of tunix-ppo-ext, validated eagerly.
+
+Validation runs in `__post_init__`, before any JAX work, and raises `ValueError`
+naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import numbers
+from collections.abc import Iterable
+
+from tunix.rl import function_registry
+from tunix.rl.ppo import ppo_learner
+
+from tunix_ppo_ext import kl as kl_lib
+from tunix_ppo_ext import losses
+from tunix_ppo_ext.advantages import ADVANTAGE_ESTIMATORS
+
+KL_PENALTY_PLACEMENTS = ("reward", "loss", "none")
+KL_CONTROLLERS = ("fixed", "adaptive")
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class PpoExtConfig(ppo_learner.PPOConfig):
+  """PPO configuration; with no arguments it behaves like tunix's `PPOConfig()`.
+
+  Attributes (beyond `PPOConfig`'s):
+    kl_method: per-token estimator (`kl`/`k1`, `abs`, `mse_kl`/`mse`/`k2`, `low_var_kl`/`k3`,
+      any of them with a `+` suffix for the straight-through k2 gradient) or `full` for the
+      exact full-vocabulary KL (loss placement only).
+    kl_penalty: where the KL to the reference goes: `reward` (coefficient `beta`, as tunix),
+      `loss` (coefficient `kl_loss_coef`) or `none`.
+    kl_ctrl: `fixed` or `adaptive` (Ziegler et al. 2019) controller of the active coefficient.
+    kl_target, kl_horizon: the adaptive controller's target KL and horizon.
+    loss_agg_mode, value_loss_agg_mode: `token-mean`, `seq-mean-token-sum`,
+      `seq-mean-token-mean` or `seq-mean-token-sum-norm`.
+    advantage_estimator: `gae`, `grpo`, `rloo`, `reinforce_plus_plus`, or a name registered
+      in tunix's `function_registry`.
+    norm_adv_by_std: divide group advantages by the group std (`False` is Dr. GRPO).
+    whiten_advantages: whiten GAE advantages over the loss mask.
+    critic_warmup_steps: steps during which only the critic is trained.
+    logits_chunk_size: sequence chunk for log-prob/entropy/KL over logits (0: unchunked).
+  """
+
+  policy_loss_fn: str = "ppo_ext"
+  value_loss_fn: str = "ppo_ext"
+  kl_penalty: str = "reward"
+  kl_loss_coef: float = 0.0
+  kl_ctrl: str = "fixed"
+  kl_target: float = 0.1
+  kl_horizon: float = 10000.0
+  loss_agg_mode: str = "token-mean"
+  value_loss_agg_mode: str = "token-mean"
+  norm_adv_by_std: bool = True
+  whiten_advantages: bool = True
+  critic_warmup_steps: int = 0
+  logits_chunk_size: int = 0
+
+  def __post_init__(self):
+    # PPOConfig's own __post_init__ refuses every KL method beyond its three, so it is
+    # replaced, not extended; its defaulting of the clip ranges is kept.
+    if self.epsilon_low is None:
+      self.epsilon_low = self.epsilon
+    if self.epsilon_high is None:
+      self.epsilon_high = self.epsilon
+    if self.entropy_coef is None:
+      self.entropy_coef = 0.0
+    self._validate()
+    self.print_config()
+
+  @property
+  def kl_coef(self) -> float:
+    """Initial coefficient of the active KL placement (`beta` or `kl_loss_coef`; 0 for none)."""
+    return {"reward": self.beta, "loss": self.kl_loss_coef, "none": 0.0}[self.kl_penalty]
+
+  def _validate(self) -> None:
+    _number(self, "epsilon", low=0.0, high=1.0, low_open=True, high_open=True)
+    _number(self, "epsilon_low", low=0.0, high=1.0, low_open=True, high_open=True)
+    _number(self, "epsilon_high", low=0.0, low_open=True)
+    if self.epsilon_c is not None:
+      _number(self, "epsilon_c", low=1.0, low_open=True)
+    _number(self, "entropy_coef", low=0.0)
+    _number(self, "beta", low=0.0)
+    _number(self, "kl_loss_coef", low=0.0)
+    _number(self, "gamma", low=0.0, high=1.0)
+    _number(self, "gae_lambda", low=0.0, high=1.0)
+    _number(self, "kl_target", low=0.0, low_open=True)
+    _number(self, "kl_horizon", low=0.0, low_open=True)
+    if self.kl_clamp_value is not None:
+      _number(self, "kl_clamp_value", low=0.0, low_open=True)
+    if self.clip_range_value is not None:
+      _number(self, "clip_range_value", low=0.0, low_open=True)
+    _integer(self, "num_iterations", low=1)
+    _integer(self, "critic_warmup_steps", low=0)
+    _integer(self, "logits_chunk_size", low=0)
+    for name in ("norm_adv_by_std", "whiten_advantages"):
+      if not isinstance(getattr(self, name), bool):
+        _fail(name, getattr(self, name), "True or False")
+
+    _choice(self, "kl_penalty", KL_PENALTY_PLACEMENTS)
+    _choice(self, "kl_ctrl", KL_CONTROLLERS)
+    try:
+      self.kl_method = kl_lib.canonical_kl_method(self.kl_method, include_full=True)
+    except ValueError as e:
+      raise ValueError(f"PpoExtConfig.kl_method: {e}") from None
+    if self.kl_method == kl_lib.FULL_KL and self.kl_penalty != "loss":
+      _fail(
+        "kl_method",
+        self.kl_method,
+        "used with kl_penalty='loss' (the exact KL needs the "
+        f"policy's logits inside the loss step); kl_penalty is {self.kl_penalty!r}",
+      )
+    for name in ("loss_agg_mode", "value_loss_agg_mode"):
+      try:
+        setattr(self, name, losses.canonical_loss_agg_mode(getattr(self, name)))
+      except ValueError as e:
+        raise ValueError(f"PpoExtConfig.{name}: {e}") from None
+    _choice(self, "advantage_estimator", advantage_estimator_names())
+    _choice(self, "policy_loss_fn", _tunix_names(function_registry._POLICY_LOSS_FN_CATEGORY))
+    _choice(self, "value_loss_fn", _tunix_names(function_registry._VALUE_LOSS_FN_CATEGORY))
+
+
+def advantage_estimator_names() -> list[str]:
+  """Built-in estimators plus every name in tunix's advantage-estimator registry."""
+  tunix_names = _tunix_names(function_registry._ADVANTAGE_ESTIMATOR_CATEGORY)
+  return sorted(set(ADVANTAGE_ESTIMATORS) | set(tunix_names))
+
+
+def _tunix_names(category: str) -> list[str]:
+  # Importing the package registers its own functions before any lookup.
+  import tunix_ppo_ext.tunix_fns  # noqa: F401  pylint: disable=import-outside-toplevel
+
+  return sorted(function_registry.default_registry.list_functions(category))
+
+
+def _fail(name: str, value: object, allowed: str) -> None:
+  raise ValueError(f"PpoExtConfig.{name}={value!r} is invalid: must be {allowed}.")
+
+
+def _number(
+  config: PpoExtConfig,
+  name: str,
+  low: float | None = None,
+  high: float | None = None,
+  low_open: bool = False,
+  high_open: bool = False,
+) -> None:
+  """Checks that `config.<name>` is a real number inside the given interval."""
+  value = getattr(config, name)
+  lo = "" if low is None else ("(" if low_open else "[") + f"{low}"
+  hi = "" if high is None else f"{high}" + (")" if high_open else "]")
+  allowed = f"a number in {lo or '(-inf'}, {hi or 'inf)'}"
+  if not isinstance(value, numbers.Real) or isinstance(value, bool):
+    _fail(name, value, allowed)
+  too_low = low is not None and (value <= low if low_open else value < low)
+  too_high = high is not None and (value >= high if high_open else value > high)
+  if too_low or too_high or value != value:  # value != value catches NaN
+    _fail(name, value, allowed)
+  setattr(config, name, float(value))
+
+
+def _integer(config: PpoExtConfig, name: str, low: int) -> None:
+  value = getattr(config, name)
+  if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+    _fail(name, value, f"an integer >= {low}")
+
+
+def _choice(config: PpoExtConfig, name: str, accepted: Iterable[str]) -> None:
+  value = getattr(config, name)
+  accepted = list(accepted)
+  if value not in accepted:
+    close = difflib.get_close_matches(str(value), accepted, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    _fail(name, value, f"one of {accepted}{hint}")
