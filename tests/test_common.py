@@ -62,7 +62,7 @@ def trajectory(seed=0, b=3, p=4, t=10):
 
 
 def plain_logps(model, prompt, completion, attention, pad_id=PAD):
-  """Reference: one forward over the whole sequence with mask-built positions (NumPy log-softmax)."""
+  """Reference: one forward with mask-built positions, NumPy log-softmax."""
   ids = np.concatenate([prompt, completion], axis=1)
   real = np.concatenate([prompt != pad_id, attention.astype(bool)], axis=1)
   positions = np.maximum(np.cumsum(real, axis=1) - 1, 0)
