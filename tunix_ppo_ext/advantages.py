@@ -120,9 +120,7 @@ def compute_gae_advantages(
 # ------------------------------------------------------------------------------------
 
 
-def _group_stats(
-  scores: jax.Array, group_ids: jax.Array
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _group_stats(scores: jax.Array, group_ids: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Per-sequence `(count, deviation from group mean, sample variance)`, all `[B]` float32.
 
   Groups are found with `jnp.unique(size=B)` so arbitrary, non-contiguous integer ids jit.
@@ -187,9 +185,7 @@ def compute_grpo_advantages(
 
 
 @jax.jit
-def compute_rloo_advantages(
-  scores: jax.Array, group_ids: jax.Array, mask: jax.Array
-) -> jax.Array:
+def compute_rloo_advantages(scores: jax.Array, group_ids: jax.Array, mask: jax.Array) -> jax.Array:
   """RLOO advantage (verl `compute_rloo_outcome_advantage`), arXiv:2402.14740.
 
   Per group of size `n > 1`: `a_i = s_i * n/(n-1) - mean * n/(n-1)`, i.e. `s_i` minus the

@@ -1,0 +1,354 @@
+"""Per-token log-probabilities, entropy and full-vocabulary KL from logits.
+
+All functions take logits `[B, T, V]` of any float dtype, divide them by a static
+`temperature`, compute in float32 and return float32 `[B, T]` values. Gradients
+w.r.t. `logits` come back in the logits' dtype.
+
+With `chunk_size > 0` the work runs over chunks of `chunk_size` positions along
+the sequence axis T inside a `jax.custom_vjp`: the forward saves only per-token
+float32 residuals (max, log-normalizer, entropy / KL) next to the input logits,
+and the backward recomputes each chunk's softmax in float32 and writes that
+chunk's gradient straight into the result in the logits' dtype. So neither pass
+holds a full `[B, T, V]` float32 temporary. T need not be a multiple of
+`chunk_size`: the last chunk is shifted back to end at T (it overlaps the one
+before it and recomputes those positions; every result is per-token, so the
+overlapping writes are identical). `chunk_size >= T` is a single chunk.
+`chunk_size=0` is the plain (autodiff) implementation of the same formulas.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+# ----------------------------------------------------------------------------
+# Argument validation
+# ----------------------------------------------------------------------------
+
+
+def _check_common(logits: jax.Array, temperature: float, chunk_size: int) -> None:
+  """Raises ValueError (naming the argument) for bad static arguments."""
+  if (
+    isinstance(temperature, bool)
+    or not isinstance(temperature, numbers.Real)
+    or not temperature > 0
+  ):
+    raise ValueError(f"temperature must be a Python number > 0, got {temperature!r}")
+  if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
+    raise ValueError(f"chunk_size must be an int >= 0, got {chunk_size!r}")
+  if chunk_size < 0:
+    raise ValueError(f"chunk_size must be >= 0, got {chunk_size}")
+  if jnp.ndim(logits) != 3:
+    raise ValueError(f"logits must have rank 3 [B, T, V], got shape {jnp.shape(logits)}")
+  if not jnp.issubdtype(jnp.result_type(logits), jnp.floating):
+    raise ValueError(f"logits must be floating point, got {jnp.result_type(logits)}")
+
+
+# ----------------------------------------------------------------------------
+# Per-chunk math (float32). `x` is the tempered float32 logits `[..., V]`.
+# ----------------------------------------------------------------------------
+
+
+def _scaled(logits: jax.Array, temperature: float) -> jax.Array:
+  """`logits / temperature` in float32."""
+  x = logits.astype(jnp.float32)
+  return x if temperature == 1.0 else x / jnp.float32(temperature)
+
+
+def _normalizer(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """`(m, log_s)` with `m = max(x)` and `log_s = log sum exp(x - m)`, both `[...]`.
+
+  `logsumexp(x) = m + log_s`; `log p = (x - m) - log_s` avoids cancellation.
+  """
+  m = lax.stop_gradient(jnp.max(x, axis=-1))
+  log_s = jnp.log(jnp.sum(jnp.exp(x - m[..., None]), axis=-1))
+  return m, log_s
+
+
+def _log_probs(x: jax.Array, m: jax.Array, log_s: jax.Array) -> jax.Array:
+  """Log-softmax `[..., V]` from `x` and its `_normalizer` stats."""
+  return (x - m[..., None]) - log_s[..., None]
+
+
+def _target_logp(x: jax.Array, target_ids: jax.Array, m: jax.Array, log_s: jax.Array) -> jax.Array:
+  """`log p(target)` `[...]`: picked logit minus logsumexp."""
+  picked = jnp.take_along_axis(x, target_ids[..., None], axis=-1)[..., 0]
+  return (picked - m) - log_s
+
+
+def _entropy(x: jax.Array, m: jax.Array, log_s: jax.Array) -> jax.Array:
+  """`H = logsumexp(x) - sum(p * x)`, written with `x - m` so no term is large."""
+  z = x - m[..., None]
+  p = jnp.exp(z - log_s[..., None])
+  return log_s - jnp.sum(p * z, axis=-1)
+
+
+def _kl(logp: jax.Array, logq: jax.Array) -> jax.Array:
+  """`KL(p || q) = sum p (log p - log q)` over the last axis."""
+  return jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)
+
+
+# ----------------------------------------------------------------------------
+# The one chunking helper
+# ----------------------------------------------------------------------------
+
+
+def _map_seq_chunks(fn: Callable[..., Any], chunk_size: int, *args: Any) -> Any:
+  """Applies `fn` to `[B, c, ...]` slices (axis 1) of `args` and assembles `[B, T, ...]`.
+
+  `args` is a pytree of arrays `[B, T, ...]` (None leaves allowed); `fn` maps
+  chunk slices to a pytree of per-token arrays `[B, c, ...]`. Chunks start at
+  `i * c`, the last one clamped to end at T (overlapping its predecessor), and
+  results are written in place into preallocated outputs by a `fori_loop`, so no
+  stacked per-chunk copy exists. Requires `T >= 1`.
+
+  The inputs ride in the loop carry behind an `optimization_barrier`, which keeps
+  XLA from hoisting a whole-array op out of the loop (XLA:CPU, lacking bf16
+  dynamic-slice, upcasts the operand to float32; hoisted, that is a full
+  `[B, T, V]` float32 temporary; left in the loop it fuses into the slice).
+  """
+  seq_len = jax.tree.leaves(args)[0].shape[1]
+  size = min(chunk_size, seq_len)
+  num_chunks = -(-seq_len // size)
+
+  def take(args: Any, start: jax.Array | int) -> Any:
+    return jax.tree.map(lambda a: lax.dynamic_slice_in_dim(a, start, size, axis=1), args)
+
+  out_shapes = jax.eval_shape(lambda: fn(*take(args, 0)))
+  outs = jax.tree.map(
+    lambda s: jnp.zeros(s.shape[:1] + (seq_len,) + s.shape[2:], s.dtype), out_shapes
+  )
+
+  def body(i: jax.Array, carry: Any) -> Any:
+    outs, args, i = lax.optimization_barrier((*carry, i))
+    start = jnp.minimum(i * size, seq_len - size)
+    chunk_outs = fn(*take(args, start))
+    outs = jax.tree.map(
+      lambda o, c: lax.dynamic_update_slice_in_dim(o, c, start, axis=1), outs, chunk_outs
+    )
+    return outs, args
+
+  return lax.fori_loop(0, num_chunks, body, (outs, args))[0]
+
+
+# ----------------------------------------------------------------------------
+# log p(target) and entropy
+# ----------------------------------------------------------------------------
+
+
+def _logp_entropy_stats(
+  logits: jax.Array, target_ids: jax.Array, temperature: float, return_entropy: bool
+) -> tuple[jax.Array, jax.Array | None, jax.Array, jax.Array]:
+  """`(logp, entropy|None, m, log_s)`, all float32 `[B, t]`, for logits `[B, t, V]`."""
+  x = _scaled(logits, temperature)
+  m, log_s = _normalizer(x)
+  logp = _target_logp(x, target_ids, m, log_s)
+  return logp, (_entropy(x, m, log_s) if return_entropy else None), m, log_s
+
+
+def _logp_entropy_grad(
+  logits: jax.Array,
+  target_ids: jax.Array,
+  m: jax.Array,
+  log_s: jax.Array,
+  ent: jax.Array | None,
+  g_logp: jax.Array,
+  g_ent: jax.Array | None,
+  temperature: float,
+) -> jax.Array:
+  """VJP w.r.t. logits `[B, t, V]` (logits' dtype), recomputing softmax in float32.
+
+  With x = logits / temperature: d logp / dx = onehot - p, d H / dx = -p (log p + H),
+  so d logits = (g_logp onehot - p (g_logp + g_H (log p + H))) / temperature.
+  """
+  x = _scaled(logits, temperature)
+  logp_all = _log_probs(x, m, log_s)
+  onehot = lax.broadcasted_iota(target_ids.dtype, x.shape, x.ndim - 1) == target_ids[..., None]
+  coef = g_logp[..., None]
+  grad = jnp.where(onehot, coef, 0.0)
+  if g_ent is not None:
+    coef = coef + g_ent[..., None] * (logp_all + ent[..., None])
+  grad = grad - jnp.exp(logp_all) * coef
+  if temperature != 1.0:
+    grad = grad / jnp.float32(temperature)
+  return grad.astype(logits.dtype)
+
+
+def _logps_entropy_fwd(
+  logits: jax.Array,
+  target_ids: jax.Array,
+  temperature: float,
+  chunk_size: int,
+  return_entropy: bool,
+) -> tuple[tuple[jax.Array, jax.Array | None], tuple[Any, ...]]:
+  """Chunked forward: `(logp, entropy|None)` and residuals (inputs + per-token stats)."""
+  stats = functools.partial(
+    _logp_entropy_stats, temperature=temperature, return_entropy=return_entropy
+  )
+  logp, ent, m, log_s = _map_seq_chunks(stats, chunk_size, logits, target_ids)
+  return (logp, ent), (logits, target_ids, m, log_s, ent)
+
+
+def _logps_entropy_bwd(
+  temperature: float,
+  chunk_size: int,
+  return_entropy: bool,
+  res: tuple[Any, ...],
+  cts: tuple[jax.Array, jax.Array | None],
+) -> tuple[jax.Array, None]:
+  """Chunked backward: `_logp_entropy_grad` per chunk; no cotangent for target ids."""
+  del return_entropy  # `ent` and the entropy cotangent are None when it is off.
+  grad_fn = functools.partial(_logp_entropy_grad, temperature=temperature)
+  return _map_seq_chunks(grad_fn, chunk_size, *res, *cts), None
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _logps_entropy_chunked(
+  logits: jax.Array,
+  target_ids: jax.Array,
+  temperature: float,
+  chunk_size: int,
+  return_entropy: bool,
+) -> tuple[jax.Array, jax.Array | None]:
+  """Chunked `(logp, entropy|None)` with a memory-lean custom VJP."""
+  return _logps_entropy_fwd(logits, target_ids, temperature, chunk_size, return_entropy)[0]
+
+
+_logps_entropy_chunked.defvjp(_logps_entropy_fwd, _logps_entropy_bwd)
+
+
+def logps_and_entropy(
+  logits: jax.Array,
+  target_ids: jax.Array,
+  *,
+  temperature: float = 1.0,
+  chunk_size: int = 0,
+  return_entropy: bool = True,
+) -> tuple[jax.Array, jax.Array | None]:
+  """Per-token `log p(target)` and entropy of `softmax(logits / temperature)`.
+
+  logits `[B, T, V]` (any float dtype), target_ids int `[B, T]`. Returns float32
+  `(logps [B, T], entropy [B, T] or None if not return_entropy)`. `chunk_size > 0`
+  chunks along T (any T) with a custom VJP; 0 is unchunked. `temperature` is static.
+  """
+  _check_common(logits, temperature, chunk_size)
+  if jnp.ndim(target_ids) != 2:
+    raise ValueError(f"target_ids must have rank 2 [B, T], got shape {jnp.shape(target_ids)}")
+  if jnp.shape(target_ids) != jnp.shape(logits)[:2]:
+    raise ValueError(
+      f"target_ids shape {jnp.shape(target_ids)} does not match logits [B, T] "
+      f"{jnp.shape(logits)[:2]}"
+    )
+  if not jnp.issubdtype(jnp.result_type(target_ids), jnp.integer):
+    raise ValueError(f"target_ids must be integer, got {jnp.result_type(target_ids)}")
+  temperature = float(temperature)
+  return_entropy = bool(return_entropy)
+  if chunk_size == 0 or logits.shape[1] == 0:
+    logp, ent, _, _ = _logp_entropy_stats(logits, target_ids, temperature, return_entropy)
+  else:
+    logp, ent = _logps_entropy_chunked(
+      logits, target_ids, temperature, int(chunk_size), return_entropy
+    )
+  chex.assert_shape(logp, target_ids.shape)
+  if ent is not None:
+    chex.assert_shape(ent, target_ids.shape)
+  return logp, ent
+
+
+# ----------------------------------------------------------------------------
+# Full-vocabulary KL(pi || pi_ref)
+# ----------------------------------------------------------------------------
+
+
+def _kl_stats(
+  logits: jax.Array, ref_logits: jax.Array, temperature: float
+) -> tuple[jax.Array, ...]:
+  """`(kl, m_p, log_s_p, m_q, log_s_q)`, float32 `[B, t]`, for logits `[B, t, V]`."""
+  x, y = _scaled(logits, temperature), _scaled(ref_logits, temperature)
+  mx, lsx = _normalizer(x)
+  my, lsy = _normalizer(y)
+  return _kl(_log_probs(x, mx, lsx), _log_probs(y, my, lsy)), mx, lsx, my, lsy
+
+
+def _kl_grad(
+  logits: jax.Array,
+  ref_logits: jax.Array,
+  kl: jax.Array,
+  mx: jax.Array,
+  lsx: jax.Array,
+  my: jax.Array,
+  lsy: jax.Array,
+  g: jax.Array,
+  temperature: float,
+) -> jax.Array:
+  """VJP w.r.t. logits `[B, t, V]` (logits' dtype): g p ((log p - log q) - KL) / temperature."""
+  logp = _log_probs(_scaled(logits, temperature), mx, lsx)
+  logq = _log_probs(_scaled(ref_logits, temperature), my, lsy)
+  grad = jnp.exp(logp) * ((logp - logq) - kl[..., None]) * g[..., None]
+  if temperature != 1.0:
+    grad = grad / jnp.float32(temperature)
+  return grad.astype(logits.dtype)
+
+
+def _kl_fwd(
+  logits: jax.Array, ref_logits: jax.Array, temperature: float, chunk_size: int
+) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+  """Chunked forward: KL `[B, T]` and residuals (inputs + per-token stats)."""
+  stats = functools.partial(_kl_stats, temperature=temperature)
+  kl, *norms = _map_seq_chunks(stats, chunk_size, logits, ref_logits)
+  return kl, (logits, ref_logits, kl, *norms)
+
+
+def _kl_bwd(
+  temperature: float, chunk_size: int, res: tuple[jax.Array, ...], g: jax.Array
+) -> tuple[jax.Array, None]:
+  """Chunked backward: `_kl_grad` per chunk; none for `ref_logits`."""
+  grad_fn = functools.partial(_kl_grad, temperature=temperature)
+  return _map_seq_chunks(grad_fn, chunk_size, *res, g), None
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _kl_chunked(
+  logits: jax.Array, ref_logits: jax.Array, temperature: float, chunk_size: int
+) -> jax.Array:
+  """Chunked KL with a memory-lean custom VJP (no gradient for `ref_logits`)."""
+  return _kl_fwd(logits, ref_logits, temperature, chunk_size)[0]
+
+
+_kl_chunked.defvjp(_kl_fwd, _kl_bwd)
+
+
+def full_kl_divergence(
+  logits: jax.Array,
+  ref_logits: jax.Array,
+  temperature: float = 1.0,
+  chunk_size: int = 0,
+) -> jax.Array:
+  """Exact per-token `KL(pi || pi_ref)` over the vocabulary, float32 `[B, T]`.
+
+  `pi = softmax(logits / temperature)`, `pi_ref` likewise from `ref_logits` (same
+  `[B, T, V]`, held constant: no gradient flows into it). `chunk_size` as in
+  `logps_and_entropy`.
+  """
+  _check_common(logits, temperature, chunk_size)
+  if jnp.shape(ref_logits) != jnp.shape(logits):
+    raise ValueError(
+      f"ref_logits shape {jnp.shape(ref_logits)} must equal logits shape {jnp.shape(logits)}"
+    )
+  if not jnp.issubdtype(jnp.result_type(ref_logits), jnp.floating):
+    raise ValueError(f"ref_logits must be floating point, got {jnp.result_type(ref_logits)}")
+  temperature = float(temperature)
+  ref_logits = lax.stop_gradient(ref_logits)
+  if chunk_size == 0 or logits.shape[1] == 0:
+    kl = _kl_stats(logits, ref_logits, temperature)[0]
+  else:
+    kl = _kl_chunked(logits, ref_logits, temperature, int(chunk_size))
+  chex.assert_shape(kl, logits.shape[:2])
+  return kl
