@@ -42,6 +42,8 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     whiten_advantages: whiten GAE advantages over the loss mask.
     critic_warmup_steps: steps during which only the critic is trained.
     logits_chunk_size: sequence chunk for log-prob/entropy/KL over logits (0: unchunked).
+    num_generations: samples per prompt; consecutive samples of one prompt form a group for
+      the group-based estimators (`grpo`, `rloo`).
   """
 
   policy_loss_fn: str = "ppo_ext"
@@ -57,6 +59,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   whiten_advantages: bool = True
   critic_warmup_steps: int = 0
   logits_chunk_size: int = 0
+  num_generations: int = 1
 
   def __post_init__(self):
     # PPOConfig's own __post_init__ refuses every KL method beyond its three, so it is
@@ -95,6 +98,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _integer(self, "num_iterations", low=1)
     _integer(self, "critic_warmup_steps", low=0)
     _integer(self, "logits_chunk_size", low=0)
+    _integer(self, "num_generations", low=1)
     for name in ("norm_adv_by_std", "whiten_advantages"):
       if not isinstance(getattr(self, name), bool):
         _fail(name, getattr(self, name), "True or False")

@@ -27,6 +27,7 @@ from tunix.rl import function_registry
 
 from tunix_ppo_ext import advantages as adv_lib
 from tunix_ppo_ext import common, losses
+from tunix_ppo_ext.logits import full_kl_divergence, logps_and_entropy
 
 POLICY_LOSS_NAME = "ppo_ext"
 VALUE_LOSS_NAME = "ppo_ext"
@@ -41,27 +42,41 @@ def _masks(train_example: Any) -> tuple[jax.Array | None, jax.Array]:
 
 @function_registry.register_policy_loss_fn(POLICY_LOSS_NAME)
 def ppo_ext_policy_loss_fn(
-  model: nnx.Module, train_example: Any, algo_config: Any, pad_id: int, eos_id: int, **kwargs: Any
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+  **kwargs: Any,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """PPO policy loss of `tunix_ppo_ext.losses.policy_loss` over one model pass."""
+  """PPO policy loss of `tunix_ppo_ext.losses.policy_loss` over one model pass.
+
+  `ref_model`, an `nnx.split` `(graphdef, state)` of the reference, enables the exact
+  full-vocabulary KL (`kl_method="full"`): the reference runs here with no gradient.
+  An `actor_scale` of 0 on the example (critic warm-up) zeroes the loss and its gradient.
+  """
   del kwargs
   attention_mask, loss_mask = _masks(train_example)
-  logps, entropy = common.compute_per_token_logps(
-    model,
-    train_example.prompt_ids,
-    train_example.completion_ids,
-    pad_id=pad_id,
-    eos_id=eos_id,
-    completion_mask=attention_mask,
-    return_entropy=True,
-    stop_gradient=False,
-    chunk_size=getattr(algo_config, "logits_chunk_size", 0),
+  chunk_size = getattr(algo_config, "logits_chunk_size", 0)
+  passes = dict(pad_id=pad_id, eos_id=eos_id, completion_mask=attention_mask)
+  prompt, completion = train_example.prompt_ids, train_example.completion_ids
+  logits = common.compute_completion_logits(
+    model, prompt, completion, stop_gradient=False, **passes
+  )
+  logps, entropy = logps_and_entropy(
+    logits, completion, temperature=temperature, chunk_size=chunk_size
   )
   kl_in_loss = getattr(algo_config, "kl_penalty", "reward") == "loss"
-  kl_coef = getattr(train_example, "kl_coef", None)
-  if kl_coef is None:
-    kl_coef = getattr(algo_config, "kl_loss_coef", 0.0)
-  return losses.policy_loss(
+  per_token_kl = None
+  if kl_in_loss and ref_model is not None:
+    ref_logits = common.compute_completion_logits(
+      nnx.merge(*ref_model), prompt, completion, **passes
+    )
+    per_token_kl = full_kl_divergence(logits, ref_logits, temperature, chunk_size)
+  kl_coef = _per_step_scalar(train_example, "kl_coef", getattr(algo_config, "kl_loss_coef", 0.0))
+  loss, metrics = losses.policy_loss(
     logps,
     train_example.old_per_token_logps,
     train_example.advantages,
@@ -76,8 +91,15 @@ def ppo_ext_policy_loss_fn(
     kl_loss_coef=kl_coef,
     kl_method=algo_config.kl_method,
     kl_clamp_value=algo_config.kl_clamp_value,
-    per_token_kl=getattr(train_example, "per_token_kl", None),
+    per_token_kl=per_token_kl,
   )
+  return loss * _per_step_scalar(train_example, "actor_scale", 1.0), metrics
+
+
+def _per_step_scalar(train_example: Any, name: str, default: float) -> jax.Array | float:
+  """A per-step scalar the learner broadcasts to `[B]` on the example (so batches slice)."""
+  value = getattr(train_example, name, None)
+  return default if value is None else jnp.mean(value)
 
 
 @function_registry.register_value_loss_fn(VALUE_LOSS_NAME)

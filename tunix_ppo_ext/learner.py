@@ -1,0 +1,407 @@
+"""`PpoExtLearner`: tunix's `PPOLearner` with real masks, float rewards and every knob live.
+
+It overrides tunix's hooks (`_generate_and_compute_advantage`, `_num_generations`, the
+trainers' loss and input functions, the checkpoint metadata) and keeps tunix's training
+loop, cluster, rollout engine, trainers and orbax checkpointing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tunix.generate import utils as generate_utils
+from tunix.rl import function_registry
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.ppo import ppo_learner
+
+from tunix_ppo_ext import advantages as adv_lib
+from tunix_ppo_ext import common
+from tunix_ppo_ext import kl as kl_lib
+from tunix_ppo_ext._masked import masked_mean
+from tunix_ppo_ext.config import PpoExtConfig
+
+Mode = rl_cluster_lib.Mode
+
+
+@flax.struct.dataclass(frozen=True)
+class TrainExample(ppo_learner.TrainExample):
+  """tunix's PPO example plus the two masks and per-step scalars (broadcast to `[B]`).
+
+  `completion_mask` holds the loss mask too, so tunix code that reads it trains on agent
+  tokens only; `attention_mask` is every real completion token.
+  """
+
+  attention_mask: jax.Array | None = None  # [B, T]
+  loss_mask: jax.Array | None = None  # [B, T]
+  kl_coef: jax.Array | None = None  # [B], the KL-in-loss coefficient of this step
+  actor_scale: jax.Array | None = None  # [B], 0 during critic warm-up
+
+
+@dataclasses.dataclass
+class TrajectoryBatch:
+  """Pre-built trajectories for the learner (all NumPy, `B` rows).
+
+  Attributes:
+    prompt_ids: `[B, P]` left-padded prompt tokens.
+    completion_ids: `[B, T]` completion tokens: agent turns and environment observations.
+    attention_mask: `[B, T]` 1 on every real completion token, 0 on padding.
+    loss_mask: `[B, T]` 1 on the agent's own tokens (a subset of `attention_mask`).
+    token_rewards: `[B, T]` float rewards (turn rewards on the last agent token of a turn).
+    sampler_logps: optional `[B, T]` log-probs the sampler reported for agent tokens.
+    group_ids: optional `[B]` ints grouping samples of one prompt (group estimators).
+    texts: optional completion texts (for user metric functions).
+  """
+
+  prompt_ids: np.ndarray
+  completion_ids: np.ndarray
+  attention_mask: np.ndarray
+  loss_mask: np.ndarray
+  token_rewards: np.ndarray
+  sampler_logps: np.ndarray | None = None
+  group_ids: np.ndarray | None = None
+  texts: list[str] | None = None
+
+  def validate(self) -> None:
+    """Raises ValueError naming the field when shapes or masks are inconsistent."""
+    b, t = self.completion_ids.shape
+    if self.prompt_ids.ndim != 2 or self.prompt_ids.shape[0] != b:
+      raise ValueError(f"prompt_ids shape {self.prompt_ids.shape} must be [B={b}, P]")
+    for name in ("attention_mask", "loss_mask", "token_rewards", "sampler_logps"):
+      value = getattr(self, name)
+      if value is not None and np.shape(value) != (b, t):
+        raise ValueError(f"{name} shape {np.shape(value)} must equal completion_ids' {(b, t)}")
+    if np.any((self.loss_mask > 0) & (self.attention_mask == 0)):
+      raise ValueError("loss_mask marks tokens that attention_mask marks as padding")
+    if not np.all(np.isfinite(self.token_rewards)):
+      raise ValueError("token_rewards contains NaN or inf")
+    if self.group_ids is not None and np.shape(self.group_ids) != (b,):
+      raise ValueError(f"group_ids shape {np.shape(self.group_ids)} must be [B={b}]")
+
+
+class TrajectorySource(Protocol):
+  """Builds a `TrajectoryBatch` for one batch of training input (e.g. a multi-turn rollout)."""
+
+  def __call__(
+    self, learner: PpoExtLearner, training_input: dict[str, Any], mode: Mode
+  ) -> TrajectoryBatch: ...
+
+
+class PpoExtLearner(ppo_learner.PPOLearner):
+  """PPO over tunix with attention/loss masks kept apart and every `PpoExtConfig` knob live.
+
+  Without a `trajectory_source` it trains single-turn prompts like tunix's PPO; with one,
+  it trains the source's pre-built (e.g. multi-turn) trajectories.
+  """
+
+  def __init__(
+    self,
+    rl_cluster: rl_cluster_lib.RLCluster,
+    ppo_config: PpoExtConfig,
+    reward_fns: Callable[..., Any] | list[Callable[..., Any]] | None = None,
+    metric_fns: Sequence[Callable[..., Any]] | None = None,
+    data_shuffle_seed: int | None = None,
+    trajectory_source: TrajectorySource | None = None,
+  ):
+    if not isinstance(ppo_config, PpoExtConfig):
+      raise TypeError(f"ppo_config must be a PpoExtConfig, got {type(ppo_config).__name__}")
+    if trajectory_source is not None and reward_fns is None:
+      reward_fns = _rewards_come_from_the_source
+    super().__init__(
+      rl_cluster=rl_cluster,
+      ppo_config=ppo_config,
+      reward_fns=reward_fns,
+      metric_fns=metric_fns,
+      data_shuffle_seed=data_shuffle_seed,
+    )
+    self.trajectory_source = trajectory_source
+    config = ppo_config
+    self.kl_controller = kl_lib.make_kl_controller(
+      config.kl_ctrl, config.kl_coef, config.kl_target, config.kl_horizon
+    )
+    self._restore_learner_state()
+    actor = rl_cluster.actor_trainer
+    actor.custom_checkpoint_metadata_fn = _with_learner_state(
+      actor.custom_checkpoint_metadata_fn, self._learner_state
+    )
+    actor.with_gen_model_input_fn(self._actor_inputs)
+    rl_cluster.critic_trainer.with_gen_model_input_fn(self._critic_inputs)
+    actor.with_rl_metrics_to_log(
+      {
+        name: np.mean
+        for name in ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
+      }
+      | ({"kl_loss": np.mean} if config.kl_penalty == "loss" else {})
+    )
+    rl_cluster.critic_trainer.with_rl_metrics_to_log(
+      {"vf_loss": np.mean, "vpred_mean": np.mean, "vf_clipfrac": np.mean}
+    )
+    self._ref_state = None
+    if config.kl_method == kl_lib.FULL_KL:
+      self._ref_state = flax.nnx.split(self._reference_model())
+
+  # ----- trainer inputs -----
+
+  def _temperature(self, mode: Mode = Mode.TRAIN) -> float:
+    temperature = self.rl_cluster.get_rollout_config(mode).temperature
+    return float(temperature) if temperature and temperature > 0 else 1.0
+
+  def _actor_inputs(self, example: TrainExample) -> dict[str, Any]:
+    inputs = {
+      "train_example": example,
+      "algo_config": self.algo_config,
+      "pad_id": self.rl_cluster.rollout.pad_id(),
+      "eos_id": self.rl_cluster.rollout.eos_id(),
+      "temperature": self._temperature(),
+    }
+    if self._ref_state is not None:
+      inputs["ref_model"] = self._ref_state
+    return inputs
+
+  def _critic_inputs(self, example: TrainExample) -> dict[str, Any]:
+    return {
+      "train_example": example,
+      "clip_range_value": self.algo_config.clip_range_value,
+      "pad_id": self.rl_cluster.rollout.pad_id(),
+      "eos_id": self.rl_cluster.rollout.eos_id(),
+      "loss_agg_mode": self.algo_config.value_loss_agg_mode,
+    }
+
+  def _num_generations(self) -> int:
+    return self.algo_config.num_generations
+
+  # ----- learner state in checkpoints -----
+
+  def _learner_state(self) -> dict[str, Any]:
+    return {"kl_ctrl": self.kl_controller.state_dict()}
+
+  def _restore_learner_state(self) -> None:
+    restored = getattr(self.rl_cluster.actor_trainer, "_restored_custom_metadata", None) or {}
+    if "kl_ctrl" in restored:
+      self.kl_controller.load_state_dict(restored["kl_ctrl"])
+
+  # ----- models -----
+
+  def _reference_model(self):
+    return self.rl_cluster.inference_worker.get_model("reference")
+
+  def _critic_model(self):
+    return self.rl_cluster.critic_trainer.model
+
+  # ----- the rollout phase -----
+
+  def _single_turn_batch(self, training_input: dict[str, Any], mode: Mode) -> TrajectoryBatch:
+    """tunix's single-turn rollout: one completion per prompt, its score on the last token."""
+    rollout_config = self.rl_cluster.get_rollout_config(mode)
+    pad_id = self.rl_cluster.rollout.pad_id()
+    output = self.rl_cluster.generate(
+      prompts=training_input["prompts"], mode=mode, micro_batch_size=self._rollout_micro_batch_size
+    )
+    completion_ids = np.array(
+      [
+        generate_utils.pad_to_length(
+          tokens, rollout_config.max_tokens_to_generate, pad_id, left=False
+        )
+        for tokens in output.tokens
+      ]
+    )
+    attention = (completion_ids != pad_id).astype(np.int32)
+    prompt_ids = np.asarray(output.left_padded_prompt_tokens)
+    scores = self._single_turn_scores(training_input, output.text, prompt_ids, completion_ids, mode)
+    last = np.maximum(attention.sum(-1) - 1, 0)
+    rewards = np.zeros(completion_ids.shape, np.float32)
+    rewards[np.arange(len(scores)), last] = scores
+    return TrajectoryBatch(
+      prompt_ids=prompt_ids,
+      completion_ids=completion_ids,
+      attention_mask=attention,
+      loss_mask=attention,
+      token_rewards=rewards,
+      texts=list(output.text),
+    )
+
+  def _single_turn_scores(self, training_input, texts, prompt_ids, completion_ids, mode):
+    """Float32 scores `[B]` from the reward functions or the reward model."""
+    if not self._use_reward_model:
+      extra = {k: v for k, v in training_input.items() if k != "prompts"}
+      scores = self._compute_rewards(
+        prompts=training_input["prompts"], completions=texts, mode=mode, **extra
+      )
+      return np.asarray(scores, np.float32)
+    pad_id, eos_id = self.rl_cluster.rollout.pad_id(), self.rl_cluster.rollout.eos_id()
+    scores = common.compute_score(
+      self.rl_cluster.inference_worker.get_model("reward"),
+      jnp.asarray(prompt_ids),
+      jnp.asarray(completion_ids),
+      pad_id=pad_id,
+      eos_id=eos_id,
+    )[:, -completion_ids.shape[1] :]
+    last = np.maximum((completion_ids != pad_id).sum(-1) - 1, 0)
+    return np.asarray(scores, np.float32)[np.arange(len(last)), last]
+
+  def _generate_and_compute_advantage(
+    self, training_input: dict[str, Any], mode: Mode = Mode.TRAIN
+  ) -> TrainExample:
+    config = self.algo_config
+    if self.trajectory_source is None:
+      batch = self._single_turn_batch(training_input, mode)
+    else:
+      batch = self.trajectory_source(self, training_input, mode)
+    batch.validate()
+    pad_id, eos_id = self.rl_cluster.rollout.pad_id(), self.rl_cluster.rollout.eos_id()
+    prompt = jnp.asarray(batch.prompt_ids)
+    completion = jnp.asarray(batch.completion_ids)
+    attention = jnp.asarray(batch.attention_mask, jnp.int32)
+    loss_mask = jnp.asarray(batch.loss_mask, jnp.float32)
+    width = completion.shape[1]
+    temperature = self._temperature(mode)
+    passes = dict(pad_id=pad_id, eos_id=eos_id, completion_mask=attention)
+
+    old_logps = common.compute_per_token_logps(
+      self.rl_cluster.rollout.model(), prompt, completion, temperature=temperature, **passes
+    )
+    values = common.compute_score(self._critic_model(), prompt, completion, **passes)
+    values = values[:, -width - 1 : -1] * loss_mask
+
+    kl_coef = self.kl_controller.value
+    rewards = jnp.asarray(batch.token_rewards, jnp.float32)
+    ref_logps, per_token_kl = None, None
+    if config.kl_penalty != "none" and kl_coef > 0:
+      ref_logps, per_token_kl = self._reference_kl(
+        prompt, completion, old_logps, temperature, passes
+      )
+      per_token_kl = per_token_kl * loss_mask
+      if config.kl_penalty == "reward":
+        rewards = rewards - kl_coef * per_token_kl
+      if mode == Mode.TRAIN:
+        seq_kl = masked_mean(per_token_kl, loss_mask, axis=-1)
+        self.kl_controller.update(float(jnp.mean(seq_kl)), n_steps=completion.shape[0])
+
+    advantages, returns = self._advantages(rewards, values, loss_mask, batch)
+    self._buffer_rollout_metrics(batch, rewards, values, advantages, returns, per_token_kl, mode)
+    b = completion.shape[0]
+    warming_up = self.rl_cluster.global_steps < config.critic_warmup_steps
+    return TrainExample(
+      prompt_ids=prompt,
+      prompt_mask=(prompt != pad_id).astype(jnp.int32),
+      completion_ids=completion,
+      completion_mask=loss_mask,
+      ref_per_token_logps=ref_logps if config.kl_penalty == "loss" else None,
+      advantages=advantages,
+      returns=returns,
+      old_per_token_logps=old_logps,
+      old_values=values,
+      attention_mask=attention,
+      loss_mask=loss_mask,
+      kl_coef=jnp.full((b,), kl_coef if config.kl_penalty == "loss" else 0.0, jnp.float32),
+      actor_scale=jnp.full((b,), 0.0 if warming_up else 1.0, jnp.float32),
+    )
+
+  def _reference_kl(self, prompt, completion, old_logps, temperature, passes):
+    """`(ref_logps or None, per-token KL [B, T])` of the rollout policy to the reference."""
+    config = self.algo_config
+    reference = self._reference_model()
+    if config.kl_method == kl_lib.FULL_KL:
+      logits = common.compute_completion_logits(
+        self.rl_cluster.rollout.model(), prompt, completion, **passes
+      )
+      ref_logits = common.compute_completion_logits(reference, prompt, completion, **passes)
+      kl = kl_lib.full_kl_divergence(
+        logits, ref_logits, temperature=temperature, chunk_size=config.logits_chunk_size
+      )
+      return None, kl
+    ref_logps = common.compute_per_token_logps(
+      reference, prompt, completion, temperature=temperature, **passes
+    )
+    kl = kl_lib.compute_kl_divergence(old_logps, ref_logps, config.kl_method, config.kl_clamp_value)
+    return ref_logps, kl
+
+  def _advantages(self, rewards, values, loss_mask, batch: TrajectoryBatch):
+    """`(advantages [B, T], returns [B, T])` with the configured estimator."""
+    config = self.algo_config
+    name = config.advantage_estimator
+    if name == "gae":
+      return adv_lib.compute_gae_advantages(
+        rewards,
+        values,
+        loss_mask,
+        config.gamma,
+        config.gae_lambda,
+        whiten=config.whiten_advantages,
+      )
+    if name == "reinforce_plus_plus":
+      return adv_lib.compute_reinforce_plus_plus_advantages(rewards, loss_mask, config.gamma)
+    if name in ("grpo", "rloo"):
+      scores = jnp.sum(rewards * loss_mask, axis=-1)
+      group_ids = batch.group_ids
+      if group_ids is None:
+        group_ids = np.arange(scores.shape[0]) // config.num_generations
+      group_ids = jnp.asarray(group_ids)
+      if name == "grpo":
+        adv = adv_lib.compute_grpo_advantages(
+          scores, group_ids, loss_mask, norm_by_std=config.norm_adv_by_std
+        )
+      else:
+        adv = adv_lib.compute_rloo_advantages(scores, group_ids, loss_mask)
+      return adv, adv
+    estimator = function_registry.get_advantage_estimator(name)
+    return estimator(
+      rewards=rewards,
+      values=values,
+      completion_mask=loss_mask,
+      gamma=config.gamma,
+      gae_lambda=config.gae_lambda,
+    )
+
+  def _buffer_rollout_metrics(self, batch, rewards, values, advantages, returns, kl, mode):
+    """Rollout statistics over the loss mask (empty masks are skipped, never NaN)."""
+    mask = np.asarray(batch.loss_mask) > 0
+    stats: dict[str, tuple[float, Callable[..., Any]]] = {}
+
+    def add(name: str, values_: Any, where: np.ndarray | None = None) -> None:
+      array = np.asarray(values_, np.float64)
+      selected = array[where] if where is not None else array.ravel()
+      if selected.size:
+        stats[f"{name}/mean"] = (float(selected.mean()), np.mean)
+        stats[f"{name}/max"] = (float(selected.max()), np.max)
+        stats[f"{name}/min"] = (float(selected.min()), np.min)
+
+    add("rewards/score", np.asarray(batch.token_rewards).sum(-1))
+    add("rewards/reward", np.asarray(rewards).sum(-1))
+    add("advantages", advantages, mask)
+    add("advantages/returns", returns, mask)
+    add("advantages/old_values", values, mask)
+    add("generation/agent_tokens", mask.sum(-1))
+    if kl is not None:
+      stats["rewards/kl"] = (float(masked_mean(kl, jnp.asarray(mask))), np.mean)
+    stats["actor/kl_coef"] = (float(self.kl_controller.value), np.mean)
+    self.rl_cluster.buffer_metrics(stats, mode=mode)
+    for metric_fn in self.metric_fns:
+      self.rl_cluster.buffer_metrics(
+        metric_fn(
+          prompts=batch.texts,
+          completions=batch.texts,
+          advantages=advantages,
+          rewards=np.asarray(batch.token_rewards).sum(-1),
+        ),
+        mode=mode,
+      )
+
+
+def _rewards_come_from_the_source(prompts, completions, **kwargs) -> list[float]:
+  """Placeholder reward fn that satisfies tunix's check; a trajectory source gives rewards."""
+  raise RuntimeError("rewards come from the trajectory source; this function is never called")
+
+
+def _with_learner_state(metadata_fn: Callable[[], dict], state_fn: Callable[[], dict]):
+  """Checkpoint metadata of tunix's trainer plus the learner's own state."""
+
+  def metadata() -> dict[str, Any]:
+    return {**metadata_fn(), **state_fn()}
+
+  return metadata
