@@ -23,6 +23,11 @@ def integer_reward(prompts, completions, answer, **_):
   ]
 
 
+def spread_reward(prompts, completions, **_):
+  """A deterministic reward in [0, 1) that differs between completions (so groups differ)."""
+  return [(sum(map(ord, c)) % 7) / 7 for c in completions]
+
+
 def fractional_reward(prompts, completions, **_):
   return [0.7] * len(completions)
 
@@ -127,7 +132,9 @@ KNOBS = {
 @pytest.mark.parametrize("name", list(KNOBS))
 def test_each_knob_trains(name):
   config = PpoExtConfig(**KNOBS[name])
-  cluster, learner, data = setup(config, num_generations=config.num_generations)
+  cluster, learner, data = setup(
+    config, reward=spread_reward, num_generations=config.num_generations
+  )
   policy = cluster.actor_trainer.model
   before = param_leaf(policy)
   learner.train(data)

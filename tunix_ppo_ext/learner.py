@@ -143,7 +143,9 @@ class PpoExtLearner(ppo_learner.PPOLearner):
     )
     self._ref_state = None
     if config.kl_method == kl_lib.FULL_KL:
-      self._ref_state = flax.nnx.split(self._reference_model())
+      # Plain arrays (no Variable objects) so the state can cross tunix's nnx.value_and_grad.
+      graphdef, state = flax.nnx.split(self._reference_model())
+      self._ref_state = (graphdef, flax.nnx.to_pure_dict(state))
 
   # ----- trainer inputs -----
 

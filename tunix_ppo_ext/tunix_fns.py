@@ -53,7 +53,7 @@ def ppo_ext_policy_loss_fn(
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """PPO policy loss of `tunix_ppo_ext.losses.policy_loss` over one model pass.
 
-  `ref_model`, an `nnx.split` `(graphdef, state)` of the reference, enables the exact
+  `ref_model`, `(graphdef, pure state dict)` of the reference, enables the exact
   full-vocabulary KL (`kl_method="full"`): the reference runs here with no gradient.
   An `actor_scale` of 0 on the example (critic warm-up) zeroes the loss and its gradient.
   """

@@ -1,0 +1,101 @@
+"""Median PPO step time: stock tunix `PPOLearner` vs `PpoExtLearner`, side by side.
+
+Both learners train the same toy Qwen3 (same seed), on the same single-turn prompts and
+rewards, in this one process; the step time is the wall time between consecutive
+batches drawn by tunix's training loop, after `--warmup` compiled steps.
+
+  python bench/step_time.py [--steps 16 --warmup 4 --batch 8 --gen 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import string
+import time
+
+import jax
+import numpy as np
+from tunix.rl.ppo import ppo_learner
+
+from tunix_ppo_ext import PpoExtConfig
+from tunix_ppo_ext.cluster import build_cluster, make_models
+from tunix_ppo_ext.learner import PpoExtLearner
+from tunix_ppo_ext.tokenizer import CharTokenizer
+
+
+def prompts(batch: int, seed: int):
+  """Endless batches `{"prompts", "answer"}` of `say <word>:` prompts."""
+  rng = np.random.default_rng(seed)
+  letters = list(string.ascii_lowercase)
+  while True:
+    words = ["".join(rng.choice(letters, size=3)) for _ in range(batch)]
+    yield {"prompts": np.array([f"say {w}:" for w in words]), "answer": np.array(words)}
+
+
+def matched_chars(prompts, completions, answer, **_):
+  return [
+    float(sum(a == b for a, b in zip(c, str(t), strict=False)))
+    for c, t in zip(completions, answer, strict=True)
+  ]
+
+
+def timed(batches, stamps: list[float]):
+  """Yields `batches`, recording when each is drawn."""
+  for batch in batches:
+    stamps.append(time.perf_counter())
+    yield batch
+
+
+def median_step_s(learner_cls, config, args) -> float:
+  tokenizer = CharTokenizer(eos_id=0)
+  policy, critic, reference = make_models(tokenizer, seed=0, num_layers=2, embed_dim=64)
+  cluster = build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    reference=reference,
+    max_steps=args.steps,
+    batch=args.batch,
+    max_prompt_length=9,
+    max_tokens_to_generate=args.gen,
+  )
+  learner = learner_cls(cluster, config, reward_fns=matched_chars)
+  stamps: list[float] = []
+  learner.train(timed(prompts(args.batch, seed=0), stamps))
+  steps = np.diff(stamps)[args.warmup :]
+  return statistics.median(steps)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
+  parser.add_argument("--steps", type=int, default=16)
+  parser.add_argument("--warmup", type=int, default=4)
+  parser.add_argument("--batch", type=int, default=8)
+  parser.add_argument("--gen", type=int, default=16)
+  args = parser.parse_args()
+  print(
+    f"jax {jax.__version__} on {jax.default_backend()}; batch {args.batch}, "
+    f"{args.gen} generated tokens, {args.steps} steps, median after {args.warmup}"
+  )
+  stock = median_step_s(ppo_learner.PPOLearner, ppo_learner.PPOConfig(), args)
+  ext = median_step_s(PpoExtLearner, PpoExtConfig(), args)
+  features = PpoExtConfig(
+    entropy_coef=0.01, epsilon_c=3.0, kl_method="low_var_kl", kl_penalty="loss", kl_loss_coef=0.05
+  )
+  ext_features = median_step_s(PpoExtLearner, features, args)
+  print(f"{'learner':58s} median step s   ratio")
+  print(f"{'(a) tunix PPOLearner, PPOConfig()':58s} {stock:12.4f}   1.000")
+  print(f"{'(b) PpoExtLearner, PpoExtConfig()':58s} {ext:12.4f}   {ext / stock:.3f}")
+  label = "(c) PpoExtLearner, entropy 0.01 + dual clip + low_var_kl loss"
+  print(f"{label:58s} {ext_features:12.4f}   {ext_features / stock:.3f}")
+  print(
+    f"RATIOS: ext/stock = {ext / stock:.3f} (target <= 1.05), "
+    f"ext+features/stock = {ext_features / stock:.3f}"
+  )
+
+
+if __name__ == "__main__":
+  main()
