@@ -1,0 +1,162 @@
+"""`tunix-ppo-ext`: the command line.
+
+  tunix-ppo-ext train [--config PATH] [--output-dir DIR] [KEY=VALUE ...]
+
+With no arguments `train` runs the embedded default: a toy tunix Qwen3 (random init)
+with the built-in character tokenizer on the embedded multi-turn `memory` environment,
+on CPU. It writes `metrics.jsonl`, `summary.json`, TensorBoard events and orbax
+checkpoints into the output directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tunix_ppo_ext.run_config import RunConfig, load_run_config
+
+RETURN_EVENT = "env/train/return"
+SHOWN_METRICS = {
+  RETURN_EVENT: "return",
+  "actor/train/entropy": "entropy",
+  "actor/train/loss": "pg",
+  "critic/train/loss": "vf",
+}
+
+
+def build_run(run: RunConfig, output_dir: pathlib.Path):
+  """`(learner, train_batches, eval_batches, env_max_return)` for a validated run config."""
+  # Heavy imports here so that `--help` and config errors are instant.
+  from tunix_ppo_ext import envs, metrics, models  # noqa: PLC0415
+  from tunix_ppo_ext.cluster import build_cluster  # noqa: PLC0415
+  from tunix_ppo_ext.learner import PpoExtLearner  # noqa: PLC0415
+  from tunix_ppo_ext.rollout import MultiTurnRollout, episode_batches  # noqa: PLC0415
+  from tunix_ppo_ext.tokenizer import CharTokenizer  # noqa: PLC0415
+
+  ppo = run.ppo_config()
+  env = envs.make_env(run.env.name, **run.env.kwargs)
+  tokenizer = CharTokenizer(eos_id=0)
+  policy, critic, reference = _models(run, tokenizer, models)
+  train = run.train
+  backends = [
+    lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
+    lambda: metrics.ProgressBackend(train.steps, SHOWN_METRICS),
+  ]
+  cluster = build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    reference=reference,
+    max_steps=train.steps,
+    batch=train.batch_size,
+    max_prompt_length=train.max_prompt_length,
+    max_tokens_to_generate=run.env.max_completion_len + run.env.max_tokens_per_turn,
+    lr=train.lr,
+    critic_lr=train.critic_lr,
+    temperature=train.temperature,
+    seed=run.seed,
+    checkpoint_dir=str(output_dir / "checkpoints"),
+    metrics_dir=str(output_dir / "tensorboard"),
+    metric_backends=backends,
+    checkpoint_every=train.checkpoint_every,
+    eval_every=train.eval_every,
+  )
+  source = MultiTurnRollout(
+    run.env.name,
+    run.env.kwargs,
+    max_completion_len=run.env.max_completion_len,
+    max_turns=run.env.max_turns,
+    max_turn_tokens=run.env.max_tokens_per_turn,
+  )
+  learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
+  prompts_per_batch = train.batch_size // ppo.num_generations
+  train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed)
+  eval_batches = list(episode_batches(train.eval_batches, prompts_per_batch, seed=run.seed + 1))
+  return learner, train_batches, eval_batches, env.max_return
+
+
+def _models(run: RunConfig, tokenizer, models):
+  """`(policy, critic, reference)`: a toy Qwen3, its critic and a frozen copy."""
+  config = models.tiny_qwen3_config(
+    tokenizer.vocab_size,
+    num_layers=run.model.num_layers,
+    embed_dim=run.model.embed_dim,
+    hidden_dim=run.model.hidden_dim,
+    num_heads=run.model.num_heads,
+    head_dim=run.model.head_dim,
+    num_kv_heads=run.model.num_kv_heads,
+  )
+  policy = models.make_policy(config, run.seed)
+  return policy, models.critic_from_policy(policy, run.seed + 1), models.copy_model(policy)
+
+
+def summarize(metrics_path: pathlib.Path, max_return: float, wall_s: float) -> dict[str, Any]:
+  """`first_return`, `final_return` (mean of the last tenth of steps), `max_return`, ..."""
+  from tunix_ppo_ext.metrics import read_jsonl  # noqa: PLC0415
+
+  returns = [
+    row[RETURN_EVENT] for row in read_jsonl(metrics_path) if row.get(RETURN_EVENT) is not None
+  ]
+  if not returns:
+    raise RuntimeError(f"no {RETURN_EVENT!r} values in {metrics_path}")
+  tail = max(1, len(returns) // 10)
+  return {
+    "first_return": float(returns[0]),
+    "final_return": float(np.mean(returns[-tail:])),
+    "max_return": float(max_return),
+    "steps": len(returns),
+    "wall_s": round(wall_s, 1),
+  }
+
+
+def train(run: RunConfig) -> dict[str, Any]:
+  """Runs the main job; returns (and writes) the summary."""
+  out = pathlib.Path(run.output_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "config.json").write_text(json.dumps(dataclasses.asdict(run), indent=2))
+  start = time.perf_counter()
+  learner, train_batches, eval_batches, max_return = build_run(run, out)
+  learner.train(train_batches, eval_ds=eval_batches)
+  summary = summarize(out / "metrics.jsonl", max_return, time.perf_counter() - start)
+  (out / "summary.json").write_text(json.dumps(summary, indent=2))
+  print(json.dumps(summary))
+  return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(
+    prog="tunix-ppo-ext", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+  )
+  commands = parser.add_subparsers(dest="command", required=True)
+  train_parser = commands.add_parser("train", help="train on the configured environment")
+  train_parser.add_argument("--config", help="YAML run config (default: the embedded default)")
+  train_parser.add_argument("--output-dir", help="where metrics, summary and checkpoints go")
+  train_parser.add_argument(
+    "overrides",
+    nargs="*",
+    metavar="KEY=VALUE",
+    help="dotted overrides, e.g. ppo.entropy_coef=0.01 train.steps=50",
+  )
+  args = parser.parse_args(argv)
+  overrides = list(args.overrides)
+  if args.output_dir is not None:
+    overrides.append(f"output_dir={args.output_dir}")
+  try:
+    run = load_run_config(args.config, overrides)
+  except ValueError as err:
+    print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
+    return 2
+  train(run)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,189 @@
+"""The main job's configuration: YAML file + dotted `KEY=VALUE` overrides, checked eagerly.
+
+Sections: `model`, `env`, `train`, `ppo` (the fields of `PpoExtConfig`) and top-level
+`seed`, `output_dir`, `wandb`. Unknown keys, wrong types and impossible values raise
+`ValueError` naming the key (with the closest valid names) before any compilation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import pathlib
+import types
+import typing
+from typing import Any
+
+import yaml
+
+from tunix_ppo_ext.config import PpoExtConfig
+
+
+@dataclasses.dataclass
+class ModelSection:
+  """The policy: tunix's Qwen3 architecture at toy size, random init (critic from its backbone)."""
+
+  num_layers: int = 2
+  embed_dim: int = 64
+  hidden_dim: int = 128
+  num_heads: int = 2
+  head_dim: int = 32
+  num_kv_heads: int = 1
+
+
+@dataclasses.dataclass
+class EnvSection:
+  """The environment by name, its keyword arguments and the trajectory limits."""
+
+  name: str = "memory"
+  kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+  max_turns: int = 4
+  max_completion_len: int = 24
+  max_tokens_per_turn: int = 3
+
+
+@dataclasses.dataclass
+class TrainSection:
+  """Steps, batch, optimiser and sampling settings of the run."""
+
+  steps: int = 200
+  batch_size: int = 16
+  lr: float = 3e-3
+  critic_lr: float = 3e-3
+  temperature: float = 1.0
+  max_prompt_length: int = 16
+  checkpoint_every: int = 50
+  eval_every: int = 50
+  eval_batches: int = 1
+
+
+@dataclasses.dataclass
+class RunConfig:
+  """A whole run: seed, output directory, W&B mode and the four sections."""
+
+  seed: int = 0
+  output_dir: str = "runs/default"
+  wandb: str = "disabled"
+  model: ModelSection = dataclasses.field(default_factory=ModelSection)
+  env: EnvSection = dataclasses.field(default_factory=EnvSection)
+  train: TrainSection = dataclasses.field(default_factory=TrainSection)
+  ppo: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  def ppo_config(self) -> PpoExtConfig:
+    """The validated `PpoExtConfig` of the `ppo` section."""
+    return PpoExtConfig(**self.ppo)
+
+
+_WANDB_MODES = ("disabled", "offline", "online")
+
+
+def load_run_config(path: str | None = None, overrides: typing.Sequence[str] = ()) -> RunConfig:
+  """Reads YAML `path` (defaults when None), applies `KEY=VALUE` overrides, validates."""
+  data: dict[str, Any] = {}
+  if path is not None:
+    file = pathlib.Path(path)
+    if not file.is_file():
+      raise ValueError(f"--config {path!r}: no such file")
+    data = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(data, dict):
+      raise ValueError(f"--config {path!r}: expected a mapping at the top level")
+  for override in overrides:
+    key, sep, raw = override.partition("=")
+    if not sep or not key:
+      raise ValueError(f"override {override!r} must look like section.key=value")
+    _set_dotted(data, key.split("."), yaml.safe_load(raw))
+  return _build(RunConfig, data, prefix="")
+
+
+def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
+  for key in keys[:-1]:
+    data = data.setdefault(key, {})
+    if not isinstance(data, dict):
+      raise ValueError(f"override path {'.'.join(keys)!r} goes through a non-mapping")
+  data[keys[-1]] = value
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+  """Instantiates dataclass `cls` from `data`, checking keys and types recursively."""
+  if not isinstance(data, dict):
+    raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  hints = typing.get_type_hints(cls)
+  kwargs = {}
+  for key, value in data.items():
+    if key not in fields:
+      close = difflib.get_close_matches(key, list(fields), n=3)
+      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      raise ValueError(f"unknown config key {prefix + key!r}{hint} (valid: {sorted(fields)})")
+    kwargs[key] = _check_type(prefix + key, value, hints[key])
+  instance = cls(**kwargs)
+  if cls is RunConfig:
+    _validate_run(instance)
+  return instance
+
+
+def _check_type(name: str, value: Any, hint: Any) -> Any:
+  if dataclasses.is_dataclass(hint):
+    return _build(hint, value, prefix=name + ".")
+  if name == "ppo":
+    return _check_ppo(value)
+  origin = typing.get_origin(hint)
+  allowed = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+  for option in allowed:
+    base = typing.get_origin(option) or option
+    if option is type(None) and value is None:
+      return value
+    if base is float and isinstance(value, int | float) and not isinstance(value, bool):
+      return float(value)
+    if base is int and isinstance(value, int) and not isinstance(value, bool):
+      return value
+    if base in (str, bool, dict) and isinstance(value, base):
+      return value
+    if base is typing.Any:
+      return value
+  names = " or ".join(getattr(a, "__name__", str(a)) for a in allowed)
+  raise ValueError(f"config key {name!r} must be {names}, got {value!r}")
+
+
+def _check_ppo(value: Any) -> dict[str, Any]:
+  if not isinstance(value, dict):
+    raise ValueError(f"config key 'ppo' must be a mapping, got {value!r}")
+  names = [f.name for f in dataclasses.fields(PpoExtConfig)]
+  for key in value:
+    if key not in names:
+      close = difflib.get_close_matches(key, names, n=3)
+      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      raise ValueError(f"unknown config key {'ppo.' + key!r}{hint}")
+  return value
+
+
+def _validate_run(run: RunConfig) -> None:
+  """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
+  if run.wandb not in _WANDB_MODES:
+    raise ValueError(f"config key 'wandb' must be one of {_WANDB_MODES}, got {run.wandb!r}")
+  positive = {
+    "train.steps": run.train.steps,
+    "train.batch_size": run.train.batch_size,
+    "train.max_prompt_length": run.train.max_prompt_length,
+    "train.checkpoint_every": run.train.checkpoint_every,
+    "train.eval_every": run.train.eval_every,
+    "env.max_turns": run.env.max_turns,
+    "env.max_completion_len": run.env.max_completion_len,
+    "env.max_tokens_per_turn": run.env.max_tokens_per_turn,
+    "model.num_layers": run.model.num_layers,
+    "model.embed_dim": run.model.embed_dim,
+    "train.lr": run.train.lr,
+    "train.critic_lr": run.train.critic_lr,
+  }
+  for key, value in positive.items():
+    if not value > 0:
+      raise ValueError(f"config key {key!r} must be > 0, got {value!r}")
+  if run.train.temperature <= 0:
+    raise ValueError(f"config key 'train.temperature' must be > 0, got {run.train.temperature}")
+  run.ppo_config()  # PpoExtConfig validation: names the field, the value and what is allowed
+  num_generations = run.ppo.get("num_generations", 1)
+  if run.train.batch_size % num_generations:
+    raise ValueError(
+      f"config key 'train.batch_size'={run.train.batch_size} must be a multiple of "
+      f"ppo.num_generations={num_generations}"
+    )
