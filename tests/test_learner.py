@@ -121,6 +121,7 @@ KNOBS = {
     loss_agg_mode="seq-mean-token-sum", value_loss_agg_mode="seq-mean-token-mean"
   ),
   "seq_mean_token_sum_norm": dict(loss_agg_mode="seq-mean-token-sum-norm"),
+  "seq_mean_token_mean": dict(loss_agg_mode="seq-mean-token-mean"),
   "grpo": dict(advantage_estimator="grpo", num_generations=2),
   "drgrpo": dict(advantage_estimator="grpo", num_generations=2, norm_adv_by_std=False),
   "rloo": dict(advantage_estimator="rloo", num_generations=2),
