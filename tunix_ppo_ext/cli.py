@@ -43,13 +43,17 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
 
   ppo = run.ppo_config()
   env = envs.make_env(run.env.name, **run.env.kwargs)
-  tokenizer = CharTokenizer(eos_id=0)
+  alphabet = {} if run.model.alphabet is None else {"alphabet": run.model.alphabet}
+  tokenizer = CharTokenizer(**alphabet)  # EOS != pad: tunix's sampler masks pad ids in context
   policy, critic, reference = _models(run, tokenizer, models)
   train = run.train
   backends = [
     lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
     lambda: metrics.ProgressBackend(train.steps, SHOWN_METRICS),
   ]
+  if run.wandb != "disabled":
+    config = dataclasses.asdict(run)
+    backends.append(lambda: metrics.WandbSink(run.wandb, output_dir, config))
   cluster = build_cluster(
     policy,
     critic,
@@ -76,11 +80,24 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
   )
+  if run.env.loss_on_observations:
+    source = _observations_in_loss(source)
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
   prompts_per_batch = train.batch_size // ppo.num_generations
   train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed)
   eval_batches = list(episode_batches(train.eval_batches, prompts_per_batch, seed=run.seed + 1))
   return learner, train_batches, eval_batches, env.max_return
+
+
+def _observations_in_loss(source):
+  """Ablation: the source's trajectories with every real token under the loss mask."""
+
+  def source_with_observations_in_loss(learner, training_input, mode):
+    batch = source(learner, training_input, mode)
+    batch.loss_mask = np.asarray(batch.attention_mask).copy()
+    return batch
+
+  return source_with_observations_in_loss
 
 
 def _models(run: RunConfig, tokenizer, models):

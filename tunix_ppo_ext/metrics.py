@@ -91,3 +91,38 @@ def read_jsonl(path: str | pathlib.Path) -> list[dict[str, Any]]:
       row = json.loads(line)
       rows.setdefault(row["step"], {}).update(row)
   return [rows[s] for s in sorted(rows)]
+
+
+class WandbSink:
+  """W&B through metrax's `WandbBackend`, only tunix's training events, never fatal.
+
+  `mode` is `online` or `offline`; `online` without an API key falls back to `offline`
+  (sync later with `wandb sync`). A failing `wandb.init` leaves a single warning and a
+  sink that drops everything, so training goes on.
+  """
+
+  def __init__(self, mode: str, run_dir: str | pathlib.Path, config: dict[str, Any]):
+    import os
+    import warnings
+
+    self._backend = None
+    if mode == "online" and not os.environ.get("WANDB_API_KEY"):
+      mode = "offline"
+    try:
+      from metrax.logging import WandbBackend
+
+      pathlib.Path(run_dir).mkdir(parents=True, exist_ok=True)
+      self._backend = WandbBackend(
+        project="tunix-ppo-ext", mode=mode, dir=str(run_dir), config=config, reinit=True
+      )
+    except Exception as err:  # noqa: BLE001 (W&B must never stop training)
+      warnings.warn(f"W&B disabled for this run: {type(err).__name__}: {err}", stacklevel=2)
+
+  def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
+    if self._backend is not None and _is_training_event(event):
+      self._backend.log_scalar(event, value, **kwargs)
+
+  def close(self) -> None:
+    if self._backend is not None:
+      self._backend.close()
+      self._backend = None

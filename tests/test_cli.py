@@ -1,0 +1,71 @@
+"""The `tunix-ppo-ext` command: config loading, overrides, errors, and a short real run."""
+
+import json
+import pathlib
+import re
+
+import pytest
+
+from tunix_ppo_ext import cli
+from tunix_ppo_ext.metrics import read_jsonl
+from tunix_ppo_ext.run_config import RunConfig, load_run_config
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+
+
+def test_default_yaml_holds_the_builtin_default():
+  assert load_run_config(str(CONFIGS / "default.yaml")) == load_run_config(None) == RunConfig()
+
+
+def test_dotted_overrides_reach_every_section():
+  run = load_run_config(
+    None, ["train.steps=7", "ppo.entropy_coef=0.02", "env.kwargs.num_symbols=4", "seed=3"]
+  )
+  assert run.train.steps == 7 and run.seed == 3
+  assert run.ppo["entropy_coef"] == 0.02 and run.ppo_config().entropy_coef == 0.02
+  assert run.env.kwargs["num_symbols"] == 4
+
+
+@pytest.mark.parametrize(
+  "override, message",
+  [
+    ("train.stepz=3", r"unknown config key 'train.stepz'; did you mean 'steps'"),
+    ("trian.steps=3", r"unknown config key 'trian'; did you mean 'train'"),
+    ("train.steps=abc", r"'train.steps' must be int, got 'abc'"),
+    ("train.steps=0", r"'train.steps' must be > 0"),
+    ("train.lr=fast", r"'train.lr' must be float"),
+    (
+      "ppo.entropy_coeff=0.1",
+      r"unknown config key 'ppo.entropy_coeff'; did you mean 'entropy_coef'",
+    ),
+    ("ppo.epsilon_c=0.5", r"PpoExtConfig.epsilon_c=0.5 is invalid"),
+    ("wandb=maybe", r"'wandb' must be one of"),
+    ("train.batch_size=6", r"must be a multiple of ppo.num_generations"),
+    ("steps", r"must look like section.key=value"),
+  ],
+)
+def test_bad_input_exits_2_with_a_clear_message(override, message, capsys):
+  assert cli.main(["train", override]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("tunix-ppo-ext: error:")
+  assert re.search(message, err), err
+
+
+def test_missing_config_file(tmp_path, capsys):
+  assert cli.main(["train", "--config", str(tmp_path / "nope.yaml")]) == 2
+  assert "no such file" in capsys.readouterr().err
+
+
+def test_smoke_run_writes_metrics_summary_and_checkpoints(tmp_path):
+  out = tmp_path / "run"
+  assert cli.main(["train", "--config", str(CONFIGS / "smoke.yaml"), "--output-dir", str(out)]) == 0
+  summary = json.loads((out / "summary.json").read_text())
+  assert set(summary) == {"first_return", "final_return", "max_return", "steps", "wall_s"}
+  run = load_run_config(str(CONFIGS / "smoke.yaml"))
+  assert summary["steps"] == run.train.steps
+  assert 0 <= summary["final_return"] <= summary["max_return"]
+  rows = read_jsonl(out / "metrics.jsonl")
+  assert [r["step"] for r in rows if "env/train/return" in r] == list(range(run.train.steps))
+  assert any("actor/train/loss" in r for r in rows) and any("env/eval/return" in r for r in rows)
+  assert list((out / "checkpoints" / "actor").iterdir())
+  assert list((out / "tensorboard").rglob("events.out.tfevents*"))
