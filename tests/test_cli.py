@@ -67,5 +67,9 @@ def test_smoke_run_writes_metrics_summary_and_checkpoints(tmp_path):
   rows = read_jsonl(out / "metrics.jsonl")
   assert [r["step"] for r in rows if "env/train/return" in r] == list(range(run.train.steps))
   assert any("actor/train/loss" in r for r in rows) and any("env/eval/return" in r for r in rows)
+  # sampler vs trainer log-probs on agent tokens, reported every step; they differ only
+  # after an agent-sampled pad id, which tunix's sampler masks out of its own context
+  gaps = [r["rollout/train/logprob_diff"] for r in rows if "rollout/train/logprob_diff" in r]
+  assert len(gaps) == run.train.steps and max(gaps) < 0.1
   assert list((out / "checkpoints" / "actor").iterdir())
   assert list((out / "tensorboard").rglob("events.out.tfevents*"))

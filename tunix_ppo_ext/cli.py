@@ -72,6 +72,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     metric_backends=backends,
     checkpoint_every=train.checkpoint_every,
     eval_every=train.eval_every,
+    return_logprobs=True,
   )
   source = MultiTurnRollout(
     run.env.name,

@@ -267,6 +267,7 @@ class PpoExtLearner(ppo_learner.PPOLearner):
     old_logps = common.compute_per_token_logps(
       self.rl_cluster.rollout.model(), prompt, completion, temperature=temperature, **passes
     )
+    self._buffer_logprob_gap(batch, old_logps, mode)
     values = common.compute_score(self._critic_model(), prompt, completion, **passes)
     values = values[:, -width - 1 : -1] * loss_mask
 
@@ -303,6 +304,16 @@ class PpoExtLearner(ppo_learner.PPOLearner):
       kl_coef=jnp.full((b,), kl_coef if config.kl_penalty == "loss" else 0.0, jnp.float32),
       actor_scale=jnp.full((b,), 0.0 if warming_up else 1.0, jnp.float32),
     )
+
+  def _buffer_logprob_gap(self, batch: TrajectoryBatch, old_logps, mode: Mode) -> None:
+    """`rollout/logprob_diff`: mean |sampler - trainer| log-prob on agent tokens, when known."""
+    if batch.sampler_logps is None:
+      return
+    from tunix_ppo_ext.rollout import sampler_logprob_gap  # noqa: PLC0415 (import cycle)
+
+    gap = sampler_logprob_gap(batch, old_logps, batch.loss_mask)
+    if np.isfinite(gap):
+      self.rl_cluster.buffer_metrics({"rollout/logprob_diff": (gap, np.mean)}, mode=mode)
 
   def _reference_kl(self, prompt, completion, old_logps, temperature, passes):
     """`(ref_logps or None, per-token KL [B, T])` of the rollout policy to the reference."""
