@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import string
-import time
 
 import jax
 import numpy as np
+from _timing import timed
 from tunix.rl.ppo import ppo_learner
 
 from tunix_ppo_ext import PpoExtConfig
@@ -38,13 +38,6 @@ def matched_chars(prompts, completions, answer, **_):
     float(sum(a == b for a, b in zip(c, str(t), strict=False)))
     for c, t in zip(completions, answer, strict=True)
   ]
-
-
-def timed(batches, stamps: list[float]):
-  """Yields `batches`, recording when each is drawn."""
-  for batch in batches:
-    stamps.append(time.perf_counter())
-    yield batch
 
 
 def median_step_s(learner_cls, config, args) -> float:

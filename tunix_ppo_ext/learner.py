@@ -7,7 +7,9 @@ loop, cluster, rollout engine, trainers and orbax checkpointing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -250,10 +252,12 @@ class PpoExtLearner(ppo_learner.PPOLearner):
     self, training_input: dict[str, Any], mode: Mode = Mode.TRAIN
   ) -> TrainExample:
     config = self.algo_config
-    if self.trajectory_source is None:
-      batch = self._single_turn_batch(training_input, mode)
-    else:
-      batch = self.trajectory_source(self, training_input, mode)
+    timer = _Timer()
+    with timer("rollout"):
+      if self.trajectory_source is None:
+        batch = self._single_turn_batch(training_input, mode)
+      else:
+        batch = self.trajectory_source(self, training_input, mode)
     batch.validate()
     pad_id, eos_id = self.rl_cluster.rollout.pad_id(), self.rl_cluster.rollout.eos_id()
     prompt = jnp.asarray(batch.prompt_ids)
@@ -264,20 +268,25 @@ class PpoExtLearner(ppo_learner.PPOLearner):
     temperature = self._temperature(mode)
     passes = dict(pad_id=pad_id, eos_id=eos_id, completion_mask=attention)
 
-    old_logps = common.compute_per_token_logps(
-      self.rl_cluster.rollout.model(), prompt, completion, temperature=temperature, **passes
-    )
+    with timer("old_logp"):
+      old_logps = timer.ready(
+        common.compute_per_token_logps(
+          self.rl_cluster.rollout.model(), prompt, completion, temperature=temperature, **passes
+        )
+      )
     self._buffer_logprob_gap(batch, old_logps, mode)
-    values = common.compute_score(self._critic_model(), prompt, completion, **passes)
-    values = values[:, -width - 1 : -1] * loss_mask
+    with timer("values"):
+      values = common.compute_score(self._critic_model(), prompt, completion, **passes)
+      values = timer.ready(values[:, -width - 1 : -1] * loss_mask)
 
     kl_coef = self.kl_controller.value
     rewards = jnp.asarray(batch.token_rewards, jnp.float32)
     ref_logps, per_token_kl = None, None
     if config.kl_penalty != "none" and kl_coef > 0:
-      ref_logps, per_token_kl = self._reference_kl(
-        prompt, completion, old_logps, temperature, passes
-      )
+      with timer("ref_logp"):
+        ref_logps, per_token_kl = timer.ready(
+          self._reference_kl(prompt, completion, old_logps, temperature, passes)
+        )
       per_token_kl = per_token_kl * loss_mask
       if config.kl_penalty == "reward":
         rewards = rewards - kl_coef * per_token_kl
@@ -285,8 +294,10 @@ class PpoExtLearner(ppo_learner.PPOLearner):
         seq_kl = masked_mean(per_token_kl, loss_mask, axis=-1)
         self.kl_controller.update(float(jnp.mean(seq_kl)), n_steps=completion.shape[0])
 
-    advantages, returns = self._advantages(rewards, values, loss_mask, batch)
+    with timer("advantages"):
+      advantages, returns = timer.ready(self._advantages(rewards, values, loss_mask, batch))
     self._buffer_rollout_metrics(batch, rewards, values, advantages, returns, per_token_kl, mode)
+    self.rl_cluster.buffer_metrics(timer.metrics(), mode=mode)
     b = completion.shape[0]
     warming_up = self.rl_cluster.global_steps < config.critic_warmup_steps
     return TrainExample(
@@ -404,6 +415,27 @@ class PpoExtLearner(ppo_learner.PPOLearner):
         ),
         mode=mode,
       )
+
+
+class _Timer:
+  """Wall seconds per named phase of the rollout step (`timing_s/<name>` metrics)."""
+
+  def __init__(self):
+    self.seconds: dict[str, float] = {}
+
+  @contextlib.contextmanager
+  def __call__(self, name: str):
+    start = time.perf_counter()
+    yield
+    self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+  @staticmethod
+  def ready(tree: Any) -> Any:
+    """Waits for JAX's asynchronous dispatch so the phase is timed, not just launched."""
+    return jax.block_until_ready(tree)
+
+  def metrics(self) -> dict[str, tuple[float, Callable[..., Any]]]:
+    return {f"timing_s/{name}": (value, np.mean) for name, value in self.seconds.items()}
 
 
 def _rewards_come_from_the_source(prompts, completions, **kwargs) -> list[float]:
