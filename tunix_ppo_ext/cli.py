@@ -102,17 +102,27 @@ def _observations_in_loss(source):
 
 
 def _models(run: RunConfig, tokenizer, models):
-  """`(policy, critic, reference)`: a toy Qwen3, its critic and a frozen copy."""
-  config = models.tiny_qwen3_config(
-    tokenizer.vocab_size,
-    num_layers=run.model.num_layers,
-    embed_dim=run.model.embed_dim,
-    hidden_dim=run.model.hidden_dim,
-    num_heads=run.model.num_heads,
-    head_dim=run.model.head_dim,
-    num_kv_heads=run.model.num_kv_heads,
-  )
-  policy = models.make_policy(config, run.seed)
+  """`(policy, critic, reference)`: a Qwen3 (toy or from a checkpoint), its critic, a copy."""
+  from tunix.models.qwen3 import model as qwen3  # noqa: PLC0415
+
+  from tunix_ppo_ext import checkpoints  # noqa: PLC0415
+
+  if run.model.config_name is not None:
+    config = getattr(qwen3.ModelConfig, run.model.config_name)()
+  else:
+    config = models.tiny_qwen3_config(
+      tokenizer.vocab_size,
+      num_layers=run.model.num_layers,
+      embed_dim=run.model.embed_dim,
+      hidden_dim=run.model.hidden_dim,
+      num_heads=run.model.num_heads,
+      head_dim=run.model.head_dim,
+      num_kv_heads=run.model.num_kv_heads,
+    )
+  if run.model.checkpoint is not None:
+    policy = checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config)
+  else:
+    policy = models.make_policy(config, run.seed)
   return policy, models.critic_from_policy(policy, run.seed + 1), models.copy_model(policy)
 
 

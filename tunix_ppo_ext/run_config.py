@@ -22,13 +22,18 @@ from tunix_ppo_ext.config import PpoExtConfig
 
 @dataclasses.dataclass
 class ModelSection:
-  """The policy: tunix's Qwen3 at toy size, random init (critic from its backbone).
+  """The policy: tunix's Qwen3, random init at toy size or loaded from a checkpoint.
 
   `alphabet`: the built-in character tokenizer's characters (`None`: letters, digits,
-  punctuation); a small alphabet makes the action space small.
+  punctuation); a small alphabet makes the action space small. `checkpoint`: a directory
+  of Hugging Face-layout `*.safetensors` loaded with tunix's Qwen3 loader, whose config is
+  tunix's `ModelConfig.<config_name>()` (e.g. `qwen3_0p6b`) or, without `config_name`, the
+  toy sizes below. The critic starts from the policy's backbone either way.
   """
 
   alphabet: str | None = "abcehikstw!?. "
+  checkpoint: str | None = None
+  config_name: str | None = None
   num_layers: int = 2
   embed_dim: int = 64
   hidden_dim: int = 128
@@ -179,6 +184,24 @@ def _check_ppo(value: Any) -> dict[str, Any]:
   return {**DEFAULT_PPO, **value}
 
 
+def _validate_model(model: ModelSection) -> None:
+  from tunix.models.qwen3 import model as qwen3  # noqa: PLC0415
+
+  if model.checkpoint is not None:
+    directory = pathlib.Path(model.checkpoint)
+    if not directory.is_dir() or not list(directory.glob("*.safetensors")):
+      raise ValueError(
+        f"config key 'model.checkpoint': {model.checkpoint!r} is not a directory holding "
+        "*.safetensors files"
+      )
+  if model.config_name is not None:
+    names = sorted(n for n in vars(qwen3.ModelConfig) if n.startswith("qwen3_"))
+    if model.config_name not in names:
+      close = difflib.get_close_matches(model.config_name, names, n=3)
+      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      raise ValueError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
+
+
 def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
   if run.wandb not in _WANDB_MODES:
@@ -202,6 +225,7 @@ def _validate_run(run: RunConfig) -> None:
       raise ValueError(f"config key {key!r} must be > 0, got {value!r}")
   if run.train.temperature <= 0:
     raise ValueError(f"config key 'train.temperature' must be > 0, got {run.train.temperature}")
+  _validate_model(run.model)
   run.ppo_config()  # PpoExtConfig validation: names the field, the value and what is allowed
   num_generations = run.ppo.get("num_generations", 1)
   if run.train.batch_size % num_generations:
