@@ -69,12 +69,53 @@ def test_main_job_trains_from_a_local_checkpoint(tmp_path):
   )
 
 
+def save_hf_tokenizer(directory: pathlib.Path, alphabet: str) -> None:
+  """A character-level Hugging Face tokenizer built offline (`tokenizers` + `transformers`)."""
+  from tokenizers import Tokenizer, decoders, pre_tokenizers
+  from tokenizers import models as tok_models
+  from transformers import PreTrainedTokenizerFast
+
+  vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(alphabet)}}
+  tokenizer = Tokenizer(tok_models.WordLevel(vocab=vocab, unk_token="<pad>"))
+  tokenizer.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+  tokenizer.decoder = decoders.Fuse()
+  PreTrainedTokenizerFast(
+    tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+  ).save_pretrained(directory)
+
+
+def test_main_job_trains_a_checkpoint_with_its_hugging_face_tokenizer(tmp_path):
+  run = load_run_config(str(CONFIGS / "smoke.yaml"))
+  save_hf_tokenizer(tmp_path / "tokenizer", run.model.alphabet)
+  policy = toy_policy(len(run.model.alphabet) + 3, seed=11)
+  checkpoints.save_qwen3_safetensors(policy, tmp_path / "ckpt")
+  out = tmp_path / "run"
+  code = cli.main(
+    [
+      "train",
+      "--config",
+      str(CONFIGS / "smoke.yaml"),
+      "--output-dir",
+      str(out),
+      f"model.checkpoint={tmp_path / 'ckpt'}",
+      f"model.tokenizer={tmp_path / 'tokenizer'}",
+      "train.steps=2",
+    ]
+  )
+  assert code == 0
+  assert (out / "summary.json").is_file()
+
+
 @pytest.mark.parametrize(
   "override, message",
   [
     (
       "model.checkpoint=/nonexistent/ckpt",
       "'model.checkpoint': '/nonexistent/ckpt' is not a directory",
+    ),
+    (
+      "model.tokenizer=/nonexistent/tok",
+      "'model.tokenizer': '/nonexistent/tok' is not a directory",
     ),
     (
       "model.config_name=qwen3_0.6b",

@@ -43,8 +43,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
 
   ppo = run.ppo_config()
   env = envs.make_env(run.env.name, **run.env.kwargs)
-  alphabet = {} if run.model.alphabet is None else {"alphabet": run.model.alphabet}
-  tokenizer = CharTokenizer(**alphabet)  # EOS != pad: tunix's sampler masks pad ids in context
+  tokenizer = _tokenizer(run, CharTokenizer)
   policy, critic, reference = _models(run, tokenizer, models)
   train = run.train
   backends = [
@@ -90,6 +89,18 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   return learner, train_batches, eval_batches, env.max_return
 
 
+def _tokenizer(run: RunConfig, char_tokenizer):
+  """The Hugging Face tokenizer of `model.tokenizer`, else the built-in character tokenizer.
+
+  The built-in one keeps EOS and pad distinct: tunix's sampler masks pad ids in context.
+  """
+  if run.model.tokenizer is not None:
+    import transformers  # noqa: PLC0415
+
+    return transformers.AutoTokenizer.from_pretrained(run.model.tokenizer)
+  return char_tokenizer(**({} if run.model.alphabet is None else {"alphabet": run.model.alphabet}))
+
+
 def _observations_in_loss(source):
   """Ablation: the source's trajectories with every real token under the loss mask."""
 
@@ -111,7 +122,7 @@ def _models(run: RunConfig, tokenizer, models):
     config = getattr(qwen3.ModelConfig, run.model.config_name)()
   else:
     config = models.tiny_qwen3_config(
-      tokenizer.vocab_size,
+      len(tokenizer),
       num_layers=run.model.num_layers,
       embed_dim=run.model.embed_dim,
       hidden_dim=run.model.hidden_dim,

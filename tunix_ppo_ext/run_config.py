@@ -28,10 +28,13 @@ class ModelSection:
   punctuation); a small alphabet makes the action space small. `checkpoint`: a directory
   of Hugging Face-layout `*.safetensors` loaded with tunix's Qwen3 loader, whose config is
   tunix's `ModelConfig.<config_name>()` (e.g. `qwen3_0p6b`) or, without `config_name`, the
-  toy sizes below. The critic starts from the policy's backbone either way.
+  toy sizes below. The critic starts from the policy's backbone either way. `tokenizer`: a
+  Hugging Face tokenizer directory (what a real checkpoint comes with), used instead of the
+  built-in character tokenizer.
   """
 
   alphabet: str | None = "abcehikstw!?. "
+  tokenizer: str | None = None
   checkpoint: str | None = None
   config_name: str | None = None
   num_layers: int = 2
@@ -194,6 +197,8 @@ def _validate_model(model: ModelSection) -> None:
         f"config key 'model.checkpoint': {model.checkpoint!r} is not a directory holding "
         "*.safetensors files"
       )
+  if model.tokenizer is not None and not pathlib.Path(model.tokenizer).is_dir():
+    raise ValueError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
   if model.config_name is not None:
     names = sorted(n for n in vars(qwen3.ModelConfig) if n.startswith("qwen3_"))
     if model.config_name not in names:
