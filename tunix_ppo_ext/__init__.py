@@ -1,7 +1,7 @@
 """tunix-ppo-ext: PPO extensions for Google's tunix.
 
-The public API is re-exported here from small private modules (kl, losses, logits,
-advantages, common, config). Importing the package registers its losses and
+The public API is re-exported here from small modules (kl, losses, logits, advantages,
+common, config, learner, rollout). Importing the package registers its losses and
 estimators in tunix's `function_registry` (tunix's own extension point); nothing of
 tunix is patched.
 """
@@ -28,8 +28,10 @@ from tunix_ppo_ext.kl import (
   full_kl_divergence,
   make_kl_controller,
 )
+from tunix_ppo_ext.learner import PpoExtLearner, TrajectoryBatch
 from tunix_ppo_ext.logits import logps_and_entropy
 from tunix_ppo_ext.losses import aggregate_loss, entropy_from_logits, policy_loss, value_loss
+from tunix_ppo_ext.rollout import MultiTurnRollout
 
 __version__ = "0.1.0"
 
@@ -37,7 +39,10 @@ __all__ = [
   "ADVANTAGE_ESTIMATORS",
   "AdaptiveKLController",
   "FixedKLController",
+  "MultiTurnRollout",
   "PpoExtConfig",
+  "PpoExtLearner",
+  "TrajectoryBatch",
   "aggregate_loss",
   "compute_completion_logits",
   "compute_gae_advantages",

@@ -20,8 +20,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from tunix.models.qwen3 import model as qwen3
 
+from tunix_ppo_ext import checkpoints, envs, metrics, models
+from tunix_ppo_ext.cluster import build_cluster
+from tunix_ppo_ext.learner import PpoExtLearner
+from tunix_ppo_ext.metrics import read_jsonl
+from tunix_ppo_ext.rollout import MultiTurnRollout, episode_batches
 from tunix_ppo_ext.run_config import RunConfig, load_run_config
+from tunix_ppo_ext.tokenizer import CharTokenizer
 
 RETURN_EVENT = "env/train/return"
 SHOWN_METRICS = {
@@ -34,17 +41,10 @@ SHOWN_METRICS = {
 
 def build_run(run: RunConfig, output_dir: pathlib.Path):
   """`(learner, train_batches, eval_batches, env_max_return)` for a validated run config."""
-  # Heavy imports here so that `--help` and config errors are instant.
-  from tunix_ppo_ext import envs, metrics, models  # noqa: PLC0415
-  from tunix_ppo_ext.cluster import build_cluster  # noqa: PLC0415
-  from tunix_ppo_ext.learner import PpoExtLearner  # noqa: PLC0415
-  from tunix_ppo_ext.rollout import MultiTurnRollout, episode_batches  # noqa: PLC0415
-  from tunix_ppo_ext.tokenizer import CharTokenizer  # noqa: PLC0415
-
   ppo = run.ppo_config()
   env = envs.make_env(run.env.name, **run.env.kwargs)
-  tokenizer = _tokenizer(run, CharTokenizer)
-  policy, critic, reference = _models(run, tokenizer, models)
+  tokenizer = _tokenizer(run)
+  policy, critic, reference = _models(run, tokenizer)
   train = run.train
   backends = [
     lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
@@ -89,7 +89,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   return learner, train_batches, eval_batches, env.max_return
 
 
-def _tokenizer(run: RunConfig, char_tokenizer):
+def _tokenizer(run: RunConfig):
   """The Hugging Face tokenizer of `model.tokenizer`, else the built-in character tokenizer.
 
   The built-in one keeps EOS and pad distinct: tunix's sampler masks pad ids in context.
@@ -98,7 +98,7 @@ def _tokenizer(run: RunConfig, char_tokenizer):
     import transformers  # noqa: PLC0415
 
     return transformers.AutoTokenizer.from_pretrained(run.model.tokenizer)
-  return char_tokenizer(**({} if run.model.alphabet is None else {"alphabet": run.model.alphabet}))
+  return CharTokenizer(**({} if run.model.alphabet is None else {"alphabet": run.model.alphabet}))
 
 
 def _observations_in_loss(source):
@@ -112,12 +112,8 @@ def _observations_in_loss(source):
   return source_with_observations_in_loss
 
 
-def _models(run: RunConfig, tokenizer, models):
+def _models(run: RunConfig, tokenizer):
   """`(policy, critic, reference)`: a Qwen3 (toy or from a checkpoint), its critic, a copy."""
-  from tunix.models.qwen3 import model as qwen3  # noqa: PLC0415
-
-  from tunix_ppo_ext import checkpoints  # noqa: PLC0415
-
   if run.model.config_name is not None:
     config = getattr(qwen3.ModelConfig, run.model.config_name)()
   else:
@@ -139,8 +135,6 @@ def _models(run: RunConfig, tokenizer, models):
 
 def summarize(metrics_path: pathlib.Path, max_return: float, wall_s: float) -> dict[str, Any]:
   """`first_return`, `final_return` (mean of the last tenth of steps), `max_return`, ..."""
-  from tunix_ppo_ext.metrics import read_jsonl  # noqa: PLC0415
-
   returns = [
     row[RETURN_EVENT] for row in read_jsonl(metrics_path) if row.get(RETURN_EVENT) is not None
   ]

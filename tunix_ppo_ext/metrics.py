@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
+import warnings
 from typing import Any
 
 import numpy as np
@@ -102,9 +104,6 @@ class WandbSink:
   """
 
   def __init__(self, mode: str, run_dir: str | pathlib.Path, config: dict[str, Any]):
-    import os
-    import warnings
-
     self._backend = None
     if mode == "online" and not os.environ.get("WANDB_API_KEY"):
       mode = "offline"

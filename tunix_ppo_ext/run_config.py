@@ -16,6 +16,7 @@ import typing
 from typing import Any
 
 import yaml
+from tunix.models.qwen3 import model as qwen3
 
 from tunix_ppo_ext.config import PpoExtConfig
 
@@ -188,8 +189,6 @@ def _check_ppo(value: Any) -> dict[str, Any]:
 
 
 def _validate_model(model: ModelSection) -> None:
-  from tunix.models.qwen3 import model as qwen3  # noqa: PLC0415
-
   if model.checkpoint is not None:
     directory = pathlib.Path(model.checkpoint)
     if not directory.is_dir() or not list(directory.glob("*.safetensors")):
