@@ -58,7 +58,15 @@ def test_missing_config_file(tmp_path, capsys):
 
 def test_smoke_run_writes_metrics_summary_and_checkpoints(tmp_path):
   out = tmp_path / "run"
-  assert cli.main(["train", "--config", str(CONFIGS / "smoke.yaml"), "--output-dir", str(out)]) == 0
+  args = [
+    "train",
+    "--config",
+    str(CONFIGS / "smoke.yaml"),
+    "--output-dir",
+    str(out),
+    "wandb=offline",
+  ]
+  assert cli.main(args) == 0
   summary = json.loads((out / "summary.json").read_text())
   assert set(summary) == {"first_return", "final_return", "max_return", "steps", "wall_s"}
   run = load_run_config(str(CONFIGS / "smoke.yaml"))
@@ -73,3 +81,6 @@ def test_smoke_run_writes_metrics_summary_and_checkpoints(tmp_path):
   assert len(gaps) == run.train.steps and max(gaps) < 0.1
   assert list((out / "checkpoints" / "actor").iterdir())
   assert list((out / "tensorboard").rglob("events.out.tfevents*"))
+  # an offline W&B run (sync it later with `wandb sync`) under the output directory
+  (run_file,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
+  assert run_file.stat().st_size > 0
