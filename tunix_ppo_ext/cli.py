@@ -152,7 +152,7 @@ def summarize(metrics_path: pathlib.Path, max_return: float, wall_s: float) -> d
 
 def train(run: RunConfig) -> dict[str, Any]:
   """Runs the main job; returns (and writes) the summary."""
-  out = pathlib.Path(run.output_dir)
+  out = pathlib.Path(run.output_dir).resolve()  # orbax wants absolute checkpoint paths
   out.mkdir(parents=True, exist_ok=True)
   (out / "config.json").write_text(json.dumps(dataclasses.asdict(run), indent=2))
   start = time.perf_counter()
