@@ -2,9 +2,10 @@
 
 Both learners train the same toy Qwen3 (same seed), on the same single-turn prompts and
 rewards, in this one process; the step time is the wall time between consecutive
-batches drawn by tunix's training loop, after `--warmup` compiled steps.
+batches drawn by tunix's training loop, after `--warmup` compiled steps. Each learner
+runs `--repeats` times, interleaved; the median of the runs' medians is reported.
 
-  python bench/step_time.py [--steps 16 --warmup 4 --batch 8 --gen 16]
+  python bench/step_time.py [--steps 40 --warmup 8 --repeats 2 --batch 8 --gen 16]
 """
 
 from __future__ import annotations
@@ -64,21 +65,26 @@ def main() -> None:
   parser = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )
-  parser.add_argument("--steps", type=int, default=16)
-  parser.add_argument("--warmup", type=int, default=4)
+  parser.add_argument("--steps", type=int, default=40)
+  parser.add_argument("--warmup", type=int, default=8)
   parser.add_argument("--batch", type=int, default=8)
   parser.add_argument("--gen", type=int, default=16)
+  parser.add_argument("--repeats", type=int, default=2, help="interleaved runs of each learner")
   args = parser.parse_args()
   print(
     f"jax {jax.__version__} on {jax.default_backend()}; batch {args.batch}, "
     f"{args.gen} generated tokens, {args.steps} steps, median after {args.warmup}"
   )
-  stock = median_step_s(ppo_learner.PPOLearner, ppo_learner.PPOConfig(), args)
-  ext = median_step_s(PpoExtLearner, PpoExtConfig(), args)
   features = PpoExtConfig(
     entropy_coef=0.01, epsilon_c=3.0, kl_method="low_var_kl", kl_penalty="loss", kl_loss_coef=0.05
   )
-  ext_features = median_step_s(PpoExtLearner, features, args)
+  runs = {"stock": [], "ext": [], "features": []}
+  for _ in range(args.repeats):  # interleaved, so slow phases of the machine hit all three
+    runs["stock"].append(median_step_s(ppo_learner.PPOLearner, ppo_learner.PPOConfig(), args))
+    runs["ext"].append(median_step_s(PpoExtLearner, PpoExtConfig(), args))
+    runs["features"].append(median_step_s(PpoExtLearner, features, args))
+  print("per-run medians (s):", {k: [round(v, 4) for v in vs] for k, vs in runs.items()})
+  stock, ext, ext_features = (statistics.median(runs[k]) for k in ("stock", "ext", "features"))
   print(f"{'learner':58s} median step s   ratio")
   print(f"{'(a) tunix PPOLearner, PPOConfig()':58s} {stock:12.4f}   1.000")
   print(f"{'(b) PpoExtLearner, PpoExtConfig()':58s} {ext:12.4f}   {ext / stock:.3f}")
