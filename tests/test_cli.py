@@ -4,9 +4,11 @@ import json
 import pathlib
 import re
 
+import numpy as np
 import pytest
 
 from tunix_ppo_ext import cli
+from tunix_ppo_ext.learner import TrajectoryBatch
 from tunix_ppo_ext.metrics import read_jsonl
 from tunix_ppo_ext.run_config import RunConfig, load_run_config
 
@@ -41,6 +43,9 @@ def test_dotted_overrides_reach_every_section():
     ("ppo.epsilon_c=0.5", r"PpoExtConfig.epsilon_c=0.5 is invalid"),
     ("wandb=maybe", r"'wandb' must be one of"),
     ("train.batch_size=6", r"must be a multiple of ppo.num_generations"),
+    ("env.name=mmeory", r"'env.name'/'env.kwargs'.*unknown environment 'mmeory'"),
+    ("env.kwargs.num_symbol=4", r"'env.kwargs'.*num_symbol"),
+    ("env.kwargs.num_turns=1", r"'env.kwargs'.*num_turns must be >= 2"),
     ("steps", r"must look like section.key=value"),
   ],
 )
@@ -56,16 +61,10 @@ def test_missing_config_file(tmp_path, capsys):
   assert "no such file" in capsys.readouterr().err
 
 
-def test_smoke_run_writes_metrics_summary_and_checkpoints(tmp_path):
+def test_smoke_run_writes_metrics_summary_and_checkpoints(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)  # a relative output directory, as the default `runs/default`
   out = tmp_path / "run"
-  args = [
-    "train",
-    "--config",
-    str(CONFIGS / "smoke.yaml"),
-    "--output-dir",
-    str(out),
-    "wandb=offline",
-  ]
+  args = ["train", "--config", str(CONFIGS / "smoke.yaml"), "--output-dir", "run", "wandb=offline"]
   assert cli.main(args) == 0
   summary = json.loads((out / "summary.json").read_text())
   assert set(summary) == {"first_return", "final_return", "max_return", "steps", "wall_s"}
@@ -79,8 +78,23 @@ def test_smoke_run_writes_metrics_summary_and_checkpoints(tmp_path):
   # after an agent-sampled pad id, which tunix's sampler masks out of its own context
   gaps = [r["rollout/train/logprob_diff"] for r in rows if "rollout/train/logprob_diff" in r]
   assert len(gaps) == run.train.steps and max(gaps) < 0.1
+  for phase in ["rollout", "old_logp", "ref_logp", "values", "advantages"]:
+    assert all(r[f"timing_s/train/{phase}"] > 0 for r in rows if "env/train/return" in r), phase
   assert list((out / "checkpoints" / "actor").iterdir())
   assert list((out / "tensorboard").rglob("events.out.tfevents*"))
   # an offline W&B run (sync it later with `wandb sync`) under the output directory
   (run_file,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
   assert run_file.stat().st_size > 0
+
+
+def test_observation_loss_ablation_puts_every_real_token_under_the_loss():
+  attention = np.array([[1, 1, 1, 1, 0]])
+  batch = TrajectoryBatch(
+    prompt_ids=np.ones((1, 2), int),
+    completion_ids=np.ones((1, 5), int),
+    attention_mask=attention,
+    loss_mask=np.array([[1, 0, 0, 1, 0]]),
+    token_rewards=np.zeros((1, 5), np.float32),
+  )
+  wrapped = cli._observations_in_loss(lambda learner, training_input, mode: batch)
+  np.testing.assert_array_equal(wrapped(None, {}, None).loss_mask, attention)

@@ -43,6 +43,7 @@ def setup(
   mini_batch_size=None,
   source=None,
   num_generations=1,
+  metric_fns=None,
 ):
   tokenizer = CharTokenizer(eos_id=0)
   policy, critic, reference = make_models(tokenizer, seed=seed)
@@ -59,6 +60,8 @@ def setup(
     checkpoint_dir=checkpoint_dir,
   )
   kwargs = {"trajectory_source": source} if source is not None else {}
+  if metric_fns is not None:
+    kwargs["metric_fns"] = metric_fns
   learner = learner_cls(cluster, config, reward_fns=None if source else reward, **kwargs)
   data = make_prompts_dataset(steps * 2, BATCH // num_generations, seed=seed)
   return cluster, learner, data
@@ -219,8 +222,16 @@ def multi_turn_source(learner, training_input, mode):
 
 def test_trajectory_source_uses_both_masks():
   config = PpoExtConfig(beta=0.0)
-  cluster, learner, data = setup(config, source=multi_turn_source)
+  seen = {}
+
+  def metric_fn(prompts, completions, advantages, rewards, **_):
+    seen.update(prompts=prompts, rewards=rewards)
+    return {"custom/rows": (len(prompts), np.mean)}
+
+  cluster, learner, data = setup(config, source=multi_turn_source, metric_fns=[metric_fn])
   example = learner._generate_and_compute_advantage(data[0])
+  assert seen["prompts"] == list(data[0]["prompts"])  # user metrics get the real prompts
+  np.testing.assert_allclose(seen["rewards"], 1.25)
   batch = multi_turn_source(learner, data[0], None)
   np.testing.assert_array_equal(example.attention_mask, batch.attention_mask)
   np.testing.assert_array_equal(example.loss_mask, batch.loss_mask)

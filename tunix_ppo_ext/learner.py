@@ -297,6 +297,7 @@ class PpoExtLearner(ppo_learner.PPOLearner):
     with timer("advantages"):
       advantages, returns = timer.ready(self._advantages(rewards, values, loss_mask, batch))
     self._buffer_rollout_metrics(batch, rewards, values, advantages, returns, per_token_kl, mode)
+    self._buffer_user_metrics(training_input["prompts"], batch, advantages, mode)
     self.rl_cluster.buffer_metrics(timer.metrics(), mode=mode)
     b = completion.shape[0]
     warming_up = self.rl_cluster.global_steps < config.critic_warmup_steps
@@ -405,10 +406,13 @@ class PpoExtLearner(ppo_learner.PPOLearner):
       stats["rewards/kl"] = (float(masked_mean(kl, jnp.asarray(mask))), np.mean)
     stats["actor/kl_coef"] = (float(self.kl_controller.value), np.mean)
     self.rl_cluster.buffer_metrics(stats, mode=mode)
+
+  def _buffer_user_metrics(self, prompts, batch: TrajectoryBatch, advantages, mode: Mode) -> None:
+    """tunix's `metric_fns(prompts, completions, advantages, rewards)` on this batch."""
     for metric_fn in self.metric_fns:
       self.rl_cluster.buffer_metrics(
         metric_fn(
-          prompts=batch.texts,
+          prompts=list(prompts),
           completions=batch.texts,
           advantages=advantages,
           rewards=np.asarray(batch.token_rewards).sum(-1),

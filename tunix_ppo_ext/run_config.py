@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from tunix.models.qwen3 import model as qwen3
 
+from tunix_ppo_ext import envs
 from tunix_ppo_ext.config import PpoExtConfig
 
 
@@ -230,6 +231,12 @@ def _validate_run(run: RunConfig) -> None:
   if run.train.temperature <= 0:
     raise ValueError(f"config key 'train.temperature' must be > 0, got {run.train.temperature}")
   _validate_model(run.model)
+  try:  # builds the environment once: unknown names and bad kwargs fail here, by key
+    envs.make_env(run.env.name, **run.env.kwargs)
+  except (TypeError, ValueError) as err:
+    raise ValueError(
+      f"config keys 'env.name'/'env.kwargs' ({run.env.name!r}, {run.env.kwargs!r}): {err}"
+    ) from None
   run.ppo_config()  # PpoExtConfig validation: names the field, the value and what is allowed
   num_generations = run.ppo.get("num_generations", 1)
   if run.train.batch_size % num_generations:
