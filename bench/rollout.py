@@ -39,13 +39,11 @@ def main() -> None:
     learner, batches, _, _ = build_run(run, out)
     stamps: list[float] = []
     learner.train(timed(batches, stamps))
-    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "timing_s/train/rollout" in r]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "timing_s/rollout" in r]
   rows = rows[args.warmup : len(stamps) - 1]
   step_s = statistics.median(np.diff(stamps)[args.warmup :])
-  phase_s = {p: statistics.median(r.get(f"timing_s/train/{p}", 0.0) for r in rows) for p in PHASES}
-  tokens = statistics.median(
-    r["generation/train/agent_tokens/mean"] * run.train.batch_size for r in rows
-  )
+  phase_s = {p: statistics.median(r.get(f"timing_s/{p}", 0.0) for r in rows) for p in PHASES}
+  tokens = statistics.median(r["train/response_length/mean"] * run.train.batch_size for r in rows)
   print(
     f"jax {jax.__version__} on {jax.default_backend()}; default run, batch "
     f"{run.train.batch_size}, medians over {len(rows)} steps after {args.warmup}"

@@ -174,7 +174,7 @@ def test_each_knob_trains(name):
     assert np.all(np.isfinite(history(cluster, "actor", metric))), metric
   if config.kl_penalty == "loss":
     assert np.all(np.isfinite(history(cluster, "actor", "kl_loss")))
-  coef = history(cluster, "actor", "kl_coef")
+  coef = history(cluster, "learner", "kl_coef")
   if config.kl_ctrl == "adaptive":
     # measured KL far below the target: the coefficient shrinks by 20% x 4 samples / 10
     np.testing.assert_allclose(coef, config.beta * 0.92 ** np.arange(1, 3), rtol=1e-6)
@@ -274,5 +274,5 @@ def test_resume_restores_step_controller_and_data_position(tmp_path):
   learner2.train(data2)
   assert cluster2.actor_trainer.train_steps == 3
   assert learner2._iter_steps == 3  # two batches skipped, one trained
-  coef = history(cluster2, "actor", "kl_coef")
+  coef = history(cluster2, "learner", "kl_coef")
   np.testing.assert_allclose(coef, [saved_coef * 0.92], rtol=1e-6)

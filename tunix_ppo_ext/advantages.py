@@ -12,17 +12,21 @@ padding and, in multi-turn trajectories, on environment observation tokens.
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 from collections.abc import Callable
+from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
 
+from tunix_ppo_ext import registry
 from tunix_ppo_ext._masked import masked_whiten
 
 __all__ = [
   "ADVANTAGE_ESTIMATORS",
+  "call_estimator",
   "compute_gae_advantages",
   "compute_grpo_advantages",
   "compute_reinforce_plus_plus_advantages",
@@ -251,9 +255,33 @@ def compute_reinforce_plus_plus_advantages(
   return _reinforce_plus_plus(rewards, mask, gamma)
 
 
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., object]] = {
-  "gae": compute_gae_advantages,
-  "grpo": compute_grpo_advantages,
-  "rloo": compute_rloo_advantages,
-  "reinforce_plus_plus": compute_reinforce_plus_plus_advantages,
-}
+# The built-ins are entry points of this package (pyproject.toml), like any plugin's;
+# this read-only view keeps the old table's name.
+ADVANTAGE_ESTIMATORS = registry.RegistryView(registry.ADVANTAGE_ESTIMATORS)
+
+
+@functools.lru_cache(maxsize=64)
+def _wanted_inputs(estimator: Callable[..., Any]) -> tuple[str, ...] | None:
+  """The `ADVANTAGE_INPUTS` the estimator's signature names (None: it takes `**kwargs`)."""
+  params = inspect.signature(estimator).parameters.values()
+  if any(p.kind is p.VAR_KEYWORD for p in params):
+    return None
+  return tuple(p.name for p in params if p.name in registry.ADVANTAGE_INPUTS)
+
+
+def call_estimator(estimator: Callable[..., Any], **inputs: Any) -> tuple[jax.Array, jax.Array]:
+  """Calls a registered estimator with the inputs its signature names (registry protocol).
+
+  `inputs` are keywords of `registry.ADVANTAGE_INPUTS` (`mask` required). Returns
+  `(advantages [B, T], returns [B, T])`; an estimator that returns only advantages (the
+  group estimators) gets `returns = advantages`.
+  """
+  wanted = _wanted_inputs(estimator)
+  out = estimator(**(inputs if wanted is None else {k: inputs[k] for k in wanted if k in inputs}))
+  advantages, returns = out if isinstance(out, tuple) and len(out) == 2 else (out, out)
+  if jnp.shape(advantages) != jnp.shape(inputs["mask"]):
+    raise ValueError(
+      f"advantage estimator {getattr(estimator, '__name__', estimator)!r} returned advantages "
+      f"of shape {jnp.shape(advantages)}; expected the mask's {jnp.shape(inputs['mask'])}"
+    )
+  return advantages, returns

@@ -1,6 +1,8 @@
 """`tunix-ppo-ext`: the command line.
 
   tunix-ppo-ext train [--config PATH] [--output-dir DIR] [KEY=VALUE ...]
+  tunix-ppo-ext plot RUN_DIR
+  tunix-ppo-ext plugins
 
 With no arguments `train` runs the embedded default: a toy tunix Qwen3 (random init)
 with the built-in character tokenizer on the embedded multi-turn `memory` environment,
@@ -12,52 +14,64 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
+import os
 import pathlib
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 from tunix.models.qwen3 import model as qwen3
 
-from tunix_ppo_ext import checkpoints, envs, metrics, models
+from tunix_ppo_ext import checkpoints, distributed, envs, metric_keys, metrics, models, resume
+from tunix_ppo_ext import registry as plugin_registry
 from tunix_ppo_ext.cluster import build_cluster
 from tunix_ppo_ext.learner import PpoExtLearner
+from tunix_ppo_ext.mesh import check_batch_divisible, describe_meshes, role_meshes
 from tunix_ppo_ext.metrics import read_jsonl
 from tunix_ppo_ext.rollout import MultiTurnRollout, episode_batches
 from tunix_ppo_ext.run_config import RunConfig, load_run_config
 from tunix_ppo_ext.tokenizer import CharTokenizer
 
-RETURN_EVENT = "env/train/return"
-SHOWN_METRICS = {
-  RETURN_EVENT: "return",
-  "actor/train/entropy": "entropy",
-  "actor/train/loss": "pg",
-  "critic/train/loss": "vf",
+RETURN_KEY = metric_keys.SUMMARY_KEY
+SHOWN_METRICS = {  # published key -> progress-bar label
+  RETURN_KEY: "return",
+  "actor/entropy": "entropy",
+  "actor/kl": "kl",
+  "timing_s/step": "step_s",
 }
 
 
 def build_run(run: RunConfig, output_dir: pathlib.Path):
   """`(learner, train_batches, eval_batches, env_max_return)` for a validated run config."""
+  meshes = run_meshes(run)
   ppo = run.ppo_config()
   env = envs.make_env(run.env.name, **run.env.kwargs)
   tokenizer = _tokenizer(run)
   policy, critic, reference = _models(run, tokenizer)
   train = run.train
-  backends = [
+  keys = run.metrics.keys()
+  shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
+  backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
     lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
-    lambda: metrics.ProgressBackend(train.steps, SHOWN_METRICS),
+    lambda: metrics.ProgressBackend(train.steps, shown),
   ]
   if run.wandb != "disabled":
     config = dataclasses.asdict(run)
     backends.append(lambda: metrics.WandbSink(run.wandb, output_dir, config))
+  for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
+    build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
+    backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
   cluster = build_cluster(
     policy,
     critic,
     tokenizer,
     reference=reference,
+    role_meshes=meshes,
     max_steps=train.steps,
     batch=train.batch_size,
     max_prompt_length=train.max_prompt_length,
@@ -68,7 +82,8 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     seed=run.seed,
     checkpoint_dir=str(output_dir / "checkpoints"),
     metrics_dir=str(output_dir / "tensorboard"),
-    metric_backends=backends,
+    metric_backends=distributed.primary_only(jax.process_index(), backends),
+    metric_keys=keys,
     checkpoint_every=train.checkpoint_every,
     eval_every=train.eval_every,
     return_logprobs=True,
@@ -87,6 +102,17 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed)
   eval_batches = list(episode_batches(train.eval_batches, prompts_per_batch, seed=run.seed + 1))
   return learner, train_batches, eval_batches, env.max_return
+
+
+def run_meshes(run: RunConfig) -> dict:
+  """tunix's `role_to_mesh` for the run's `mesh` section on this runtime's devices.
+
+  Raises ValueError when a mesh needs more devices than `jax.device_count()` or the batch
+  does not divide by the trainers' fsdp size.
+  """
+  meshes = role_meshes(run.mesh)
+  check_batch_divisible(meshes, run.train.batch_size)
+  return meshes
 
 
 def _tokenizer(run: RunConfig):
@@ -133,13 +159,16 @@ def _models(run: RunConfig, tokenizer):
   return policy, models.critic_from_policy(policy, run.seed + 1), models.copy_model(policy)
 
 
-def summarize(metrics_path: pathlib.Path, max_return: float, wall_s: float) -> dict[str, Any]:
-  """`first_return`, `final_return` (mean of the last tenth of steps), `max_return`, ..."""
-  returns = [
-    row[RETURN_EVENT] for row in read_jsonl(metrics_path) if row.get(RETURN_EVENT) is not None
-  ]
+def summarize(
+  metrics_path: pathlib.Path, max_return: float, wall_s: float, return_key: str = RETURN_KEY
+) -> dict[str, Any]:
+  """`first_return`, `final_return` (mean of the last tenth of steps), `max_return`, ...
+
+  `return_key`: where `metrics.jsonl` holds the mean episode return (after renames).
+  """
+  returns = [row[return_key] for row in read_jsonl(metrics_path) if row.get(return_key) is not None]
   if not returns:
-    raise RuntimeError(f"no {RETURN_EVENT!r} values in {metrics_path}")
+    raise RuntimeError(f"no {return_key!r} values in {metrics_path}")
   tail = max(1, len(returns) // 10)
   return {
     "first_return": float(returns[0]),
@@ -151,14 +180,32 @@ def summarize(metrics_path: pathlib.Path, max_return: float, wall_s: float) -> d
 
 
 def train(run: RunConfig) -> dict[str, Any]:
-  """Runs the main job; returns (and writes) the summary."""
+  """Runs the main job; returns (and, on process 0, writes) the summary.
+
+  With checkpoints in the output directory it resumes from the latest step that both actor
+  and critic saved, and `metrics.jsonl` drops the rows an interrupted run wrote after it.
+  Other processes of a multi-host run write no files and return `{}`.
+  """
   out = pathlib.Path(run.output_dir).resolve()  # orbax wants absolute checkpoint paths
   out.mkdir(parents=True, exist_ok=True)
-  (out / "config.json").write_text(json.dumps(dataclasses.asdict(run), indent=2))
+  primary = distributed.is_primary(jax.process_index())
+  if primary:
+    (out / "config.json").write_text(json.dumps(dataclasses.asdict(run), indent=2))
+    resume.align_role_checkpoints(out / "checkpoints")
+  distributed.barrier("tunix-ppo-ext:checkpoints-aligned")
   start = time.perf_counter()
   learner, train_batches, eval_batches, max_return = build_run(run, out)
+  restored = learner.rl_cluster.actor_trainer.train_steps  # tunix restored it while building
+  if restored:
+    print(f"tunix-ppo-ext: resuming from step {restored} ({out / 'checkpoints'})", file=sys.stderr)
+  if primary:  # the sink has opened the file (append mode): rows after `restored` go
+    metrics.truncate_jsonl(out / "metrics.jsonl", restored if restored else -1)
   learner.train(train_batches, eval_ds=eval_batches)
-  summary = summarize(out / "metrics.jsonl", max_return, time.perf_counter() - start)
+  if not primary:
+    return {}
+  metrics.compact_jsonl(out / "metrics.jsonl")  # one line per step, also after a resume
+  return_key = run.metrics.keys().final(RETURN_KEY)  # never dropped: the config check says so
+  summary = summarize(out / "metrics.jsonl", max_return, time.perf_counter() - start, return_key)
   (out / "summary.json").write_text(json.dumps(summary, indent=2))
   print(json.dumps(summary))
   return summary
@@ -173,12 +220,26 @@ def main(argv: Sequence[str] | None = None) -> int:
   train_parser.add_argument("--config", help="YAML run config (default: the embedded default)")
   train_parser.add_argument("--output-dir", help="where metrics, summary and checkpoints go")
   train_parser.add_argument(
+    "--multi-host",
+    action=argparse.BooleanOptionalAction,
+    default=None,
+    help="call jax.distributed.initialize() (default: when JAX_COORDINATOR_ADDRESS is set or "
+    "TPU_WORKER_HOSTNAMES lists several hosts); run the same command on every host",
+  )
+  train_parser.add_argument(
     "overrides",
     nargs="*",
     metavar="KEY=VALUE",
     help="dotted overrides, e.g. ppo.entropy_coef=0.01 train.steps=50",
   )
+  plot_parser = commands.add_parser("plot", help="draw a run's main curves into RUN_DIR")
+  plot_parser.add_argument("run_dir", metavar="RUN_DIR", help="a train command's output dir")
+  commands.add_parser("plugins", help="list the plugins of every group and whether they load")
   args = parser.parse_args(argv)
+  if args.command == "plugins":
+    return _plugins_command()
+  if args.command == "plot":
+    return _plot_command(args.run_dir)
   overrides = list(args.overrides)
   if args.output_dir is not None:
     overrides.append(f"output_dir={args.output_dir}")
@@ -187,7 +248,33 @@ def main(argv: Sequence[str] | None = None) -> int:
   except ValueError as err:
     print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
     return 2
+  distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ))
+  try:
+    meshes = run_meshes(run)  # device counts are known only now (after joining other hosts)
+  except ValueError as err:
+    print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
+    return 2
+  for line in describe_meshes(meshes).splitlines():
+    print(f"tunix-ppo-ext: {line}", file=sys.stderr)
   train(run)
+  return 0
+
+
+def _plot_command(run_dir: str) -> int:
+  """`tunix-ppo-ext plot RUN_DIR`: writes and prints the path of `RUN_DIR/curves.png`."""
+  from tunix_ppo_ext.plot import plot_run  # noqa: PLC0415 (matplotlib only here)
+
+  try:
+    print(plot_run(run_dir))
+  except ValueError as err:
+    print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
+    return 2
+  return 0
+
+
+def _plugins_command() -> int:
+  """`tunix-ppo-ext plugins`: every entry-point group with name, distribution, version, status."""
+  print(plugin_registry.format_report(plugin_registry.report()))
   return 0
 
 

@@ -15,11 +15,11 @@ from tunix.rl import function_registry
 from tunix.rl.ppo import ppo_learner
 
 from tunix_ppo_ext import kl as kl_lib
-from tunix_ppo_ext import losses
-from tunix_ppo_ext.advantages import ADVANTAGE_ESTIMATORS
+from tunix_ppo_ext import losses, registry
 
 KL_PENALTY_PLACEMENTS = ("reward", "loss", "none")
 KL_CONTROLLERS = ("fixed", "adaptive")
+NONFINITE_REWARD_MODES = ("error", "drop")
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -28,22 +28,30 @@ class PpoExtConfig(ppo_learner.PPOConfig):
 
   Attributes (beyond `PPOConfig`'s):
     kl_method: per-token estimator (`kl`/`k1`, `abs`, `mse_kl`/`mse`/`k2`, `low_var_kl`/`k3`,
-      any of them with a `+` suffix for the straight-through k2 gradient) or `full` for the
-      exact full-vocabulary KL (loss placement only).
+      a plugin's, any of them with a `+` suffix for the straight-through k2 gradient) or
+      `full` for the exact full-vocabulary KL (loss placement only).
     kl_penalty: where the KL to the reference goes: `reward` (coefficient `beta`, as tunix),
       `loss` (coefficient `kl_loss_coef`) or `none`.
     kl_ctrl: `fixed` or `adaptive` (Ziegler et al. 2019) controller of the active coefficient.
     kl_target, kl_horizon: the adaptive controller's target KL and horizon.
     loss_agg_mode, value_loss_agg_mode: `token-mean`, `seq-mean-token-sum`,
       `seq-mean-token-mean` or `seq-mean-token-sum-norm`.
-    advantage_estimator: `gae`, `grpo`, `rloo`, `reinforce_plus_plus`, or a name registered
-      in tunix's `function_registry`.
+    advantage_estimator: `gae`, `grpo`, `rloo`, `reinforce_plus_plus`, a plugin's (entry
+      points, `tunix_ppo_ext.registry`), or a name registered in tunix's `function_registry`.
+    policy_loss_fn, value_loss_fn: `ppo_ext`, a plugin's, or a name in tunix's registry.
+    Plugin names may be pinned to a distribution, `name@distribution`.
     norm_adv_by_std: divide group advantages by the group std (`False` is Dr. GRPO).
     whiten_advantages: whiten GAE advantages over the loss mask.
     critic_warmup_steps: steps during which only the critic is trained.
     logits_chunk_size: sequence chunk for log-prob/entropy/KL over logits (0: unchunked).
     num_generations: samples per prompt; consecutive samples of one prompt form a group for
       the group-based estimators (`grpo`, `rloo`).
+    max_nonfinite_steps: consecutive optimizer updates of the actor or the critic skipped
+      for a NaN/inf loss or gradient after which the run stops (`NonFiniteTrainingError`,
+      with a checkpoint of the last good state); see `tunix_ppo_ext.robustness`.
+    nonfinite_rewards: what a NaN/inf reward from a reward function, environment or
+      trajectory source does: `error` (ValueError naming the episode) or `drop` (the
+      episode's loss mask and rewards are zeroed and it is counted, `dropped_episodes`).
   """
 
   policy_loss_fn: str = "ppo_ext"
@@ -60,6 +68,8 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   critic_warmup_steps: int = 0
   logits_chunk_size: int = 0
   num_generations: int = 1
+  max_nonfinite_steps: int = 10
+  nonfinite_rewards: str = "error"
 
   def __post_init__(self):
     # PPOConfig's own __post_init__ refuses every KL method beyond its three, so it is
@@ -99,12 +109,14 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _integer(self, "critic_warmup_steps", low=0)
     _integer(self, "logits_chunk_size", low=0)
     _integer(self, "num_generations", low=1)
+    _integer(self, "max_nonfinite_steps", low=1)
     for name in ("norm_adv_by_std", "whiten_advantages"):
       if not isinstance(getattr(self, name), bool):
         _fail(name, getattr(self, name), "True or False")
 
     _choice(self, "kl_penalty", KL_PENALTY_PLACEMENTS)
     _choice(self, "kl_ctrl", KL_CONTROLLERS)
+    _choice(self, "nonfinite_rewards", NONFINITE_REWARD_MODES)
     try:
       self.kl_method = kl_lib.canonical_kl_method(self.kl_method, include_full=True)
     except ValueError as e:
@@ -121,15 +133,40 @@ class PpoExtConfig(ppo_learner.PPOConfig):
         setattr(self, name, losses.canonical_loss_agg_mode(getattr(self, name)))
       except ValueError as e:
         raise ValueError(f"PpoExtConfig.{name}: {e}") from None
-    _choice(self, "advantage_estimator", advantage_estimator_names())
-    _choice(self, "policy_loss_fn", _tunix_names(function_registry._POLICY_LOSS_FN_CATEGORY))
-    _choice(self, "value_loss_fn", _tunix_names(function_registry._VALUE_LOSS_FN_CATEGORY))
+    for name, kind, category in _REGISTRY_FIELDS:
+      _registry_choice(self, name, kind, category)
+
+
+_REGISTRY_FIELDS = (
+  ("advantage_estimator", registry.ADVANTAGE_ESTIMATORS, "advantage_estimator"),
+  ("policy_loss_fn", registry.POLICY_LOSSES, "policy_loss_fn"),
+  ("value_loss_fn", registry.VALUE_LOSSES, "value_loss_fn"),
+)
 
 
 def advantage_estimator_names() -> list[str]:
-  """Built-in estimators plus every name in tunix's advantage-estimator registry."""
+  """Registered estimators (built-ins and plugins) plus every name in tunix's registry."""
   tunix_names = _tunix_names(function_registry._ADVANTAGE_ESTIMATOR_CATEGORY)
-  return sorted(set(ADVANTAGE_ESTIMATORS) | set(tunix_names))
+  return sorted(set(registry.names(registry.ADVANTAGE_ESTIMATORS)) | set(tunix_names))
+
+
+def _registry_choice(config: PpoExtConfig, name: str, kind: str, tunix_category: str) -> None:
+  """`config.<name>` must resolve in the plugin registry (first) or in tunix's registry.
+
+  Resolving loads and checks the plugin and puts it in tunix's registry (for its trainers).
+  """
+  value = getattr(config, name)
+  tunix_names = _tunix_names(tunix_category)
+  if not registry.has(kind, value) and value in tunix_names:
+    return
+  try:
+    registry.get(kind, value)
+  except registry.UnknownNameError as err:
+    if isinstance(value, str) and "@" in value:
+      _fail(name, value, f"a registered name ({err})")
+    _choice(config, name, sorted(set(registry.names(kind)) | set(tunix_names)))
+  except registry.PluginError as err:
+    raise ValueError(f"PpoExtConfig.{name}={value!r} is invalid: {err}") from None
 
 
 def _tunix_names(category: str) -> list[str]:

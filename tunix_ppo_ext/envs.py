@@ -17,6 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from tunix_ppo_ext import registry
+
 StepOutput = tuple[str, float, bool, bool, dict[str, Any]]
 
 
@@ -51,11 +53,16 @@ def _check_bool(env_name: str, turn: int, field: str, value: Any) -> bool:
   return bool(value)
 
 
-def _check_reward(env_name: str, turn: int, reward: Any) -> float:
+def _check_reward(env_name: str, turn: int, reward: Any, allow_nonfinite: bool = False) -> float:
   if isinstance(reward, bool | np.bool_) or not isinstance(reward, numbers.Real):
     raise _fail(env_name, turn, f"reward must be a real number, got {type(reward).__name__}")
-  if not math.isfinite(float(reward)):
-    raise _fail(env_name, turn, f"reward must be finite, got {reward!r}")
+  if not allow_nonfinite and not math.isfinite(float(reward)):
+    raise _fail(
+      env_name,
+      turn,
+      f"reward must be finite, got {reward!r} (PpoExtConfig.nonfinite_rewards='drop' drops "
+      "such episodes instead)",
+    )
   return float(reward)
 
 
@@ -79,12 +86,14 @@ def validate_reset_output(env_name: str, output: Any) -> tuple[str, dict[str, An
   return _check_observation(env_name, 0, observation), _check_info(env_name, 0, info)
 
 
-def validate_step_output(env_name: str, turn: int, output: Any) -> StepOutput:
+def validate_step_output(
+  env_name: str, turn: int, output: Any, allow_nonfinite_reward: bool = False
+) -> StepOutput:
   """Checks one `step` output and returns it normalised (float reward, bool flags).
 
   Raises ValueError naming `env_name` and `turn` (1-based agent turn) on a wrong tuple
-  length, a non-str observation, a non-number or non-finite reward, non-bool flags or a
-  non-dict info.
+  length, a non-str observation, a non-number or non-finite reward (NaN/inf pass with
+  `allow_nonfinite_reward`, for the learner to drop), non-bool flags or a non-dict info.
   """
   if not isinstance(output, tuple | list) or len(output) != 5:
     length = len(output) if isinstance(output, tuple | list) else "not a tuple"
@@ -96,7 +105,7 @@ def validate_step_output(env_name: str, turn: int, output: Any) -> StepOutput:
   observation, reward, terminated, truncated, info = output
   return (
     _check_observation(env_name, turn, observation),
-    _check_reward(env_name, turn, reward),
+    _check_reward(env_name, turn, reward, allow_nonfinite_reward),
     _check_bool(env_name, turn, "terminated", terminated),
     _check_bool(env_name, turn, "truncated", truncated),
     _check_info(env_name, turn, info),
@@ -179,15 +188,16 @@ class MemoryEnv:
     return self._symbol if self._turn + 1 == self.num_turns else self.ACK
 
 
-ENVIRONMENTS: dict[str, Callable[..., Environment]] = {"memory": MemoryEnv}
+# Names -> factories: the `tunix_ppo_ext.environments` entry points (the built-ins
+# `memory`, `countdown`, `countdown_multiturn` are this package's own, in pyproject.toml).
+ENVIRONMENTS = registry.RegistryView(registry.ENVIRONMENTS)
 
 
 def make_env(env: str | Callable[..., Environment], **kwargs: Any) -> Environment:
-  """An environment from a registered name (`ENVIRONMENTS`) or a factory, built with `kwargs`."""
+  """An environment from a registered name (`ENVIRONMENTS`, `name@distribution` to pick one
+  of two) or a factory, built with `kwargs`; a named one must satisfy `Environment`."""
   if isinstance(env, str):
-    if env not in ENVIRONMENTS:
-      raise ValueError(f"unknown environment {env!r}; registered: {sorted(ENVIRONMENTS)}")
-    env = ENVIRONMENTS[env]
+    return registry.build(registry.ENVIRONMENTS, env, **kwargs)
   return env(**kwargs)
 
 

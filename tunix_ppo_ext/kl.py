@@ -15,6 +15,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from tunix_ppo_ext import registry
 from tunix_ppo_ext.logits import full_kl_divergence
 
 __all__ = [
@@ -55,12 +56,9 @@ def kl_k3(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
   return jnp.expm1(x) - x
 
 
-KL_ESTIMATORS: dict[str, KlEstimator] = {
-  "kl": kl_k1,
-  "abs": kl_abs,
-  "mse_kl": kl_k2,
-  "low_var_kl": kl_k3,
-}
+# The built-ins are entry points of this package (pyproject.toml), like any plugin's;
+# this read-only view keeps the old table's name.
+KL_ESTIMATORS = registry.RegistryView(registry.KL_ESTIMATORS)
 KL_METHOD_ALIASES: dict[str, str] = {
   "k1": "kl",
   "mse": "mse_kl",
@@ -72,31 +70,45 @@ FULL_KL = "full"
 
 
 def kl_method_names(include_full: bool = False) -> list[str]:
-  """Every accepted per-token method name (canonical, aliases, and their `"+"` forms)."""
-  base = sorted(KL_ESTIMATORS) + sorted(KL_METHOD_ALIASES)
+  """Every accepted per-token method name (registered, aliases, and their `"+"` forms)."""
+  base = registry.names(registry.KL_ESTIMATORS) + sorted(KL_METHOD_ALIASES)
   names = base + [name + _STRAIGHT_THROUGH for name in base]
   return names + [FULL_KL] if include_full else names
+
+
+def _split_method(method: str) -> tuple[str, bool]:
+  """`"name@dist+"` or `"name+@dist"` -> `("name@dist", True)`, the alias resolved."""
+  name, dist = registry.split_spec(method)
+  straight_through = name.endswith(_STRAIGHT_THROUGH) or (dist or "").endswith(_STRAIGHT_THROUGH)
+  name, dist = name.removesuffix(_STRAIGHT_THROUGH), (dist or "").removesuffix(_STRAIGHT_THROUGH)
+  name = KL_METHOD_ALIASES.get(name, name)
+  return (f"{name}@{dist}" if dist else name), straight_through
 
 
 def canonical_kl_method(method: str, include_full: bool = False) -> str:
   """Maps an accepted name or alias to its canonical spelling (`"k3+"` -> `"low_var_kl+"`).
 
+  Any estimator of the `tunix_ppo_ext.kl_estimators` entry-point group is accepted, pinned
+  to a distribution as `name@distribution` where two offer it (`"x@dist+"` canonical).
+
   Raises:
-    ValueError: naming the method, listing the accepted ones and the closest match.
+    ValueError: naming the method, listing the accepted ones and the closest match; or a
+      `registry.PluginError` when the estimator is offered twice or its plugin is broken.
   """
   if include_full and method == FULL_KL:
     return method
   if not isinstance(method, str):
     raise ValueError(f"kl_method must be a string; got {method!r}")
-  straight_through = method.endswith(_STRAIGHT_THROUGH)
-  base = method[: -len(_STRAIGHT_THROUGH)] if straight_through else method
-  base = KL_METHOD_ALIASES.get(base, base)
-  if base not in KL_ESTIMATORS:
+  spec, straight_through = _split_method(method)
+  try:
+    registry.get(registry.KL_ESTIMATORS, spec)
+  except registry.UnknownNameError as err:
     accepted = kl_method_names(include_full)
     close = difflib.get_close_matches(method, accepted, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"Unknown KL method {method!r}; accepted: {accepted}.{hint}")
-  return base + (_STRAIGHT_THROUGH if straight_through else "")
+    pinned = f" ({err})" if "@" in spec else ""
+    raise ValueError(f"Unknown KL method {method!r}{pinned}; accepted: {accepted}.{hint}") from None
+  return spec + (_STRAIGHT_THROUGH if straight_through else "")
 
 
 def compute_kl_divergence(
@@ -110,8 +122,9 @@ def compute_kl_divergence(
   Args:
     per_token_logps: log pi(a_t) of the trained policy, any shape and float dtype.
     ref_per_token_logps: log pi_ref(a_t), same shape.
-    method: `"kl"`/`"k1"`, `"abs"`, `"mse_kl"`/`"mse"`/`"k2"`, `"low_var_kl"`/`"k3"`, or
-      any of them with a `"+"` suffix: forward value of the base estimator, gradient of k2
+    method: `"kl"`/`"k1"`, `"abs"`, `"mse_kl"`/`"mse"`/`"k2"`, `"low_var_kl"`/`"k3"`, any
+      plugin estimator's name (`"name@distribution"` to pick one of two), or any of them
+      with a `"+"` suffix: forward value of the base estimator, gradient of k2
       (`g - stop_gradient(g) + stop_gradient(value)`).
     clamp_value: when set, the value is clipped to `[-clamp_value, clamp_value]`; a `"+"`
       form keeps its k2 gradient under the clamp.
@@ -125,9 +138,14 @@ def compute_kl_divergence(
     raise ValueError(
       f"per_token_logps shape {logp.shape} != ref_per_token_logps shape {ref_logp.shape}"
     )
-  straight_through = method.endswith(_STRAIGHT_THROUGH)
-  estimator = KL_ESTIMATORS[method.rstrip(_STRAIGHT_THROUGH)]
-  value = estimator(logp, ref_logp)
+  spec, straight_through = _split_method(method)
+  value = jnp.asarray(registry.get(registry.KL_ESTIMATORS, spec)(logp, ref_logp))
+  if value.shape != logp.shape:
+    raise ValueError(
+      f"KL estimator {spec!r} ({registry.resolve(registry.KL_ESTIMATORS, spec).describe()}) "
+      f"returned shape {value.shape} for log-probs of shape {logp.shape}: it must be per-token"
+    )
+  value = value.astype(jnp.float32)
   if clamp_value is not None:
     value = jnp.clip(value, -clamp_value, clamp_value)
   if not straight_through:

@@ -21,9 +21,10 @@ from tunix.generate import utils as generate_utils
 from tunix.rl import function_registry
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.ppo import ppo_learner
+from tunix.sft import hooks
 
 from tunix_ppo_ext import advantages as adv_lib
-from tunix_ppo_ext import common
+from tunix_ppo_ext import batch_stats, common, metric_keys, registry, robustness
 from tunix_ppo_ext import kl as kl_lib
 from tunix_ppo_ext._masked import masked_mean
 from tunix_ppo_ext.config import PpoExtConfig
@@ -58,6 +59,8 @@ class TrajectoryBatch:
     sampler_logps: optional `[B, T]` log-probs the sampler reported for agent tokens.
     group_ids: optional `[B]` ints grouping samples of one prompt (group estimators).
     texts: optional completion texts (for user metric functions).
+    episode_returns, num_turns, truncated, turn_limited: optional `[B]` episode outcomes
+      (sum of environment rewards, agent turns, cut at the width, out of turns) for metrics.
   """
 
   prompt_ids: np.ndarray
@@ -68,9 +71,19 @@ class TrajectoryBatch:
   sampler_logps: np.ndarray | None = None
   group_ids: np.ndarray | None = None
   texts: list[str] | None = None
+  episode_returns: np.ndarray | None = None
+  num_turns: np.ndarray | None = None
+  truncated: np.ndarray | None = None
+  turn_limited: np.ndarray | None = None
 
-  def validate(self) -> None:
-    """Raises ValueError naming the field when shapes or masks are inconsistent."""
+  def validate(self, allow_nonfinite_rewards: bool = False) -> None:
+    """Raises ValueError naming the field when shapes, masks or rewards are wrong.
+
+    Masks must hold only 0 and 1. Token rewards must be finite unless
+    `allow_nonfinite_rewards` (the learner then applies `PpoExtConfig.nonfinite_rewards`).
+    """
+    if np.ndim(self.completion_ids) != 2:
+      raise ValueError(f"completion_ids shape {np.shape(self.completion_ids)} must be [B, T]")
     b, t = self.completion_ids.shape
     if self.prompt_ids.ndim != 2 or self.prompt_ids.shape[0] != b:
       raise ValueError(f"prompt_ids shape {self.prompt_ids.shape} must be [B={b}, P]")
@@ -78,12 +91,23 @@ class TrajectoryBatch:
       value = getattr(self, name)
       if value is not None and np.shape(value) != (b, t):
         raise ValueError(f"{name} shape {np.shape(value)} must equal completion_ids' {(b, t)}")
+    for name in ("attention_mask", "loss_mask"):
+      values = np.asarray(getattr(self, name))
+      wrong = ~np.isin(values, (0, 1))
+      if wrong.any():
+        row = int(np.argwhere(wrong)[0][0])
+        raise ValueError(
+          f"{name} must hold only 0 and 1; row {row} holds {np.unique(values[wrong])[:5]}"
+        )
     if np.any((self.loss_mask > 0) & (self.attention_mask == 0)):
       raise ValueError("loss_mask marks tokens that attention_mask marks as padding")
-    if not np.all(np.isfinite(self.token_rewards)):
-      raise ValueError("token_rewards contains NaN or inf")
-    if self.group_ids is not None and np.shape(self.group_ids) != (b,):
-      raise ValueError(f"group_ids shape {np.shape(self.group_ids)} must be [B={b}]")
+    rows = robustness.nonfinite_rows(self.token_rewards)
+    if rows.size and not allow_nonfinite_rewards:
+      raise ValueError(f"token_rewards contains NaN or inf in episode row(s) {rows.tolist()}")
+    for name in ("group_ids", "episode_returns", "num_turns", "truncated", "turn_limited"):
+      value = getattr(self, name)
+      if value is not None and np.shape(value) != (b,):
+        raise ValueError(f"{name} shape {np.shape(value)} must be [B={b}]")
 
 
 class TrajectorySource(Protocol):
@@ -114,6 +138,10 @@ class PpoExtLearner(ppo_learner.PPOLearner):
       raise TypeError(f"ppo_config must be a PpoExtConfig, got {type(ppo_config).__name__}")
     if trajectory_source is not None and reward_fns is None:
       reward_fns = _rewards_come_from_the_source
+    self._nonfinite_rewards = robustness.NonFiniteRewards(ppo_config.nonfinite_rewards)
+    if trajectory_source is None and reward_fns is not None:  # catch NaN before tunix's nansum
+      fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
+      reward_fns = [self._nonfinite_rewards.check(fn) for fn in fns]
     super().__init__(
       rl_cluster=rl_cluster,
       ppo_config=ppo_config,
@@ -133,6 +161,10 @@ class PpoExtLearner(ppo_learner.PPOLearner):
     )
     actor.with_gen_model_input_fn(self._actor_inputs)
     rl_cluster.critic_trainer.with_gen_model_input_fn(self._critic_inputs)
+    actor.with_training_hooks(_UpdateTimer(rl_cluster, "timing_s/update_actor"))
+    rl_cluster.critic_trainer.with_training_hooks(
+      _UpdateTimer(rl_cluster, "timing_s/update_critic")
+    )
     actor.with_rl_metrics_to_log(
       {
         name: np.mean
@@ -148,6 +180,25 @@ class PpoExtLearner(ppo_learner.PPOLearner):
       # Plain arrays (no Variable objects) so the state can cross tunix's nnx.value_and_grad.
       graphdef, state = flax.nnx.split(self._reference_model())
       self._ref_state = (graphdef, flax.nnx.to_pure_dict(state))
+    self._nan_guard = robustness.NanGuard(rl_cluster, config.max_nonfinite_steps)
+
+  def _run_global_step(self, *args: Any, **kwargs: Any) -> None:
+    """tunix's global step, timed (`timing_s/step`: rollout, updates and evaluation).
+
+    Then the NaN guard counts the updates skipped for a non-finite gradient and stops the
+    run after `max_nonfinite_steps` in a row (`robustness.NonFiniteTrainingError`).
+    """
+    start = time.perf_counter()
+    super()._run_global_step(*args, **kwargs)
+    self.rl_cluster.buffer_metrics(
+      {"timing_s/step": (time.perf_counter() - start, np.mean)}, mode=Mode.TRAIN
+    )
+    self.rl_cluster.buffer_metrics(self._nan_guard.after_global_step(), mode=Mode.TRAIN)
+    cluster = self.rl_cluster
+    if cluster.actor_trainer.train_steps >= cluster.cluster_config.training_config.max_steps:
+      # tunix 0.1.7 closes the shared metrics logger with the actor trainer, before the
+      # critic trainer writes its last step's metrics: write them while it is open.
+      cluster.critic_trainer._write_train_metrics()  # noqa: SLF001
 
   # ----- trainer inputs -----
 
@@ -203,6 +254,7 @@ class PpoExtLearner(ppo_learner.PPOLearner):
     """tunix's single-turn rollout: one completion per prompt, its score on the last token."""
     rollout_config = self.rl_cluster.get_rollout_config(mode)
     pad_id = self.rl_cluster.rollout.pad_id()
+    self._check_prompt_lengths(training_input["prompts"], rollout_config.max_prompt_length)
     output = self.rl_cluster.generate(
       prompts=training_input["prompts"], mode=mode, micro_batch_size=self._rollout_micro_batch_size
     )
@@ -227,7 +279,25 @@ class PpoExtLearner(ppo_learner.PPOLearner):
       loss_mask=attention,
       token_rewards=rewards,
       texts=list(output.text),
+      truncated=attention.sum(-1) >= rollout_config.max_tokens_to_generate,  # hit the limit
     )
+
+  def _check_prompt_lengths(self, prompts: Sequence[str], max_prompt_length: int) -> None:
+    """ValueError naming the first prompt longer than the sampler's `max_prompt_length`.
+
+    Counts tokens as tunix's sampler does (BOS + text); tunix would otherwise fail with a
+    cache-size error that names neither the prompt nor the setting.
+    """
+    tokenizer = self.rl_cluster.tokenizer
+    bos = [tokenizer.bos_id()] if tokenizer.bos_id() else []
+    for row, prompt in enumerate(prompts):
+      length = len(tokenizer.dedup_bos_ids(bos + list(tokenizer.encode(str(prompt)))))
+      if length > max_prompt_length:
+        raise ValueError(
+          f"prompt of episode row {row} is {length} tokens (with BOS), longer than the rollout "
+          f"max_prompt_length={max_prompt_length}: {str(prompt)[:80]!r}; shorten the prompt "
+          "or raise max_prompt_length"
+        )
 
   def _single_turn_scores(self, training_input, texts, prompt_ids, completion_ids, mode):
     """Float32 scores `[B]` from the reward functions or the reward model."""
@@ -236,7 +306,8 @@ class PpoExtLearner(ppo_learner.PPOLearner):
       scores = self._compute_rewards(
         prompts=training_input["prompts"], completions=texts, mode=mode, **extra
       )
-      return np.asarray(scores, np.float32)
+      scores = np.asarray(scores, np.float32)  # NaN rows: error, or NaN again to be dropped
+      return self._nonfinite_rewards.mark_reported(scores, training_input["prompts"], texts)
     pad_id, eos_id = self.rl_cluster.rollout.pad_id(), self.rl_cluster.rollout.eos_id()
     scores = common.compute_score(
       self.rl_cluster.inference_worker.get_model("reward"),
@@ -258,7 +329,10 @@ class PpoExtLearner(ppo_learner.PPOLearner):
         batch = self._single_turn_batch(training_input, mode)
       else:
         batch = self.trajectory_source(self, training_input, mode)
-    batch.validate()
+    batch.validate(allow_nonfinite_rewards=True)
+    batch, dropped = self._nonfinite_rewards.apply(batch)  # error, or drop and count
+    if config.nonfinite_rewards == "drop":
+      self.rl_cluster.buffer_metrics({robustness.DROPPED_METRIC: (dropped, np.sum)}, mode=mode)
     pad_id, eos_id = self.rl_cluster.rollout.pad_id(), self.rl_cluster.rollout.eos_id()
     prompt = jnp.asarray(batch.prompt_ids)
     completion = jnp.asarray(batch.completion_ids)
@@ -296,7 +370,9 @@ class PpoExtLearner(ppo_learner.PPOLearner):
 
     with timer("advantages"):
       advantages, returns = timer.ready(self._advantages(rewards, values, loss_mask, batch))
-    self._buffer_rollout_metrics(batch, rewards, values, advantages, returns, per_token_kl, mode)
+    self._buffer_rollout_metrics(
+      batch, rewards, values, advantages, returns, per_token_kl, timer, mode
+    )
     self._buffer_user_metrics(training_input["prompts"], batch, advantages, mode)
     self.rl_cluster.buffer_metrics(timer.metrics(), mode=mode)
     b = completion.shape[0]
@@ -347,33 +423,30 @@ class PpoExtLearner(ppo_learner.PPOLearner):
     return ref_logps, kl
 
   def _advantages(self, rewards, values, loss_mask, batch: TrajectoryBatch):
-    """`(advantages [B, T], returns [B, T])` with the configured estimator."""
+    """`(advantages [B, T], returns [B, T])` with the configured estimator.
+
+    Names resolve in the plugin registry (built-ins included; its keyword protocol), else
+    in tunix's `function_registry` (tunix's PPO signature).
+    """
     config = self.algo_config
     name = config.advantage_estimator
-    if name == "gae":
-      return adv_lib.compute_gae_advantages(
-        rewards,
-        values,
-        loss_mask,
-        config.gamma,
-        config.gae_lambda,
-        whiten=config.whiten_advantages,
-      )
-    if name == "reinforce_plus_plus":
-      return adv_lib.compute_reinforce_plus_plus_advantages(rewards, loss_mask, config.gamma)
-    if name in ("grpo", "rloo"):
+    if registry.has(registry.ADVANTAGE_ESTIMATORS, name):
       scores = jnp.sum(rewards * loss_mask, axis=-1)
       group_ids = batch.group_ids
       if group_ids is None:
         group_ids = np.arange(scores.shape[0]) // config.num_generations
-      group_ids = jnp.asarray(group_ids)
-      if name == "grpo":
-        adv = adv_lib.compute_grpo_advantages(
-          scores, group_ids, loss_mask, norm_by_std=config.norm_adv_by_std
-        )
-      else:
-        adv = adv_lib.compute_rloo_advantages(scores, group_ids, loss_mask)
-      return adv, adv
+      return adv_lib.call_estimator(
+        registry.get(registry.ADVANTAGE_ESTIMATORS, name),
+        rewards=rewards,
+        values=values,
+        mask=loss_mask,
+        scores=scores,
+        group_ids=jnp.asarray(group_ids),
+        gamma=config.gamma,
+        gae_lambda=config.gae_lambda,
+        whiten=config.whiten_advantages,
+        norm_by_std=config.norm_adv_by_std,
+      )
     estimator = function_registry.get_advantage_estimator(name)
     return estimator(
       rewards=rewards,
@@ -383,41 +456,48 @@ class PpoExtLearner(ppo_learner.PPOLearner):
       gae_lambda=config.gae_lambda,
     )
 
-  def _buffer_rollout_metrics(self, batch, rewards, values, advantages, returns, kl, mode):
-    """Rollout statistics over the loss mask (empty masks are skipped, never NaN)."""
-    mask = np.asarray(batch.loss_mask) > 0
-    stats: dict[str, tuple[float, Callable[..., Any]]] = {}
-
-    def add(name: str, values_: Any, where: np.ndarray | None = None) -> None:
-      array = np.asarray(values_, np.float64)
-      selected = array[where] if where is not None else array.ravel()
-      if selected.size:
-        stats[f"{name}/mean"] = (float(selected.mean()), np.mean)
-        stats[f"{name}/max"] = (float(selected.max()), np.max)
-        stats[f"{name}/min"] = (float(selected.min()), np.min)
-
-    add("rewards/score", np.asarray(batch.token_rewards).sum(-1))
-    add("rewards/reward", np.asarray(rewards).sum(-1))
-    add("advantages", advantages, mask)
-    add("advantages/returns", returns, mask)
-    add("advantages/old_values", values, mask)
-    add("generation/agent_tokens", mask.sum(-1))
-    if kl is not None:
-      stats["rewards/kl"] = (float(masked_mean(kl, jnp.asarray(mask))), np.mean)
-    stats["actor/kl_coef"] = (float(self.kl_controller.value), np.mean)
-    self.rl_cluster.buffer_metrics(stats, mode=mode)
+  def _buffer_rollout_metrics(self, batch, rewards, values, advantages, returns, kl, timer, mode):
+    """The batch statistics (`batch_stats`), reference KL, controller and critic fit."""
+    mask = np.asarray(batch.loss_mask)
+    values, returns = np.asarray(values), np.asarray(returns)
+    stats = batch_stats.batch_statistics(
+      loss_mask=mask,
+      token_rewards=batch.token_rewards,
+      rewards=rewards,
+      values=values,
+      advantages=advantages,
+      returns=returns,
+      episode_returns=batch.episode_returns,
+      num_turns=batch.num_turns,
+      truncated=batch.truncated,
+      turn_limited=batch.turn_limited,
+    )
+    stats["learner/kl_coef"] = float(self.kl_controller.value)
+    stats["learner/entropy_coef"] = float(self.algo_config.entropy_coef or 0.0)
+    if kl is not None and mask.sum() > 0:
+      stats["learner/kl"] = float(np.asarray(kl)[mask > 0].mean())
+    variance = batch_stats.explained_variance(values, returns, mask)
+    if variance is not None:
+      stats["learner/explained_variance"] = variance
+    rollout_s = timer.seconds.get("rollout", 0.0)
+    if rollout_s > 0:
+      stats["rollout/tokens_per_s"] = float(mask.sum()) / rollout_s
+    self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in stats.items()}, mode=mode)
 
   def _buffer_user_metrics(self, prompts, batch: TrajectoryBatch, advantages, mode: Mode) -> None:
-    """tunix's `metric_fns(prompts, completions, advantages, rewards)` on this batch."""
+    """tunix's `metric_fns(prompts, completions, advantages, rewards)` on this batch.
+
+    Each returns `{name: (value, aggregation)}`; a name without `/` lands in `custom/`.
+    """
     for metric_fn in self.metric_fns:
+      values = metric_fn(
+        prompts=list(prompts),
+        completions=batch.texts,
+        advantages=advantages,
+        rewards=np.asarray(batch.token_rewards).sum(-1),
+      )
       self.rl_cluster.buffer_metrics(
-        metric_fn(
-          prompts=list(prompts),
-          completions=batch.texts,
-          advantages=advantages,
-          rewards=np.asarray(batch.token_rewards).sum(-1),
-        ),
-        mode=mode,
+        {metric_keys.custom_name(name): value for name, value in values.items()}, mode=mode
       )
 
 
@@ -440,6 +520,32 @@ class _Timer:
 
   def metrics(self) -> dict[str, tuple[float, Callable[..., Any]]]:
     return {f"timing_s/{name}": (value, np.mean) for name, value in self.seconds.items()}
+
+
+class _UpdateTimer(hooks.TrainingHooks):
+  """tunix training hooks that time one trainer's update phase (`train()` call) per step."""
+
+  def __init__(self, cluster: rl_cluster_lib.RLCluster, name: str):
+    self._cluster, self._name, self._start = cluster, name, 0.0
+
+  def on_train_start(self, train_ctx: Any) -> None:
+    self._start = time.perf_counter()
+
+  def on_train_end(self, train_ctx: Any) -> None:  # tunix waits for the device first
+    seconds = time.perf_counter() - self._start
+    self._cluster.buffer_metrics({self._name: (seconds, np.sum)}, mode=Mode.TRAIN)
+
+  def on_train_step_start(self, train_ctx: Any) -> None:
+    pass
+
+  def on_train_step_end(self, train_ctx: Any, train_step: int, train_loss: Any) -> None:
+    pass
+
+  def on_eval_step_start(self, train_ctx: Any) -> None:
+    pass
+
+  def on_eval_step_end(self, train_ctx: Any, eval_loss: Any) -> None:
+    pass
 
 
 def _rewards_come_from_the_source(prompts, completions, **kwargs) -> list[float]:

@@ -1,8 +1,9 @@
-"""Metric sinks for tunix's metrics logger: `metrics.jsonl` and a progress bar.
+"""Metric sinks: `metrics.jsonl`, a progress bar, W&B, and readers for what they wrote.
 
 tunix's `MetricsLogger` sends every scalar as `jax.monitoring` events named
 `<prefix>/<mode>/<name>` with a `step`; each backend here is a metrax `LoggingBackend`
-(`log_scalar(event, value, step=...)`, `close()`).
+(`log_scalar(event, value, step=...)`, `close()`). `KeyedBackend` puts any backend behind
+the taxonomy of `metric_keys`, so sinks see published keys (`actor/pg_loss`, ...).
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import json
 import math
 import os
 import pathlib
+import struct
 import warnings
 from typing import Any
 
 import numpy as np
 import tqdm
+
+from tunix_ppo_ext.metric_keys import MetricKeys
 
 
 def _is_training_event(event: str) -> bool:
@@ -63,6 +67,12 @@ class JsonlBackend:
       self._file.close()
 
 
+def jsonl_sink(output_dir: pathlib.Path, config: dict[str, Any]) -> JsonlBackend:
+  """The `jsonl` metric sink (registry protocol): `output_dir/metrics.jsonl`."""
+  del config
+  return JsonlBackend(pathlib.Path(output_dir) / "metrics.jsonl")
+
+
 class ProgressBackend:
   """A tqdm bar over training steps showing the chosen metrics' latest values."""
 
@@ -86,42 +96,166 @@ class ProgressBackend:
 
 
 def read_jsonl(path: str | pathlib.Path) -> list[dict[str, Any]]:
-  """The rows of a `metrics.jsonl`, merged per step (a step may span several lines)."""
+  """The rows of a `metrics.jsonl`, merged per step (a step may span several lines; a
+  later line's value wins). A cut-off last line (writer killed mid-write) is skipped."""
   rows: dict[int, dict[str, Any]] = {}
-  for line in pathlib.Path(path).read_text().splitlines():
-    if line.strip():
-      row = json.loads(line)
-      rows.setdefault(row["step"], {}).update(row)
+  for _, row in _parse_jsonl(pathlib.Path(path).read_text(), path):
+    rows.setdefault(row["step"], {}).update(row)
   return [rows[s] for s in sorted(rows)]
 
 
-class WandbSink:
-  """W&B through metrax's `WandbBackend`, only tunix's training events, never fatal.
+def _parse_jsonl(text: str, path: str | pathlib.Path) -> list[tuple[str, dict[str, Any]]]:
+  """`(line, row)` per line of a `metrics.jsonl`; a last line without its newline that does
+  not parse is skipped, any other bad line raises ValueError naming it."""
+  lines = text.split("\n")
+  parsed = []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError:
+      if number == len(lines):  # no newline after it: cut off mid-write
+        continue
+      raise ValueError(f"{path}:{number}: not a JSON line: {line[:80]!r}") from None
+    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+      raise ValueError(f"{path}:{number}: a row must be an object with an int 'step'")
+    parsed.append((line, row))
+  return parsed
 
-  `mode` is `online` or `offline`; `online` without an API key falls back to `offline`
-  (sync later with `wandb sync`). A failing `wandb.init` leaves a single warning and a
-  sink that drops everything, so training goes on.
+
+def truncate_jsonl(path: str | pathlib.Path, last_step: int) -> int:
+  """Keeps the complete lines of `path` with `step <= last_step`; returns how many.
+
+  Rewrites the file in place, so a `JsonlBackend` that already opened it (append mode)
+  appends after the kept lines. A missing file is left missing.
+  """
+  file = pathlib.Path(path)
+  if not file.exists():
+    return 0
+  with file.open("r+") as handle:
+    kept = [line for line, row in _parse_jsonl(handle.read(), file) if row["step"] <= last_step]
+    handle.seek(0)
+    handle.write("".join(line + "\n" for line in kept))
+    handle.truncate()
+  return len(kept)
+
+
+def compact_jsonl(path: str | pathlib.Path) -> int:
+  """Rewrites `path` as one line per step in step order (rows merged as `read_jsonl` does),
+  e.g. after a resumed run logged a step again; returns the number of steps."""
+  rows = read_jsonl(path)
+  pathlib.Path(path).write_text("".join(json.dumps(row) + "\n" for row in rows))
+  return len(rows)
+
+
+class WandbSink:
+  """W&B through the `wandb` library, one history row per step; never fatal.
+
+  Every key is plotted against `global_step` (`define_metric`), so late rows (an
+  evaluation logged after the next step began) land at their own step; the keys' first
+  path component becomes a W&B section. `mode` is `online` or `offline`; `online` without
+  an API key falls back to `offline` (sync later with `wandb sync`). The run directory is
+  `run_dir/wandb`. If `wandb` is missing or `wandb.init` fails, one warning is issued and
+  the sink drops everything, so training goes on.
   """
 
+  STEP_KEY = "global_step"
+
   def __init__(self, mode: str, run_dir: str | pathlib.Path, config: dict[str, Any]):
-    self._backend = None
+    self._run = None
+    self._step: int | None = None
+    self._row: dict[str, float] = {}
     if mode == "online" and not os.environ.get("WANDB_API_KEY"):
       mode = "offline"
     try:
-      from metrax.logging import WandbBackend
-
+      import wandb  # noqa: PLC0415 (optional at run time)
+    except ImportError:
+      warnings.warn("W&B disabled for this run: wandb is not installed", stacklevel=2)
+      return
+    try:
       pathlib.Path(run_dir).mkdir(parents=True, exist_ok=True)
-      self._backend = WandbBackend(
-        project="tunix-ppo-ext", mode=mode, dir=str(run_dir), config=config, reinit=True
+      self._run = wandb.init(
+        project=os.environ.get("WANDB_PROJECT", "tunix-ppo-ext"),
+        mode=mode,
+        dir=str(run_dir),
+        config=config,
+        reinit="create_new",
+        settings=wandb.Settings(silent=True, console="off"),
       )
+      self._run.define_metric(self.STEP_KEY)
+      self._run.define_metric("*", step_metric=self.STEP_KEY)
     except Exception as err:  # noqa: BLE001 (W&B must never stop training)
+      self._run = None
       warnings.warn(f"W&B disabled for this run: {type(err).__name__}: {err}", stacklevel=2)
 
+  @property
+  def active(self) -> bool:
+    return self._run is not None
+
   def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
-    if self._backend is not None and _is_training_event(event):
-      self._backend.log_scalar(event, value, **kwargs)
+    if self._run is None:
+      return
+    step = int(kwargs.get("step", 0))
+    if self._step is not None and step != self._step:
+      self._flush()
+    self._step = step
+    self._row[event] = _scalar(value)
+
+  def _flush(self) -> None:
+    if self._row and self._run is not None:
+      try:
+        self._run.log({**self._row, self.STEP_KEY: self._step})
+      except Exception as err:  # noqa: BLE001
+        warnings.warn(f"W&B logging stopped: {type(err).__name__}: {err}", stacklevel=2)
+        self._run = None
+    self._row = {}
 
   def close(self) -> None:
-    if self._backend is not None:
-      self._backend.close()
-      self._backend = None
+    if self._run is not None:
+      self._flush()
+      self._run.finish()
+      self._run = None
+
+
+class KeyedBackend:
+  """Any metrax-style backend behind the taxonomy: events renamed to published keys.
+
+  Events that `keys.key` maps to `None` (dropped, or JAX's own `/...` events) never reach
+  `backend`; steps are published steps (`MetricKeys.step`).
+  """
+
+  def __init__(self, backend: Any, keys: MetricKeys):
+    self.backend, self._keys = backend, keys
+
+  def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
+    key = self._keys.key(event)
+    if key is not None:
+      step = self._keys.step(event, int(kwargs.pop("step", 0)))
+      self.backend.log_scalar(key, value, step=step, **kwargs)
+
+  def close(self) -> None:
+    self.backend.close()
+
+
+def read_tensorboard(log_dir: str | pathlib.Path) -> dict[str, list[tuple[int, float]]]:
+  """Every scalar in the TensorBoard event files under `log_dir`: `{tag: [(step, value)]}`.
+
+  Reads the TFRecord framing (length, CRC, payload, CRC) and tensorboardX's `Event` proto.
+  """
+  from tensorboardX.proto import event_pb2  # noqa: PLC0415
+
+  scalars: dict[str, list[tuple[int, float]]] = {}
+  for path in sorted(pathlib.Path(log_dir).rglob("events.out.tfevents.*")):
+    data, pos = path.read_bytes(), 0
+    while pos + 12 <= len(data):
+      (length,) = struct.unpack("<Q", data[pos : pos + 8])
+      payload = data[pos + 12 : pos + 12 + length]
+      pos += 12 + length + 4
+      if len(payload) < length:
+        break  # a record cut short by a crash
+      event = event_pb2.Event.FromString(payload)
+      for value in event.summary.value:
+        if value.HasField("simple_value"):
+          scalars.setdefault(value.tag, []).append((int(event.step), float(value.simple_value)))
+  return scalars

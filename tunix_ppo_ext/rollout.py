@@ -67,9 +67,9 @@ class MultiTurnBatch(TrajectoryBatch):
 
   sampler_logp_mask: np.ndarray | None = None
 
-  def validate(self) -> None:
+  def validate(self, allow_nonfinite_rewards: bool = False) -> None:
     """`TrajectoryBatch.validate`, plus: the sampler mask is `[B, T]` and within `loss_mask`."""
-    super().validate()
+    super().validate(allow_nonfinite_rewards)
     mask = self.sampler_logp_mask
     if mask is None:
       return
@@ -107,17 +107,6 @@ class RolloutStats:
   @property
   def turn_limit_frac(self) -> float:
     return float(np.mean(self.turn_limited))
-
-  def metrics(self) -> dict[str, float]:
-    """Batch means, named as they are buffered into the cluster's metrics (`env/...`)."""
-    ret = float(np.mean(self.episode_return))
-    return {
-      "env/return": ret,
-      "env/return_frac": ret / self.max_return if self.max_return else 0.0,
-      "env/num_turns": float(np.mean(self.num_turns)),
-      "env/truncated_frac": self.truncated_frac,
-      "env/turn_limit_frac": self.turn_limit_frac,
-    }
 
 
 def episode_batches(
@@ -283,19 +272,25 @@ class MultiTurnRollout:
     config = self._checked_config(cluster, mode)
     episodes = [self._start(seed, ids, config) for seed in seeds]
     self._calls += 1
+    # NaN/inf environment rewards: an error naming the episode, or kept for the learner to drop
+    keep_nonfinite = getattr(learner.algo_config, "nonfinite_rewards", "error") == "drop"
     for turn in range(1, self.max_turns + 1):
       if all(e.done for e in episodes):
         break
       output = self._generate(cluster, episodes, ids, config, turn)
       for row, episode in enumerate(episodes):
         if not episode.done:
-          self._play_turn(episode, turn, output, row, ids)
+          self._play_turn(episode, turn, output, row, ids, keep_nonfinite)
     self.last_stats = self._stats(episodes)
-    cluster.buffer_metrics(
-      {name: (value, np.mean) for name, value in self.last_stats.metrics().items()}, mode=mode
-    )
     has_logps = bool(config.return_logprobs)
-    return self._assemble(episodes, group_ids, ids, config.max_prompt_length, has_logps)
+    batch = self._assemble(episodes, group_ids, ids, config.max_prompt_length, has_logps)
+    return dataclasses.replace(
+      batch,
+      episode_returns=self.last_stats.episode_return,
+      num_turns=self.last_stats.num_turns,
+      truncated=self.last_stats.truncated,
+      turn_limited=self.last_stats.turn_limited,
+    )
 
   def _group_ids(self, seeds: np.ndarray, group_size: int) -> np.ndarray:
     """`[B]` group index `row // group_size`; each group must share one seed."""
@@ -333,7 +328,14 @@ class MultiTurnRollout:
   def _start(self, seed: int, ids: _Ids, config: base_rollout.RolloutConfig) -> _Episode:
     """Makes and resets one environment; its first observation becomes the prompt."""
     env = make_env(self.env, **self.env_kwargs)
-    observation, _ = validate_reset_output(env_name(env), env.reset(seed=int(seed)))
+    try:
+      output = env.reset(seed=int(seed))
+    except Exception as err:
+      raise RuntimeError(
+        f"environment {env_name(env)!r}, turn 0: reset(seed={int(seed)}) raised "
+        f"{type(err).__name__}: {err}"
+      ) from err
+    observation, _ = validate_reset_output(env_name(env), output)
     prompt = _encode(env, 0, observation, ids.prompt)
     if len(prompt) > config.max_prompt_length:
       raise ValueError(
@@ -343,9 +345,19 @@ class MultiTurnRollout:
     return _Episode(env=env, prompt=prompt)
 
   def _play_turn(
-    self, episode: _Episode, turn: int, output: base_rollout.RolloutOutput, row: int, ids: _Ids
+    self,
+    episode: _Episode,
+    turn: int,
+    output: base_rollout.RolloutOutput,
+    row: int,
+    ids: _Ids,
+    keep_nonfinite: bool = False,
   ) -> None:
-    """Appends the agent's turn (+ EOS) and, if another turn follows, the env's reply."""
+    """Appends the agent's turn (+ EOS) and, if another turn follows, the env's reply.
+
+    An exception from `env.step` becomes a RuntimeError naming the environment, the turn
+    and the episode row; malformed output a ValueError naming them.
+    """
     agent = [int(t) for t in output.tokens[row]]
     logps = output.logprobs[row] if output.logprobs is not None else None
     episode.extend(agent, loss=1, logps=logps)
@@ -353,9 +365,19 @@ class MultiTurnRollout:
       episode.extend([ids.eos], loss=1)
     name = env_name(episode.env)
     action = ids.tokenizer.decode(agent)
-    observation, reward, terminated, truncated, _ = validate_step_output(
-      name, turn, episode.env.step(action)
-    )
+    try:
+      result = episode.env.step(action)
+    except Exception as err:
+      raise RuntimeError(
+        f"environment {name!r}, turn {turn}, episode row {row}: step({action!r}) raised "
+        f"{type(err).__name__}: {err}"
+      ) from err
+    try:
+      observation, reward, terminated, truncated, _ = validate_step_output(
+        name, turn, result, allow_nonfinite_reward=keep_nonfinite
+      )
+    except ValueError as err:
+      raise ValueError(f"{err} (episode row {row})") from None
     episode.rewards.append((len(episode.tokens) - 1, reward))
     episode.turns = turn
     if terminated or truncated:

@@ -1,7 +1,7 @@
 """The main job's configuration: YAML file + dotted `KEY=VALUE` overrides, checked eagerly.
 
-Sections: `model`, `env`, `train`, `ppo` (fields of `PpoExtConfig`, merged over
-`DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`. Unknown keys, wrong types and
+Sections: `model`, `env`, `train`, `metrics`, `mesh`, `ppo` (fields of `PpoExtConfig`, merged over
+`DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`, `sinks`. Unknown keys, wrong types and
 impossible values raise `ValueError` naming the key (with the closest valid names) before
 any compilation.
 """
@@ -18,8 +18,10 @@ from typing import Any
 import yaml
 from tunix.models.qwen3 import model as qwen3
 
-from tunix_ppo_ext import envs
+from tunix_ppo_ext import envs, registry
 from tunix_ppo_ext.config import PpoExtConfig
+from tunix_ppo_ext.mesh import MESH_ROLES, check_mesh_spec
+from tunix_ppo_ext.metric_keys import SUMMARY_KEY, MetricKeys
 
 
 @dataclasses.dataclass
@@ -90,15 +92,58 @@ DEFAULT_PPO: dict[str, Any] = {
 
 
 @dataclasses.dataclass
+class MetricsSection:
+  """Changes to the published metric keys (see `tunix_ppo_ext.metric_keys`).
+
+  `rename`: published key -> the key to use instead (e.g. to keep existing dashboards);
+  `drop`: keys or glob patterns (`timing_s/*`) that no sink receives.
+  """
+
+  rename: dict[str, str] = dataclasses.field(default_factory=dict)
+  drop: list[str] = dataclasses.field(default_factory=list)
+
+  def keys(self) -> MetricKeys:
+    """The validated `MetricKeys` of this section."""
+    return MetricKeys(rename=dict(self.rename), drop=tuple(self.drop))
+
+
+@dataclasses.dataclass
+class MeshSection:
+  """The device mesh every role shares, and optional own meshes for some roles.
+
+  `shape`: axis sizes (None: all devices on the first axis, `(n, 1)`; one entry may be -1
+  for the remaining devices); `axis_names` must include `fsdp` and `tp`. `roles` maps any
+  of tunix's roles `actor`, `critic`, `reference`, `rollout` to its own
+  `{shape, axis_names}`; unlisted roles use the shared mesh (tunix's
+  `ClusterConfig.role_to_mesh`). Device counts are checked when the run is built.
+  """
+
+  shape: list[int] | None = None
+  axis_names: list[str] = dataclasses.field(default_factory=lambda: ["fsdp", "tp"])
+  roles: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class RoleMeshSection:
+  """One role's own mesh in `mesh.roles` (axis names default to the shared mesh's)."""
+
+  shape: list[int] | None = None
+  axis_names: list[str] | None = None
+
+
+@dataclasses.dataclass
 class RunConfig:
   """A whole run: seed, output directory, W&B mode and the four sections."""
 
   seed: int = 0
   output_dir: str = "runs/default"
   wandb: str = "disabled"
+  sinks: list[str] = dataclasses.field(default_factory=list)  # extra metric sinks, by name
   model: ModelSection = dataclasses.field(default_factory=ModelSection)
   env: EnvSection = dataclasses.field(default_factory=EnvSection)
   train: TrainSection = dataclasses.field(default_factory=TrainSection)
+  metrics: MetricsSection = dataclasses.field(default_factory=MetricsSection)
+  mesh: MeshSection = dataclasses.field(default_factory=MeshSection)
   ppo: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PPO))
 
   def ppo_config(self) -> PpoExtConfig:
@@ -169,6 +214,9 @@ def _check_type(name: str, value: Any, hint: Any) -> Any:
       return float(value)
     if base is int and isinstance(value, int) and not isinstance(value, bool):
       return value
+    if base is list and isinstance(value, list):
+      (item,) = typing.get_args(option) or (typing.Any,)
+      return [_check_type(f"{name}[{i}]", v, item) for i, v in enumerate(value)]
     if base in (str, bool, dict) and isinstance(value, base):
       return value
     if base is typing.Any:
@@ -207,6 +255,18 @@ def _validate_model(model: ModelSection) -> None:
       raise ValueError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
 
 
+def _validate_mesh(section: MeshSection) -> None:
+  """Shapes, axis names and role names of the `mesh` section (devices: when built)."""
+  check_mesh_spec("mesh", section.shape, section.axis_names)
+  for role, entry in section.roles.items():
+    if role not in MESH_ROLES:
+      close = difflib.get_close_matches(role, MESH_ROLES, n=2)
+      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      raise ValueError(f"config key 'mesh.roles.{role}': unknown role{hint} (valid: {MESH_ROLES})")
+    own = _build(RoleMeshSection, entry, prefix=f"mesh.roles.{role}.")
+    check_mesh_spec(f"mesh.roles.{role}", own.shape, own.axis_names or section.axis_names)
+
+
 def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
   if run.wandb not in _WANDB_MODES:
@@ -231,12 +291,21 @@ def _validate_run(run: RunConfig) -> None:
   if run.train.temperature <= 0:
     raise ValueError(f"config key 'train.temperature' must be > 0, got {run.train.temperature}")
   _validate_model(run.model)
+  _validate_mesh(run.mesh)
+  keys = run.metrics.keys()  # unknown metrics in rename/drop fail here, with suggestions
+  if keys.final(SUMMARY_KEY) is None:
+    raise ValueError(f"config key 'metrics.drop' must keep {SUMMARY_KEY!r}: the summary uses it")
   try:  # builds the environment once: unknown names and bad kwargs fail here, by key
     envs.make_env(run.env.name, **run.env.kwargs)
   except (TypeError, ValueError) as err:
     raise ValueError(
       f"config keys 'env.name'/'env.kwargs' ({run.env.name!r}, {run.env.kwargs!r}): {err}"
     ) from None
+  for sink in run.sinks:  # `tunix_ppo_ext.metric_sinks` entry points (plugins), loaded here
+    try:
+      registry.get(registry.METRIC_SINKS, sink)
+    except ValueError as err:
+      raise ValueError(f"config key 'sinks' ({sink!r}): {err}") from None
   run.ppo_config()  # PpoExtConfig validation: names the field, the value and what is allowed
   num_generations = run.ppo.get("num_generations", 1)
   if run.train.batch_size % num_generations:

@@ -10,6 +10,10 @@ give them ours. Names are prefixed `ppo_ext` so tunix's own entries stay untouch
 - GRPO-style estimators `ppo_ext_grpo`, `ppo_ext_drgrpo`, `ppo_ext_rloo`:
   `(rewards [B], num_generations) -> advantages [B]` over contiguous groups.
 
+`register_in_tunix` puts what `tunix_ppo_ext.registry` resolves (plugins included) into
+tunix's registry under the configured name: losses as they are (their signature is
+tunix's), advantage estimators behind the adapter of the matching tunix signature.
+
 A `train_example` may carry `attention_mask` (all real completion tokens), `loss_mask`
 (agent tokens) and `kl_coef` (the controller's live value); without them tunix's
 `completion_mask` serves as the loss mask and the attention mask is derived from padding,
@@ -18,6 +22,7 @@ exactly as in tunix.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -26,7 +31,7 @@ from flax import nnx
 from tunix.rl import function_registry
 
 from tunix_ppo_ext import advantages as adv_lib
-from tunix_ppo_ext import common, losses
+from tunix_ppo_ext import common, losses, registry
 from tunix_ppo_ext.logits import full_kl_divergence, logps_and_entropy
 
 POLICY_LOSS_NAME = "ppo_ext"
@@ -176,3 +181,71 @@ def ppo_ext_rloo(rewards, num_generations):
   scores, group_ids = _contiguous_groups(rewards, num_generations)
   ones = jnp.ones((scores.shape[0], 1), jnp.float32)
   return adv_lib.compute_rloo_advantages(scores, group_ids, ones)[:, 0]
+
+
+_TUNIX_CATEGORIES = {
+  registry.POLICY_LOSSES: function_registry._POLICY_LOSS_FN_CATEGORY,
+  registry.VALUE_LOSSES: function_registry._VALUE_LOSS_FN_CATEGORY,
+  registry.ADVANTAGE_ESTIMATORS: function_registry._ADVANTAGE_ESTIMATOR_CATEGORY,
+}
+_PUT_BY_US: dict[tuple[str, str], Any] = {}  # (category, name) -> what we put in tunix's registry
+
+
+def register_in_tunix(kind: str, name: str, obj: Any) -> None:
+  """Registers a registry object in tunix's `function_registry` as `name`, if not there yet.
+
+  A name tunix already holds for another loss is refused (tunix's trainers would use that
+  one); for advantage estimators tunix keeps its own and `PpoExtLearner` uses ours.
+
+  Raises:
+    ValueError: the loss name is taken in tunix's registry by another function.
+  """
+  category = _TUNIX_CATEGORIES[kind]
+  tunix_registry = function_registry.default_registry
+  if name in tunix_registry.list_functions(category) and (category, name) not in _PUT_BY_US:
+    held = tunix_registry.get(category, name)
+    if kind != registry.ADVANTAGE_ESTIMATORS and held is not obj:
+      raise ValueError(
+        f"tunix's function_registry already holds {category} {name!r} "
+        f"({getattr(held, '__module__', '?')}.{getattr(held, '__qualname__', held)}), which "
+        "tunix's trainers would use instead: choose another name"
+      )
+    return
+  if _PUT_BY_US.get((category, name)) is not obj:
+    value = tunix_advantage_estimator(obj) if kind == registry.ADVANTAGE_ESTIMATORS else obj
+    tunix_registry.register(category, name)(value)
+    _PUT_BY_US[(category, name)] = obj
+
+
+def tunix_advantage_estimator(estimator: Callable[..., Any]) -> Callable[..., Any]:
+  """A registry estimator behind tunix's signature: GRPO's if it takes `scores` (not
+  `rewards`), `(rewards [B], num_generations) -> [B]`; else PPO's, `(rewards, values,
+  completion_mask, gamma, gae_lambda) -> (advantages, returns)`, each sequence its own group.
+  """
+  wanted = adv_lib._wanted_inputs(estimator)  # pylint: disable=protected-access
+  if wanted is not None and "scores" in wanted and "rewards" not in wanted:
+
+    def grpo_signature(rewards, num_generations):
+      scores, group_ids = _contiguous_groups(rewards, num_generations)
+      ones = jnp.ones((scores.shape[0], 1), jnp.float32)
+      advantages, _ = adv_lib.call_estimator(
+        estimator, scores=scores, group_ids=group_ids, mask=ones
+      )
+      return advantages[:, 0]
+
+    return grpo_signature
+
+  def ppo_signature(rewards, values, completion_mask, gamma, gae_lambda):
+    rewards = jnp.asarray(rewards, jnp.float32)
+    return adv_lib.call_estimator(
+      estimator,
+      rewards=rewards,
+      values=values,
+      mask=completion_mask,
+      scores=jnp.sum(rewards * completion_mask, axis=-1),
+      group_ids=jnp.arange(rewards.shape[0]),
+      gamma=gamma,
+      gae_lambda=gae_lambda,
+    )
+
+  return ppo_signature

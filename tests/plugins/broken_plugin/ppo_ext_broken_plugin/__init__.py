@@ -1,0 +1,1 @@
+"""Test fixture: entry points that fail to import or break their protocol."""

@@ -1,0 +1,47 @@
+"""Resuming after a hard kill: actor and critic checkpoints of the same step.
+
+tunix saves the actor's and the critic's orbax checkpoints one after the other (in
+`<dir>/actor/<step>` and `<dir>/critic/<step>`), and each trainer restores its own latest
+step. A kill between the two saves would resume the actor at step k and the critic at an
+older step. `align_role_checkpoints` moves such unmatched steps aside (to
+`<dir>/incomplete/<role>/<step>`, nothing is deleted) so both restore the same step.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Sequence
+
+ROLES: tuple[str, ...] = ("actor", "critic")
+INCOMPLETE = "incomplete"
+
+
+def finalized_steps(role_dir: str | pathlib.Path) -> set[int]:
+  """Steps orbax finished writing under `role_dir` (its step directories are named `<int>`;
+  unfinished saves live in `<step>.orbax-checkpoint-tmp-*` until orbax renames them)."""
+  directory = pathlib.Path(role_dir)
+  if not directory.is_dir():
+    return set()
+  return {int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()}
+
+
+def align_role_checkpoints(
+  checkpoint_dir: str | pathlib.Path, roles: Sequence[str] = ROLES
+) -> int | None:
+  """Moves steps that not every role in `roles` has to `<checkpoint_dir>/incomplete/`.
+
+  Returns the latest step every role has (what the trainers will restore), or None.
+  """
+  root = pathlib.Path(checkpoint_dir)
+  steps = {role: finalized_steps(root / role) for role in roles}
+  common = set.intersection(*steps.values()) if steps else set()
+  for role, role_steps in steps.items():
+    for step in sorted(role_steps - common):
+      target = root / INCOMPLETE / role / str(step)
+      suffix = 0
+      while target.exists():
+        suffix += 1
+        target = root / INCOMPLETE / role / f"{step}-{suffix}"
+      target.parent.mkdir(parents=True, exist_ok=True)
+      (root / role / str(step)).rename(target)
+  return max(common) if common else None
