@@ -7,9 +7,9 @@ CPU devices standing in for TPU cores).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
-import re
 import subprocess
 import sys
 
@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from tunix_ppo_ext import cli, cluster, mesh
+from tunix_ppo_ext import cli, cluster, mesh, models
 from tunix_ppo_ext.metrics import read_jsonl
 from tunix_ppo_ext.run_config import load_run_config
 
@@ -164,7 +164,11 @@ def test_batch_must_divide_by_the_trainers_fsdp_size():
 
 def test_indivisible_parameter_is_named_before_placement():
   tp2 = jax.sharding.AbstractMesh((1, 2), ("fsdp", "tp"))
-  spec = jax.sharding.PartitionSpec("tp", "fsdp")
-  cluster._check_divisible("embedder.input_embedding", (18, 32), spec, tp2)
-  with pytest.raises(ValueError, match=re.escape("parameter embedder.input_embedding of shape")):
-    cluster._check_divisible("embedder.input_embedding", (17, 32), spec, tp2)
+  config = models.tiny_qwen3_config(18, num_layers=1, embed_dim=32, num_heads=2, num_kv_heads=2)
+  cluster.check_shardable(models.make_policy(config), tp2)
+  odd_vocab = models.make_policy(dataclasses.replace(config, vocab_size=17))
+  with pytest.raises(ValueError, match=r"'input_embedding'.*shape \(17, 32\).*of total size 2"):
+    cluster.check_shardable(odd_vocab, tp2)
+  one_kv_head = models.make_policy(dataclasses.replace(config, num_kv_heads=1))
+  with pytest.raises(ValueError, match=r"'k_proj'.*dimension of 1 sharded on mesh axes \('tp',\)"):
+    cluster.check_shardable(one_kv_head, tp2)

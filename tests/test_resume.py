@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from tunix_ppo_ext import distributed, resume
+from tunix_ppo_ext import resume
 from tunix_ppo_ext.metrics import compact_jsonl, read_jsonl, truncate_jsonl
 
 SMOKE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
@@ -166,25 +166,3 @@ def test_unmatched_role_checkpoints_are_moved_aside(tmp_path):
   assert resume.finalized_steps(tmp_path / "actor") == {3, 6}
   assert (tmp_path / "incomplete" / "actor" / "9").is_dir()
   assert resume.align_role_checkpoints(tmp_path / "nothing") is None
-
-
-@pytest.mark.parametrize(
-  "flag, env, expected",
-  [
-    (None, {}, None),
-    (None, {"JAX_COORDINATOR_ADDRESS": "10.0.0.2:1234"}, "JAX_COORDINATOR_ADDRESS is set"),
-    (None, {"TPU_WORKER_HOSTNAMES": "t1k-w-0"}, None),  # a single-host TPU VM
-    (None, {"TPU_WORKER_HOSTNAMES": "w-0,w-1,w-2,w-3"}, "TPU_WORKER_HOSTNAMES lists 4 hosts"),
-    (True, {}, "--multi-host"),
-    (False, {"JAX_COORDINATOR_ADDRESS": "10.0.0.2:1234"}, None),
-  ],
-)
-def test_multi_host_is_detected_or_forced(flag, env, expected):
-  assert distributed.multi_host_reason(flag, env) == expected
-
-
-def test_only_process_zero_gets_the_sinks():
-  sinks = ["jsonl", "progress", "wandb"]
-  assert distributed.primary_only(0, sinks) == sinks
-  assert distributed.primary_only(1, sinks) == [] == distributed.primary_only(7, sinks)
-  assert distributed.is_primary(0) and not distributed.is_primary(3)

@@ -135,6 +135,9 @@ def _observations_in_loss(source):
     batch.loss_mask = np.asarray(batch.attention_mask).copy()
     return batch
 
+  for name in ("state_dict", "load_state_dict"):  # checkpointed sampling state, if any
+    if hasattr(source, name):
+      setattr(source_with_observations_in_loss, name, getattr(source, name))
   return source_with_observations_in_loss
 
 
@@ -248,8 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   except ValueError as err:
     print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
     return 2
-  distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ))
   try:
+    distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ), os.environ)
     meshes = run_meshes(run)  # device counts are known only now (after joining other hosts)
   except ValueError as err:
     print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)

@@ -53,11 +53,9 @@ def shard_to_mesh(model: nnx.Module, mesh: jax.sharding.Mesh) -> nnx.Module:
   Doing it before `RLCluster` keeps the caller's object the one tunix trains: RLCluster
   only re-creates models that are not on the role's mesh yet.
   """
+  check_shardable(model, mesh)
   state = nnx.state(model)
   specs = nnx.get_partition_spec(state)
-  named_specs = jax.tree_util.tree_leaves_with_path(specs, is_leaf=_is_spec)
-  for (path, spec), array in zip(named_specs, jax.tree.leaves(state), strict=True):
-    _check_divisible(jax.tree_util.keystr(path), array.shape, spec, mesh)
   shardings = jax.tree.map(
     lambda s: jax.sharding.NamedSharding(mesh, s or jax.sharding.PartitionSpec()),
     specs,
@@ -65,6 +63,15 @@ def shard_to_mesh(model: nnx.Module, mesh: jax.sharding.Mesh) -> nnx.Module:
   )
   nnx.update(model, jax.device_put(state, shardings))
   return model
+
+
+def check_shardable(model: nnx.Module, mesh: jax.sharding.Mesh) -> None:
+  """Raises ValueError naming the first parameter whose dimensions do not divide by the
+  sizes of the `mesh` axes its partition spec puts them on (JAX would fail deep inside)."""
+  state = nnx.state(model)
+  named_specs = jax.tree_util.tree_leaves_with_path(nnx.get_partition_spec(state), is_leaf=_is_spec)
+  for (path, spec), array in zip(named_specs, jax.tree.leaves(state), strict=True):
+    _check_divisible(jax.tree_util.keystr(path), array.shape, spec, mesh)
 
 
 def _is_spec(leaf: Any) -> bool:
@@ -244,6 +251,8 @@ def build_cluster(
   for model, role in ((policy, Role.ACTOR), (critic, Role.CRITIC), (reference, Role.REFERENCE)):
     if model is not None:
       shard_to_mesh(model, meshes[role])
+  if meshes[Role.ROLLOUT] != meshes[Role.ACTOR]:  # tunix reshards a copy of the policy there
+    check_shardable(policy, meshes[Role.ROLLOUT])
   cluster_config = rl_cluster_lib.ClusterConfig(
     role_to_mesh=meshes,
     rollout_engine="vanilla",

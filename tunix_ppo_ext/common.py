@@ -6,7 +6,10 @@ A trajectory carries two masks over its completion tokens, never mixed up:
 - the loss mask: 1 on the agent's own tokens only; it never reaches these functions.
 
 With `completion_mask=None` every function reproduces tunix 0.1.7 (the mask is
-derived as `completion_tokens != pad_id`).
+derived as `completion_tokens != pad_id`). The passes only read the model, so they use
+`nnx.jit` in tree mode (`graph=False`): the model is a plain pytree, which skips the graph
+protocol's per-call flatten (half the call overhead of a toy-size pass on CPU); tree mode
+does not accept a model whose `Variable`s are shared between submodules.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def _forward(
   return out[0] if isinstance(out, tuple) else out
 
 
-@nnx.jit(static_argnames=("pad_id", "eos_id", "stop_gradient"))
+@nnx.jit(static_argnames=("pad_id", "eos_id", "stop_gradient"), graph=False)
 def compute_completion_logits(
   model: nnx.Module,
   prompt_tokens: jax.Array,
@@ -118,7 +121,8 @@ def _completion_logits(
     "stop_gradient",
     "temperature",
     "chunk_size",
-  )
+  ),
+  graph=False,
 )
 def compute_per_token_logps(
   model: nnx.Module,
@@ -154,7 +158,7 @@ def compute_per_token_logps(
   return (logps, entropy) if return_entropy else logps
 
 
-@nnx.jit(static_argnames=("pad_id", "eos_id", "stop_gradient"))
+@nnx.jit(static_argnames=("pad_id", "eos_id", "stop_gradient"), graph=False)
 def compute_score(
   model: nnx.Module,
   prompt_tokens: jax.Array,

@@ -38,15 +38,31 @@ def multi_host_reason(flag: bool | None, env: Mapping[str, str]) -> str | None:
   return None
 
 
-def initialize(reason: str | None) -> None:
-  """Calls `jax.distributed.initialize()` (auto-detected settings) when `reason` is given.
+def initialize_kwargs(env: Mapping[str, str]) -> dict[str, int]:
+  """`num_processes` / `process_id` for `jax.distributed.initialize` from `JAX_NUM_PROCESSES`
+  / `JAX_PROCESS_ID` when set (JAX itself detects them on TPU pods, Slurm, Open MPI)."""
+  kwargs = {}
+  for name, key in (("JAX_NUM_PROCESSES", "num_processes"), ("JAX_PROCESS_ID", "process_id")):
+    if env.get(name, "").strip():
+      try:
+        kwargs[key] = int(env[name])
+      except ValueError:
+        raise ValueError(f"environment variable {name}={env[name]!r} must be an int") from None
+  return kwargs
 
-  Must run before anything touches a JAX device.
+
+def initialize(reason: str | None, env: Mapping[str, str]) -> None:
+  """Calls `jax.distributed.initialize()` when `reason` is given (else nothing).
+
+  JAX reads the coordinator address (`JAX_COORDINATOR_ADDRESS`) or detects the cluster;
+  `initialize_kwargs(env)` adds the process count and index. Must run before anything
+  touches a JAX device.
   """
   if reason is None:
     return
+  kwargs = initialize_kwargs(env)
   print(f"tunix-ppo-ext: multi-host run ({reason}): jax.distributed.initialize()", flush=True)
-  jax.distributed.initialize()
+  jax.distributed.initialize(**kwargs)
 
 
 def is_primary(process_index: int) -> bool:

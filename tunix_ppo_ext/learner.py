@@ -233,12 +233,17 @@ class PpoExtLearner(ppo_learner.PPOLearner):
   # ----- learner state in checkpoints -----
 
   def _learner_state(self) -> dict[str, Any]:
-    return {"kl_ctrl": self.kl_controller.state_dict()}
+    state = {"kl_ctrl": self.kl_controller.state_dict()}
+    if hasattr(self.trajectory_source, "state_dict"):  # e.g. the rollout's sampling seeds
+      state["trajectory_source"] = self.trajectory_source.state_dict()
+    return state
 
   def _restore_learner_state(self) -> None:
     restored = getattr(self.rl_cluster.actor_trainer, "_restored_custom_metadata", None) or {}
     if "kl_ctrl" in restored:
       self.kl_controller.load_state_dict(restored["kl_ctrl"])
+    if "trajectory_source" in restored and hasattr(self.trajectory_source, "load_state_dict"):
+      self.trajectory_source.load_state_dict(restored["trajectory_source"])
 
   # ----- models -----
 
@@ -331,8 +336,7 @@ class PpoExtLearner(ppo_learner.PPOLearner):
         batch = self.trajectory_source(self, training_input, mode)
     batch.validate(allow_nonfinite_rewards=True)
     batch, dropped = self._nonfinite_rewards.apply(batch)  # error, or drop and count
-    if config.nonfinite_rewards == "drop":
-      self.rl_cluster.buffer_metrics({robustness.DROPPED_METRIC: (dropped, np.sum)}, mode=mode)
+    self.rl_cluster.buffer_metrics({robustness.DROPPED_METRIC: (dropped, np.sum)}, mode=mode)
     pad_id, eos_id = self.rl_cluster.rollout.pad_id(), self.rl_cluster.rollout.eos_id()
     prompt = jnp.asarray(batch.prompt_ids)
     completion = jnp.asarray(batch.completion_ids)

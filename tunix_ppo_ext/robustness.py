@@ -256,7 +256,7 @@ class NonFiniteRewards:
       if values.shape == (len(completions),):
         for row in np.flatnonzero(~np.isfinite(values)):
           self.reported.setdefault(
-            int(row), f"reward function {reward_fn.__name__!r} returned {values[row]!r}"
+            int(row), f"reward function {reward_fn.__name__!r} returned {float(values[row])}"
           )
       return scores
 

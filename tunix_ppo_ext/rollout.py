@@ -423,6 +423,15 @@ class MultiTurnRollout:
     state = np.random.SeedSequence([base, self._calls, turn]).generate_state(1)[0]
     return int(state & 0x7FFFFFFF)
 
+  def state_dict(self) -> dict[str, int]:
+    """What a checkpoint keeps (the call count behind the sampling seeds), so a resumed run
+    samples what the uninterrupted run sampled."""
+    return {"calls": self._calls}
+
+  def load_state_dict(self, state: dict[str, int]) -> None:
+    """Restores `state_dict()`'s output."""
+    self._calls = int(state["calls"])
+
   # ----- assembling the batch -----
 
   def _stats(self, episodes: list[_Episode]) -> RolloutStats:
