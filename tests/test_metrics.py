@@ -229,9 +229,7 @@ def test_wandb_not_installed_gives_one_warning_and_a_silent_sink(tmp_path, monke
       sink.log_scalar("actor/pg_loss", 1.0, step=step)
     sink.close()
   assert not sink.active
-  assert [str(w.message) for w in caught] == [
-    "W&B disabled for this run: wandb is not installed"
-  ]
+  assert [str(w.message) for w in caught] == ["W&B disabled for this run: wandb is not installed"]
 
 
 def test_wandb_failing_at_init_gives_one_warning(tmp_path, monkeypatch):

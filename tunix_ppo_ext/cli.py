@@ -33,6 +33,7 @@ from tunix_ppo_ext.cluster import build_cluster
 from tunix_ppo_ext.learner import PpoExtLearner
 from tunix_ppo_ext.mesh import check_batch_divisible, describe_meshes, role_meshes
 from tunix_ppo_ext.metrics import read_jsonl
+from tunix_ppo_ext.robustness import NonFiniteTrainingError
 from tunix_ppo_ext.rollout import MultiTurnRollout, episode_batches
 from tunix_ppo_ext.run_config import RunConfig, load_run_config
 from tunix_ppo_ext.tokenizer import CharTokenizer
@@ -259,7 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   for line in describe_meshes(meshes).splitlines():
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)
-  train(run)
+  try:
+    train(run)
+  except NonFiniteTrainingError as err:  # the NaN guard stopped the run after a checkpoint
+    print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
+    return 3
   return 0
 
 

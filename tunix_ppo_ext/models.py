@@ -71,8 +71,8 @@ class ValueModel(nnx.Module):
       kernel_init=nnx.initializers.normal(stddev=1.0 / math.sqrt(config.embed_dim + 1)),
       bias_init=nnx.initializers.zeros_init(),
       param_dtype=jnp.float32,
-      # sharded as XLA shards it after an update (replicated, the critic's train step
-      # compiled a second time on a multi-device mesh)
+      # on fsdp, where XLA leaves it after an update; declared replicated (or not at all),
+      # the critic's train step compiled a second time at step 2 on a multi-device mesh
       kernel_metadata={"sharding": ("fsdp", None)},
       bias_metadata={"sharding": (None,)},
       rngs=rngs,
