@@ -24,9 +24,10 @@ from tunix_ppo_ext.metrics import compact_jsonl, read_jsonl, truncate_jsonl
 
 SMOKE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
 STEPS = 14
+CHECKPOINT_EVERY = 4  # the kill lands two steps after one, two steps before the next
 OVERRIDES = [
   f"train.steps={STEPS}",
-  "train.checkpoint_every=3",
+  f"train.checkpoint_every={CHECKPOINT_EVERY}",
   "train.eval_batches=0",
   "ppo.kl_ctrl=adaptive",  # the KL coefficient changes every step
   "ppo.kl_target=10.0",
@@ -69,7 +70,8 @@ def kill_after_checkpoint(out: pathlib.Path, env: dict[str, str], log: pathlib.P
   try:
     while time.monotonic() < deadline:
       saved, steps = common_checkpoints(out), logged_steps(out)
-      if saved and steps and max(steps) >= min(saved) + 2:
+      # orbax also keeps the first step; wait for a periodic checkpoint and two later steps
+      if saved and steps and max(saved) >= CHECKPOINT_EVERY and max(steps) >= max(saved) + 2:
         break
       assert process.poll() is None, f"run ended before the kill:\n{log.read_text()[-3000:]}"
       time.sleep(0.05)
