@@ -31,7 +31,7 @@ from tunix_ppo_ext import checkpoints, distributed, envs, metric_keys, metrics, 
 from tunix_ppo_ext import registry as plugin_registry
 from tunix_ppo_ext.cluster import build_cluster
 from tunix_ppo_ext.learner import PpoExtLearner
-from tunix_ppo_ext.mesh import check_batch_divisible, describe_meshes, role_meshes
+from tunix_ppo_ext.mesh import Role, check_batch_divisible, describe_meshes, role_meshes
 from tunix_ppo_ext.metrics import read_jsonl
 from tunix_ppo_ext.robustness import NonFiniteTrainingError
 from tunix_ppo_ext.rollout import MultiTurnRollout, episode_batches
@@ -53,7 +53,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   ppo = run.ppo_config()
   env = envs.make_env(run.env.name, **run.env.kwargs)
   tokenizer = _tokenizer(run)
-  policy, critic, reference = _models(run, tokenizer)
+  policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
   train = run.train
   keys = run.metrics.keys()
   shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
@@ -142,8 +142,12 @@ def _observations_in_loss(source):
   return source_with_observations_in_loss
 
 
-def _models(run: RunConfig, tokenizer):
-  """`(policy, critic, reference)`: a Qwen3 (toy or from a checkpoint), its critic, a copy."""
+def _models(run: RunConfig, tokenizer, mesh=None):
+  """`(policy, critic, reference)`: a Qwen3 (toy or from a checkpoint), its critic, a copy.
+
+  A checkpoint is loaded straight onto `mesh` (the actor's), sharded, so a real model
+  never sits whole on one chip; the reference copy keeps that sharding.
+  """
   if run.model.config_name is not None:
     config = getattr(qwen3.ModelConfig, run.model.config_name)()
   else:
@@ -157,7 +161,7 @@ def _models(run: RunConfig, tokenizer):
       num_kv_heads=run.model.num_kv_heads,
     )
   if run.model.checkpoint is not None:
-    policy = checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config)
+    policy = checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config, mesh)
   else:
     policy = models.make_policy(config, run.seed)
   return policy, models.critic_from_policy(policy, run.seed + 1), models.copy_model(policy)
