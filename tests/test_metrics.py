@@ -346,3 +346,27 @@ def test_plot_command_draws_the_curves(smoke_run, capsys):
   png = pathlib.Path(capsys.readouterr().out.strip())
   assert png == out / "curves.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert cli.main(["plot", str(out / "nowhere")]) == 2
+
+
+def test_wandb_online_without_network_falls_back_to_an_offline_run(tmp_path, monkeypatch):
+  import wandb
+
+  from tunix_ppo_ext import metrics
+
+  real_init = wandb.init
+
+  def init_without_network(**kwargs):
+    if kwargs["mode"] == "online":
+      raise wandb.errors.CommError("no route to api.wandb.ai")
+    return real_init(**kwargs)
+
+  monkeypatch.setattr(metrics, "_has_wandb_key", lambda: True)
+  monkeypatch.setattr(wandb, "init", init_without_network)
+  with pytest.warns(UserWarning, match=r"W&B online failed \(CommError.*\); offline"):
+    sink = WandbSink("online", tmp_path, {"seed": 0})
+  sink.log_scalar("actor/pg_loss", 0.5, step=1)
+  sink.close()
+  (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+  history, config = read_wandb_run(run_file)
+  assert [row["actor/pg_loss"] for row in history if "actor/pg_loss" in row] == [0.5]
+  assert config["seed"] == 0

@@ -149,15 +149,23 @@ def compact_jsonl(path: str | pathlib.Path) -> int:
   return len(rows)
 
 
+def _has_wandb_key() -> bool:
+  """An API key in `WANDB_API_KEY` or in `~/.netrc` (where `wandb login` puts it)."""
+  netrc = pathlib.Path.home() / ".netrc"
+  in_netrc = netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+  return bool(os.environ.get("WANDB_API_KEY")) or in_netrc
+
+
 class WandbSink:
   """W&B through the `wandb` library, one history row per step; never fatal.
 
   Every key is plotted against `global_step` (`define_metric`), so late rows (an
   evaluation logged after the next step began) land at their own step; the keys' first
   path component becomes a W&B section. `mode` is `online` or `offline`; `online` without
-  an API key falls back to `offline` (sync later with `wandb sync`). The run directory is
-  `run_dir/wandb`. If `wandb` is missing or `wandb.init` fails, one warning is issued and
-  the sink drops everything, so training goes on.
+  an API key, or failing to start (no network), falls back to `offline` (sync later with
+  `wandb sync`). The run directory is `run_dir/wandb`. If `wandb` is missing or cannot
+  start even offline, one warning is issued and the sink drops everything, so training
+  goes on.
   """
 
   STEP_KEY = "global_step"
@@ -166,28 +174,39 @@ class WandbSink:
     self._run = None
     self._step: int | None = None
     self._row: dict[str, float] = {}
-    if mode == "online" and not os.environ.get("WANDB_API_KEY"):
+    if mode == "online" and not _has_wandb_key():
       mode = "offline"
     try:
       import wandb  # noqa: PLC0415 (optional at run time)
     except ImportError:
       warnings.warn("W&B disabled for this run: wandb is not installed", stacklevel=2)
       return
+    pathlib.Path(run_dir).mkdir(parents=True, exist_ok=True)
     try:
-      pathlib.Path(run_dir).mkdir(parents=True, exist_ok=True)
-      self._run = wandb.init(
-        project=os.environ.get("WANDB_PROJECT", "tunix-ppo-ext"),
-        mode=mode,
-        dir=str(run_dir),
-        config=config,
-        reinit="create_new",
-        settings=wandb.Settings(silent=True, console="off"),
-      )
-      self._run.define_metric(self.STEP_KEY)
-      self._run.define_metric("*", step_metric=self.STEP_KEY)
+      self._run = self._init(wandb, mode, run_dir, config)
     except Exception as err:  # noqa: BLE001 (W&B must never stop training)
+      if mode == "online":  # e.g. no network: keep the run, offline
+        warnings.warn(f"W&B online failed ({type(err).__name__}: {err}); offline", stacklevel=2)
+        try:
+          self._run = self._init(wandb, "offline", run_dir, config)
+          return
+        except Exception as second:  # noqa: BLE001
+          err = second
       self._run = None
       warnings.warn(f"W&B disabled for this run: {type(err).__name__}: {err}", stacklevel=2)
+
+  def _init(self, wandb: Any, mode: str, run_dir: str | pathlib.Path, config: dict[str, Any]):
+    run = wandb.init(
+      project=os.environ.get("WANDB_PROJECT", "tunix-ppo-ext"),
+      mode=mode,
+      dir=str(run_dir),
+      config=config,
+      reinit="create_new",
+      settings=wandb.Settings(silent=True, console="off", init_timeout=60),
+    )
+    run.define_metric(self.STEP_KEY)
+    run.define_metric("*", step_metric=self.STEP_KEY)
+    return run
 
   @property
   def active(self) -> bool:

@@ -137,7 +137,7 @@ class RunConfig:
 
   seed: int = 0
   output_dir: str = "runs/default"
-  wandb: str = "disabled"
+  wandb: str = "online"  # without an API key or network: offline; "disabled": none
   sinks: list[str] = dataclasses.field(default_factory=list)  # extra metric sinks, by name
   model: ModelSection = dataclasses.field(default_factory=ModelSection)
   env: EnvSection = dataclasses.field(default_factory=EnvSection)
