@@ -20,9 +20,9 @@ from _timing import timed
 from tunix.rl.ppo import ppo_learner
 
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.cluster import build_cluster, make_models
-from tunix_ppo_ext.learner import PpoExtLearner
-from tunix_ppo_ext.tokenizer import CharTokenizer
+from tunix_ppo_ext.tunix.cluster import build_cluster, make_models
+from tunix_ppo_ext.tunix.learner import PpoExtLearner
+from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
 
 def prompts(batch: int, seed: int):

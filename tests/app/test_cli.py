@@ -1,0 +1,72 @@
+"""The `tunix-ppo-ext` command: config loading, overrides and errors (runs: test_metrics)."""
+
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+from tunix_ppo_ext.app import cli
+from tunix_ppo_ext.tunix.learner import TrajectoryBatch
+from tunix_ppo_ext.app.run_config import RunConfig, load_run_config
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
+
+
+def test_default_yaml_holds_the_builtin_default():
+  assert load_run_config(str(CONFIGS / "default.yaml")) == load_run_config(None) == RunConfig()
+
+
+def test_dotted_overrides_reach_every_section():
+  run = load_run_config(
+    None, ["train.steps=7", "ppo.entropy_coef=0.02", "env.kwargs.num_symbols=4", "seed=3"]
+  )
+  assert run.train.steps == 7 and run.seed == 3
+  assert run.ppo["entropy_coef"] == 0.02 and run.ppo_config().entropy_coef == 0.02
+  assert run.env.kwargs["num_symbols"] == 4
+
+
+@pytest.mark.parametrize(
+  "override, message",
+  [
+    ("train.stepz=3", r"unknown config key 'train.stepz'; did you mean 'steps'"),
+    ("trian.steps=3", r"unknown config key 'trian'; did you mean 'train'"),
+    ("train.steps=abc", r"'train.steps' must be int, got 'abc'"),
+    ("train.steps=0", r"'train.steps' must be > 0"),
+    ("train.lr=fast", r"'train.lr' must be float"),
+    (
+      "ppo.entropy_coeff=0.1",
+      r"unknown config key 'ppo.entropy_coeff'; did you mean 'entropy_coef'",
+    ),
+    ("ppo.epsilon_c=0.5", r"PpoExtConfig.epsilon_c=0.5 is invalid"),
+    ("wandb=maybe", r"'wandb' must be one of"),
+    ("train.batch_size=6", r"must be a multiple of ppo.num_generations"),
+    ("env.name=mmeory", r"'env.name'/'env.kwargs'.*unknown environment 'mmeory'"),
+    ("env.kwargs.num_symbol=4", r"'env.kwargs'.*num_symbol"),
+    ("env.kwargs.num_turns=1", r"'env.kwargs'.*num_turns must be >= 2"),
+    ("steps", r"must look like section.key=value"),
+  ],
+)
+def test_bad_input_exits_2_with_a_clear_message(override, message, capsys):
+  assert cli.main(["train", override]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("tunix-ppo-ext: error:")
+  assert re.search(message, err), err
+
+
+def test_missing_config_file(tmp_path, capsys):
+  assert cli.main(["train", "--config", str(tmp_path / "nope.yaml")]) == 2
+  assert "no such file" in capsys.readouterr().err
+
+
+def test_observation_loss_ablation_puts_every_real_token_under_the_loss():
+  attention = np.array([[1, 1, 1, 1, 0]])
+  batch = TrajectoryBatch(
+    prompt_ids=np.ones((1, 2), int),
+    completion_ids=np.ones((1, 5), int),
+    attention_mask=attention,
+    loss_mask=np.array([[1, 0, 0, 1, 0]]),
+    token_rewards=np.zeros((1, 5), np.float32),
+  )
+  wrapped = cli._observations_in_loss(lambda learner, training_input, mode: batch)
+  np.testing.assert_array_equal(wrapped(None, {}, None).loss_mask, attention)

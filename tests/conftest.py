@@ -1,0 +1,154 @@
+"""Shared test setup: the hypothesis profiles, toy data and reward functions, cluster
+builders, and a reader for offline W&B run files.
+
+Hypothesis: the `ci` profile (the default) is derandomized, so every run of the suite draws
+the same examples, and prints the blob that replays a failure; set
+`HYPOTHESIS_PROFILE=explore` to draw new random examples locally (more of them).
+
+Toy data and clusters are tunix's own machinery: `RLCluster` with the "vanilla" rollout
+engine, `rl_trainer.Trainer` with optax Adam, the Qwen3 models of
+`tunix_ppo_ext.tunix.models` and `CharTokenizer`; every role shares one `(fsdp=1, tp=1)` mesh.
+
+An offline W&B run file (`run-*.wandb`) is a LevelDB-style log: a 7-byte header (`:W&B`,
+magic 0xBEE1, version), then 32 KiB blocks of records, each a 7-byte header (CRC32C,
+length, type: 1 full, 2 first, 3 middle, 4 last) and a chunk of a serialized
+`wandb_internal_pb2.Record`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import string
+import struct
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from flax import nnx
+from hypothesis import HealthCheck, settings
+
+from tunix_ppo_ext.tunix.cluster import build_cluster, make_mesh, make_models  # noqa: F401
+
+settings.register_profile(
+  "ci",
+  derandomize=True,
+  print_blob=True,
+  deadline=None,
+  database=None,
+  suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("explore", deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+TARGET_CHAR = "a"
+
+
+def make_prompts(num: int, seed: int = 0, length: int = 2) -> tuple[list[str], list[str]]:
+  """`num` prompts `"say <word>:"` and answers (`<word>`), random lowercase words.
+
+  With BOS a prompt is `length + 6` tokens: keep it <= `max_prompt_length`, since the
+  sampler does not truncate but pads longer prompts to the next power of two.
+  """
+  rng = np.random.default_rng(seed)
+  letters = np.array(list(string.ascii_lowercase))
+  words = ["".join(rng.choice(letters, size=length)) for _ in range(num)]
+  return [f"say {w}:" for w in words], words
+
+
+def make_prompts_dataset(
+  num_batches: int, batch: int, seed: int = 0, word_length: int = 2
+) -> list[dict[str, np.ndarray]]:
+  """`num_batches` batches `{"prompts": [batch] str array, "answer": [batch] str array}`.
+
+  Arrays, not lists: tunix's learner `np.repeat`s every leaf of a batch, which would turn
+  each string of a Python list into its own array.
+  """
+  prompts, answers = make_prompts(num_batches * batch, seed, word_length)
+  return [
+    {"prompts": np.array(prompts[i : i + batch]), "answer": np.array(answers[i : i + batch])}
+    for i in range(0, num_batches * batch, batch)
+  ]
+
+
+def iterate_forever(batches: Sequence[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+  """Cycles through `batches` (the learner stops at `max_steps`)."""
+  while True:
+    yield from batches
+
+
+def target_char_reward(prompts: Sequence[str], completions: Sequence[str], **_) -> list[float]:
+  """Fraction of each completion's characters that are `TARGET_CHAR` (0 for empty)."""
+  return [c.count(TARGET_CHAR) / len(c) if c else 0.0 for c in completions]
+
+
+def echo_answer_reward(
+  prompts: Sequence[str], completions: Sequence[str], answer: Sequence[str], **_
+) -> list[float]:
+  """Fraction of the answer's characters that the completion reproduces in place."""
+  return [_matched_fraction(c, str(t)) for c, t in zip(completions, answer, strict=True)]
+
+
+def _matched_fraction(completion: str, target: str) -> float:
+  """Share of `target`'s positions where `completion` has the same character."""
+  hits = sum(a == b for a, b in zip(completion, target, strict=False))
+  return hits / max(len(target), 1)
+
+
+def param_leaf(model: nnx.Module) -> np.ndarray:
+  """A host copy of one trained leaf (first decoder layer's q projection)."""
+  return np.array(model.layers[0].attn.q_proj.w[...])
+
+
+_BLOCK = 32768
+_HEADER = struct.Struct("<IHB")
+
+
+def _records(data: bytes) -> Iterator[bytes]:
+  ident, magic, _ = struct.unpack("<4sHB", data[:7])
+  assert ident == b":W&B" and magic == 0xBEE1, (ident, magic)
+  pos, pending = 7, b""
+  while pos + _HEADER.size <= len(data):
+    left = _BLOCK - pos % _BLOCK
+    if left < _HEADER.size:
+      pos += left
+      continue
+    _, length, kind = _HEADER.unpack_from(data, pos)
+    if kind == 0:  # zero padding up to the end of the block
+      pos += left
+      continue
+    chunk = data[pos + _HEADER.size : pos + _HEADER.size + length]
+    pos += _HEADER.size + length
+    if kind == 1:
+      yield chunk
+    elif kind == 2:
+      pending = chunk
+    elif kind == 3:
+      pending += chunk
+    elif kind == 4:
+      yield pending + chunk
+
+
+def _key(item: Any) -> str:
+  """W&B stores a key with `/` as its list of parts (`nested_key`)."""
+  return item.key or "/".join(item.nested_key)
+
+
+def read_wandb_run(path: str | pathlib.Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+  """`(history rows, config)` of an offline run file (config values JSON-decoded)."""
+  from wandb.proto import wandb_internal_pb2  # noqa: PLC0415
+
+  history, config = [], {}
+  for raw in _records(pathlib.Path(path).read_bytes()):
+    record = wandb_internal_pb2.Record.FromString(raw)
+    kind = record.WhichOneof("record_type")
+    if kind == "history":
+      history.append({_key(item): json.loads(item.value_json) for item in record.history.item})
+    elif kind == "run":
+      for item in record.run.config.update:
+        config[item.key] = json.loads(item.value_json)
+    elif kind == "config":
+      for item in record.config.update:
+        config[item.key] = json.loads(item.value_json)
+  return history, config

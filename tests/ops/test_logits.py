@@ -1,0 +1,325 @@
+"""Tests for tunix_ppo_ext.ops.logits against a float64 NumPy reference written from the formulas."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tunix.rl.algo_core import compute_entropy_from_logits
+from tunix.rl.common import selective_log_softmax
+
+from tunix_ppo_ext.ops.logits import full_kl_divergence, logps_and_entropy
+
+RTOL, ATOL = 1e-5, 1e-5
+GRAD_ATOL = 1e-6
+
+# (B, T, V, chunk_size, temperature): unchunked, chunk 1, T not a multiple of the chunk,
+# chunk dividing T, chunk == T, chunk > T; temperatures 1 and != 1.
+CASES = [
+  (2, 7, 11, 0, 1.0),
+  (2, 7, 11, 0, 0.7),
+  (2, 7, 11, 1, 0.7),
+  (2, 13, 50, 4, 1.0),
+  (2, 13, 50, 4, 0.7),
+  (2, 12, 30, 5, 1.3),
+  (2, 12, 30, 4, 0.7),
+  (2, 9, 23, 9, 0.7),
+  (2, 10, 17, 16, 1.0),
+]
+
+
+# ----------------------------------------------------------------------------
+# Independent float64 reference
+# ----------------------------------------------------------------------------
+
+
+def np_log_softmax(x: np.ndarray) -> np.ndarray:
+  """log softmax over the last axis, float64."""
+  x = np.asarray(x, np.float64)
+  z = x - x.max(-1, keepdims=True)
+  return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def np_reference(logits, ids, temperature, w_logp=None, w_ent=None):
+  """(logp, entropy, d/dlogits of sum(w_logp * logp + w_ent * entropy))."""
+  logp_all = np_log_softmax(np.asarray(logits, np.float64) / temperature)
+  p = np.exp(logp_all)
+  logp = np.take_along_axis(logp_all, ids[..., None], -1)[..., 0]
+  ent = -(p * logp_all).sum(-1)
+  grad = None
+  if w_logp is not None:
+    onehot = np.eye(logits.shape[-1])[ids]
+    grad = w_logp[..., None] * (onehot - p) + w_ent[..., None] * (-p * (logp_all + ent[..., None]))
+    grad = grad / temperature
+  return logp, ent, grad
+
+
+def np_kl_reference(logits, ref_logits, temperature, w=None):
+  """(KL(p || q), d/dlogits of sum(w * KL))."""
+  logp = np_log_softmax(np.asarray(logits, np.float64) / temperature)
+  logq = np_log_softmax(np.asarray(ref_logits, np.float64) / temperature)
+  p = np.exp(logp)
+  kl = (p * (logp - logq)).sum(-1)
+  grad = None if w is None else w[..., None] * p * (logp - logq - kl[..., None]) / temperature
+  return kl, grad
+
+
+def make_inputs(b, t, v, seed=0, scale=3.0):
+  rng = np.random.default_rng(seed)
+  logits = (scale * rng.standard_normal((b, t, v))).astype(np.float32)
+  ref = (logits + rng.standard_normal((b, t, v))).astype(np.float32)
+  ids = rng.integers(0, v, (b, t)).astype(np.int32)
+  w1, w2 = rng.standard_normal((2, b, t)).astype(np.float32)
+  return logits, ref, ids, w1, w2
+
+
+def loss_logp_ent(logits, ids, w1, w2, temperature, chunk_size):
+  logp, ent = logps_and_entropy(logits, ids, temperature=temperature, chunk_size=chunk_size)
+  return jnp.sum(w1 * logp + w2 * ent)
+
+
+def loss_kl(logits, ref, w, temperature, chunk_size):
+  return jnp.sum(w * full_kl_divergence(logits, ref, temperature, chunk_size))
+
+
+# jitted entry points (static temperature / chunk size) so shapes compile once.
+_grad_logp_ent = jax.jit(jax.grad(loss_logp_ent), static_argnums=(4, 5))
+_grad_kl = jax.jit(jax.grad(loss_kl), static_argnums=(3, 4))
+_kl = jax.jit(full_kl_divergence, static_argnums=(2, 3))
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _logp_ent(logits, ids, temperature=1.0, chunk_size=0):
+  return logps_and_entropy(logits, ids, temperature=temperature, chunk_size=chunk_size)
+
+
+# ----------------------------------------------------------------------------
+# Values and gradients vs the reference
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("b,t,v,chunk,temperature", CASES)
+def test_logps_entropy_values_and_grads(b, t, v, chunk, temperature):
+  logits, _, ids, w1, w2 = make_inputs(b, t, v, seed=t * v)
+  logp, ent = _logp_ent(logits, ids, temperature, chunk)
+  ref_logp, ref_ent, ref_grad = np_reference(logits, ids, temperature, w1, w2)
+  assert logp.dtype == jnp.float32 and ent.dtype == jnp.float32
+  assert logp.shape == ent.shape == (b, t)
+  np.testing.assert_allclose(logp, ref_logp, rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(ent, ref_ent, rtol=RTOL, atol=ATOL)
+  grad = _grad_logp_ent(logits, ids, w1, w2, temperature, chunk)
+  assert grad.dtype == jnp.float32
+  np.testing.assert_allclose(grad, ref_grad, rtol=RTOL, atol=GRAD_ATOL)
+
+
+@pytest.mark.parametrize("chunk", [0, 3])
+def test_no_entropy(chunk):
+  logits, _, ids, w1, _ = make_inputs(2, 8, 19, seed=1)
+  kwargs = {"temperature": 1.3, "chunk_size": chunk, "return_entropy": False}
+  logp, ent = logps_and_entropy(logits, ids, **kwargs)
+  assert ent is None
+  ref_logp, _, ref_grad = np_reference(logits, ids, 1.3, w1, np.zeros_like(w1))
+  np.testing.assert_allclose(logp, ref_logp, rtol=RTOL, atol=ATOL)
+
+  def loss(x):
+    lp, _ = logps_and_entropy(x, ids, **kwargs)
+    return jnp.sum(w1 * lp)
+
+  np.testing.assert_allclose(jax.grad(loss)(logits), ref_grad, rtol=RTOL, atol=GRAD_ATOL)
+
+
+@pytest.mark.parametrize("b,t,v,chunk,temperature", CASES)
+def test_full_kl_values_and_grads(b, t, v, chunk, temperature):
+  logits, ref, _, w, _ = make_inputs(b, t, v, seed=t + v)
+  kl = _kl(logits, ref, temperature, chunk)
+  ref_kl, ref_grad = np_kl_reference(logits, ref, temperature, w)
+  assert kl.dtype == jnp.float32 and kl.shape == (b, t)
+  np.testing.assert_allclose(kl, ref_kl, rtol=RTOL, atol=ATOL)
+  grad = _grad_kl(logits, ref, w, temperature, chunk)
+  np.testing.assert_allclose(grad, ref_grad, rtol=RTOL, atol=GRAD_ATOL)
+
+
+@pytest.mark.parametrize("chunk", [0, 4])
+def test_kl_reference_gets_no_gradient(chunk):
+  logits, ref, _, w, _ = make_inputs(2, 6, 13, seed=2)
+  g_ref = jax.grad(loss_kl, argnums=1)(logits, ref, w, 1.0, chunk)
+  np.testing.assert_array_equal(g_ref, np.zeros_like(ref))
+
+
+def test_jit_and_vmap_match():
+  logits, ref, ids, _, _ = make_inputs(2, 9, 21, seed=3)
+  f = jax.jit(lambda x, i: logps_and_entropy(x, i, chunk_size=4))
+  g = jax.vmap(lambda x, i: logps_and_entropy(x[None], i[None], chunk_size=4))
+  (lp1, e1), (lp2, e2) = f(logits, ids), g(logits, ids)
+  np.testing.assert_allclose(lp1, lp2[:, 0], rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(e1, e2[:, 0], rtol=RTOL, atol=ATOL)
+
+
+# ----------------------------------------------------------------------------
+# bfloat16 and extreme inputs
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [0, 4])
+def test_bfloat16_inputs(chunk):
+  logits, ref, ids, w1, w2 = make_inputs(2, 11, 37, seed=4)
+  lb, rb = jnp.asarray(logits, jnp.bfloat16), jnp.asarray(ref, jnp.bfloat16)
+  lf, rf = lb.astype(jnp.float32), rb.astype(jnp.float32)  # same rounded inputs
+
+  logp_b, ent_b = _logp_ent(lb, ids, 0.9, chunk)
+  logp_f, ent_f = _logp_ent(lf, ids, 0.9, chunk)
+  assert logp_b.dtype == ent_b.dtype == jnp.float32
+  assert np.all(np.isfinite(logp_b)) and np.all(np.isfinite(ent_b))
+  np.testing.assert_allclose(logp_b, logp_f, rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(ent_b, ent_f, rtol=RTOL, atol=ATOL)
+
+  g_b = _grad_logp_ent(lb, ids, w1, w2, 0.9, chunk)
+  g_f = _grad_logp_ent(lf, ids, w1, w2, 0.9, chunk)
+  assert g_b.dtype == jnp.bfloat16
+  np.testing.assert_allclose(g_b.astype(np.float32), g_f, rtol=1e-2, atol=1e-3)
+
+  kl_b = _kl(lb, rb, 0.9, chunk)
+  np.testing.assert_allclose(kl_b, _kl(lf, rf, 0.9, chunk), rtol=RTOL, atol=ATOL)
+  gk_b = _grad_kl(lb, rb, w1, 0.9, chunk)
+  assert gk_b.dtype == jnp.bfloat16
+  gk_f = _grad_kl(lf, rf, w1, 0.9, chunk)
+  np.testing.assert_allclose(gk_b.astype(np.float32), gk_f, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("chunk", [0, 3])
+def test_huge_logits_stay_finite(chunk):
+  rng = np.random.default_rng(5)
+  logits = rng.uniform(-1e4, 1e4, (2, 7, 29)).astype(np.float32)
+  ref = rng.uniform(-1e4, 1e4, (2, 7, 29)).astype(np.float32)
+  ids = rng.integers(0, 29, (2, 7)).astype(np.int32)
+  w = np.ones((2, 7), np.float32)
+  logp, ent = _logp_ent(logits, ids, 1.0, chunk)
+  kl = _kl(logits, ref, 1.0, chunk)
+  for arr in (
+    logp,
+    ent,
+    kl,
+    _grad_logp_ent(logits, ids, w, w, 1.0, chunk),
+    _grad_kl(logits, ref, w, 1.0, chunk),
+  ):
+    assert np.all(np.isfinite(arr))
+  ref_logp, ref_ent, _ = np_reference(logits, ids, 1.0)
+  np.testing.assert_allclose(logp, ref_logp, rtol=RTOL, atol=1e-2)  # |logits| ~ 1e4: ulp ~ 1e-3
+  np.testing.assert_allclose(ent, ref_ent, atol=1e-3)
+
+
+# ----------------------------------------------------------------------------
+# Agreement with tunix
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [0, 1, 5, 64])
+def test_matches_tunix(chunk):
+  logits, _, ids, _, _ = make_inputs(2, 13, 47, seed=6)
+  logp, ent = _logp_ent(logits, ids, 1.0, chunk)
+  np.testing.assert_allclose(logp, selective_log_softmax(logits, ids), rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(ent, compute_entropy_from_logits(logits), rtol=RTOL, atol=ATOL)
+
+
+# ----------------------------------------------------------------------------
+# Memory: the chunked VJP keeps no full [B, T, V] float32 temporaries
+# ----------------------------------------------------------------------------
+
+
+def _temp_bytes(fn, *args) -> int:
+  return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_chunked_temp_memory_is_small():
+  b, t, v = 1, 512, 8192
+  x = jax.ShapeDtypeStruct((b, t, v), jnp.bfloat16)
+  ids = jax.ShapeDtypeStruct((b, t), jnp.int32)
+  f32_full = b * t * v * 4
+
+  def lp_ent(chunk):
+    return jax.value_and_grad(
+      lambda lg, i: sum(jnp.sum(a) for a in logps_and_entropy(lg, i, chunk_size=chunk))
+    )
+
+  def kl(chunk):
+    return jax.value_and_grad(lambda lg, r: jnp.sum(full_kl_divergence(lg, r, chunk_size=chunk)))
+
+  plain, chunked = _temp_bytes(lp_ent(0), x, ids), _temp_bytes(lp_ent(64), x, ids)
+  assert plain >= f32_full  # the unchunked path does hold float32 [B, T, V] temporaries
+  assert chunked * 8 < plain, (chunked, plain)
+  assert chunked < f32_full / 4, (chunked, f32_full)
+  plain, chunked = _temp_bytes(kl(0), x, x), _temp_bytes(kl(64), x, x)
+  assert chunked * 8 < plain, (chunked, plain)
+  assert chunked < f32_full / 2, (chunked, f32_full)
+
+
+# ----------------------------------------------------------------------------
+# Properties
+# ----------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+  b=st.integers(1, 2),
+  t=st.integers(1, 6),
+  v=st.integers(2, 12),
+  chunk=st.sampled_from([0, 1, 4]),
+  scale=st.sampled_from([0.1, 1.0, 10.0]),
+  temperature=st.sampled_from([0.5, 1.0, 2.0]),
+  seed=st.integers(0, 2**16),
+)
+def test_properties(b, t, v, chunk, scale, temperature, seed):
+  logits, ref, ids, _, _ = make_inputs(b, t, v, seed=seed, scale=scale)
+  kl = np.asarray(_kl(logits, ref, temperature, chunk))
+  assert np.all(kl >= -1e-6)
+  np.testing.assert_allclose(_kl(logits, logits, temperature, chunk), 0.0, atol=1e-6)
+  _, ent = _logp_ent(logits, ids, temperature, chunk)
+  ent = np.asarray(ent)
+  assert np.all(ent >= -1e-6) and np.all(ent <= np.log(v) + 1e-5)
+
+
+# ----------------------------------------------------------------------------
+# Argument validation
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+  "kwargs,name",
+  [
+    ({"temperature": 0.0}, "temperature"),
+    ({"temperature": -1.0}, "temperature"),
+    ({"temperature": "1"}, "temperature"),
+    ({"temperature": float("nan")}, "temperature"),
+    ({"chunk_size": -1}, "chunk_size"),
+    ({"chunk_size": 2.5}, "chunk_size"),
+  ],
+)
+def test_bad_static_args(kwargs, name):
+  logits, ref, ids, _, _ = make_inputs(1, 4, 5)
+  with pytest.raises(ValueError, match=name):
+    logps_and_entropy(logits, ids, **kwargs)
+  with pytest.raises(ValueError, match=name):
+    full_kl_divergence(logits, ref, **kwargs)
+
+
+def test_bad_shapes():
+  logits, ref, ids, _, _ = make_inputs(2, 4, 5)
+  with pytest.raises(ValueError, match="logits"):
+    logps_and_entropy(logits[0], ids)
+  with pytest.raises(ValueError, match="target_ids"):
+    logps_and_entropy(logits, ids[0])
+  with pytest.raises(ValueError, match="target_ids"):
+    logps_and_entropy(logits, ids[:, :3])
+  with pytest.raises(ValueError, match="target_ids"):
+    logps_and_entropy(logits, ids.astype(np.float32))
+  with pytest.raises(ValueError, match="logits"):
+    logps_and_entropy(ids[..., None], ids)
+  with pytest.raises(ValueError, match="logits"):
+    full_kl_divergence(logits[0], ref[0])
+  with pytest.raises(ValueError, match="ref_logits"):
+    full_kl_divergence(logits, ref[:, :3])

@@ -1,0 +1,130 @@
+"""Real-checkpoint path: HF-layout safetensors written here, loaded with tunix's loader, trained."""
+
+import pathlib
+
+import numpy as np
+import pytest
+from flax import nnx
+from safetensors.numpy import load_file
+
+from tunix_ppo_ext.tunix import checkpoints
+from tunix_ppo_ext.app import cli
+from tunix_ppo_ext.tunix import models
+from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
+
+
+def params(model):
+  flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+  return {".".join(map(str, path)): np.asarray(v[...]) for path, v in flat}
+
+
+def toy_policy(vocab_size, seed=7, **sizes):
+  sizes = {
+    "num_layers": 1,
+    "embed_dim": 32,
+    "hidden_dim": 64,
+    "num_heads": 2,
+    "head_dim": 32,
+    "num_kv_heads": 1,
+    **sizes,
+  }
+  return models.make_policy(models.tiny_qwen3_config(vocab_size, **sizes), seed)
+
+
+def test_save_writes_hugging_face_layout_and_tunix_loads_it_back(tmp_path):
+  policy = toy_policy(CharTokenizer().vocab_size, num_layers=2, num_heads=2, head_dim=16)
+  file = checkpoints.save_qwen3_safetensors(policy, tmp_path)
+  tensors = load_file(str(file))
+  assert tensors["model.layers.1.self_attn.q_proj.weight"].shape == (2 * 16, 32)  # [out, in]
+  assert tensors["model.layers.0.self_attn.o_proj.weight"].shape == (32, 2 * 16)
+  assert tensors["model.embed_tokens.weight"].shape == (CharTokenizer().vocab_size, 32)
+  np.testing.assert_array_equal(
+    tensors["model.layers.0.mlp.up_proj.weight"], params(policy)["layers.0.mlp.up_proj.kernel"].T
+  )
+  loaded = checkpoints.load_qwen3_checkpoint(tmp_path, policy.config)
+  original, restored = params(policy), params(loaded)
+  assert original.keys() == restored.keys()
+  for key, value in original.items():
+    np.testing.assert_array_equal(restored[key], value, err_msg=key)
+
+
+def test_main_job_trains_from_a_local_checkpoint(tmp_path):
+  run = load_run_config(str(CONFIGS / "smoke.yaml"))
+  tokenizer = CharTokenizer(run.model.alphabet)
+  policy = toy_policy(tokenizer.vocab_size)
+  checkpoints.save_qwen3_safetensors(policy, tmp_path / "ckpt")
+  run = load_run_config(
+    str(CONFIGS / "smoke.yaml"),
+    [f"model.checkpoint={tmp_path / 'ckpt'}", f"output_dir={tmp_path / 'run'}", "train.steps=2"],
+  )
+  learner, batches, eval_batches, _ = cli.build_run(run, tmp_path / "run")
+  actor = learner.rl_cluster.actor_trainer.model
+  for key, value in params(policy).items():
+    np.testing.assert_array_equal(params(actor)[key], value, err_msg=key)
+  learner.train(batches, eval_ds=eval_batches)
+  assert learner.rl_cluster.actor_trainer.train_steps == 2
+  assert not np.array_equal(
+    params(actor)["layers.0.attn.q_proj.w"], params(policy)["layers.0.attn.q_proj.w"]
+  )
+
+
+def save_hf_tokenizer(directory: pathlib.Path, alphabet: str) -> None:
+  """A character-level Hugging Face tokenizer built offline (`tokenizers` + `transformers`)."""
+  from tokenizers import Tokenizer, decoders, pre_tokenizers
+  from tokenizers import models as tok_models
+  from transformers import PreTrainedTokenizerFast
+
+  vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(alphabet)}}
+  tokenizer = Tokenizer(tok_models.WordLevel(vocab=vocab, unk_token="<pad>"))
+  tokenizer.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+  tokenizer.decoder = decoders.Fuse()
+  PreTrainedTokenizerFast(
+    tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+  ).save_pretrained(directory)
+
+
+def test_main_job_trains_a_checkpoint_with_its_hugging_face_tokenizer(tmp_path):
+  run = load_run_config(str(CONFIGS / "smoke.yaml"))
+  save_hf_tokenizer(tmp_path / "tokenizer", run.model.alphabet)
+  policy = toy_policy(len(run.model.alphabet) + 3, seed=11)
+  checkpoints.save_qwen3_safetensors(policy, tmp_path / "ckpt")
+  out = tmp_path / "run"
+  code = cli.main(
+    [
+      "train",
+      "--config",
+      str(CONFIGS / "smoke.yaml"),
+      "--output-dir",
+      str(out),
+      f"model.checkpoint={tmp_path / 'ckpt'}",
+      f"model.tokenizer={tmp_path / 'tokenizer'}",
+      "train.steps=2",
+    ]
+  )
+  assert code == 0
+  assert (out / "summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+  "override, message",
+  [
+    (
+      "model.checkpoint=/nonexistent/ckpt",
+      "'model.checkpoint': '/nonexistent/ckpt' is not a directory",
+    ),
+    (
+      "model.tokenizer=/nonexistent/tok",
+      "'model.tokenizer': '/nonexistent/tok' is not a directory",
+    ),
+    (
+      "model.config_name=qwen3_0.6b",
+      "'model.config_name' 'qwen3_0.6b' unknown; did you mean 'qwen3_0p6b'",
+    ),
+  ],
+)
+def test_bad_checkpoint_settings_fail_before_compiling(override, message, capsys):
+  assert cli.main(["train", override]) == 2
+  assert message in capsys.readouterr().err

@@ -1,0 +1,279 @@
+"""PpoExtLearner on a real tunix RLCluster with toy Qwen3 models: parity, rewards, knobs, resume."""
+
+import numpy as np
+import pytest
+from flax import nnx
+from tests.conftest import build_cluster, make_models, make_prompts_dataset, param_leaf
+from tunix.rl.ppo import ppo_learner
+
+from tunix_ppo_ext import PpoExtConfig
+from tunix_ppo_ext.tunix import passes as common
+from tunix_ppo_ext.tunix.learner import PpoExtLearner, TrajectoryBatch
+from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+
+BATCH = 4
+PROMPT_LEN = 8
+GEN_LEN = 6
+
+
+def integer_reward(prompts, completions, answer, **_):
+  """Matched characters of the answer: integer-valued, so stock tunix does not truncate it."""
+  return [
+    float(sum(a == b for a, b in zip(c, str(t), strict=False)))
+    for c, t in zip(completions, answer, strict=True)
+  ]
+
+
+def spread_reward(prompts, completions, **_):
+  """A deterministic reward in [0, 1) that differs between completions (so groups differ)."""
+  return [(sum(map(ord, c)) % 7) / 7 for c in completions]
+
+
+def fractional_reward(prompts, completions, **_):
+  return [0.7] * len(completions)
+
+
+def setup(
+  config,
+  *,
+  steps=2,
+  reward=integer_reward,
+  learner_cls=PpoExtLearner,
+  seed=0,
+  checkpoint_dir=None,
+  mini_batch_size=None,
+  source=None,
+  num_generations=1,
+  metric_fns=None,
+):
+  tokenizer = CharTokenizer(eos_id=0)
+  policy, critic, reference = make_models(tokenizer, seed=seed)
+  cluster = build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    reference=reference,
+    max_steps=steps,
+    batch=BATCH,
+    max_prompt_length=PROMPT_LEN,
+    max_tokens_to_generate=GEN_LEN,
+    mini_batch_size=mini_batch_size,
+    checkpoint_dir=checkpoint_dir,
+  )
+  kwargs = {"trajectory_source": source} if source is not None else {}
+  if metric_fns is not None:
+    kwargs["metric_fns"] = metric_fns
+  learner = learner_cls(cluster, config, reward_fns=None if source else reward, **kwargs)
+  data = make_prompts_dataset(steps * 2, BATCH // num_generations, seed=seed)
+  return cluster, learner, data
+
+
+def history(cluster, prefix, name):
+  return np.asarray(cluster._rl_metrics_logger.get_metric_history(prefix, name, "train"))
+
+
+def test_default_config_matches_stock_ppo_step_for_step():
+  losses = {}
+  for cls, config in [
+    (ppo_learner.PPOLearner, ppo_learner.PPOConfig(num_iterations=2)),
+    (PpoExtLearner, PpoExtConfig(num_iterations=2)),
+  ]:
+    cluster, learner, data = setup(config, steps=4, learner_cls=cls)
+    learner.train(data)
+    losses[cls] = (history(cluster, "actor", "loss"), history(cluster, "critic", "loss"))
+  (stock_actor, stock_critic), (ext_actor, ext_critic) = losses.values()
+  assert len(stock_actor) == len(ext_actor) == 4  # 2 global steps x 2 PPO epochs
+  assert np.max(np.abs(stock_actor[1::2])) > 1e-4  # second epochs see a moved policy
+  np.testing.assert_allclose(ext_actor, stock_actor, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(ext_critic, stock_critic, rtol=1e-5, atol=1e-5)
+
+
+def test_fractional_rewards_reach_returns_and_advantages():
+  """tunix 0.1.7 builds int32 token rewards and truncates 0.7 to 0; we keep float32."""
+  config = dict(beta=0.0, gamma=1.0, gae_lambda=1.0)
+  results = {}
+  for cls, cfg in [
+    (ppo_learner.PPOLearner, ppo_learner.PPOConfig(**config)),
+    (PpoExtLearner, PpoExtConfig(**config, whiten_advantages=False)),
+  ]:
+    cluster, learner, data = setup(cfg, reward=fractional_reward, learner_cls=cls)
+    example = learner._generate_and_compute_advantage(data[0])
+    mask = np.asarray(example.completion_mask) > 0
+    values = np.asarray(example.old_values)
+    results[cls] = (
+      np.asarray(example.returns)[mask],
+      (np.asarray(example.advantages) + values)[mask],
+    )
+  stock_returns, _ = results[ppo_learner.PPOLearner]
+  returns, adv_plus_values = results[PpoExtLearner]
+  np.testing.assert_allclose(returns, 0.7, rtol=1e-6)  # reward-to-go of 0.7 on every agent token
+  np.testing.assert_allclose(adv_plus_values, 0.7, rtol=1e-5)
+  assert not np.allclose(stock_returns, 0.7, atol=1e-3)  # stock lost the fractional reward
+
+
+# Each run switches on several knobs that do not interact, so every knob trains at least
+# once while the suite compiles 8 learners instead of 17.
+KNOBS = {
+  "k1_reward+seq_mean_token_sum": dict(
+    kl_method="kl", loss_agg_mode="seq-mean-token-sum", value_loss_agg_mode="seq-mean-token-mean"
+  ),
+  "abs_reward+seq_mean_token_sum_norm": dict(
+    kl_method="abs", loss_agg_mode="seq-mean-token-sum-norm"
+  ),
+  "mse_reward+entropy+dual_clip+seq_mean_token_mean": dict(
+    kl_method="mse_kl",
+    entropy_coef=0.05,
+    epsilon_low=0.1,
+    epsilon_high=0.3,
+    epsilon_c=2.0,
+    loss_agg_mode="seq-mean-token-mean",
+  ),
+  "k3plus_loss+reinforce_pp": dict(
+    kl_method="k3+",
+    kl_penalty="loss",
+    kl_loss_coef=0.1,
+    kl_clamp_value=5.0,
+    advantage_estimator="reinforce_plus_plus",
+  ),
+  "k1plus_loss+grpo": dict(
+    kl_method="k1+",
+    kl_penalty="loss",
+    kl_loss_coef=0.1,
+    advantage_estimator="grpo",
+    num_generations=2,
+  ),
+  "full_loss+drgrpo": dict(
+    kl_method="full",
+    kl_penalty="loss",
+    kl_loss_coef=0.1,
+    logits_chunk_size=2,
+    advantage_estimator="grpo",
+    num_generations=2,
+    norm_adv_by_std=False,
+  ),
+  "kl_none+rloo": dict(kl_penalty="none", advantage_estimator="rloo", num_generations=2),
+  "adaptive_ctrl+tunix_registered_gae": dict(
+    kl_ctrl="adaptive", kl_target=10.0, kl_horizon=10, advantage_estimator="ppo_ext_gae"
+  ),
+}
+
+
+@pytest.mark.parametrize("name", list(KNOBS))
+def test_each_knob_trains(name):
+  config = PpoExtConfig(**KNOBS[name])
+  cluster, learner, data = setup(
+    config, reward=spread_reward, num_generations=config.num_generations
+  )
+  policy = cluster.actor_trainer.model
+  before = param_leaf(policy)
+  learner.train(data)
+  assert cluster.actor_trainer.train_steps == 2
+  assert not np.allclose(param_leaf(policy), before)
+  actor_loss = history(cluster, "actor", "loss")
+  assert np.all(np.isfinite(actor_loss)) and np.all(np.isfinite(history(cluster, "critic", "loss")))
+  for metric in ["pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy"]:
+    assert np.all(np.isfinite(history(cluster, "actor", metric))), metric
+  if config.kl_penalty == "loss":
+    assert np.all(np.isfinite(history(cluster, "actor", "kl_loss")))
+  coef = history(cluster, "learner", "kl_coef")
+  if config.kl_ctrl == "adaptive":
+    # measured KL far below the target: the coefficient shrinks by 20% x 4 samples / 10
+    np.testing.assert_allclose(coef, config.beta * 0.92 ** np.arange(1, 3), rtol=1e-6)
+  elif config.kl_penalty != "none":
+    np.testing.assert_allclose(coef, config.kl_coef)
+
+
+def test_critic_warmup_freezes_the_actor():
+  config = PpoExtConfig(critic_warmup_steps=2)
+  cluster, learner, data = setup(config, steps=2)
+  actor_before = param_leaf(cluster.actor_trainer.model)
+  critic_before = np.array(nnx.state(cluster.critic_trainer.model.value_head)["kernel"][...])
+  learner.train(data)
+  np.testing.assert_array_equal(param_leaf(cluster.actor_trainer.model), actor_before)
+  critic_after = np.array(nnx.state(cluster.critic_trainer.model.value_head)["kernel"][...])
+  assert not np.allclose(critic_after, critic_before)
+
+
+def multi_turn_source(learner, training_input, mode):
+  """A fixed two-turn trajectory per prompt: agent, observation, agent, padding."""
+  tokenizer = learner.rl_cluster.tokenizer
+  rows = len(training_input["prompts"])
+  prompt = np.array(
+    [tokenizer.encode(p, add_bos=True)[-PROMPT_LEN:] for p in training_input["prompts"]]
+  )
+  rng = np.random.default_rng(len(training_input["prompts"][0]))
+  completion = rng.integers(3, 40, size=(rows, 10))
+  attention = np.ones((rows, 10), np.int32)
+  attention[:, 8:] = 0
+  completion[:, 8:] = tokenizer.pad_id()
+  completion[:, 2] = tokenizer.pad_id()  # end-of-turn EOS spelled with the pad id
+  loss = attention.copy()
+  loss[:, 3:5] = 0  # observation tokens
+  rewards = np.zeros((rows, 10), np.float32)
+  rewards[:, 2] = 0.25  # turn reward on the last agent token of turn 1
+  rewards[:, 7] = 1.0
+  return TrajectoryBatch(
+    prompt_ids=prompt,
+    completion_ids=completion,
+    attention_mask=attention,
+    loss_mask=loss,
+    token_rewards=rewards,
+  )
+
+
+def test_trajectory_source_uses_both_masks():
+  config = PpoExtConfig(beta=0.0)
+  seen = {}
+
+  def metric_fn(prompts, completions, advantages, rewards, **_):
+    seen.update(prompts=prompts, rewards=rewards)
+    return {"custom/rows": (len(prompts), np.mean)}
+
+  cluster, learner, data = setup(config, source=multi_turn_source, metric_fns=[metric_fn])
+  example = learner._generate_and_compute_advantage(data[0])
+  assert seen["prompts"] == list(data[0]["prompts"])  # user metrics get the real prompts
+  np.testing.assert_allclose(seen["rewards"], 1.25)
+  batch = multi_turn_source(learner, data[0], None)
+  np.testing.assert_array_equal(example.attention_mask, batch.attention_mask)
+  np.testing.assert_array_equal(example.loss_mask, batch.loss_mask)
+  expected = common.compute_per_token_logps(
+    cluster.actor_trainer.model,
+    batch.prompt_ids,
+    batch.completion_ids,
+    pad_id=0,
+    eos_id=0,
+    attention_mask=batch.attention_mask,
+  )
+  np.testing.assert_allclose(example.old_per_token_logps, expected, rtol=1e-6)
+  outside = np.asarray(batch.loss_mask) == 0
+  assert np.all(np.asarray(example.advantages)[outside] == 0)
+  learner.train(data)
+  assert cluster.actor_trainer.train_steps == 2
+
+
+def test_bad_trajectory_is_rejected_with_the_field_name():
+  def broken(learner, training_input, mode):
+    batch = multi_turn_source(learner, training_input, mode)
+    batch.loss_mask[:, 9] = 1  # a loss token on padding
+    return batch
+
+  cluster, learner, data = setup(PpoExtConfig(beta=0.0), source=broken)
+  with pytest.raises(ValueError, match="loss_mask"):
+    learner._generate_and_compute_advantage(data[0])
+
+
+def test_resume_restores_step_controller_and_data_position(tmp_path):
+  config = PpoExtConfig(kl_ctrl="adaptive", kl_target=10.0, kl_horizon=10)
+  cluster, learner, data = setup(config, steps=2, checkpoint_dir=str(tmp_path))
+  learner.train(data)
+  saved_coef = learner.kl_controller.value
+  assert saved_coef != config.beta
+
+  cluster2, learner2, data2 = setup(config, steps=3, checkpoint_dir=str(tmp_path))
+  assert cluster2.actor_trainer.train_steps == 2
+  assert learner2.kl_controller.value == pytest.approx(saved_coef)
+  learner2.train(data2)
+  assert cluster2.actor_trainer.train_steps == 3
+  assert learner2._iter_steps == 3  # two batches skipped, one trained
+  coef = history(cluster2, "learner", "kl_coef")
+  np.testing.assert_allclose(coef, [saved_coef * 0.92], rtol=1e-6)

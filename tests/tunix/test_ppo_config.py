@@ -1,0 +1,133 @@
+"""PpoExtConfig validation and registration into tunix's function registry."""
+
+import dataclasses
+import re
+
+import pytest
+from tunix.rl import algorithm_config, function_registry
+from tunix.rl.ppo import ppo_learner
+
+import tunix_ppo_ext
+from tunix_ppo_ext import PpoExtConfig
+
+
+def test_defaults_mean_tunix_ppo_config_behaviour():
+  ours, theirs = PpoExtConfig(), ppo_learner.PPOConfig()
+  for field in dataclasses.fields(ppo_learner.PPOConfig):
+    if field.name in ("policy_loss_fn", "value_loss_fn", "entropy_coef"):
+      continue
+    assert getattr(ours, field.name) == getattr(theirs, field.name), field.name
+  assert ours.entropy_coef == 0.0 and theirs.entropy_coef is None
+  assert ours.kl_penalty == "reward" and ours.kl_coef == theirs.beta
+  assert isinstance(ours, ppo_learner.PPOConfig)
+
+
+def test_accepts_every_knob():
+  config = PpoExtConfig(
+    kl_method="k3+",
+    kl_clamp_value=10.0,
+    kl_penalty="loss",
+    kl_loss_coef=0.1,
+    kl_ctrl="adaptive",
+    kl_target=0.05,
+    kl_horizon=500,
+    entropy_coef=0.01,
+    epsilon_low=0.1,
+    epsilon_high=0.28,
+    epsilon_c=3.0,
+    loss_agg_mode="sequence-mean-token-mean",
+    value_loss_agg_mode="seq-mean-token-sum",
+    advantage_estimator="grpo",
+    norm_adv_by_std=False,
+    whiten_advantages=False,
+    critic_warmup_steps=3,
+    logits_chunk_size=128,
+  )
+  assert config.kl_method == "low_var_kl+"
+  assert config.loss_agg_mode == "seq-mean-token-mean"
+  assert config.kl_coef == 0.1
+
+
+def test_full_kl_requires_loss_placement():
+  assert PpoExtConfig(kl_method="full", kl_penalty="loss").kl_method == "full"
+  with pytest.raises(ValueError, match=r"kl_method='full'.*kl_penalty='loss'"):
+    PpoExtConfig(kl_method="full")
+
+
+@pytest.mark.parametrize(
+  "kwargs, field, allowed",
+  [
+    (dict(epsilon_c=1.0), "epsilon_c", r"\(1.0, inf\)"),
+    (dict(epsilon_c=0.5), "epsilon_c", r"\(1.0"),
+    (dict(epsilon_low=1.5), "epsilon_low", r"\(0.0, 1.0\)"),
+    (dict(epsilon_low=0.0), "epsilon_low", r"\(0.0, 1.0\)"),
+    (dict(epsilon_high=-0.2), "epsilon_high", r"\(0.0"),
+    (dict(entropy_coef=-0.01), "entropy_coef", r"\[0.0"),
+    (dict(entropy_coef="0.1"), "entropy_coef", "a number"),
+    (dict(beta=float("nan")), "beta", "a number"),
+    (dict(gamma=1.5), "gamma", r"\[0.0, 1.0\]"),
+    (dict(gae_lambda=-0.1), "gae_lambda", r"\[0.0, 1.0\]"),
+    (dict(kl_target=0.0), "kl_target", r"\(0.0"),
+    (dict(kl_horizon=-1), "kl_horizon", r"\(0.0"),
+    (dict(kl_clamp_value=0.0), "kl_clamp_value", r"\(0.0"),
+    (dict(clip_range_value=0.0), "clip_range_value", r"\(0.0"),
+    (dict(num_iterations=0), "num_iterations", "integer >= 1"),
+    (dict(critic_warmup_steps=-1), "critic_warmup_steps", "integer >= 0"),
+    (dict(critic_warmup_steps=1.5), "critic_warmup_steps", "integer >= 0"),
+    (dict(logits_chunk_size=-8), "logits_chunk_size", "integer >= 0"),
+    (dict(norm_adv_by_std="yes"), "norm_adv_by_std", "True or False"),
+    (dict(kl_penalty="rewards"), "kl_penalty", "did you mean 'reward'"),
+    (dict(kl_ctrl="adaptve"), "kl_ctrl", "did you mean 'adaptive'"),
+    (dict(kl_method="low_var"), "kl_method", "low_var_kl"),
+    (dict(loss_agg_mode="token_mean"), "loss_agg_mode", "token-mean"),
+    (dict(value_loss_agg_mode="sum"), "value_loss_agg_mode", "token-mean"),
+    (dict(advantage_estimator="gea"), "advantage_estimator", "did you mean 'gae'"),
+    (dict(policy_loss_fn="nope"), "policy_loss_fn", "ppo_ext"),
+  ],
+)
+def test_bad_values_name_field_value_and_allowed(kwargs, field, allowed):
+  with pytest.raises(ValueError, match=field) as info:
+    PpoExtConfig(**kwargs)
+  message = str(info.value)
+  assert repr(next(iter(kwargs.values())))[:6] in message or "nan" in message
+  assert re.search(allowed, message), message
+
+
+def test_accepts_names_registered_in_tunix_registry():
+  # tunix's own PPOConfig refuses every advantage estimator but 'grpo' and 'gae'.
+  with pytest.raises(ValueError):
+    algorithm_config.AlgorithmConfig(algo_variant="ppo", advantage_estimator="rloo")
+  assert PpoExtConfig(advantage_estimator="rloo").advantage_estimator == "rloo"
+  assert PpoExtConfig(advantage_estimator="ppo_ext_gae").advantage_estimator == "ppo_ext_gae"
+
+  @function_registry.register_advantage_estimator("test_config_custom_estimator")
+  def custom(rewards, values, completion_mask, gamma, gae_lambda):
+    return rewards, rewards
+
+  @function_registry.register_policy_loss_fn("test_config_custom_loss")
+  def custom_loss(model, train_example, algo_config, pad_id, eos_id, **kw):
+    return 0.0, {}
+
+  config = PpoExtConfig(
+    advantage_estimator="test_config_custom_estimator", policy_loss_fn="test_config_custom_loss"
+  )
+  assert config.policy_loss_fn == "test_config_custom_loss"
+
+
+def test_package_registers_its_functions_in_tunix():
+  registry = function_registry.default_registry
+  assert registry.get("policy_loss_fn", "ppo_ext") is tunix_ppo_ext.tunix.losses.ppo_ext_policy_loss_fn
+  assert registry.get("value_loss_fn", "ppo_ext") is tunix_ppo_ext.tunix.losses.ppo_ext_value_loss_fn
+  for name in [
+    "ppo_ext_gae",
+    "ppo_ext_reinforce_plus_plus",
+    "ppo_ext_grpo",
+    "ppo_ext_drgrpo",
+    "ppo_ext_rloo",
+  ]:
+    assert callable(registry.get("advantage_estimator", name))
+  # tunix's own entries are untouched.
+  from tunix.rl import algo_core
+
+  assert registry.get("policy_loss_fn", "ppo") is algo_core.ppo_policy_loss_fn
+  assert registry.get("advantage_estimator", "gae") is algo_core.compute_gae_advantages

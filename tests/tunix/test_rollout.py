@@ -1,0 +1,350 @@
+"""MultiTurnRollout on a real tunix RLCluster (vanilla engine) with a toy Qwen3.
+
+The tokenizer's alphabet is just MemoryEnv's characters (vocab 17, pad 0, bos 1, eos 2),
+and an untrained policy ends about one turn in five (of up to G=4 tokens) with EOS: both
+kinds of turn ends (EOS and the per-turn token limit) occur in every test batch.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from tests.conftest import build_cluster, make_models, param_leaf
+
+from tunix_ppo_ext import PpoExtConfig
+from tunix_ppo_ext.tunix import passes as common
+from tunix_ppo_ext.envs import MemoryEnv
+from tunix_ppo_ext.tunix.learner import PpoExtLearner, TrajectoryBatch
+from tunix_ppo_ext.tunix.rollout import (
+  Mode,
+  MultiTurnBatch,
+  MultiTurnRollout,
+  episode_batches,
+  episode_seeds,
+  sampler_logprob_gap,
+)
+from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+
+ALPHABET = "abcehikstw!.? "
+PAD, EOS = 0, 2
+P, T, G = 8, 28, 4  # max_prompt_length, max_completion_len, max_turn_tokens
+
+
+@pytest.fixture(scope="module")
+def world():
+  """`(tokenizer, policy, learner)` on a cluster sized for T + G tokens per call."""
+  tokenizer = CharTokenizer(ALPHABET, pad_id=PAD, eos_id=EOS)
+  policy, critic, reference = make_models(tokenizer, seed=0)
+  cluster = build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    reference=reference,
+    max_steps=2,
+    batch=4,
+    max_prompt_length=P,
+    max_tokens_to_generate=T + G,
+    return_logprobs=True,
+  )
+  source = MultiTurnRollout(max_completion_len=T, max_turn_tokens=G)
+  learner = PpoExtLearner(cluster, PpoExtConfig(), trajectory_source=source)
+  return tokenizer, policy, learner
+
+
+def repeated(batch, times):
+  """What tunix does to a training input before the learner sees it."""
+  return {key: np.repeat(value, times, axis=0) for key, value in batch.items()}
+
+
+def record_engine_calls(monkeypatch, learner):
+  """Spies on the real engine: every `rollout.generate` output, in call order."""
+  rollout = learner.rl_cluster.rollout
+  original, outputs = rollout.generate, []
+
+  def generate(prompts, config):
+    outputs.append(original(prompts, config))
+    return outputs[-1]
+
+  monkeypatch.setattr(rollout, "generate", generate)
+  return outputs
+
+
+def replay(tokenizer, seed, outputs, row, env_kwargs):
+  """The trajectory one row should have, rebuilt from the engine outputs and a fresh env.
+
+  Returns `(tokens, loss, known, logps, rewards_at, contexts)`; `contexts[k]` is what the
+  sampler should have been given for turn k.
+  """
+  env = MemoryEnv(**env_kwargs)
+  observation, _ = env.reset(seed=int(seed))
+  prompt = [tokenizer.bos_id(), *tokenizer.encode(observation)]
+  tokens, loss, known, logps, rewards_at, contexts = [], [], [], [], {}, []
+  for output in outputs:
+    contexts.append(prompt + tokens)
+    agent = output.tokens[row].tolist()
+    tokens += agent + [EOS] * (len(agent) < G)
+    loss += [1] * (len(tokens) - len(loss))
+    known += [1] * len(agent) + [0] * (len(tokens) - len(known) - len(agent))
+    logps += list(output.logprobs[row]) + [0.0] * (len(tokens) - len(logps) - len(agent))
+    observation, reward, terminated, _, _ = env.step(tokenizer.decode(agent))
+    rewards_at[len(tokens) - 1] = reward
+    if terminated:
+      break
+    obs_ids = tokenizer.encode(observation)
+    tokens += obs_ids
+    loss += [0] * len(obs_ids)
+    known += [0] * len(obs_ids)
+    logps += [0.0] * len(obs_ids)
+  return tokens, loss, known, logps, rewards_at, contexts
+
+
+def test_trajectories_are_the_engine_tokens_exactly(world, monkeypatch):
+  tokenizer, _, learner = world
+  env_kwargs = {"num_turns": 3}
+  source = MultiTurnRollout(
+    "memory", env_kwargs, max_completion_len=T, max_turn_tokens=G, group_size=2
+  )
+  outputs = record_engine_calls(monkeypatch, learner)
+  data = repeated(next(episode_batches(1, 8, seed=0)), 2)
+  batch = source(learner, data, Mode.TRAIN)
+
+  assert isinstance(batch, MultiTurnBatch)
+  batch.validate()
+  assert len(outputs) == 3  # one engine call per turn, all 16 rows each time
+  np.testing.assert_array_equal(batch.group_ids, np.arange(16) // 2)
+  np.testing.assert_array_equal(batch.prompt_ids[0::2], batch.prompt_ids[1::2])
+  eos_turns = 0
+  for row, seed in enumerate(data["seed"]):
+    tokens, loss, known, logps, rewards_at, contexts = replay(
+      tokenizer, seed, outputs, row, env_kwargs
+    )
+    n = len(tokens)
+    assert n <= T  # nothing is cut at this width
+    np.testing.assert_array_equal(batch.prompt_ids[row][-len(contexts[0]) :], contexts[0])
+    np.testing.assert_array_equal(batch.prompt_ids[row][: -len(contexts[0])], PAD)
+    np.testing.assert_array_equal(batch.completion_ids[row], tokens + [PAD] * (T - n))
+    np.testing.assert_array_equal(batch.attention_mask[row], [1] * n + [0] * (T - n))
+    np.testing.assert_array_equal(batch.loss_mask[row], loss + [0] * (T - n))
+    np.testing.assert_array_equal(batch.sampler_logp_mask[row], known + [0] * (T - n))
+    np.testing.assert_allclose(batch.sampler_logps[row], logps + [0.0] * (T - n), rtol=0)
+    expected_rewards = np.zeros(T, np.float32)
+    for position, reward in rewards_at.items():
+      expected_rewards[position] = reward
+    np.testing.assert_array_equal(batch.token_rewards[row], expected_rewards)
+    assert batch.token_rewards[row].sum() == pytest.approx(source.last_stats.episode_return[row])
+    eos_turns += sum(t == EOS for t, agent in zip(tokens, loss, strict=True) if agent)
+    for turn, context in enumerate(contexts):  # the sampler saw the trajectory, EOS included
+      padded = outputs[turn].left_padded_prompt_tokens[row]
+      assert padded.shape == (P + T,)
+      np.testing.assert_array_equal(padded[padded != PAD], [t for t in context if t != PAD])
+      np.testing.assert_array_equal(padded[-len(context) :], context)
+  assert 0 < eos_turns < 16 * 3  # both turn ends occur
+  np.testing.assert_array_equal(source.last_stats.num_turns, 3)
+  assert source.last_stats.truncated_frac == 0.0
+  assert batch.texts[0] == tokenizer.decode(batch.completion_ids[0].tolist())
+
+
+class CountingEnv:
+  """Reward `turn` on every turn, fixed observations: makes moved rewards visible."""
+
+  name = "counting"
+
+  def __init__(self, num_turns=2):
+    self.num_turns, self.max_return = num_turns, num_turns * (num_turns + 1) / 2
+
+  def reset(self, seed):
+    self.turn = 0
+    return "see a!", {}
+
+  def step(self, action):
+    self.turn += 1
+    return "wait.", float(self.turn), self.turn == self.num_turns, False, {}
+
+
+@pytest.mark.parametrize("width", [8, 6])
+def test_long_episodes_are_cut_and_counted(world, width):
+  _, _, learner = world
+  source = MultiTurnRollout(CountingEnv, max_completion_len=width, group_size=1)
+  batch = source(learner, next(episode_batches(1, 16, seed=1)), Mode.TRAIN)
+  batch.validate()
+  stats = source.last_stats
+  assert batch.completion_ids.shape == (16, width)
+  # Turn 1 is 1-2 tokens, "wait." 5: width 6 never fits turn 2 (out of room after turn 1);
+  # width 8 cuts the rows whose two turns take 2 tokens each inside turn 2.
+  lengths = batch.attention_mask.sum(-1)
+  if width == 6:
+    assert stats.truncated_frac == 1.0
+    np.testing.assert_array_equal(stats.num_turns, 1)
+  else:
+    assert 0 < stats.truncated_frac < 1.0
+    np.testing.assert_array_equal(stats.num_turns, 2)
+  np.testing.assert_array_equal(stats.turn_limited, False)
+  np.testing.assert_allclose(batch.token_rewards.sum(-1), stats.episode_return)
+  rewarded = batch.token_rewards != 0
+  assert np.all(batch.loss_mask[rewarded] == 1)  # rewards sit on agent tokens only
+  for row in np.flatnonzero(stats.truncated):  # the last turn's reward (= its number) kept
+    last_agent = np.flatnonzero(batch.loss_mask[row])[-1]
+    assert batch.token_rewards[row, last_agent] == stats.num_turns[row]
+    assert lengths[row] == width or stats.num_turns[row] == 1
+  np.testing.assert_array_equal(batch.truncated, stats.truncated)  # handed to the metrics
+  np.testing.assert_array_equal(batch.num_turns, stats.num_turns)
+
+
+def test_turn_limit_is_counted(world):
+  _, _, learner = world
+  source = MultiTurnRollout(CountingEnv, {"num_turns": 5}, max_completion_len=T, max_turns=2)
+  batch = source(learner, next(episode_batches(1, 4, seed=2)), Mode.TRAIN)
+  np.testing.assert_array_equal(source.last_stats.num_turns, 2)
+  assert source.last_stats.turn_limit_frac == 1.0
+  np.testing.assert_allclose(batch.token_rewards.sum(-1), 3.0)
+  last = batch.attention_mask.sum(-1) - 1  # no dangling observation after the last turn
+  np.testing.assert_array_equal(batch.loss_mask[np.arange(4), last], 1)
+  np.testing.assert_array_equal(batch.token_rewards[np.arange(4), last], 2.0)
+
+
+def sampled_pad_free(batch):
+  """Agent tokens with no sampled pad-id token before them in their row.
+
+  tunix's sampler masks every pad-id token it sees (attention; positions too in the
+  prompt), while the trajectory's attention mask keeps a sampled one: past one, the
+  sampler's and the trainer's contexts differ.
+  """
+  sampled_pad = (batch.completion_ids == PAD) & (batch.loss_mask > 0)
+  before = np.cumsum(sampled_pad, axis=1) - sampled_pad
+  return (batch.loss_mask > 0) & (before == 0)
+
+
+def test_sampler_logps_match_the_trainer_only_with_exact_contexts(world):
+  """At temperature 1 the engine's log-probs equal the trainer's when the sampler saw the
+  trajectory's own ids (EOS included); given text, later turns lack the EOS tokens."""
+  tokenizer, policy, learner = world
+  gaps = {}
+  for context in ("tokens", "text"):
+    source = MultiTurnRollout(
+      "memory",
+      {"num_turns": 3},
+      max_completion_len=T,
+      max_turn_tokens=G,
+      group_size=1,
+      context=context,
+    )
+    batch = source(learner, next(episode_batches(1, 16, seed=0)), Mode.TRAIN)
+    old = common.compute_per_token_logps(
+      policy,
+      batch.prompt_ids,
+      batch.completion_ids,
+      pad_id=PAD,
+      eos_id=EOS,
+      attention_mask=batch.attention_mask,
+    )
+    clean, known = sampled_pad_free(batch), batch.sampler_logp_mask > 0
+    eos = (batch.completion_ids == EOS) & (batch.loss_mask > 0)
+    after_eos = np.cumsum(eos, axis=1) > 0
+    print(context, "clean known tokens after an EOS:", after_eos[clean & known].sum())
+    assert after_eos[clean & known].sum() >= 5
+    gaps[context] = (
+      sampler_logprob_gap(batch, old, clean),
+      sampler_logprob_gap(batch, old, clean & after_eos),
+      sampler_logprob_gap(batch, old, batch.loss_mask),
+    )
+  print("logprob gaps (clean, clean after an EOS, all agent tokens):", gaps)
+  assert gaps["tokens"][0] < 1e-5 and gaps["tokens"][1] < 1e-5
+  assert gaps["text"][1] > 1e-2
+
+
+def test_logprob_gap_function():
+  completion = np.zeros((2, 4), np.int32)
+  batch = TrajectoryBatch(
+    prompt_ids=np.zeros((2, 1), np.int32),
+    completion_ids=completion,
+    attention_mask=np.ones_like(completion),
+    loss_mask=np.array([[1, 1, 0, 0], [1, 1, 1, 1]]),
+    token_rewards=np.zeros((2, 4), np.float32),
+    sampler_logps=np.array([[-1.0, -2.0, 0.0, 0.0], [-0.5, 0.0, -1.0, -3.0]]),
+  )
+  old = np.array([[-1.5, -2.0, -9.0, -9.0], [-0.5, -4.0, -1.25, -3.0]])
+  assert sampler_logprob_gap(batch, old, batch.loss_mask) == pytest.approx((0.5 + 4 + 0.25) / 6)
+  known = np.array([[1, 1, 0, 0], [1, 0, 1, 1]])
+  multi = MultiTurnBatch(**vars(batch), sampler_logp_mask=known)
+  assert sampler_logprob_gap(multi, old, multi.loss_mask) == pytest.approx(0.75 / 5)
+  assert np.isnan(sampler_logprob_gap(multi, old, np.zeros((2, 4))))
+  with pytest.raises(ValueError, match="return_logprobs"):
+    sampler_logprob_gap(dataclasses.replace(batch, sampler_logps=None), old, batch.loss_mask)
+  with pytest.raises(ValueError, match="sampler_logp_mask marks tokens outside loss_mask"):
+    dataclasses.replace(multi, sampler_logp_mask=np.ones((2, 4))).validate()
+
+
+def test_episode_inputs():
+  first, second = list(episode_batches(2, 3, seed=5))
+  assert first["prompts"].dtype.kind == "U" and first["seed"].dtype == np.int64
+  np.testing.assert_array_equal(first["prompts"].astype(np.int64), first["seed"])
+  assert not np.array_equal(first["seed"], second["seed"])
+  np.testing.assert_array_equal(next(episode_batches(1, 3, seed=5))["seed"], first["seed"])
+  np.testing.assert_array_equal(episode_seeds(repeated(first, 2)), np.repeat(first["seed"], 2))
+  np.testing.assert_array_equal(episode_seeds({"prompts": np.array(["7", "9"])}), [7, 9])
+  with pytest.raises(ValueError, match="not integer seeds"):
+    episode_seeds({"prompts": np.array(["hello"])})
+
+
+class BrokenEnv:
+  """Fine on turn 1, a 4-tuple on turn 2."""
+
+  name = "broken"
+  max_return = 1.0
+
+  def reset(self, seed):
+    self.turn = 0
+    return "see a!", {}
+
+  def step(self, action):
+    self.turn += 1
+    if self.turn == 1:
+      return "wait.", 0.0, False, False, {}
+    return "wait.", 0.0, False, False
+
+
+class UnspeakableEnv(BrokenEnv):
+  name = "unspeakable"
+
+  def step(self, action):
+    return "WAIT!", 0.0, False, False, {}
+
+
+def test_bad_environments_and_inputs_are_named(world):
+  _, _, learner = world
+  data = next(episode_batches(1, 2, seed=0))
+  with pytest.raises(ValueError, match="environment 'broken', turn 2: step must return"):
+    MultiTurnRollout(BrokenEnv, max_completion_len=T)(learner, data, Mode.TRAIN)
+  with pytest.raises(ValueError, match=r"environment 'unspeakable', turn 1: .*'WAIT!'"):
+    MultiTurnRollout(UnspeakableEnv, max_completion_len=T)(learner, data, Mode.TRAIN)
+  with pytest.raises(ValueError, match="share one episode seed"):
+    MultiTurnRollout(max_completion_len=T, group_size=2)(learner, data, Mode.TRAIN)
+  with pytest.raises(ValueError, match="raise max_tokens_to_generate"):
+    MultiTurnRollout(max_completion_len=T, max_turn_tokens=G + 1)(learner, data, Mode.TRAIN)
+
+
+def test_ppo_trains_on_multi_turn_episodes():
+  tokenizer = CharTokenizer(ALPHABET, pad_id=PAD, eos_id=EOS)
+  policy, critic, reference = make_models(tokenizer, seed=1)
+  width, turn_tokens = 12, 2
+  cluster = build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    reference=reference,
+    max_steps=2,
+    batch=4,
+    max_prompt_length=P,
+    max_tokens_to_generate=width + turn_tokens,
+    return_logprobs=True,
+  )
+  source = MultiTurnRollout("memory", max_completion_len=width, max_turn_tokens=turn_tokens)
+  config = PpoExtConfig(num_generations=2)
+  learner = PpoExtLearner(cluster, config, trajectory_source=source)
+  before = param_leaf(policy)
+  learner.train(episode_batches(2, 2, seed=0))
+  assert cluster.actor_trainer.train_steps == 2
+  assert not np.allclose(param_leaf(policy), before)
+  assert source.last_stats is not None and len(source.last_stats.episode_return) == 4
+  returns = cluster._rl_metrics_logger.get_metric_history("batch", "episode_return/mean", "train")
+  assert len(returns) >= 1 and np.all(np.isfinite(returns))

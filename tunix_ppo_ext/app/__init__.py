@@ -1,0 +1,1 @@
+"""The application: the run config, `tunix-ppo-ext` command line, multi-host start, resume."""

@@ -1,0 +1,316 @@
+"""The main job's configuration: YAML file + dotted `KEY=VALUE` overrides, checked eagerly.
+
+Sections: `model`, `env`, `train`, `metrics`, `mesh`, `ppo` (fields of `PpoExtConfig`, merged over
+`DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`, `sinks`. Unknown keys, wrong types and
+impossible values raise `ValueError` naming the key (with the closest valid names) before
+any compilation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import pathlib
+import types
+import typing
+from typing import Any
+
+import yaml
+from tunix.models.qwen3 import model as qwen3
+
+from tunix_ppo_ext import envs
+from tunix_ppo_ext.metrics.keys import SUMMARY_KEY, MetricKeys
+from tunix_ppo_ext.plugins import registry
+from tunix_ppo_ext.tunix.mesh import MESH_ROLES, check_mesh_spec
+from tunix_ppo_ext.tunix.ppo_config import PpoExtConfig
+
+
+@dataclasses.dataclass
+class ModelSection:
+  """The policy: tunix's Qwen3, random init at toy size or loaded from a checkpoint.
+
+  `alphabet`: the built-in character tokenizer's characters (`None`: letters, digits,
+  punctuation); a small alphabet makes the action space small. `checkpoint`: a directory
+  of Hugging Face-layout `*.safetensors` loaded with tunix's Qwen3 loader, whose config is
+  tunix's `ModelConfig.<config_name>()` (e.g. `qwen3_0p6b`) or, without `config_name`, the
+  toy sizes below. The critic starts from the policy's backbone either way. `tokenizer`: a
+  Hugging Face tokenizer directory (what a real checkpoint comes with), used instead of the
+  built-in character tokenizer.
+  """
+
+  alphabet: str | None = "abcehikstw!?. "
+  tokenizer: str | None = None
+  checkpoint: str | None = None
+  config_name: str | None = None
+  num_layers: int = 2
+  embed_dim: int = 64
+  hidden_dim: int = 128
+  num_heads: int = 2
+  head_dim: int = 32
+  num_kv_heads: int = 1
+
+
+@dataclasses.dataclass
+class EnvSection:
+  """The environment by name, its keyword arguments and the trajectory limits.
+
+  `loss_on_observations=True` is an ablation that puts the environment's tokens under the
+  loss mask too (what a learner that conflates the two masks does).
+  """
+
+  name: str = "memory"
+  kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+  max_turns: int = 4
+  max_completion_len: int = 16
+  max_tokens_per_turn: int = 2
+  loss_on_observations: bool = False  # ablation: train on environment tokens too
+
+
+@dataclasses.dataclass
+class TrainSection:
+  """Steps, batch, optimiser and sampling settings of the run."""
+
+  steps: int = 600
+  batch_size: int = 32
+  lr: float = 3e-3
+  critic_lr: float = 3e-3
+  temperature: float = 1.0
+  max_prompt_length: int = 8
+  checkpoint_every: int = 100
+  eval_every: int = 100
+  eval_batches: int = 1
+
+
+# What made the embedded default learn (see README): several samples per episode with a
+# group baseline, a small entropy bonus and a small KL-to-reference loss.
+DEFAULT_PPO: dict[str, Any] = {
+  "advantage_estimator": "grpo",
+  "num_generations": 4,
+  "entropy_coef": 0.003,
+  "kl_penalty": "loss",
+  "kl_loss_coef": 0.01,
+}
+
+
+@dataclasses.dataclass
+class MetricsSection:
+  """Changes to the published metric keys (see `tunix_ppo_ext.metrics.keys`).
+
+  `rename`: published key -> the key to use instead (e.g. to keep existing dashboards);
+  `drop`: keys or glob patterns (`timing_s/*`) that no sink receives.
+  """
+
+  rename: dict[str, str] = dataclasses.field(default_factory=dict)
+  drop: list[str] = dataclasses.field(default_factory=list)
+
+  def keys(self) -> MetricKeys:
+    """The validated `MetricKeys` of this section."""
+    return MetricKeys(rename=dict(self.rename), drop=tuple(self.drop))
+
+
+@dataclasses.dataclass
+class MeshSection:
+  """The device mesh every role shares, and optional own meshes for some roles.
+
+  `shape`: axis sizes (None: all devices on the first axis, `(n, 1)`; one entry may be -1
+  for the remaining devices); `axis_names` must include `fsdp` and `tp`. `roles` maps any
+  of tunix's roles `actor`, `critic`, `reference`, `rollout` to its own
+  `{shape, axis_names}`; unlisted roles use the shared mesh (tunix's
+  `ClusterConfig.role_to_mesh`). Device counts are checked when the run is built.
+  """
+
+  shape: list[int] | None = None
+  axis_names: list[str] = dataclasses.field(default_factory=lambda: ["fsdp", "tp"])
+  roles: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class RoleMeshSection:
+  """One role's own mesh in `mesh.roles` (axis names default to the shared mesh's)."""
+
+  shape: list[int] | None = None
+  axis_names: list[str] | None = None
+
+
+@dataclasses.dataclass
+class RunConfig:
+  """A whole run: seed, output directory, W&B mode and the four sections."""
+
+  seed: int = 0
+  output_dir: str = "runs/default"
+  wandb: str = "online"  # without an API key or network: offline; "disabled": none
+  sinks: list[str] = dataclasses.field(default_factory=list)  # extra metric sinks, by name
+  model: ModelSection = dataclasses.field(default_factory=ModelSection)
+  env: EnvSection = dataclasses.field(default_factory=EnvSection)
+  train: TrainSection = dataclasses.field(default_factory=TrainSection)
+  metrics: MetricsSection = dataclasses.field(default_factory=MetricsSection)
+  mesh: MeshSection = dataclasses.field(default_factory=MeshSection)
+  ppo: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PPO))
+
+  def ppo_config(self) -> PpoExtConfig:
+    """The validated `PpoExtConfig` of the `ppo` section."""
+    return PpoExtConfig(**self.ppo)
+
+
+_WANDB_MODES = ("disabled", "offline", "online")
+
+
+def load_run_config(path: str | None = None, overrides: typing.Sequence[str] = ()) -> RunConfig:
+  """Reads YAML `path` (defaults when None), applies `KEY=VALUE` overrides, validates."""
+  data: dict[str, Any] = {}
+  if path is not None:
+    file = pathlib.Path(path)
+    if not file.is_file():
+      raise ValueError(f"--config {path!r}: no such file")
+    data = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(data, dict):
+      raise ValueError(f"--config {path!r}: expected a mapping at the top level")
+  for override in overrides:
+    key, sep, raw = override.partition("=")
+    if not sep or not key:
+      raise ValueError(f"override {override!r} must look like section.key=value")
+    _set_dotted(data, key.split("."), yaml.safe_load(raw))
+  return _build(RunConfig, data, prefix="")
+
+
+def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
+  for key in keys[:-1]:
+    data = data.setdefault(key, {})
+    if not isinstance(data, dict):
+      raise ValueError(f"override path {'.'.join(keys)!r} goes through a non-mapping")
+  data[keys[-1]] = value
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+  """Instantiates dataclass `cls` from `data`, checking keys and types recursively."""
+  if not isinstance(data, dict):
+    raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  hints = typing.get_type_hints(cls)
+  kwargs = {}
+  for key, value in data.items():
+    if key not in fields:
+      close = difflib.get_close_matches(key, list(fields), n=3)
+      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      raise ValueError(f"unknown config key {prefix + key!r}{hint} (valid: {sorted(fields)})")
+    kwargs[key] = _check_type(prefix + key, value, hints[key])
+  instance = cls(**kwargs)
+  if cls is RunConfig:
+    _validate_run(instance)
+  return instance
+
+
+def _check_type(name: str, value: Any, hint: Any) -> Any:
+  if dataclasses.is_dataclass(hint):
+    return _build(hint, value, prefix=name + ".")
+  if name == "ppo":
+    return _check_ppo(value)
+  origin = typing.get_origin(hint)
+  allowed = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+  for option in allowed:
+    base = typing.get_origin(option) or option
+    if option is type(None) and value is None:
+      return value
+    if base is float and isinstance(value, int | float) and not isinstance(value, bool):
+      return float(value)
+    if base is int and isinstance(value, int) and not isinstance(value, bool):
+      return value
+    if base is list and isinstance(value, list):
+      (item,) = typing.get_args(option) or (typing.Any,)
+      return [_check_type(f"{name}[{i}]", v, item) for i, v in enumerate(value)]
+    if base in (str, bool, dict) and isinstance(value, base):
+      return value
+    if base is typing.Any:
+      return value
+  names = " or ".join(getattr(a, "__name__", str(a)) for a in allowed)
+  raise ValueError(f"config key {name!r} must be {names}, got {value!r}")
+
+
+def _check_ppo(value: Any) -> dict[str, Any]:
+  if not isinstance(value, dict):
+    raise ValueError(f"config key 'ppo' must be a mapping, got {value!r}")
+  names = [f.name for f in dataclasses.fields(PpoExtConfig)]
+  for key in value:
+    if key not in names:
+      close = difflib.get_close_matches(key, names, n=3)
+      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      raise ValueError(f"unknown config key {'ppo.' + key!r}{hint}")
+  return {**DEFAULT_PPO, **value}
+
+
+def _validate_model(model: ModelSection) -> None:
+  if model.checkpoint is not None:
+    directory = pathlib.Path(model.checkpoint)
+    if not directory.is_dir() or not list(directory.glob("*.safetensors")):
+      raise ValueError(
+        f"config key 'model.checkpoint': {model.checkpoint!r} is not a directory holding "
+        "*.safetensors files"
+      )
+  if model.tokenizer is not None and not pathlib.Path(model.tokenizer).is_dir():
+    raise ValueError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
+  if model.config_name is not None:
+    names = sorted(n for n in vars(qwen3.ModelConfig) if n.startswith("qwen3_"))
+    if model.config_name not in names:
+      close = difflib.get_close_matches(model.config_name, names, n=3)
+      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      raise ValueError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
+
+
+def _validate_mesh(section: MeshSection) -> None:
+  """Shapes, axis names and role names of the `mesh` section (devices: when built)."""
+  check_mesh_spec("mesh", section.shape, section.axis_names)
+  for role, entry in section.roles.items():
+    if role not in MESH_ROLES:
+      close = difflib.get_close_matches(role, MESH_ROLES, n=2)
+      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      raise ValueError(f"config key 'mesh.roles.{role}': unknown role{hint} (valid: {MESH_ROLES})")
+    own = _build(RoleMeshSection, entry, prefix=f"mesh.roles.{role}.")
+    check_mesh_spec(f"mesh.roles.{role}", own.shape, own.axis_names or section.axis_names)
+
+
+def _validate_run(run: RunConfig) -> None:
+  """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
+  if run.wandb not in _WANDB_MODES:
+    raise ValueError(f"config key 'wandb' must be one of {_WANDB_MODES}, got {run.wandb!r}")
+  positive = {
+    "train.steps": run.train.steps,
+    "train.batch_size": run.train.batch_size,
+    "train.max_prompt_length": run.train.max_prompt_length,
+    "train.checkpoint_every": run.train.checkpoint_every,
+    "train.eval_every": run.train.eval_every,
+    "env.max_turns": run.env.max_turns,
+    "env.max_completion_len": run.env.max_completion_len,
+    "env.max_tokens_per_turn": run.env.max_tokens_per_turn,
+    "model.num_layers": run.model.num_layers,
+    "model.embed_dim": run.model.embed_dim,
+    "train.lr": run.train.lr,
+    "train.critic_lr": run.train.critic_lr,
+  }
+  for key, value in positive.items():
+    if not value > 0:
+      raise ValueError(f"config key {key!r} must be > 0, got {value!r}")
+  if run.train.temperature <= 0:
+    raise ValueError(f"config key 'train.temperature' must be > 0, got {run.train.temperature}")
+  _validate_model(run.model)
+  _validate_mesh(run.mesh)
+  keys = run.metrics.keys()  # unknown metrics in rename/drop fail here, with suggestions
+  if keys.final(SUMMARY_KEY) is None:
+    raise ValueError(f"config key 'metrics.drop' must keep {SUMMARY_KEY!r}: the summary uses it")
+  try:  # builds the environment once: unknown names and bad kwargs fail here, by key
+    envs.make_env(run.env.name, **run.env.kwargs)
+  except (TypeError, ValueError) as err:
+    raise ValueError(
+      f"config keys 'env.name'/'env.kwargs' ({run.env.name!r}, {run.env.kwargs!r}): {err}"
+    ) from None
+  for sink in run.sinks:  # `tunix_ppo_ext.metric_sinks` entry points (plugins), loaded here
+    try:
+      registry.get(registry.METRIC_SINKS, sink)
+    except ValueError as err:
+      raise ValueError(f"config key 'sinks' ({sink!r}): {err}") from None
+  run.ppo_config()  # PpoExtConfig validation: names the field, the value and what is allowed
+  num_generations = run.ppo.get("num_generations", 1)
+  if run.train.batch_size % num_generations:
+    raise ValueError(
+      f"config key 'train.batch_size'={run.train.batch_size} must be a multiple of "
+      f"ppo.num_generations={num_generations}"
+    )

@@ -1,0 +1,64 @@
+"""Validation helpers shared by every layer (stdlib only): one message style for bad values.
+
+- `did_you_mean(value, choices)`: `" (did you mean 'x'?)"` or `""`.
+- `check_number(name, value, ...)`: a real, finite number inside an interval, as float.
+- `check_integer(name, value, low)`: an integer (not a bool) `>= low`.
+
+Every error is one `ValueError` line naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import numbers
+from collections.abc import Iterable
+
+__all__ = ["check_integer", "check_number", "did_you_mean"]
+
+
+def did_you_mean(value: object, choices: Iterable[str]) -> str:
+  """`" (did you mean 'x'?)"` for the closest of `choices` to `str(value)`, else `""`."""
+  close = difflib.get_close_matches(str(value), list(choices), n=1)
+  return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def interval(
+  low: float | None, high: float | None, low_open: bool = False, high_open: bool = False
+) -> str:
+  """`"(0.0, 1.0]"`-style text of an interval; an absent bound is infinite."""
+  lo = "(-inf" if low is None else ("(" if low_open else "[") + f"{low}"
+  hi = "inf)" if high is None else f"{high}" + (")" if high_open else "]")
+  return f"{lo}, {hi}"
+
+
+def check_number(
+  name: str,
+  value: object,
+  low: float | None = None,
+  high: float | None = None,
+  low_open: bool = False,
+  high_open: bool = False,
+) -> float:
+  """`float(value)` if it is a finite real number (not a bool) inside the interval.
+
+  Raises:
+    ValueError: `"<name>=<value> is invalid: must be a finite number in [low, high]."`
+  """
+  ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+  if ok:
+    value_f = float(value)
+    ok = math.isfinite(value_f)
+    ok = ok and (low is None or (value_f > low if low_open else value_f >= low))
+    ok = ok and (high is None or (value_f < high if high_open else value_f <= high))
+  if not ok:
+    allowed = f"a finite number in {interval(low, high, low_open, high_open)}"
+    raise ValueError(f"{name}={value!r} is invalid: must be {allowed}.")
+  return value_f
+
+
+def check_integer(name: str, value: object, low: int) -> int:
+  """`value` if it is an integer (not a bool) `>= low`; ValueError naming `name` otherwise."""
+  if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+    raise ValueError(f"{name}={value!r} is invalid: must be an integer >= {low}.")
+  return int(value)

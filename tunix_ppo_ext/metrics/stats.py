@@ -1,0 +1,77 @@
+"""Statistics of one rollout batch, under the learner's internal metric names (`batch/...`).
+
+Per-token families (`old_value`, `advantage`, `return`) are taken over the loss mask only;
+per-episode families (`score`, `reward`, `episode_return`, `response_length`,
+`num_turns`) over every row. A family with no element is left out (never NaN).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tunix_ppo_ext.metrics.keys import STATS
+
+_REDUCERS = {"min": np.min, "mean": np.mean, "max": np.max}
+
+
+def min_mean_max(name: str, values: Any) -> dict[str, float]:
+  """`{name/min, name/mean, name/max}` of the elements of `values` ({} when empty)."""
+  array = np.asarray(values, np.float64).ravel()
+  if not array.size:
+    return {}
+  return {f"{name}/{s}": float(_REDUCERS[s](array)) for s in STATS}
+
+
+def explained_variance(values: Any, returns: Any, mask: Any) -> float | None:
+  """`1 - Var[returns - values] / Var[returns]` over the mask; None when undefined."""
+  mask = np.asarray(mask) > 0
+  ret = np.asarray(returns, np.float64)[mask]
+  if ret.size < 2 or np.var(ret) == 0:
+    return None
+  residual = ret - np.asarray(values, np.float64)[mask]
+  return float(1.0 - np.var(residual) / np.var(ret))
+
+
+def batch_statistics(
+  *,
+  loss_mask: Any,
+  token_rewards: Any,
+  rewards: Any,
+  values: Any,
+  advantages: Any,
+  returns: Any,
+  episode_returns: Any | None = None,
+  num_turns: Any | None = None,
+  truncated: Any | None = None,
+  turn_limited: Any | None = None,
+) -> dict[str, float]:
+  """Internal-name statistics of a batch of `B` rows and `T` completion tokens.
+
+  Args:
+    loss_mask: `[B, T]` 1 on agent tokens.
+    token_rewards: `[B, T]` raw environment / reward-model rewards (`score` = row sum).
+    rewards: `[B, T]` rewards after the KL penalty (`reward` = row sum).
+    values, advantages, returns: `[B, T]` per-token old values, advantages and returns.
+    episode_returns, num_turns, truncated, turn_limited: optional `[B]` episode outcomes
+      of a multi-turn source; without them the episode return is the score and an episode
+      is one turn.
+  """
+  mask = np.asarray(loss_mask) > 0
+  scores = np.asarray(token_rewards, np.float64).sum(-1)
+  stats: dict[str, float] = {}
+  for name, per_token in (("old_value", values), ("advantage", advantages), ("return", returns)):
+    stats |= min_mean_max(f"batch/{name}", np.asarray(per_token)[mask])
+  stats |= min_mean_max("batch/score", scores)
+  stats |= min_mean_max("batch/reward", np.asarray(rewards, np.float64).sum(-1))
+  stats |= min_mean_max(
+    "batch/episode_return", scores if episode_returns is None else episode_returns
+  )
+  stats |= min_mean_max("batch/response_length", mask.sum(-1))
+  stats |= min_mean_max("batch/num_turns", np.ones_like(scores) if num_turns is None else num_turns)
+  if truncated is not None and np.size(truncated):
+    stats["batch/truncated_frac"] = float(np.mean(truncated))
+  if turn_limited is not None and np.size(turn_limited):
+    stats["batch/turn_limit_frac"] = float(np.mean(turn_limited))
+  return stats

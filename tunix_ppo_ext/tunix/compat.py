@@ -1,0 +1,186 @@
+"""Every use of a private tunix name, in one place, pinned to the tunix it was written for.
+
+The rest of the package reaches tunix only through its public API and subclasses. What
+tunix 0.1.7 offers no public way to do is here, each with its reason:
+
+- `LearnerHooks`: the three private hook methods of `PPOLearner` that a learner must
+  override (`_generate_and_compute_advantage`, `_num_generations`, `_run_global_step`),
+  forwarded to public methods of the same meaning.
+- learner state: `compute_rewards`, `uses_reward_model`, `rollout_micro_batch_size`
+  (what tunix's learner computed in its constructor, read where its own hook would).
+- trainers: `restored_metadata` (the custom checkpoint metadata tunix restored),
+  `lora_enabled` (as tunix's own save call passes it), `write_pending_metrics` (tunix
+  0.1.7 closes the shared metrics logger with the actor trainer, before the critic
+  trainer writes its last step).
+- rollout: `vanilla_sampler` and `exact_token_prompts` (the vanilla engine tokenises
+  prompt strings; to sample from exact token ids its sampler's `tokenize` is shadowed on
+  the instance for one call, under a lock).
+- models: `qwen3_key_mapping` (tunix's HF-to-tunix parameter table, read backwards to
+  export a checkpoint).
+
+`PINNED` lists the private names by tunix object; `check_tunix()` runs at import: on the
+tested tunix it does nothing; on another version it fails with one line naming what is
+missing, or warns once when everything is still there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from tunix.models.qwen3 import params as qwen3_params
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl import rl_learner
+from tunix.rl.ppo import ppo_learner
+from tunix.rl.rollout import vanilla_rollout
+from tunix.sft import peft_trainer
+
+TESTED_TUNIX = ("0.1.7",)
+PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
+  # object the names live on -> (the object, private names used here)
+  "tunix.rl.ppo.ppo_learner.PPOLearner": (
+    ppo_learner.PPOLearner,
+    ("_generate_and_compute_advantage", "_num_generations", "_run_global_step"),
+  ),
+  "tunix.rl.rl_learner.RLLearner": (rl_learner.RLLearner, ("_compute_rewards",)),
+  "tunix.sft.peft_trainer.PeftTrainer": (peft_trainer.PeftTrainer, ("_write_train_metrics",)),
+  "tunix.models.qwen3.params": (qwen3_params, ("_get_key_and_transform_mapping",)),
+}
+# Instance attributes set in constructors (checked on live objects by the tests).
+PINNED_INSTANCE_ATTRIBUTES = {
+  "PPOLearner": ("_use_reward_model", "_rollout_micro_batch_size"),
+  "PeftTrainer": ("_lora_enabled",),
+  "VanillaRollout": ("_sampler",),
+}
+
+
+def tunix_version() -> str:
+  return importlib.metadata.version("google-tunix")
+
+
+def missing_names() -> list[str]:
+  """`owner.name` of every pinned private name this tunix lacks."""
+  return [
+    f"{owner}.{name}"
+    for owner, (obj, names) in PINNED.items()
+    for name in names
+    if not hasattr(obj, name)
+  ]
+
+
+def check_tunix() -> None:
+  """Nothing on a tested tunix; else RuntimeError naming missing names, or one warning."""
+  version = tunix_version()
+  if version in TESTED_TUNIX:
+    return
+  missing = missing_names()
+  if missing:
+    raise RuntimeError(
+      f"tunix-ppo-ext was tested with google-tunix {', '.join(TESTED_TUNIX)}; the installed "
+      f"{version} lacks {missing}: install google-tunix=={TESTED_TUNIX[-1]}"
+    )
+  warnings.warn(
+    f"tunix-ppo-ext is untested with google-tunix {version} (tested: {TESTED_TUNIX})",
+    stacklevel=2,
+  )
+
+
+check_tunix()
+
+
+class LearnerHooks(ppo_learner.PPOLearner):
+  """`PPOLearner` whose private hooks call public methods a subclass defines.
+
+  - `generate_and_compute_advantage(training_input, mode)`: the rollout phase.
+  - `num_generations()`: samples per prompt.
+  - `after_global_step(seconds)`: after each of tunix's global steps, with its wall time.
+  """
+
+  def _generate_and_compute_advantage(self, training_input: Any, mode: Any = None) -> Any:
+    mode = rl_cluster_lib.Mode.TRAIN if mode is None else mode
+    return self.generate_and_compute_advantage(training_input, mode)
+
+  def _num_generations(self) -> int:
+    return self.num_generations()
+
+  def _run_global_step(self, *args: Any, **kwargs: Any) -> None:
+    start = time.perf_counter()
+    super()._run_global_step(*args, **kwargs)
+    self.after_global_step(time.perf_counter() - start)
+
+  def generate_and_compute_advantage(self, training_input: Any, mode: Any) -> Any:
+    raise NotImplementedError
+
+  def num_generations(self) -> int:
+    raise NotImplementedError
+
+  def after_global_step(self, seconds: float) -> None:
+    del seconds
+
+
+def compute_rewards(learner: Any, **kwargs: Any) -> Any:
+  """tunix's reward-function scores (`RLLearner._compute_rewards`: its reward manager)."""
+  return learner._compute_rewards(**kwargs)
+
+
+def uses_reward_model(learner: Any) -> bool:
+  """Whether tunix's learner was built to score with the reward model (no reward fns)."""
+  return bool(learner._use_reward_model)
+
+
+def rollout_micro_batch_size(learner: Any) -> int | None:
+  """The rollout micro-batch size tunix's learner derived from its cluster config."""
+  return learner._rollout_micro_batch_size
+
+
+def restored_metadata(trainer: Any) -> dict[str, Any]:
+  """The custom checkpoint metadata tunix's trainer restored (empty on a fresh run)."""
+  return getattr(trainer, "_restored_custom_metadata", None) or {}
+
+
+def lora_enabled(trainer: Any) -> bool:
+  """Whether the trainer trains LoRA adapters (tunix saves only those then)."""
+  return bool(trainer._lora_enabled)
+
+
+def write_pending_metrics(trainer: Any) -> None:
+  """Writes the trainer's buffered metrics (tunix writes them only at its next step)."""
+  trainer._write_train_metrics()
+
+
+def vanilla_sampler(rollout: Any) -> Any | None:
+  """The vanilla engine's `Sampler`, or None for any other engine."""
+  if not isinstance(rollout, vanilla_rollout.VanillaRollout):
+    return None
+  return getattr(rollout, "_sampler", None)
+
+
+_TOKENIZE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def exact_token_prompts(sampler: Any, contexts: Sequence[Sequence[int]]) -> Iterator[list[str]]:
+  """Makes `sampler` take `contexts` (token ids) as its prompts, verbatim, for one call.
+
+  tunix 0.1.7's `Sampler.__call__` tokenises each prompt string with `self.tokenize`;
+  this shadows that method on the instance (restored on exit, one caller at a time) with
+  a lookup, and yields the prompt keys ("0", "1", ...) to pass to `generate`.
+  """
+  arrays = [np.asarray(c, np.int32) for c in contexts]
+  with _TOKENIZE_LOCK:
+    sampler.tokenize = lambda key: arrays[int(key)]
+    try:
+      yield [str(i) for i in range(len(arrays))]
+    finally:
+      del sampler.tokenize
+
+
+def qwen3_key_mapping(config: Any) -> dict[str, tuple[str, Callable | None]]:
+  """tunix's Qwen3 table `{hf_regex: (tunix_path_template, transform)}`."""
+  return qwen3_params._get_key_and_transform_mapping(config)

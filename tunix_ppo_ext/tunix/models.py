@@ -1,0 +1,143 @@
+"""Toy-size tunix Qwen3 policies and a Qwen3-backbone value model (critic / reward model).
+
+Everything here is tunix's real model code (`tunix.models.qwen3.model`) at a size that
+trains in seconds on CPU; only the scalar value head is ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from tunix.models.qwen3 import model as qwen3
+
+
+def tiny_qwen3_config(
+  vocab_size: int,
+  num_layers: int = 2,
+  embed_dim: int = 64,
+  hidden_dim: int = 128,
+  num_heads: int = 4,
+  head_dim: int = 16,
+  num_kv_heads: int = 2,
+  rope_theta: int = 10_000,
+  norm_eps: float = 1e-6,
+  use_tied_embedding: bool = False,
+) -> qwen3.ModelConfig:
+  """A float32 `qwen3.ModelConfig` at toy size (default sharding axes `fsdp`/`tp`)."""
+  return qwen3.ModelConfig(
+    num_layers=num_layers,
+    vocab_size=vocab_size,
+    embed_dim=embed_dim,
+    hidden_dim=hidden_dim,
+    num_heads=num_heads,
+    head_dim=head_dim,
+    num_kv_heads=num_kv_heads,
+    rope_theta=rope_theta,
+    norm_eps=norm_eps,
+    use_tied_embedding=use_tied_embedding,
+    dtype=jnp.float32,
+    param_dtype=jnp.float32,
+  )
+
+
+def make_policy(config: qwen3.ModelConfig, seed: int = 0) -> qwen3.Qwen3:
+  """Randomly initialised tunix `Qwen3`; the same `(config, seed)` gives identical weights."""
+  return qwen3.Qwen3(config, rngs=nnx.Rngs(seed))
+
+
+def causal_mask(batch: int, length: int) -> jax.Array:
+  """`[B, L, L]` boolean lower-triangular attention mask (no padding)."""
+  return jnp.broadcast_to(jnp.tril(jnp.ones((length, length), jnp.bool_)), (batch, length, length))
+
+
+class ValueModel(nnx.Module):
+  """Qwen3 backbone (embedder, decoder layers, final norm) plus a `Linear(embed_dim, 1)` head.
+
+  Called like a tunix transformer, it returns per-token scores `[B, L, 1]` (float32), the
+  shape `tunix.rl.common.compute_score` expects. The backbone is built with tied
+  embeddings so it carries no (unused) `lm_head`.
+  """
+
+  def __init__(self, config: qwen3.ModelConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.backbone = qwen3.Qwen3(dataclasses.replace(config, use_tied_embedding=True), rngs=rngs)
+    self.value_head = nnx.Linear(
+      config.embed_dim,
+      1,
+      kernel_init=nnx.initializers.normal(stddev=1.0 / math.sqrt(config.embed_dim + 1)),
+      bias_init=nnx.initializers.zeros_init(),
+      param_dtype=jnp.float32,
+      # on fsdp, where XLA leaves it after an update; declared replicated (or not at all),
+      # the critic's train step compiled a second time at step 2 on a multi-device mesh
+      kernel_metadata={"sharding": ("fsdp", None)},
+      bias_metadata={"sharding": (None,)},
+      rngs=rngs,
+    )
+
+  def hidden_states(
+    self,
+    input_tokens: jax.Array,
+    positions: jax.Array,
+    attention_mask: jax.Array,
+    segment_ids: jax.Array | None = None,
+  ) -> jax.Array:
+    """Final-norm hidden states `[B, L, embed_dim]` of the backbone (no KV cache)."""
+    x = self.backbone.embedder.encode(input_tokens)
+    for layer in self.backbone.layers:
+      _, x = layer(x, positions, None, attention_mask, segment_ids=segment_ids)
+    return self.backbone.final_norm(x)
+
+  def __call__(
+    self,
+    input_tokens: jax.Array,
+    positions: jax.Array,
+    cache: None = None,
+    attention_mask: jax.Array | None = None,
+    segment_ids: jax.Array | None = None,
+    **_,
+  ) -> jax.Array:
+    """Scores `[B, L, 1]` for tokens `[B, L]`; a missing mask means causal, unpadded."""
+    if cache is not None:
+      raise ValueError("ValueModel does not decode incrementally; pass cache=None.")
+    if attention_mask is None:
+      attention_mask = causal_mask(*input_tokens.shape)
+    hidden = self.hidden_states(input_tokens, positions, attention_mask, segment_ids)
+    return self.value_head(hidden.astype(jnp.float32))
+
+
+def make_critic(config: qwen3.ModelConfig, seed: int = 0) -> ValueModel:
+  """Randomly initialised `ValueModel` for a policy `config`."""
+  return ValueModel(config, rngs=nnx.Rngs(seed))
+
+
+def _copied_state(module: nnx.Module) -> nnx.State:
+  """The module's params with every array copied (no buffers shared with `module`)."""
+  return jax.tree.map(jnp.copy, nnx.state(module, nnx.Param))
+
+
+def critic_from_policy(policy: qwen3.Qwen3, seed: int = 0) -> ValueModel:
+  """`ValueModel` whose backbone is a copy of `policy`'s (embedder, layers, final norm).
+
+  Only the value head is freshly initialised (from `seed`); `policy`'s `lm_head` is
+  not used.
+  """
+  critic = make_critic(policy.config, seed)
+  for name in ("embedder", "layers", "final_norm"):
+    nnx.update(getattr(critic.backbone, name), _copied_state(getattr(policy, name)))
+  return critic
+
+
+def copy_model(model: nnx.Module) -> nnx.Module:
+  """An independent copy of `model` (same graph, params copied), e.g. a frozen reference."""
+  graphdef, state = nnx.split(model)
+  return nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
+
+
+def with_critic_and_reference(policy: qwen3.Qwen3, seed: int = 0):
+  """`(policy, critic, reference)`: the critic's backbone initialised from the policy (common
+  PPO practice, seed `seed + 1` for its head) and the reference a copy of the policy."""
+  return policy, critic_from_policy(policy, seed + 1), copy_model(policy)

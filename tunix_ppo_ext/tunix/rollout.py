@@ -1,0 +1,441 @@
+"""Multi-turn episodes through tunix's own rollout engine, as token-exact PPO trajectories.
+
+`MultiTurnRollout` is a `TrajectorySource`: for each batch of training input it plays one
+episode per row, turn by turn, sampling every agent turn with the cluster's rollout
+engine (`rl_cluster.rollout.generate`, the engine `RLCluster.generate` calls), and
+returns the episodes as one `MultiTurnBatch` row each:
+
+  prompt_ids      BOS + first observation, left-padded to the rollout `max_prompt_length`
+  completion_ids  agent turn 1 | EOS | observation 2 | agent turn 2 | EOS | ... | padding
+
+Agent tokens are the engine's sampled ids as returned (never re-tokenised from text);
+the sampler strips the EOS that ended a turn, so it is put back (stopping is an action;
+a turn cut by `max_turn_tokens` gets none). Observations are tokenised once.
+`loss_mask` is 1 on agent tokens and those EOS, `attention_mask` on every real token,
+and a turn's reward sits on its last agent token.
+
+Context: tunix 0.1.7's engines only take string prompts and tokenise them. With
+`context="tokens"` (the default; vanilla engine only) the sampler is handed the exact
+ids of the trajectory so far (EOS included) by shadowing its `tokenize` on the
+instance for the duration of one call, so sampling and training see the same context.
+`context="text"` passes decoded text instead (any engine); every later turn is then
+sampled without the earlier EOS tokens in its context, which the trainer does see.
+
+Either way tunix's sampler masks every pad-id token of its context (attention, and
+positions in the prompt), while the trajectory's attention mask keeps every real token:
+earlier EOS tokens when `eos_id == pad_id`, and any pad-id token the agent sampled, are
+seen by the trainer only. `sampler_logprob_gap` measures the difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from tunix.generate import utils as generate_utils
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.rollout import base_rollout
+
+from tunix_ppo_ext.data.trajectory import (
+  MultiTurnBatch,
+  RolloutStats,
+  contiguous_group_ids,
+  episode_seeds,
+)
+from tunix_ppo_ext.envs import (
+  Environment,
+  env_name,
+  make_env,
+  validate_reset_output,
+  validate_step_output,
+)
+from tunix_ppo_ext.tunix import compat
+from tunix_ppo_ext.tunix.learner import PpoExtLearner
+
+Mode = rl_cluster_lib.Mode
+
+
+@dataclasses.dataclass
+class _Episode:
+  """One episode's growing completion: per-token lists and the turn rewards' positions."""
+
+  env: Environment
+  prompt: list[int]
+  tokens: list[int] = dataclasses.field(default_factory=list)
+  loss: list[int] = dataclasses.field(default_factory=list)
+  known: list[int] = dataclasses.field(default_factory=list)
+  logps: list[float] = dataclasses.field(default_factory=list)
+  rewards: list[tuple[int, float]] = dataclasses.field(default_factory=list)
+  turns: int = 0
+  env_done: bool = False
+  out_of_room: bool = False
+
+  @property
+  def done(self) -> bool:
+    return self.env_done or self.out_of_room
+
+  def extend(self, ids: Sequence[int], loss: int, logps: Sequence[float] | None = None) -> None:
+    """Appends `ids` with one loss flag; `logps` (sampler values) mark them as known."""
+    self.tokens.extend(int(i) for i in ids)
+    self.loss.extend([loss] * len(ids))
+    self.known.extend([int(logps is not None)] * len(ids))
+    self.logps.extend([float(x) for x in logps] if logps is not None else [0.0] * len(ids))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ids:
+  """The cluster's special ids and tokenizer (the one the rollout engine uses)."""
+
+  tokenizer: Any
+  pad: int
+  eos: int
+  bos: int | None
+
+  @classmethod
+  def of(cls, cluster: rl_cluster_lib.RLCluster) -> _Ids:
+    tokenizer = cluster.tokenizer
+    return cls(tokenizer, cluster.rollout.pad_id(), cluster.rollout.eos_id(), tokenizer.bos_id())
+
+  def prompt(self, text: str) -> list[int]:
+    """Tokens of a first observation as tunix's sampler makes them (BOS unless falsy)."""
+    ids = ([self.bos] if self.bos else []) + list(self.tokenizer.encode(text))
+    return list(self.tokenizer.dedup_bos_ids(ids))
+
+
+class MultiTurnRollout:
+  """A `TrajectorySource` playing text environments with the cluster's rollout engine.
+
+  Training input (see `episode_batches`): `"seed"` (or integer `"prompts"`) holds one
+  episode seed per row; consecutive `group_size` rows share a seed and form a group
+  (`group_ids`). Every turn samples at most `max_turn_tokens` tokens for all rows at
+  once (finished rows are fed their prompt and ignored, which keeps shapes fixed: one
+  compilation). The rollout config's `kv_cache_size` must be at least
+  `max_prompt_length + max_completion_len + max_turn_tokens` (with `build_cluster`:
+  `max_tokens_to_generate >= max_completion_len + max_turn_tokens`).
+
+  Args:
+    env: a name in `envs.ENVIRONMENTS` or a factory called with `env_kwargs`.
+    max_completion_len: `T`, the completion width; longer episodes are cut there.
+    max_turns: agent turns per episode at most.
+    max_turn_tokens: sampling steps per agent turn (an EOS among them ends the turn).
+    group_size: rows per group; `None` uses the learner's `num_generations`.
+    context: "tokens" (exact ids, vanilla engine) or "text" (see the module docstring).
+
+  After each call, `last_stats` holds the `RolloutStats`; their `metrics()` are also
+  buffered into the cluster's metrics for the step.
+  """
+
+  def __init__(
+    self,
+    env: str | Callable[..., Environment] = "memory",
+    env_kwargs: dict[str, Any] | None = None,
+    *,
+    max_completion_len: int,
+    max_turns: int = 8,
+    max_turn_tokens: int = 2,
+    group_size: int | None = None,
+    context: Literal["tokens", "text"] = "tokens",
+  ):
+    for name, value in (("max_completion_len", max_completion_len), ("max_turns", max_turns)):
+      if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    if max_turn_tokens < 1:
+      raise ValueError(f"max_turn_tokens must be >= 1, got {max_turn_tokens}")
+    if context not in ("tokens", "text"):
+      raise ValueError(f"context must be 'tokens' or 'text', got {context!r}")
+    self.env = env
+    self.env_kwargs = dict(env_kwargs or {})
+    self.max_completion_len = max_completion_len
+    self.max_turns = max_turns
+    self.max_turn_tokens = max_turn_tokens
+    self.group_size = group_size
+    self.context = context
+    self.last_stats: RolloutStats | None = None
+    self._calls = 0
+
+  # ----- the rollout -----
+
+  def __call__(
+    self, learner: PpoExtLearner, training_input: dict[str, Any], mode: Mode
+  ) -> MultiTurnBatch:
+    """Plays one episode per row of `training_input`; returns their trajectories."""
+    cluster = learner.rl_cluster
+    seeds = episode_seeds(training_input)
+    group_ids = self._group_ids(seeds, self.group_size or learner.algo_config.num_generations)
+    ids = _Ids.of(cluster)
+    config = self._checked_config(cluster, mode)
+    episodes = [self._start(seed, ids, config) for seed in seeds]
+    self._calls += 1
+    # NaN/inf environment rewards: an error naming the episode, or kept for the learner to drop
+    keep_nonfinite = getattr(learner.algo_config, "nonfinite_rewards", "error") == "drop"
+    for turn in range(1, self.max_turns + 1):
+      if all(e.done for e in episodes):
+        break
+      output = self._generate(cluster, episodes, ids, config, turn)
+      for row, episode in enumerate(episodes):
+        if not episode.done:
+          self._play_turn(episode, turn, output, row, ids, keep_nonfinite)
+    self.last_stats = self._stats(episodes)
+    has_logps = bool(config.return_logprobs)
+    batch = self._assemble(episodes, group_ids, ids, config.max_prompt_length, has_logps)
+    return dataclasses.replace(
+      batch,
+      episode_returns=self.last_stats.episode_return,
+      num_turns=self.last_stats.num_turns,
+      truncated=self.last_stats.truncated,
+      turn_limited=self.last_stats.turn_limited,
+    )
+
+  def _group_ids(self, seeds: np.ndarray, group_size: int) -> np.ndarray:
+    """`[B]` group index `row // group_size`; each group must share one seed."""
+    if len(seeds) % group_size:
+      raise ValueError(f"batch of {len(seeds)} episodes is not a multiple of group {group_size}")
+    groups = seeds.reshape(-1, group_size)
+    if np.any(groups != groups[:, :1]):
+      raise ValueError(f"rows of a group (consecutive {group_size}) must share one episode seed")
+    return contiguous_group_ids(len(seeds), group_size)
+
+  def _checked_config(
+    self, cluster: rl_cluster_lib.RLCluster, mode: Mode
+  ) -> base_rollout.RolloutConfig:
+    """The mode's rollout config, checked for room (KV cache), stop tokens and offloading."""
+    config = cluster.get_rollout_config(mode)
+    needed = config.max_prompt_length + self.max_completion_len + self.max_turn_tokens
+    if config.kv_cache_size < needed:
+      raise ValueError(
+        f"rollout kv_cache_size {config.kv_cache_size} < max_prompt_length + "
+        f"max_completion_len + max_turn_tokens = {needed}; raise max_tokens_to_generate"
+      )
+    stops = set(config.eos_tokens or [cluster.rollout.eos_id()])
+    if stops != {cluster.rollout.eos_id()}:
+      raise ValueError(f"only the tokenizer's EOS may end a turn, got eos_tokens {sorted(stops)}")
+    if cluster.cluster_config.offload_to_cpu:
+      raise ValueError("MultiTurnRollout does not support offload_to_cpu")
+    if cluster.rollout.eos_id() == cluster.rollout.pad_id():
+      warnings.warn(
+        "eos_id == pad_id: tunix's sampler treats an end-of-turn EOS in the context as "
+        "padding, the trainer does not; turns after the first are sampled off-context",
+        stacklevel=3,
+      )
+    return config
+
+  def _start(self, seed: int, ids: _Ids, config: base_rollout.RolloutConfig) -> _Episode:
+    """Makes and resets one environment; its first observation becomes the prompt."""
+    env = make_env(self.env, **self.env_kwargs)
+    try:
+      output = env.reset(seed=int(seed))
+    except Exception as err:
+      raise RuntimeError(
+        f"environment {env_name(env)!r}, turn 0: reset(seed={int(seed)}) raised "
+        f"{type(err).__name__}: {err}"
+      ) from err
+    observation, _ = validate_reset_output(env_name(env), output)
+    prompt = _encode(env, 0, observation, ids.prompt)
+    if len(prompt) > config.max_prompt_length:
+      raise ValueError(
+        f"environment {env_name(env)!r}: first observation is {len(prompt)} tokens, longer "
+        f"than the rollout max_prompt_length {config.max_prompt_length}"
+      )
+    return _Episode(env=env, prompt=prompt)
+
+  def _play_turn(
+    self,
+    episode: _Episode,
+    turn: int,
+    output: base_rollout.RolloutOutput,
+    row: int,
+    ids: _Ids,
+    keep_nonfinite: bool = False,
+  ) -> None:
+    """Appends the agent's turn (+ EOS) and, if another turn follows, the env's reply.
+
+    An exception from `env.step` becomes a RuntimeError naming the environment, the turn
+    and the episode row; malformed output a ValueError naming them.
+    """
+    agent = [int(t) for t in output.tokens[row]]
+    logps = output.logprobs[row] if output.logprobs is not None else None
+    episode.extend(agent, loss=1, logps=logps)
+    if len(agent) < self.max_turn_tokens:  # the sampler stopped on EOS and stripped it
+      episode.extend([ids.eos], loss=1)
+    name = env_name(episode.env)
+    action = ids.tokenizer.decode(agent)
+    try:
+      result = episode.env.step(action)
+    except Exception as err:
+      raise RuntimeError(
+        f"environment {name!r}, turn {turn}, episode row {row}: step({action!r}) raised "
+        f"{type(err).__name__}: {err}"
+      ) from err
+    try:
+      observation, reward, terminated, truncated, _ = validate_step_output(
+        name, turn, result, allow_nonfinite_reward=keep_nonfinite
+      )
+    except ValueError as err:
+      raise ValueError(f"{err} (episode row {row})") from None
+    episode.rewards.append((len(episode.tokens) - 1, reward))
+    episode.turns = turn
+    if terminated or truncated:
+      episode.env_done = True
+      return
+    if turn == self.max_turns:  # turn-limited: no agent turn will answer this observation
+      return
+    episode.extend(_encode(episode.env, turn, observation, ids.tokenizer.encode), loss=0)
+    episode.out_of_room = len(episode.tokens) >= self.max_completion_len
+
+  # ----- the engine call -----
+
+  def _generate(
+    self,
+    cluster: rl_cluster_lib.RLCluster,
+    episodes: list[_Episode],
+    ids: _Ids,
+    config: base_rollout.RolloutConfig,
+    turn: int,
+  ) -> base_rollout.RolloutOutput:
+    """One agent turn for every row (finished rows get their prompt, output ignored)."""
+    contexts = [e.prompt if e.done else e.prompt + e.tokens for e in episodes]
+    turn_config = dataclasses.replace(
+      config,
+      max_prompt_length=config.max_prompt_length + self.max_completion_len,
+      max_tokens_to_generate=self.max_turn_tokens,
+      seed=self._turn_seed(config, turn),
+    )
+    rollout = cluster.rollout
+    with cluster.cluster_config.role_to_mesh[rl_cluster_lib.Role.ROLLOUT]:
+      if self.context == "text":
+        return rollout.generate([_context_text(ids, c) for c in contexts], turn_config)
+      with exact_prompt_ids(rollout, contexts) as prompts:
+        return rollout.generate(prompts, turn_config)
+
+  def _turn_seed(self, config: base_rollout.RolloutConfig, turn: int) -> int:
+    """A fresh int sampling seed per (call, turn), derived from the config's int seed.
+
+    The vanilla sampler turns an int seed into `PRNGKey(seed)` on every call, so the
+    config's fixed seed would replay the same noise on every turn and step.
+    """
+    base = config.seed if isinstance(config.seed, int) else 0
+    state = np.random.SeedSequence([base, self._calls, turn]).generate_state(1)[0]
+    return int(state & 0x7FFFFFFF)
+
+  def state_dict(self) -> dict[str, int]:
+    """What a checkpoint keeps (the call count behind the sampling seeds), so a resumed run
+    samples what the uninterrupted run sampled."""
+    return {"calls": self._calls}
+
+  def load_state_dict(self, state: dict[str, int]) -> None:
+    """Restores `state_dict()`'s output."""
+    self._calls = int(state["calls"])
+
+  # ----- assembling the batch -----
+
+  def _stats(self, episodes: list[_Episode]) -> RolloutStats:
+    t = self.max_completion_len
+    truncated = np.array([len(e.tokens) > t or e.out_of_room for e in episodes])
+    return RolloutStats(
+      episode_return=np.array([sum(r for _, r in e.rewards) for e in episodes], np.float64),
+      num_turns=np.array([e.turns for e in episodes], np.int32),
+      truncated=truncated,
+      turn_limited=np.array([not e.done for e in episodes]),
+      max_return=float(getattr(episodes[0].env, "max_return", 0.0)),
+    )
+
+  def _assemble(
+    self,
+    episodes: list[_Episode],
+    group_ids: np.ndarray,
+    ids: _Ids,
+    prompt_len: int,
+    has_logps: bool,
+  ) -> MultiTurnBatch:
+    """Pads/cuts every episode to `[B, T]` and stacks them."""
+    rows = [_row(e, self.max_completion_len, ids.pad) for e in episodes]
+    stack = {key: np.stack([r[key] for r in rows]) for key in rows[0]}
+    prompts = [
+      generate_utils.pad_to_length(np.array(e.prompt, np.int32), prompt_len, ids.pad, left=True)
+      for e in episodes
+    ]
+    texts = [
+      ids.tokenizer.decode(r["completion_ids"][r["attention_mask"] > 0].tolist()) for r in rows
+    ]
+    return MultiTurnBatch(
+      prompt_ids=np.stack(prompts),
+      completion_ids=stack["completion_ids"],
+      attention_mask=stack["attention_mask"],
+      loss_mask=stack["loss_mask"],
+      token_rewards=stack["token_rewards"],
+      sampler_logps=stack["sampler_logps"] if has_logps else None,
+      sampler_logp_mask=stack["sampler_logp_mask"] if has_logps else None,
+      group_ids=group_ids,
+      texts=texts,
+    )
+
+
+def _row(episode: _Episode, width: int, pad_id: int) -> dict[str, np.ndarray]:
+  """One episode as `[width]` arrays; cut at `width`, rewards past the cut moved back.
+
+  A reward whose token was cut lands on the last kept agent token, so the row's rewards
+  always sum to the episode return.
+  """
+  n = min(len(episode.tokens), width)
+  loss = np.zeros(width, np.int32)
+  loss[:n] = episode.loss[:n]
+  last_agent = int(np.flatnonzero(loss)[-1])  # the completion starts with an agent turn
+  rewards = np.zeros(width, np.float32)
+  for position, reward in episode.rewards:
+    rewards[position if position < n else last_agent] += reward
+  completion = np.full(width, pad_id, np.int32)
+  completion[:n] = episode.tokens[:n]
+  attention = np.zeros(width, np.int32)
+  attention[:n] = 1
+  known = np.zeros(width, np.int32)
+  known[:n] = episode.known[:n]
+  logps = np.zeros(width, np.float32)
+  logps[:n] = episode.logps[:n]
+  return {
+    "completion_ids": completion,
+    "attention_mask": attention,
+    "loss_mask": loss,
+    "token_rewards": rewards,
+    "sampler_logps": logps * known,
+    "sampler_logp_mask": known,
+  }
+
+
+def _encode(
+  env: Environment, turn: int, text: str, encode: Callable[[str], Sequence[int]]
+) -> list[int]:
+  """`encode(text)`, with tokenizer errors naming the environment and the turn."""
+  try:
+    return [int(i) for i in encode(text)]
+  except ValueError as err:
+    raise ValueError(
+      f"environment {env_name(env)!r}, turn {turn}: observation {text!r} cannot be tokenised: {err}"
+    ) from err
+
+
+def _context_text(ids: _Ids, context: Sequence[int]) -> str:
+  """Text of a context for string-only engines (special ids, EOS included, are dropped)."""
+  return ids.tokenizer.decode([i for i in context if i not in (ids.bos, ids.pad, ids.eos)])
+
+
+@contextlib.contextmanager
+def exact_prompt_ids(
+  rollout: base_rollout.BaseRollout, contexts: Sequence[Sequence[int]]
+) -> Iterator[list[str]]:
+  """Makes the vanilla engine take `contexts` (token ids) as its prompts, verbatim.
+
+  Yields the prompt keys ("0", "1", ...) to pass to `rollout.generate`; the sampler then
+  left-pads the ids to `max_prompt_length` as usual (see `compat.exact_token_prompts`).
+  """
+  sampler = compat.vanilla_sampler(rollout)
+  if sampler is None:
+    raise NotImplementedError(
+      f"exact token contexts need tunix's vanilla engine, got {type(rollout).__name__}; "
+      "use MultiTurnRollout(context='text')"
+    )
+  with compat.exact_token_prompts(sampler, contexts) as keys:
+    yield keys
