@@ -20,8 +20,8 @@ import numpy as np
 from _timing import timed
 
 from tunix_ppo_ext.app.cli import build_run
-from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.metrics.sinks import read_jsonl
 
 PHASES = ["rollout", "old_logp", "ref_logp", "values", "advantages"]
 

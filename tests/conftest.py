@@ -29,6 +29,7 @@ import numpy as np
 from flax import nnx
 from hypothesis import HealthCheck, settings
 
+from tunix_ppo_ext.tunix import models
 from tunix_ppo_ext.tunix.cluster import build_cluster, make_mesh, make_models  # noqa: F401
 
 settings.register_profile(
@@ -43,6 +44,15 @@ settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 TARGET_CHAR = "a"
+
+
+def flush_subnormals(x: Any) -> np.ndarray:
+  """`x` as float32 with subnormals set to (signed) zero, as XLA computes on CPU.
+
+  A comparison that means "unchanged" holds up to this; normal values are untouched.
+  """
+  x = np.asarray(x, np.float32)
+  return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0) * x, x)
 
 
 def make_prompts(num: int, seed: int = 0, length: int = 2) -> tuple[list[str], list[str]]:
@@ -152,3 +162,32 @@ def read_wandb_run(path: str | pathlib.Path) -> tuple[list[dict[str, Any]], dict
       for item in record.config.update:
         config[item.key] = json.loads(item.value_json)
   return history, config
+
+
+def toy_policy(vocab_size, seed=7, **sizes):
+  """A toy tunix Qwen3 policy (1 layer, width 32 unless `sizes` say otherwise)."""
+  sizes = {
+    "num_layers": 1,
+    "embed_dim": 32,
+    "hidden_dim": 64,
+    "num_heads": 2,
+    "head_dim": 32,
+    "num_kv_heads": 1,
+    **sizes,
+  }
+  return models.make_policy(models.tiny_qwen3_config(vocab_size, **sizes), seed)
+
+
+def save_hf_tokenizer(directory: pathlib.Path, alphabet: str) -> None:
+  """A character-level Hugging Face tokenizer built offline (`tokenizers` + `transformers`)."""
+  from tokenizers import Tokenizer, decoders, pre_tokenizers
+  from tokenizers import models as tok_models
+  from transformers import PreTrainedTokenizerFast
+
+  vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(alphabet)}}
+  tokenizer = Tokenizer(tok_models.WordLevel(vocab=vocab, unk_token="<pad>"))
+  tokenizer.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+  tokenizer.decoder = decoders.Fuse()
+  PreTrainedTokenizerFast(
+    tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+  ).save_pretrained(directory)

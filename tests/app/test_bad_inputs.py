@@ -17,18 +17,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from tests.conftest import build_cluster, make_models
 
-from tunix_ppo_ext.config import names
+from tests.conftest import build_cluster, make_models
 from tunix_ppo_ext import PpoExtConfig, envs
-from tunix_ppo_ext.ops import advantages
-from tunix_ppo_ext.ops import kl
-from tunix_ppo_ext.ops import losses
-from tunix_ppo_ext.data.rewards import DROPPED_METRIC
-from tunix_ppo_ext.tunix import guards as robustness
-from tunix_ppo_ext.tunix.learner import PpoExtLearner, TrajectoryBatch
-from tunix_ppo_ext.tunix.rollout import MultiTurnRollout
 from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.config import names
+from tunix_ppo_ext.data import TrajectoryBatch
+from tunix_ppo_ext.data.rewards import DROPPED_METRIC
+from tunix_ppo_ext.ops import advantages, losses
+from tunix_ppo_ext.tunix.learner import PpoExtLearner
+from tunix_ppo_ext.tunix.rollout import MultiTurnRollout
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
 B, P, T = 4, 8, 8  # rows, prompt width, completion width of the multi-turn cases
@@ -144,7 +142,8 @@ def logprob_gaps_of_1e4_stay_finite(_):
         entropy_coef=0.01,
         ref_per_token_logps=old,
         kl_loss_coef=0.1,
-        kl_method=method,
+        kl_estimator=names.resolve_kl_method(method).estimator,
+        kl_straight_through=names.resolve_kl_method(method).straight_through,
       )[0]
 
     loss, grad = jax.value_and_grad(policy)(logp)

@@ -6,9 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from tunix_ppo_ext.app import cli
-from tunix_ppo_ext.tunix.learner import TrajectoryBatch
+from tunix_ppo_ext.app import cli, job
 from tunix_ppo_ext.app.run_config import RunConfig, load_run_config
+from tunix_ppo_ext.data import TrajectoryBatch
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
@@ -68,5 +68,5 @@ def test_observation_loss_ablation_puts_every_real_token_under_the_loss():
     loss_mask=np.array([[1, 0, 0, 1, 0]]),
     token_rewards=np.zeros((1, 5), np.float32),
   )
-  wrapped = cli._observations_in_loss(lambda learner, training_input, mode: batch)
+  wrapped = job._observations_in_loss(lambda learner, training_input, mode: batch)
   np.testing.assert_array_equal(wrapped(None, {}, None).loss_mask, attention)

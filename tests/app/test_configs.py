@@ -13,14 +13,13 @@ import jax
 import pytest
 import yaml
 from flax import nnx
-from test_checkpoints import save_hf_tokenizer, toy_policy
 from tunix.models.qwen3 import model as qwen3
 
+from tests.conftest import save_hf_tokenizer, toy_policy
 from tunix_ppo_ext import envs
-from tunix_ppo_ext.tunix import checkpoints
-from tunix_ppo_ext.tunix import models
-from tunix_ppo_ext.tunix.mesh import resolve_shape
 from tunix_ppo_ext.app.run_config import RunConfig, load_run_config
+from tunix_ppo_ext.tunix import checkpoints, models
+from tunix_ppo_ext.tunix.mesh import resolve_shape
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"

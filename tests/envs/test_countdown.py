@@ -15,6 +15,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tunix_ppo_ext.app import cli
+from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.envs import (
+  Environment,
+  make_env,
+  validate_reset_output,
+  validate_step_output,
+)
 from tunix_ppo_ext.envs.countdown import (
   COUNTDOWN_ALPHABET,
   FEEDBACK,
@@ -24,15 +31,8 @@ from tunix_ppo_ext.envs.countdown import (
   generate_problem,
   score_answer,
 )
-from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.envs import (
-  Environment,
-  make_env,
-  validate_reset_output,
-  validate_step_output,
-)
 from tunix_ppo_ext.metrics.sinks import read_jsonl
-from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.plugins import registry
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
@@ -276,7 +276,11 @@ def test_problems_are_deterministic_in_the_seed():
 def test_registered_environments_follow_the_protocol():
   for name, cls in [("countdown", CountdownEnv), ("countdown_multiturn", CountdownMultiTurnEnv)]:
     env = make_env(name)
-    assert registry.RegistryView(registry.ENVIRONMENTS)[name] is cls and isinstance(env, Environment) and env.name == name
+    assert (
+      registry.RegistryView(registry.ENVIRONMENTS)[name] is cls
+      and isinstance(env, Environment)
+      and env.name == name
+    )
     assert env.max_return == OK
 
 

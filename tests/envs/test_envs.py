@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 
-from tunix_ppo_ext.plugins import registry
 from tunix_ppo_ext.envs import (
   Environment,
   MemoryEnv,
@@ -13,6 +12,7 @@ from tunix_ppo_ext.envs import (
   validate_reset_output,
   validate_step_output,
 )
+from tunix_ppo_ext.plugins import registry
 from tunix_ppo_ext.tunix.tokenizer import DEFAULT_ALPHABET
 
 

@@ -10,11 +10,12 @@ import warnings
 
 import numpy as np
 import pytest
-from tests.conftest import read_wandb_run
 
-from tunix_ppo_ext.metrics import stats as batch_stats
+from tests.conftest import read_wandb_run
 from tunix_ppo_ext.app import cli
+from tunix_ppo_ext.app.run_config import load_run_config
 from tunix_ppo_ext.metrics import keys as metric_keys
+from tunix_ppo_ext.metrics import stats as batch_stats
 from tunix_ppo_ext.metrics.keys import MetricKeys
 from tunix_ppo_ext.metrics.sinks import (
   JsonlBackend,
@@ -23,7 +24,6 @@ from tunix_ppo_ext.metrics.sinks import (
   read_jsonl,
   read_tensorboard,
 )
-from tunix_ppo_ext.app.run_config import load_run_config
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 STATS = ("min", "mean", "max")

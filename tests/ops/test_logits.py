@@ -1,4 +1,4 @@
-"""Tests for tunix_ppo_ext.ops.logits against a float64 NumPy reference written from the formulas."""
+"""tunix_ppo_ext.ops.logits against a float64 NumPy reference written from the formulas."""
 
 from __future__ import annotations
 

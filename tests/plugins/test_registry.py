@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 from tunix.rl import function_registry
 
-from tunix_ppo_ext.config import names
 from tunix_ppo_ext import PpoExtConfig, envs
 from tunix_ppo_ext.app import cli
-from tunix_ppo_ext.ops import kl
-from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.ops.advantages import compute_gae_advantages
-from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.config import names
+from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext.ops import kl
+from tunix_ppo_ext.ops.advantages import compute_gae_advantages
+from tunix_ppo_ext.plugins import registry
 from tunix_ppo_ext.tunix.losses import ppo_ext_policy_loss_fn, register_configured
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -100,16 +100,18 @@ def test_builtins_are_entry_points_of_this_distribution():
     ENV: {"memory"},
     SINK: {"jsonl"},
   }
-  for kind, names in expected.items():
+  for kind, wanted in expected.items():
     own = {e.name for e in registry.entries(kind) if e.distribution == "tunix-ppo-ext"}
-    assert names <= own, kind
+    assert wanted <= own, kind
     installed = [e for e in registry.entries(kind) if e.entry_point is not None]
     assert all(e.entry_point.group == f"tunix_ppo_ext.{kind}" for e in installed)
   assert registry.get(KL, "low_var_kl") is kl.kl_k3 is registry.RegistryView(KL)["low_var_kl"]
   assert registry.RegistryView(registry.ADVANTAGE_ESTIMATORS)["gae"] is compute_gae_advantages
   assert registry.get(registry.POLICY_LOSSES, "ppo_ext") is ppo_ext_policy_loss_fn
   assert registry.RegistryView(registry.ENVIRONMENTS)["memory"] is envs.MemoryEnv
-  assert "nope" not in registry.RegistryView(KL) and len(registry.RegistryView(KL)) == len(registry.names(KL))
+  assert "nope" not in registry.RegistryView(KL) and len(registry.RegistryView(KL)) == len(
+    registry.names(KL)
+  )
 
 
 def test_unknown_names_list_the_available_ones_and_suggest_the_closest():
@@ -251,7 +253,9 @@ def test_sinks_config_key_and_the_jsonl_sink(tmp_path):
 def test_discovery_imports_nothing_and_loading_is_lazy_and_cached(use_plugins):
   use_plugins("example")
   assert "huber_kl" in registry.names(KL) and registry.has(ENV, "echo")
-  assert "batch_baseline" in registry.RegistryView(registry.ADVANTAGE_ESTIMATORS)  # listing reads metadata only
+  assert "batch_baseline" in registry.RegistryView(
+    registry.ADVANTAGE_ESTIMATORS
+  )  # listing reads metadata only
   assert not _plugin_modules("ppo_ext_example_plugin")
   entry = registry.resolve(KL, "huber_kl")
   assert (entry.distribution, entry.version) == ("ppo-ext-example-plugin", "0.1.0")

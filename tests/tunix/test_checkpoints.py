@@ -7,10 +7,10 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file
 
-from tunix_ppo_ext.tunix import checkpoints
-from tunix_ppo_ext.app import cli
-from tunix_ppo_ext.tunix import models
+from tests.conftest import save_hf_tokenizer, toy_policy
+from tunix_ppo_ext.app import cli, job
 from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.tunix import checkpoints
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
@@ -19,19 +19,6 @@ CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 def params(model):
   flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
   return {".".join(map(str, path)): np.asarray(v[...]) for path, v in flat}
-
-
-def toy_policy(vocab_size, seed=7, **sizes):
-  sizes = {
-    "num_layers": 1,
-    "embed_dim": 32,
-    "hidden_dim": 64,
-    "num_heads": 2,
-    "head_dim": 32,
-    "num_kv_heads": 1,
-    **sizes,
-  }
-  return models.make_policy(models.tiny_qwen3_config(vocab_size, **sizes), seed)
 
 
 def test_save_writes_hugging_face_layout_and_tunix_loads_it_back(tmp_path):
@@ -60,7 +47,7 @@ def test_main_job_trains_from_a_local_checkpoint(tmp_path):
     str(CONFIGS / "smoke.yaml"),
     [f"model.checkpoint={tmp_path / 'ckpt'}", f"output_dir={tmp_path / 'run'}", "train.steps=2"],
   )
-  learner, batches, eval_batches, _ = cli.build_run(run, tmp_path / "run")
+  learner, batches, eval_batches, _ = job.build_run(run, tmp_path / "run")
   actor = learner.rl_cluster.actor_trainer.model
   for key, value in params(policy).items():
     np.testing.assert_array_equal(params(actor)[key], value, err_msg=key)
@@ -69,21 +56,6 @@ def test_main_job_trains_from_a_local_checkpoint(tmp_path):
   assert not np.array_equal(
     params(actor)["layers.0.attn.q_proj.w"], params(policy)["layers.0.attn.q_proj.w"]
   )
-
-
-def save_hf_tokenizer(directory: pathlib.Path, alphabet: str) -> None:
-  """A character-level Hugging Face tokenizer built offline (`tokenizers` + `transformers`)."""
-  from tokenizers import Tokenizer, decoders, pre_tokenizers
-  from tokenizers import models as tok_models
-  from transformers import PreTrainedTokenizerFast
-
-  vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(alphabet)}}
-  tokenizer = Tokenizer(tok_models.WordLevel(vocab=vocab, unk_token="<pad>"))
-  tokenizer.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-  tokenizer.decoder = decoders.Fuse()
-  PreTrainedTokenizerFast(
-    tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
-  ).save_pretrained(directory)
 
 
 def test_main_job_trains_a_checkpoint_with_its_hugging_face_tokenizer(tmp_path):

@@ -3,12 +3,14 @@
 import numpy as np
 import pytest
 from flax import nnx
-from tests.conftest import build_cluster, make_models, make_prompts_dataset, param_leaf
 from tunix.rl.ppo import ppo_learner
 
+from tests.conftest import build_cluster, make_models, make_prompts_dataset, param_leaf
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.tunix import passes as common
-from tunix_ppo_ext.tunix.learner import PpoExtLearner, TrajectoryBatch
+from tunix_ppo_ext.data import TrajectoryBatch
+from tunix_ppo_ext.tunix import losses as tunix_losses
+from tunix_ppo_ext.tunix import passes
+from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
 BATCH = 4
@@ -113,6 +115,7 @@ def test_fractional_rewards_reach_returns_and_advantages():
 
 # Each run switches on several knobs that do not interact, so every knob trains at least
 # once while the suite compiles 8 learners instead of 17.
+tunix_losses.register_builtins()  # stock tunix names such as `ppo_ext_gae`
 KNOBS = {
   "k1_reward+seq_mean_token_sum": dict(
     kl_method="kl", loss_agg_mode="seq-mean-token-sum", value_loss_agg_mode="seq-mean-token-mean"
@@ -152,7 +155,7 @@ KNOBS = {
     norm_adv_by_std=False,
   ),
   "kl_none+rloo": dict(kl_penalty="none", advantage_estimator="rloo", num_generations=2),
-  "adaptive_ctrl+tunix_registered_gae": dict(
+  "adaptive_ctrl+tunix_registered_gae": dict(  # tunix_losses.register_builtins() above
     kl_ctrl="adaptive", kl_target=10.0, kl_horizon=10, advantage_estimator="ppo_ext_gae"
   ),
 }
@@ -236,7 +239,7 @@ def test_trajectory_source_uses_both_masks():
   batch = multi_turn_source(learner, data[0], None)
   np.testing.assert_array_equal(example.attention_mask, batch.attention_mask)
   np.testing.assert_array_equal(example.loss_mask, batch.loss_mask)
-  expected = common.compute_per_token_logps(
+  expected = passes.compute_per_token_logps(
     cluster.actor_trainer.model,
     batch.prompt_ids,
     batch.completion_ids,

@@ -18,11 +18,9 @@ import numpy as np
 import pytest
 
 from tunix_ppo_ext.app import cli
-from tunix_ppo_ext.tunix import cluster
-from tunix_ppo_ext.tunix import mesh
-from tunix_ppo_ext.tunix import models
-from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext.tunix import cluster, mesh, models
 
 SMOKE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
 # Both runs alike: tp=2 needs an even vocabulary (15 characters + 3 special ids) and an

@@ -7,6 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from tunix.generate import tokenizer_adapter
+from tunix.rl import common as tunix_common
+from tunix.rl.ppo import ppo_learner
+
 from tests.conftest import (
   build_cluster,
   echo_answer_reward,
@@ -15,10 +19,6 @@ from tests.conftest import (
   make_prompts_dataset,
   param_leaf,
 )
-from tunix.generate import tokenizer_adapter
-from tunix.rl import common as tunix_common
-from tunix.rl.ppo import ppo_learner
-
 from tunix_ppo_ext.tunix import models
 from tunix_ppo_ext.tunix.tokenizer import DEFAULT_ALPHABET, CharTokenizer
 

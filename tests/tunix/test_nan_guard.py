@@ -12,14 +12,14 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from tests.conftest import build_cluster, make_models, param_leaf
 from tunix.rl import function_registry
 
+from tests.conftest import build_cluster, make_models, param_leaf
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext.metrics import keys as metric_keys
-from tunix_ppo_ext.tunix import losses as tunix_fns
-from tunix_ppo_ext.tunix.learner import PpoExtLearner
+from tunix_ppo_ext.tunix import losses as tunix_losses
 from tunix_ppo_ext.tunix.guards import NonFiniteTrainingError, guarded_adam, skip_counts
+from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
 POISON = "#"
@@ -41,7 +41,7 @@ def poisoned_policy_loss(
 
   Keyword arguments are named (not `**kwargs`): tunix's `nnx.value_and_grad` binds them.
   """
-  loss, aux = tunix_fns.ppo_ext_policy_loss_fn(
+  loss, aux = tunix_losses.ppo_ext_policy_loss_fn(
     model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
   )
   return _nan_if_poisoned(loss, train_example), aux
@@ -52,7 +52,7 @@ def poisoned_value_loss(
   model, train_example, clip_range_value, pad_id, eos_id, loss_agg_mode="token-mean"
 ):
   """`ppo_ext` value loss, NaN on batches with a poisoned prompt."""
-  loss, aux = tunix_fns.ppo_ext_value_loss_fn(
+  loss, aux = tunix_losses.ppo_ext_value_loss_fn(
     model, train_example, clip_range_value, pad_id, eos_id, loss_agg_mode
   )
   return _nan_if_poisoned(loss, train_example), aux

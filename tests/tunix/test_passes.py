@@ -8,7 +8,7 @@ from flax import nnx
 from tunix.models.qwen3 import model as qwen3
 from tunix.rl import common as tunix_common
 
-from tunix_ppo_ext.tunix import passes as common
+from tunix_ppo_ext.tunix import passes
 
 VOCAB = 32
 PAD = 0
@@ -79,7 +79,7 @@ def plain_logps(model, prompt, completion, attention, pad_id=PAD):
 
 
 def ours(model, prompt, completion, attention, pad_id=PAD, eos_id=EOS, **kw):
-  return common.compute_per_token_logps(
+  return passes.compute_per_token_logps(
     model,
     jnp.asarray(prompt),
     jnp.asarray(completion),
@@ -144,7 +144,7 @@ def test_mask_none_reproduces_tunix(model, config):
   )
   np.testing.assert_allclose(ours(model, prompt, completion, None), theirs, rtol=1e-6, atol=1e-6)
 
-  mine = common.process_ids(jnp.asarray(prompt), jnp.asarray(completion), PAD, EOS)
+  mine = passes.process_ids(jnp.asarray(prompt), jnp.asarray(completion), PAD, EOS)
   tunix_out = tunix_common.process_ids(jnp.asarray(prompt), jnp.asarray(completion), PAD, EOS)
   for a, b in zip(mine, tunix_out, strict=True):
     np.testing.assert_array_equal(a, b)
@@ -152,7 +152,7 @@ def test_mask_none_reproduces_tunix(model, config):
   scorer = ScoreModel(config, nnx.Rngs(1))
   kwargs = dict(pad_id=PAD, eos_id=EOS)
   np.testing.assert_allclose(
-    common.compute_score(scorer, jnp.asarray(prompt), jnp.asarray(completion), **kwargs),
+    passes.compute_score(scorer, jnp.asarray(prompt), jnp.asarray(completion), **kwargs),
     tunix_common.compute_score(scorer, jnp.asarray(prompt), jnp.asarray(completion), PAD, EOS),
     rtol=1e-6,
     atol=1e-6,
@@ -161,7 +161,7 @@ def test_mask_none_reproduces_tunix(model, config):
 
 def test_given_mask_is_used_as_is(model):
   prompt, completion, attention = trajectory(seed=5)
-  ids, positions, attn, real = common.process_ids(
+  ids, positions, attn, real = passes.process_ids(
     jnp.asarray(prompt), jnp.asarray(completion), PAD, EOS, jnp.asarray(attention)
   )
   expected_real = np.concatenate([prompt != PAD, attention.astype(bool)], axis=1)
@@ -175,7 +175,7 @@ def test_score_uses_the_attention_mask(config):
   scorer = ScoreModel(config, nnx.Rngs(2))
   prompt, completion, attention = trajectory(seed=6)
   completion = np.where(completion == EOS, PAD, completion)
-  with_mask = common.compute_score(
+  with_mask = passes.compute_score(
     scorer,
     jnp.asarray(prompt),
     jnp.asarray(completion),
@@ -183,7 +183,7 @@ def test_score_uses_the_attention_mask(config):
     eos_id=PAD,
     attention_mask=jnp.asarray(attention),
   )
-  derived = common.compute_score(
+  derived = passes.compute_score(
     scorer, jnp.asarray(prompt), jnp.asarray(completion), pad_id=PAD, eos_id=PAD
   )
   assert with_mask.shape == (3, 14)

@@ -2,13 +2,15 @@
 
 import dataclasses
 import re
+import subprocess
+import sys
 
 import pytest
 from tunix.rl import algorithm_config, function_registry
 from tunix.rl.ppo import ppo_learner
 
-import tunix_ppo_ext
 from tunix_ppo_ext import PpoExtConfig
+from tunix_ppo_ext.tunix import losses as tunix_losses
 
 
 def test_defaults_mean_tunix_ppo_config_behaviour():
@@ -63,8 +65,8 @@ def test_full_kl_requires_loss_placement():
     (dict(epsilon_low=0.0), "epsilon_low", r"\(0.0, 1.0\)"),
     (dict(epsilon_high=-0.2), "epsilon_high", r"\(0.0"),
     (dict(entropy_coef=-0.01), "entropy_coef", r"\[0.0"),
-    (dict(entropy_coef="0.1"), "entropy_coef", "a number"),
-    (dict(beta=float("nan")), "beta", "a number"),
+    (dict(entropy_coef="0.1"), "entropy_coef", "a finite number"),
+    (dict(beta=float("nan")), "beta", "a finite number"),
     (dict(gamma=1.5), "gamma", r"\[0.0, 1.0\]"),
     (dict(gae_lambda=-0.1), "gae_lambda", r"\[0.0, 1.0\]"),
     (dict(kl_target=0.0), "kl_target", r"\(0.0"),
@@ -98,6 +100,7 @@ def test_accepts_names_registered_in_tunix_registry():
   with pytest.raises(ValueError):
     algorithm_config.AlgorithmConfig(algo_variant="ppo", advantage_estimator="rloo")
   assert PpoExtConfig(advantage_estimator="rloo").advantage_estimator == "rloo"
+  tunix_losses.register_builtins()
   assert PpoExtConfig(advantage_estimator="ppo_ext_gae").advantage_estimator == "ppo_ext_gae"
 
   @function_registry.register_advantage_estimator("test_config_custom_estimator")
@@ -114,10 +117,21 @@ def test_accepts_names_registered_in_tunix_registry():
   assert config.policy_loss_fn == "test_config_custom_loss"
 
 
-def test_package_registers_its_functions_in_tunix():
+def test_importing_registers_nothing_in_tunix():
+  code = (
+    "import tunix_ppo_ext.tunix.learner, tunix_ppo_ext.tunix.losses\n"
+    "from tunix.rl import function_registry as f\n"
+    "print(sorted(f.default_registry.list_functions('policy_loss_fn')))"
+  )
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert "ppo_ext" not in out.stdout, out.stdout
+
+
+def test_register_builtins_puts_its_functions_in_tunix():
+  tunix_losses.register_builtins()
   registry = function_registry.default_registry
-  assert registry.get("policy_loss_fn", "ppo_ext") is tunix_ppo_ext.tunix.losses.ppo_ext_policy_loss_fn
-  assert registry.get("value_loss_fn", "ppo_ext") is tunix_ppo_ext.tunix.losses.ppo_ext_value_loss_fn
+  assert registry.get("policy_loss_fn", "ppo_ext") is tunix_losses.ppo_ext_policy_loss_fn
+  assert registry.get("value_loss_fn", "ppo_ext") is tunix_losses.ppo_ext_value_loss_fn
   for name in [
     "ppo_ext_gae",
     "ppo_ext_reinforce_plus_plus",

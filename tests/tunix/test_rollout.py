@@ -9,20 +9,20 @@ import dataclasses
 
 import numpy as np
 import pytest
-from tests.conftest import build_cluster, make_models, param_leaf
 
+from tests.conftest import build_cluster, make_models, param_leaf
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.tunix import passes as common
-from tunix_ppo_ext.envs import MemoryEnv
-from tunix_ppo_ext.tunix.learner import PpoExtLearner, TrajectoryBatch
-from tunix_ppo_ext.tunix.rollout import (
-  Mode,
+from tunix_ppo_ext.data import TrajectoryBatch
+from tunix_ppo_ext.data.trajectory import (
   MultiTurnBatch,
-  MultiTurnRollout,
   episode_batches,
   episode_seeds,
   sampler_logprob_gap,
 )
+from tunix_ppo_ext.envs import MemoryEnv
+from tunix_ppo_ext.tunix import passes
+from tunix_ppo_ext.tunix.learner import PpoExtLearner
+from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
 ALPHABET = "abcehikstw!.? "
@@ -229,7 +229,7 @@ def test_sampler_logps_match_the_trainer_only_with_exact_contexts(world):
       context=context,
     )
     batch = source(learner, next(episode_batches(1, 16, seed=0)), Mode.TRAIN)
-    old = common.compute_per_token_logps(
+    old = passes.compute_per_token_logps(
       policy,
       batch.prompt_ids,
       batch.completion_ids,

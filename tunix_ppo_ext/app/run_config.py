@@ -9,18 +9,18 @@ any compilation.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import pathlib
 import types
 import typing
 from typing import Any
 
 import yaml
-from tunix.models.qwen3 import model as qwen3
 
 from tunix_ppo_ext import envs
+from tunix_ppo_ext.checks import did_you_mean
 from tunix_ppo_ext.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext.plugins import registry
+from tunix_ppo_ext.tunix import models
 from tunix_ppo_ext.tunix.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext.tunix.ppo_config import PpoExtConfig
 
@@ -190,8 +190,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
   kwargs = {}
   for key, value in data.items():
     if key not in fields:
-      close = difflib.get_close_matches(key, list(fields), n=3)
-      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      hint = did_you_mean(key, fields, n=3)
       raise ValueError(f"unknown config key {prefix + key!r}{hint} (valid: {sorted(fields)})")
     kwargs[key] = _check_type(prefix + key, value, hints[key])
   instance = cls(**kwargs)
@@ -232,8 +231,7 @@ def _check_ppo(value: Any) -> dict[str, Any]:
   names = [f.name for f in dataclasses.fields(PpoExtConfig)]
   for key in value:
     if key not in names:
-      close = difflib.get_close_matches(key, names, n=3)
-      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      hint = did_you_mean(key, names, n=3)
       raise ValueError(f"unknown config key {'ppo.' + key!r}{hint}")
   return {**DEFAULT_PPO, **value}
 
@@ -249,10 +247,9 @@ def _validate_model(model: ModelSection) -> None:
   if model.tokenizer is not None and not pathlib.Path(model.tokenizer).is_dir():
     raise ValueError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
   if model.config_name is not None:
-    names = sorted(n for n in vars(qwen3.ModelConfig) if n.startswith("qwen3_"))
+    names = models.qwen3_config_names()
     if model.config_name not in names:
-      close = difflib.get_close_matches(model.config_name, names, n=3)
-      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      hint = did_you_mean(model.config_name, names, n=3)
       raise ValueError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
 
 
@@ -261,8 +258,7 @@ def _validate_mesh(section: MeshSection) -> None:
   check_mesh_spec("mesh", section.shape, section.axis_names)
   for role, entry in section.roles.items():
     if role not in MESH_ROLES:
-      close = difflib.get_close_matches(role, MESH_ROLES, n=2)
-      hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+      hint = did_you_mean(role, MESH_ROLES, n=2)
       raise ValueError(f"config key 'mesh.roles.{role}': unknown role{hint} (valid: {MESH_ROLES})")
     own = _build(RoleMeshSection, entry, prefix=f"mesh.roles.{role}.")
     check_mesh_spec(f"mesh.roles.{role}", own.shape, own.axis_names or section.axis_names)

@@ -1,6 +1,6 @@
 """Validation helpers shared by every layer (stdlib only): one message style for bad values.
 
-- `did_you_mean(value, choices)`: `" (did you mean 'x'?)"` or `""`.
+- `did_you_mean(value, choices)`: `"; did you mean 'x'?"` or `""`.
 - `check_number(name, value, ...)`: a real, finite number inside an interval, as float.
 - `check_integer(name, value, low)`: an integer (not a bool) `>= low`.
 
@@ -17,10 +17,10 @@ from collections.abc import Iterable
 __all__ = ["check_integer", "check_number", "did_you_mean"]
 
 
-def did_you_mean(value: object, choices: Iterable[str]) -> str:
-  """`" (did you mean 'x'?)"` for the closest of `choices` to `str(value)`, else `""`."""
-  close = difflib.get_close_matches(str(value), list(choices), n=1)
-  return f" (did you mean {close[0]!r}?)" if close else ""
+def did_you_mean(value: object, choices: Iterable[str], n: int = 1) -> str:
+  """`"; did you mean 'x'?"` (up to `n` of the closest `choices` to `value`), else `""`."""
+  close = difflib.get_close_matches(str(value), list(choices), n=n)
+  return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
 
 
 def interval(

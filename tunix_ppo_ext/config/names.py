@@ -83,7 +83,7 @@ def _resolve(method: str) -> KlMethod:
     accepted = kl_method_names()
     pinned = f" ({err})" if "@" in spec else ""
     raise ValueError(
-      f"Unknown KL method {method!r}{pinned}; accepted: {accepted}.{did_you_mean(method, accepted)}"
+      f"Unknown KL method {method!r}{pinned}; accepted: {accepted}{did_you_mean(method, accepted)}"
     ) from None
   return KlMethod(
     spec + (STRAIGHT_THROUGH if straight_through else ""), estimator, straight_through

@@ -12,9 +12,10 @@ adds the user's renames and drops (`metrics.rename` / `metrics.drop` in the run 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import fnmatch
 from collections.abc import Mapping, Sequence
+
+from tunix_ppo_ext.checks import did_you_mean
 
 STATS = ("min", "mean", "max")
 # Per-batch statistics the learner computes (internal prefix `batch`; see `batch_stats`).
@@ -160,8 +161,7 @@ def validate_changes(rename: Mapping[str, str], drop: Sequence[str]) -> None:
 
 
 def _suggest(name: str, names: Sequence[str]) -> str:
-  close = difflib.get_close_matches(name, names, n=3)
-  return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+  return did_you_mean(name, names, n=3)
 
 
 def custom_name(name: str) -> str:

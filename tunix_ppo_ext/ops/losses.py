@@ -40,7 +40,7 @@ def canonical_loss_agg_mode(mode: str) -> str:
   if mode not in LOSS_AGG_MODES:
     accepted = list(LOSS_AGG_MODES) + list(_LOSS_AGG_ALIASES)
     raise ValueError(
-      f"Unknown loss_agg_mode {mode!r}; accepted: {accepted}.{did_you_mean(mode, accepted)}"
+      f"Unknown loss_agg_mode {mode!r}; accepted: {accepted}{did_you_mean(mode, accepted)}"
     )
   return mode
 

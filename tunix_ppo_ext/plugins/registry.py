@@ -31,13 +31,13 @@ that name is used. `register` adds names in code (notebooks) with the same check
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import importlib.metadata
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from tunix_ppo_ext.checks import did_you_mean
 from tunix_ppo_ext.plugins.kinds import (
   ADVANTAGE_ESTIMATORS,
   ENVIRONMENTS,
@@ -208,9 +208,7 @@ def _unknown_message(kind: str, name: str, dist: str | None) -> str:
   if dist is not None and name in available:
     offered = sorted({e.distribution for e in entries(kind) if e.name == name})
     return f"no {label} {name!r} in distribution {dist!r}; it is offered by {offered}"
-  close = difflib.get_close_matches(name, available, n=1)
-  hint = f"; did you mean {close[0]!r}?" if close else ""
-  message = f"unknown {label} {name!r}; available: {available}{hint}"
+  message = f"unknown {label} {name!r}; available: {available}{did_you_mean(name, available)}"
   if not any(e.distribution == OWN_DISTRIBUTION for e in _discovered(kind)):
     message += f" (no entry points of {OWN_DISTRIBUTION} found: reinstall it, `pip install -e .`)"
   return message

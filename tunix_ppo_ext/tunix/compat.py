@@ -8,7 +8,8 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   forwarded to public methods of the same meaning.
 - learner state: `compute_rewards`, `uses_reward_model`, `rollout_micro_batch_size`
   (what tunix's learner computed in its constructor, read where its own hook would).
-- trainers: `restored_metadata` (the custom checkpoint metadata tunix restored),
+- trainers: `add_checkpoint_metadata` (tunix takes the metadata function only in the
+  trainer's constructor), `restored_metadata` (the custom metadata tunix restored),
   `lora_enabled` (as tunix's own save call passes it), `write_pending_metrics` (tunix
   0.1.7 closes the shared metrics logger with the actor trainer, before the critic
   trainer writes its last step).
@@ -137,6 +138,16 @@ def uses_reward_model(learner: Any) -> bool:
 def rollout_micro_batch_size(learner: Any) -> int | None:
   """The rollout micro-batch size tunix's learner derived from its cluster config."""
   return learner._rollout_micro_batch_size
+
+
+def add_checkpoint_metadata(trainer: Any, extra: Callable[[], dict[str, Any]]) -> None:
+  """Adds `extra()` to what the trainer saves as custom checkpoint metadata.
+
+  tunix's `Trainer` takes its metadata function only in its constructor (which
+  `RLCluster` calls), so the learner's state is chained onto the live trainer's.
+  """
+  base = trainer.custom_checkpoint_metadata_fn
+  trainer.custom_checkpoint_metadata_fn = lambda: {**base(), **extra()}
 
 
 def restored_metadata(trainer: Any) -> dict[str, Any]:

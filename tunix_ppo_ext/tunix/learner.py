@@ -106,9 +106,7 @@ class PpoExtLearner(compat.LearnerHooks):
     )
     self._restore_learner_state()
     actor = rl_cluster.actor_trainer
-    actor.custom_checkpoint_metadata_fn = _with_learner_state(
-      actor.custom_checkpoint_metadata_fn, self._learner_state
-    )
+    compat.add_checkpoint_metadata(actor, self._learner_state)
     actor.with_gen_model_input_fn(self._actor_inputs)
     rl_cluster.critic_trainer.with_gen_model_input_fn(self._critic_inputs)
     actor.with_training_hooks(timing.UpdateTimer(rl_cluster, "timing_s/update_actor"))
@@ -485,15 +483,6 @@ class PpoExtLearner(compat.LearnerHooks):
 def _rewards_come_from_the_source(prompts, completions, **kwargs) -> list[float]:
   """Placeholder reward fn that satisfies tunix's check; a trajectory source gives rewards."""
   raise RuntimeError("rewards come from the trajectory source; this function is never called")
-
-
-def _with_learner_state(metadata_fn: Callable[[], dict], state_fn: Callable[[], dict]):
-  """Checkpoint metadata of tunix's trainer plus the learner's own state."""
-
-  def metadata() -> dict[str, Any]:
-    return {**metadata_fn(), **state_fn()}
-
-  return metadata
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,6 +44,16 @@ def tiny_qwen3_config(
   )
 
 
+def qwen3_config_names() -> list[str]:
+  """The named sizes of tunix's Qwen3 (`qwen3_0p6b`, `qwen3_1p7b`, ...)."""
+  return sorted(n for n in vars(qwen3.ModelConfig) if n.startswith("qwen3_"))
+
+
+def named_qwen3_config(name: str) -> qwen3.ModelConfig:
+  """tunix's `qwen3.ModelConfig.<name>()`, one of `qwen3_config_names()`."""
+  return getattr(qwen3.ModelConfig, name)()
+
+
 def make_policy(config: qwen3.ModelConfig, seed: int = 0) -> qwen3.Qwen3:
   """Randomly initialised tunix `Qwen3`; the same `(config, seed)` gives identical weights."""
   return qwen3.Qwen3(config, rngs=nnx.Rngs(seed))

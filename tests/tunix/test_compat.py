@@ -1,0 +1,109 @@
+"""`tunix/compat.py` is the one seam to tunix's private names, pinned to tunix 0.1.7."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import pathlib
+import re
+import warnings
+
+import pytest
+import tunix
+from tunix.rl.ppo import ppo_learner
+from tunix.rl.rollout import vanilla_rollout
+from tunix.sft import peft_trainer
+
+from tunix_ppo_ext.tunix import compat
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tunix_ppo_ext"
+TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent
+# Non-self objects our own code may set attributes on (our dataclasses and functions).
+OWN_OBJECTS = {"episode", "batch", "config", "source_with_observations_in_loss"}
+
+
+def test_installed_tunix_is_the_tested_one_and_has_every_pinned_name():
+  assert compat.tunix_version() in compat.TESTED_TUNIX
+  assert compat.missing_names() == []
+  compat.check_tunix()  # silent on the tested version
+
+
+def test_pinned_instance_attributes_are_set_by_tunix_constructors():
+  owners = {
+    "PPOLearner": ppo_learner.PPOLearner,
+    "PeftTrainer": peft_trainer.PeftTrainer,
+    "VanillaRollout": vanilla_rollout.VanillaRollout,
+  }
+  for owner, names in compat.PINNED_INSTANCE_ATTRIBUTES.items():
+    classes = [c for c in owners[owner].__mro__ if c.__module__.startswith("tunix.")]
+    source = "".join(inspect.getsource(c) for c in classes)
+    for name in names:
+      assert f"self.{name} =" in source or f"self.{name}," in source, (owner, name)
+
+
+def test_an_untested_tunix_fails_loudly_when_a_name_moved(monkeypatch):
+  monkeypatch.setattr(compat, "tunix_version", lambda: "9.9.9")
+  compat.PINNED["fake"] = (object(), ("_gone",))
+  try:
+    with pytest.raises(RuntimeError, match=r"9\.9\.9 lacks \['fake\._gone'\].*google-tunix=="):
+      compat.check_tunix()
+  finally:
+    del compat.PINNED["fake"]
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    compat.check_tunix()
+  assert any("untested with google-tunix 9.9.9" in str(w.message) for w in caught)
+
+
+def _private_names(files) -> set[str]:
+  """Private names the files define: functions, classes, assigned attributes and globals."""
+  names = set()
+  for path in files:
+    try:
+      tree = ast.parse(path.read_text(errors="ignore"))
+    except SyntaxError:
+      continue
+    for node in ast.walk(tree):
+      if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        names.add(node.name)
+      elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+        names.add(node.attr)
+      elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+        names.add(node.id)
+  return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def test_no_private_tunix_name_outside_compat():
+  ours = [p for p in PACKAGE.rglob("*.py") if p.name != "compat.py"]
+  tunix_private = _private_names(TUNIX_SOURCE.rglob("*.py")) - _private_names(ours)
+  found = []
+  for path in ours:
+    for match in re.finditer(r"\.(_[A-Za-z]\w*)\b", path.read_text()):
+      if match.group(1) in tunix_private:
+        found.append(f"{path.relative_to(PACKAGE)}: .{match.group(1)}")
+  assert not found, found
+
+
+def test_no_attribute_assignment_on_tunix_objects_outside_compat():
+  found = []
+  for path in PACKAGE.rglob("*.py"):
+    if path.name == "compat.py":
+      continue
+    for node in ast.walk(ast.parse(path.read_text())):
+      targets = []
+      if isinstance(node, ast.Assign):
+        targets = node.targets
+      elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+        targets = [node.target]
+      elif isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("setattr", "delattr"):
+        targets = [ast.Attribute(value=node.args[0], attr="?")]
+      for target in targets:
+        if not isinstance(target, ast.Attribute):
+          continue
+        base = target.value
+        while isinstance(base, ast.Attribute):
+          base = base.value
+        name = getattr(base, "id", None)
+        if name not in {"self", "cls"} | OWN_OBJECTS:
+          found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(target)}")
+  assert not found, found

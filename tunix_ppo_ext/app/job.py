@@ -1,0 +1,214 @@
+"""The main job: a validated run config to a trained run directory.
+
+`build_run` builds the learner (tunix's cluster, the models, the multi-turn rollout) and
+the batches; `train` runs it, resuming from the output directory's checkpoints, and writes
+`summary.json` (`summarize`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import pathlib
+import sys
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from tunix_ppo_ext import envs
+from tunix_ppo_ext.app import distributed, resume
+from tunix_ppo_ext.app.run_config import RunConfig
+from tunix_ppo_ext.data.trajectory import episode_batches
+from tunix_ppo_ext.metrics import keys as metric_keys
+from tunix_ppo_ext.metrics import sinks as metrics
+from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext.plugins import registry as plugin_registry
+from tunix_ppo_ext.tunix import checkpoints, models
+from tunix_ppo_ext.tunix.cluster import build_cluster
+from tunix_ppo_ext.tunix.learner import PpoExtLearner
+from tunix_ppo_ext.tunix.mesh import Role, check_batch_divisible, role_meshes
+from tunix_ppo_ext.tunix.rollout import MultiTurnRollout
+from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+
+RETURN_KEY = metric_keys.SUMMARY_KEY
+SHOWN_METRICS = {  # published key -> progress-bar label
+  RETURN_KEY: "return",
+  "actor/entropy": "entropy",
+  "actor/kl": "kl",
+  "timing_s/step": "step_s",
+}
+
+
+def build_run(run: RunConfig, output_dir: pathlib.Path):
+  """`(learner, train_batches, eval_batches, env_max_return)` for a validated run config."""
+  meshes = run_meshes(run)
+  ppo = run.ppo_config()
+  env = envs.make_env(run.env.name, **run.env.kwargs)
+  tokenizer = _tokenizer(run)
+  policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
+  train = run.train
+  keys = run.metrics.keys()
+  shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
+  backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
+    lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
+    lambda: metrics.ProgressBackend(train.steps, shown),
+  ]
+  if run.wandb != "disabled":
+    config = dataclasses.asdict(run)
+    backends.append(lambda: metrics.WandbSink(run.wandb, output_dir, config))
+  for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
+    build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
+    backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
+  cluster = build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    reference=reference,
+    role_meshes=meshes,
+    max_steps=train.steps,
+    batch=train.batch_size,
+    max_prompt_length=train.max_prompt_length,
+    max_tokens_to_generate=run.env.max_completion_len + run.env.max_tokens_per_turn,
+    lr=train.lr,
+    critic_lr=train.critic_lr,
+    temperature=train.temperature,
+    seed=run.seed,
+    checkpoint_dir=str(output_dir / "checkpoints"),
+    metrics_dir=str(output_dir / "tensorboard"),
+    metric_backends=distributed.primary_only(jax.process_index(), backends),
+    metric_keys=keys,
+    checkpoint_every=train.checkpoint_every,
+    eval_every=train.eval_every,
+    return_logprobs=True,
+  )
+  source = MultiTurnRollout(
+    run.env.name,
+    run.env.kwargs,
+    max_completion_len=run.env.max_completion_len,
+    max_turns=run.env.max_turns,
+    max_turn_tokens=run.env.max_tokens_per_turn,
+  )
+  if run.env.loss_on_observations:
+    source = _observations_in_loss(source)
+  learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
+  prompts_per_batch = train.batch_size // ppo.num_generations
+  train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed)
+  eval_batches = list(episode_batches(train.eval_batches, prompts_per_batch, seed=run.seed + 1))
+  return learner, train_batches, eval_batches, env.max_return
+
+
+def run_meshes(run: RunConfig) -> dict:
+  """tunix's `role_to_mesh` for the run's `mesh` section on this runtime's devices.
+
+  Raises ValueError when a mesh needs more devices than `jax.device_count()` or the batch
+  does not divide by the trainers' fsdp size.
+  """
+  meshes = role_meshes(run.mesh)
+  check_batch_divisible(meshes, run.train.batch_size)
+  return meshes
+
+
+def _tokenizer(run: RunConfig):
+  """The Hugging Face tokenizer of `model.tokenizer`, else the built-in character tokenizer.
+
+  The built-in one keeps EOS and pad distinct: tunix's sampler masks pad ids in context.
+  """
+  if run.model.tokenizer is not None:
+    import transformers  # noqa: PLC0415
+
+    return transformers.AutoTokenizer.from_pretrained(run.model.tokenizer)
+  return CharTokenizer(**({} if run.model.alphabet is None else {"alphabet": run.model.alphabet}))
+
+
+def _observations_in_loss(source):
+  """Ablation: the source's trajectories with every real token under the loss mask."""
+
+  def source_with_observations_in_loss(learner, training_input, mode):
+    batch = source(learner, training_input, mode)
+    batch.loss_mask = np.asarray(batch.attention_mask).copy()
+    return batch
+
+  for name in ("state_dict", "load_state_dict"):  # checkpointed sampling state, if any
+    if hasattr(source, name):
+      setattr(source_with_observations_in_loss, name, getattr(source, name))
+  return source_with_observations_in_loss
+
+
+def _models(run: RunConfig, tokenizer, mesh=None):
+  """`(policy, critic, reference)`: a Qwen3 (toy or from a checkpoint), its critic, a copy.
+
+  A checkpoint is loaded straight onto `mesh` (the actor's), sharded, so a real model
+  never sits whole on one chip; the reference copy keeps that sharding.
+  """
+  if run.model.config_name is not None:
+    config = models.named_qwen3_config(run.model.config_name)
+  else:
+    config = models.tiny_qwen3_config(
+      len(tokenizer),
+      num_layers=run.model.num_layers,
+      embed_dim=run.model.embed_dim,
+      hidden_dim=run.model.hidden_dim,
+      num_heads=run.model.num_heads,
+      head_dim=run.model.head_dim,
+      num_kv_heads=run.model.num_kv_heads,
+    )
+  if run.model.checkpoint is not None:
+    policy = checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config, mesh)
+  else:
+    policy = models.make_policy(config, run.seed)
+  return models.with_critic_and_reference(policy, run.seed)
+
+
+def summarize(
+  metrics_path: pathlib.Path, max_return: float, wall_s: float, return_key: str = RETURN_KEY
+) -> dict[str, Any]:
+  """`first_return`, `final_return` (mean of the last tenth of steps), `max_return`, ...
+
+  `return_key`: where `metrics.jsonl` holds the mean episode return (after renames).
+  """
+  returns = [row[return_key] for row in read_jsonl(metrics_path) if row.get(return_key) is not None]
+  if not returns:
+    raise RuntimeError(f"no {return_key!r} values in {metrics_path}")
+  tail = max(1, len(returns) // 10)
+  return {
+    "first_return": float(returns[0]),
+    "final_return": float(np.mean(returns[-tail:])),
+    "max_return": float(max_return),
+    "steps": len(returns),
+    "wall_s": round(wall_s, 1),
+  }
+
+
+def train(run: RunConfig) -> dict[str, Any]:
+  """Runs the main job; returns (and, on process 0, writes) the summary.
+
+  With checkpoints in the output directory it resumes from the latest step that both actor
+  and critic saved, and `metrics.jsonl` drops the rows an interrupted run wrote after it.
+  Other processes of a multi-host run write no files and return `{}`.
+  """
+  out = pathlib.Path(run.output_dir).resolve()  # orbax wants absolute checkpoint paths
+  out.mkdir(parents=True, exist_ok=True)
+  primary = distributed.is_primary(jax.process_index())
+  if primary:
+    (out / "config.json").write_text(json.dumps(dataclasses.asdict(run), indent=2))
+    resume.align_role_checkpoints(out / "checkpoints")
+  distributed.barrier("tunix-ppo-ext:checkpoints-aligned")
+  start = time.perf_counter()
+  learner, train_batches, eval_batches, max_return = build_run(run, out)
+  restored = learner.rl_cluster.actor_trainer.train_steps  # tunix restored it while building
+  if restored:
+    print(f"tunix-ppo-ext: resuming from step {restored} ({out / 'checkpoints'})", file=sys.stderr)
+  if primary:  # the sink has opened the file (append mode): rows after `restored` go
+    metrics.truncate_jsonl(out / "metrics.jsonl", restored if restored else -1)
+  learner.train(train_batches, eval_ds=eval_batches)
+  if not primary:
+    return {}
+  metrics.compact_jsonl(out / "metrics.jsonl")  # one line per step, also after a resume
+  return_key = run.metrics.keys().final(RETURN_KEY)  # never dropped: the config check says so
+  summary = summarize(out / "metrics.jsonl", max_return, time.perf_counter() - start, return_key)
+  (out / "summary.json").write_text(json.dumps(summary, indent=2))
+  print(json.dumps(summary))
+  return summary
