@@ -148,8 +148,9 @@ class RunConfig:
   ppo: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PPO))
 
   def ppo_config(self) -> PpoExtConfig:
-    """The validated `PpoExtConfig` of the `ppo` section."""
-    return PpoExtConfig(**self.ppo)
+    """The validated `PpoExtConfig` of the `ppo` section; log-probs at the sampling
+    temperature (`train.temperature`) unless `ppo.logps_temperature` says otherwise."""
+    return PpoExtConfig(**{"logps_temperature": self.train.temperature, **self.ppo})
 
 
 _WANDB_MODES = ("disabled", "offline", "online")

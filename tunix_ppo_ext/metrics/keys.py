@@ -71,6 +71,14 @@ TAXONOMY: dict[str, str | None] = {
   "rollout/tokens_per_s": "rollout/tokens_per_s",
   **{f"timing_s/{name}": f"timing_s/{name}" for name in _TIMING},
 }
+# tunix 0.1.7 `PPOLearner`'s own batch metrics, published under their names as well.
+TUNIX_NAMES = (
+  *(f"rewards/{f}/{s}" for f in ("score", "reward") for s in STATS),
+  "rewards/reward_kl_penalty",
+  *(f"generation/completions/{s}_length" for s in STATS),
+  *(f"advantages/{f}{s}" for f in ("", "returns/", "old_values/") for s in STATS),
+)
+TAXONOMY |= {name: name for name in TUNIX_NAMES}
 MODES = ("train", "eval")
 
 

@@ -1,8 +1,9 @@
-"""Statistics of one rollout batch, under the learner's internal metric names (`batch/...`).
+"""Statistics of one rollout batch: the learner's own (`batch/...`) and tunix's.
 
 Per-token families (`old_value`, `advantage`, `return`) are taken over the loss mask only;
 per-episode families (`score`, `reward`, `episode_return`, `response_length`,
 `num_turns`) over every row. A family with no element is left out (never NaN).
+`tunix_statistics` gives what tunix's `PPOLearner` logs, under tunix's names.
 """
 
 from __future__ import annotations
@@ -75,3 +76,45 @@ def batch_statistics(
   if turn_limited is not None and np.size(turn_limited):
     stats["batch/turn_limit_frac"] = float(np.mean(turn_limited))
   return stats
+
+
+def tunix_statistics(
+  *,
+  loss_mask: Any,
+  attention_mask: Any,
+  token_rewards: Any,
+  rewards: Any,
+  values: Any,
+  advantages: Any,
+  returns: Any,
+  kl: Any | None,
+) -> dict[str, tuple[float, Any]]:
+  """What tunix 0.1.7's `PPOLearner` logs for a batch, under its names and aggregations.
+
+  `rewards/score/*` (raw score per episode), `rewards/reward/*` (sum of the rewards after
+  the KL penalty), `rewards/reward_kl_penalty` (mean over episodes of the per-episode
+  mean KL over the loss mask, when there is a KL), `generation/completions/*_length`
+  (real completion tokens), `advantages/*`, `advantages/returns/*` and
+  `advantages/old_values/*` over the loss mask. Values are `(value, aggregation)` as
+  `RLCluster.buffer_metrics` takes them; a family with no element is left out.
+  """
+  mask = np.asarray(loss_mask) > 0
+  out: dict[str, tuple[float, Any]] = {}
+
+  def family(prefix: str, array: Any, suffix: str = "") -> None:
+    array = np.asarray(array, np.float64).ravel()
+    if array.size:
+      for stat in STATS:
+        out[f"{prefix}/{stat}{suffix}"] = (float(_REDUCERS[stat](array)), _REDUCERS[stat])
+
+  family("rewards/score", np.sum(np.asarray(token_rewards, np.float64), axis=-1))
+  family("rewards/reward", np.sum(np.asarray(rewards, np.float64), axis=-1))
+  if kl is not None:
+    per_token = np.asarray(kl, np.float64) * mask
+    per_episode = per_token.sum(-1) / np.maximum(mask.sum(-1), 1)
+    out["rewards/reward_kl_penalty"] = (float(per_episode.mean()), np.mean)
+  family("generation/completions", np.asarray(attention_mask).sum(-1), "_length")
+  family("advantages", np.asarray(advantages)[mask])
+  family("advantages/returns", np.asarray(returns)[mask])
+  family("advantages/old_values", np.asarray(values)[mask])
+  return out

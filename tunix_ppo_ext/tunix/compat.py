@@ -6,8 +6,11 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
 - `LearnerHooks`: the three private hook methods of `PPOLearner` that a learner must
   override (`_generate_and_compute_advantage`, `_num_generations`, `_run_global_step`),
   forwarded to public methods of the same meaning.
-- learner state: `compute_rewards`, `uses_reward_model`, `rollout_micro_batch_size`
-  (what tunix's learner computed in its constructor, read where its own hook would).
+- learner state: `compute_rewards`, `uses_reward_model`, `rollout_micro_batch_size`,
+  `logps_micro_batch_size` (what tunix's learner set up in its constructor, read where
+  its own hook would).
+- cluster: `on_role` (the mesh, logical-axis rules and host offload `RLCluster` wraps
+  around each role's pass; its public passes take no attention mask).
 - trainers: `add_checkpoint_metadata` (tunix takes the metadata function only in the
   trainer's constructor), `restored_metadata` (the custom metadata tunix restored),
   `lora_enabled` (as tunix's own save call passes it), `write_pending_metrics` (tunix
@@ -50,12 +53,24 @@ PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
     ("_generate_and_compute_advantage", "_num_generations", "_run_global_step"),
   ),
   "tunix.rl.rl_learner.RLLearner": (rl_learner.RLLearner, ("_compute_rewards",)),
+  "tunix.rl.rl_cluster.RLCluster": (
+    rl_cluster_lib.RLCluster,
+    (
+      "_get_mesh_and_logical_axis_rules_cm",
+      "_maybe_load_model_from_cpu",
+      "_maybe_offload_model_to_cpu",
+    ),
+  ),
   "tunix.sft.peft_trainer.PeftTrainer": (peft_trainer.PeftTrainer, ("_write_train_metrics",)),
   "tunix.models.qwen3.params": (qwen3_params, ("_get_key_and_transform_mapping",)),
 }
 # Instance attributes set in constructors (checked on live objects by the tests).
 PINNED_INSTANCE_ATTRIBUTES = {
-  "PPOLearner": ("_use_reward_model", "_rollout_micro_batch_size"),
+  "PPOLearner": (
+    "_use_reward_model",
+    "_rollout_micro_batch_size",
+    "_compute_logps_micro_batch_size",
+  ),
   "PeftTrainer": ("_lora_enabled",),
   "VanillaRollout": ("_sampler",),
 }
@@ -195,3 +210,20 @@ def exact_token_prompts(sampler: Any, contexts: Sequence[Sequence[int]]) -> Iter
 def qwen3_key_mapping(config: Any) -> dict[str, tuple[str, Callable | None]]:
   """tunix's Qwen3 table `{hf_regex: (tunix_path_template, transform)}`."""
   return qwen3_params._get_key_and_transform_mapping(config)
+
+
+def logps_micro_batch_size(learner: Any) -> int | None:
+  """The micro-batch size tunix's learner uses for its log-prob passes."""
+  return learner._compute_logps_micro_batch_size
+
+
+@contextlib.contextmanager
+def on_role(cluster: Any, role: Any, model: Any) -> Iterator[None]:
+  """`RLCluster`'s setting for a pass of `role`: its mesh and logical-axis rules, the model
+  loaded from host memory first and offloaded after (with `offload_to_cpu`)."""
+  with cluster._get_mesh_and_logical_axis_rules_cm(role):
+    cluster._maybe_load_model_from_cpu(model, role)
+    try:
+      yield
+    finally:
+      cluster._maybe_offload_model_to_cpu(model, role)

@@ -13,7 +13,6 @@ values (`_old_logps_and_values`), the KL to the reference (`_kl_penalty`), advan
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -38,9 +37,10 @@ from tunix_ppo_ext.metrics import stats as batch_stats
 from tunix_ppo_ext.ops import kl as kl_lib
 from tunix_ppo_ext.ops.masked import masked_mean
 from tunix_ppo_ext.plugins import protocols, registry
-from tunix_ppo_ext.tunix import compat, guards, passes, timing
+from tunix_ppo_ext.tunix import compat, guards, timing
 from tunix_ppo_ext.tunix import losses as tunix_losses
 from tunix_ppo_ext.tunix.ppo_config import PpoExtConfig
+from tunix_ppo_ext.tunix.role_passes import ModelInputs, RolePasses
 
 Mode = rl_cluster_lib.Mode
 
@@ -130,6 +130,7 @@ class PpoExtLearner(compat.LearnerHooks):
       # Plain arrays (no Variable objects) so the state can cross tunix's nnx.value_and_grad.
       graphdef, state = flax.nnx.split(self._reference_model())
       self._ref_state = (graphdef, flax.nnx.to_pure_dict(state))
+    self._passes = RolePasses(rl_cluster, compat.logps_micro_batch_size(self))
     self._nan_guard = guards.NanGuard(rl_cluster, config.max_nonfinite_steps)
 
   def after_global_step(self, seconds: float) -> None:
@@ -148,9 +149,9 @@ class PpoExtLearner(compat.LearnerHooks):
 
   # ----- trainer inputs -----
 
-  def _temperature(self, mode: Mode = Mode.TRAIN) -> float:
-    temperature = self.rl_cluster.get_rollout_config(mode).temperature
-    return float(temperature) if temperature and temperature > 0 else 1.0
+  def _temperature(self) -> float:
+    """The temperature of the trainer's log-probs (`PpoExtConfig.logps_temperature`)."""
+    return self.algo_config.logps_temperature or 1.0
 
   def _actor_inputs(self, example: TrainExample) -> dict[str, Any]:
     inputs = {
@@ -262,14 +263,18 @@ class PpoExtLearner(compat.LearnerHooks):
       scores = np.asarray(scores, np.float32)  # NaN rows: error, or NaN again to be dropped
       return self._nonfinite_rewards.mark_reported(scores, training_input["prompts"], texts)
     pad_id, eos_id = self.rl_cluster.rollout.pad_id(), self.rl_cluster.rollout.eos_id()
-    scores = passes.compute_score(
-      self.rl_cluster.inference_worker.get_model("reward"),
+    attention = (completion_ids != pad_id).astype(np.int32)
+    inputs = ModelInputs(
       jnp.asarray(prompt_ids),
       jnp.asarray(completion_ids),
-      pad_id=pad_id,
-      eos_id=eos_id,
-    )[:, -completion_ids.shape[1] :]
-    last = np.maximum((completion_ids != pad_id).sum(-1) - 1, 0)
+      jnp.asarray(attention),
+      jnp.asarray(attention, jnp.float32),
+      pad_id,
+      eos_id,
+      self.algo_config.logps_temperature,
+    )
+    scores = self._passes.rewards(inputs)[:, -completion_ids.shape[1] :]
+    last = np.maximum(attention.sum(-1) - 1, 0)
     return np.asarray(scores, np.float32)[np.arange(len(last)), last]
 
   def generate_and_compute_advantage(
@@ -278,7 +283,7 @@ class PpoExtLearner(compat.LearnerHooks):
     """The rollout phase of one step: trajectories to a `TrainExample` with advantages."""
     timer = timing.PhaseTimer()
     batch = self._trajectories(training_input, mode, timer)
-    inputs = _ModelInputs.of(batch, self.rl_cluster.rollout, self._temperature(mode))
+    inputs = self._model_inputs(batch, mode)
     old_logps, values = self._old_logps_and_values(batch, inputs, timer, mode)
     rewards, ref_logps, per_token_kl = self._kl_penalty(batch, inputs, old_logps, timer, mode)
     with timer("advantages"):
@@ -302,28 +307,30 @@ class PpoExtLearner(compat.LearnerHooks):
     self.rl_cluster.buffer_metrics({DROPPED_METRIC: (dropped, np.sum)}, mode=mode)
     return batch
 
-  def _old_logps_and_values(self, batch, inputs: _ModelInputs, timer, mode: Mode):
+  def _old_logps_and_values(self, batch, inputs: ModelInputs, timer, mode: Mode):
     """`(old_logps [B, T], values [B, T])`: the rollout policy's log-probs, the critic's values."""
     with timer("old_logp"):
-      old_logps = timer.ready(
-        passes.compute_per_token_logps(
-          self.rl_cluster.rollout.model(),
-          inputs.prompt,
-          inputs.completion,
-          temperature=inputs.temperature,
-          **inputs.passes,
-        )
-      )
+      old_logps = timer.ready(self._passes.old_logps(inputs))
     self._buffer_logprob_gap(batch, old_logps, mode)
     with timer("values"):
-      values = passes.compute_score(
-        self._critic_model(), inputs.prompt, inputs.completion, **inputs.passes
-      )
       width = inputs.completion.shape[1]
-      values = timer.ready(values[:, -width - 1 : -1] * inputs.loss_mask)
+      values = self._passes.values(inputs)[:, -width - 1 : -1]
+      values = timer.ready(values * inputs.loss_mask)
     return old_logps, values
 
-  def _kl_penalty(self, batch, inputs: _ModelInputs, old_logps, timer, mode: Mode):
+  def _model_inputs(self, batch: TrajectoryBatch, mode: Mode) -> ModelInputs:
+    rollout = self.rl_cluster.rollout
+    return ModelInputs(
+      prompt=jnp.asarray(batch.prompt_ids),
+      completion=jnp.asarray(batch.completion_ids),
+      attention_mask=jnp.asarray(batch.attention_mask, jnp.int32),
+      loss_mask=jnp.asarray(batch.loss_mask, jnp.float32),
+      pad_id=rollout.pad_id(),
+      eos_id=rollout.eos_id(),
+      temperature=self.algo_config.logps_temperature,
+    )
+
+  def _kl_penalty(self, batch, inputs: ModelInputs, old_logps, timer, mode: Mode):
     """`(rewards, ref_logps or None, per-token KL or None)`; updates the KL controller.
 
     With `kl_penalty="reward"` the rewards are `token_rewards - kl_coef * KL` (verl).
@@ -342,7 +349,7 @@ class PpoExtLearner(compat.LearnerHooks):
       self.kl_controller.update(float(jnp.mean(seq_kl)), n_steps=inputs.completion.shape[0])
     return rewards, ref_logps, per_token_kl
 
-  def _train_example(self, inputs: _ModelInputs, old_logps, ref_logps, values, advantages, returns):
+  def _train_example(self, inputs: ModelInputs, old_logps, ref_logps, values, advantages, returns):
     """tunix's `TrainExample` (loss mask as its `completion_mask`) plus ours."""
     config = self.algo_config
     b = inputs.completion.shape[0]
@@ -372,26 +379,17 @@ class PpoExtLearner(compat.LearnerHooks):
     if np.isfinite(gap):
       self.rl_cluster.buffer_metrics({"rollout/logprob_diff": (gap, np.mean)}, mode=mode)
 
-  def _reference_kl(self, inputs: _ModelInputs, old_logps):
+  def _reference_kl(self, inputs: ModelInputs, old_logps):
     """`(ref_logps or None, per-token KL [B, T])` of the rollout policy to the reference."""
-    reference = self._reference_model()
     if self._kl_method is None:  # the exact KL over the vocabulary
-      logits = passes.compute_completion_logits(
-        self.rl_cluster.rollout.model(), inputs.prompt, inputs.completion, **inputs.passes
-      )
-      ref_logits = passes.compute_completion_logits(
-        reference, inputs.prompt, inputs.completion, **inputs.passes
-      )
       kl = kl_lib.full_kl_divergence(
-        logits,
-        ref_logits,
-        temperature=inputs.temperature,
+        self._passes.logits(inputs, rl_cluster_lib.Role.ROLLOUT),
+        self._passes.logits(inputs, rl_cluster_lib.Role.REFERENCE),
+        temperature=self._temperature(),
         chunk_size=self.algo_config.logits_chunk_size,
       )
       return None, kl
-    ref_logps = passes.compute_per_token_logps(
-      reference, inputs.prompt, inputs.completion, temperature=inputs.temperature, **inputs.passes
-    )
+    ref_logps = self._passes.ref_logps(inputs)
     kl = kl_lib.compute_kl_divergence(
       old_logps,
       ref_logps,
@@ -462,6 +460,17 @@ class PpoExtLearner(compat.LearnerHooks):
     if rollout_s > 0:
       stats["rollout/tokens_per_s"] = float(mask.sum()) / rollout_s
     self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in stats.items()}, mode=mode)
+    tunix_stats = batch_stats.tunix_statistics(
+      loss_mask=mask,
+      attention_mask=batch.attention_mask,
+      token_rewards=batch.token_rewards,
+      rewards=rewards,
+      values=values,
+      advantages=advantages,
+      returns=returns,
+      kl=kl,
+    )
+    self.rl_cluster.buffer_metrics(tunix_stats, mode=mode)  # tunix's names, as stock PPO
 
   def _buffer_user_metrics(self, prompts, batch: TrajectoryBatch, advantages, mode: Mode) -> None:
     """tunix's `metric_fns(prompts, completions, advantages, rewards)` on this batch.
@@ -483,33 +492,3 @@ class PpoExtLearner(compat.LearnerHooks):
 def _rewards_come_from_the_source(prompts, completions, **kwargs) -> list[float]:
   """Placeholder reward fn that satisfies tunix's check; a trajectory source gives rewards."""
   raise RuntimeError("rewards come from the trajectory source; this function is never called")
-
-
-@dataclasses.dataclass(frozen=True)
-class _ModelInputs:
-  """A batch as model inputs: `[B, P]` prompt, `[B, T]` completion and its two masks."""
-
-  prompt: jax.Array
-  completion: jax.Array
-  attention_mask: jax.Array  # int32, every real completion token
-  loss_mask: jax.Array  # float32, the agent's tokens
-  pad_id: int
-  eos_id: int
-  temperature: float
-
-  @classmethod
-  def of(cls, batch: TrajectoryBatch, rollout: Any, temperature: float) -> _ModelInputs:
-    return cls(
-      prompt=jnp.asarray(batch.prompt_ids),
-      completion=jnp.asarray(batch.completion_ids),
-      attention_mask=jnp.asarray(batch.attention_mask, jnp.int32),
-      loss_mask=jnp.asarray(batch.loss_mask, jnp.float32),
-      pad_id=rollout.pad_id(),
-      eos_id=rollout.eos_id(),
-      temperature=temperature,
-    )
-
-  @property
-  def passes(self) -> dict[str, Any]:
-    """Keywords of the `passes` model passes (the attention mask, never the loss mask)."""
-    return {"pad_id": self.pad_id, "eos_id": self.eos_id, "attention_mask": self.attention_mask}

@@ -49,6 +49,10 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     max_nonfinite_steps: consecutive optimizer updates of the actor or the critic skipped
       for a NaN/inf loss or gradient after which the run stops (`NonFiniteTrainingError`,
       with a checkpoint of the last good state); see `tunix_ppo_ext.tunix.guards`.
+    logps_temperature: what the trainer divides logits by for log-probs, entropy and KL.
+      `None` is tunix 0.1.7's convention (policy log-probs at 1, the reference through
+      tunix's pass at the train rollout temperature); a number puts every pass at it
+      (verl divides by the rollout temperature; the main job sets it so).
     nonfinite_rewards: what a NaN/inf reward from a reward function, environment or
       trajectory source does: `error` (ValueError naming the episode) or `drop` (the
       episode's loss mask and rewards are zeroed and it is counted, `dropped_episodes`).
@@ -70,6 +74,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   num_generations: int = 1
   max_nonfinite_steps: int = 10
   nonfinite_rewards: str = "error"
+  logps_temperature: float | None = None
 
   def __post_init__(self):
     # PPOConfig's own __post_init__ refuses every KL method beyond its three, so it is
@@ -103,6 +108,8 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _number(self, "kl_horizon", low=0.0, low_open=True)
     if self.kl_clamp_value is not None:
       _number(self, "kl_clamp_value", low=0.0, low_open=True)
+    if self.logps_temperature is not None:
+      _number(self, "logps_temperature", low=0.0, low_open=True)
     if self.clip_range_value is not None:
       _number(self, "clip_range_value", low=0.0, low_open=True)
     _integer(self, "num_iterations", low=1)

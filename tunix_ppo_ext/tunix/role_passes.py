@@ -1,0 +1,161 @@
+"""The learner's model passes through `RLCluster`, role by role.
+
+Each pass runs where tunix runs it: the role's mesh and logical-axis rules, inputs
+sharded on the data axis, the model loaded from host memory and offloaded after
+(`offload_to_cpu`), micro-batches of the learner's log-prob micro-batch size.
+
+- When the attention mask is tunix's own (every non-pad completion token) and the
+  temperature is tunix's (`logps_temperature=None`, or 1 for the policy and the train
+  rollout temperature for the reference), each pass is `RLCluster`'s public method:
+  `get_old_per_token_logps` (the rollout engine's own `get_per_token_logps`),
+  `get_ref_per_token_logps`, `get_values`, `get_rewards`. A multi-turn trajectory whose
+  tokens are all non-pad takes
+  this path too: its loss mask never enters a pass.
+- Otherwise (a real token equal to the pad id, e.g. EOS when `eos_id == pad_id`; another
+  temperature, which tunix's old-log-prob pass cannot take) the same steps run around this
+  package's mask-aware passes (`passes`).
+
+All passes return `[B, T]` for the completion (values and scores: `[B, P+T]`, as tunix).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl import utils as rl_utils
+from tunix.sft import sharding_utils
+
+from tunix_ppo_ext.tunix import compat, passes
+
+Role = rl_cluster_lib.Role
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInputs:
+  """A batch as model inputs: `[B, P]` prompt, `[B, T]` completion and its two masks."""
+
+  prompt: jax.Array
+  completion: jax.Array
+  attention_mask: jax.Array  # int32, every real completion token
+  loss_mask: jax.Array  # float32, the agent's tokens
+  pad_id: int
+  eos_id: int
+  temperature: float | None  # `PpoExtConfig.logps_temperature` (None: tunix's convention)
+
+  @property
+  def tunix_mask(self) -> bool:
+    """Whether the attention mask is what tunix derives (`completion != pad_id`)."""
+    derived = (self.completion != self.pad_id).astype(jnp.int32)
+    return bool(jnp.array_equal(derived, self.attention_mask))
+
+  @property
+  def passes(self) -> dict[str, Any]:
+    """Keywords of the `passes` model passes (the attention mask, never the loss mask)."""
+    return {"pad_id": self.pad_id, "eos_id": self.eos_id, "attention_mask": self.attention_mask}
+
+
+class RolePasses:
+  """Old and reference log-probs, values and reward-model scores of one cluster."""
+
+  def __init__(self, cluster: rl_cluster_lib.RLCluster, micro_batch_size: int | None):
+    self.cluster = cluster
+    self.micro_batch_size = micro_batch_size
+
+  def _train_temperature(self) -> float:
+    temperature = self.cluster.get_rollout_config(rl_cluster_lib.Mode.TRAIN).temperature
+    return float(temperature) if temperature else 1.0
+
+  def old_logps(self, inputs: ModelInputs) -> jax.Array:
+    """log pi_old(a_t) `[B, T]` of the rollout policy (the model the engine samples from)."""
+    cluster = self.cluster
+    if inputs.temperature in (None, 1.0) and inputs.tunix_mask:
+      return cluster.get_old_per_token_logps(
+        inputs.prompt, inputs.completion, micro_batch_size=self.micro_batch_size
+      )
+    model = cluster.rollout.model()
+    with compat.on_role(cluster, Role.ROLLOUT, model):
+      return self._chunked(
+        inputs, False, lambda p, c, m: self._logps(model, inputs, p, c, m, inputs.temperature)
+      )
+
+  def ref_logps(self, inputs: ModelInputs) -> jax.Array:
+    """log pi_ref(a_t) `[B, T]` of the reference model."""
+    cluster, tunix_temperature = self.cluster, self._train_temperature()
+    temperature = tunix_temperature if inputs.temperature is None else inputs.temperature
+    if temperature == tunix_temperature and inputs.tunix_mask:  # tunix's pass uses this one
+      return cluster.get_ref_per_token_logps(
+        inputs.prompt,
+        inputs.completion,
+        inputs.pad_id,
+        inputs.eos_id,
+        micro_batch_size=self.micro_batch_size,
+      )
+    model = cluster.inference_worker.get_model("reference")
+    with compat.on_role(cluster, Role.REFERENCE, model):
+      return self._chunked(
+        inputs, True, lambda p, c, m: self._logps(model, inputs, p, c, m, temperature)
+      )
+
+  def values(self, inputs: ModelInputs) -> jax.Array:
+    """Critic values `[B, P+T]`."""
+    if inputs.tunix_mask:
+      return self.cluster.get_values(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
+    return self._scores(inputs, Role.CRITIC, self.cluster.critic_trainer.model)
+
+  def rewards(self, inputs: ModelInputs) -> jax.Array:
+    """Reward-model scores `[B, P+T]`."""
+    if inputs.tunix_mask:
+      return self.cluster.get_rewards(
+        inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id
+      )
+    return self._scores(inputs, Role.REWARD, self.cluster.inference_worker.get_model("reward"))
+
+  def logits(self, inputs: ModelInputs, role: Any) -> jax.Array:
+    """Completion logits `[B, T, V]` of the rollout policy or the reference (exact KL)."""
+    cluster = self.cluster
+    if role == Role.ROLLOUT:
+      model = cluster.rollout.model()
+    else:
+      model = cluster.inference_worker.get_model("reference")
+    with compat.on_role(cluster, role, model):
+      return self._chunked(
+        inputs,
+        False,
+        lambda p, c, m: passes.compute_completion_logits(
+          model, p, c, pad_id=inputs.pad_id, eos_id=inputs.eos_id, attention_mask=m
+        ),
+      )
+
+  def _scores(self, inputs: ModelInputs, role: Any, model: Any) -> jax.Array:
+    with compat.on_role(self.cluster, role, model):
+      return passes.compute_score(model, inputs.prompt, inputs.completion, **inputs.passes)
+
+  @staticmethod
+  def _logps(model: Any, inputs: ModelInputs, prompt, completion, mask, temperature) -> jax.Array:
+    return passes.compute_per_token_logps(
+      model,
+      prompt,
+      completion,
+      pad_id=inputs.pad_id,
+      eos_id=inputs.eos_id,
+      attention_mask=mask,
+      temperature=temperature or 1.0,
+    )
+
+  def _chunked(self, inputs: ModelInputs, shard: bool, fn: Callable) -> jax.Array:
+    """`fn(prompt, completion, attention_mask)` over micro-batches, concatenated."""
+    arrays = (inputs.prompt, inputs.completion, inputs.attention_mask)
+    if shard:  # as tunix's reference pass: inputs on the data-sharding axis
+      axis = self.cluster.cluster_config.training_config.data_sharding_axis
+      arrays = tuple(sharding_utils.shard_input(a, axis) for a in arrays)
+    size = arrays[0].shape[0]
+    outs = [
+      fn(*(a[piece] for a in arrays))
+      for piece in rl_utils.chunk_slices_by_size(stop=size, step=self.micro_batch_size or size)
+    ]
+    return jnp.concatenate(outs, axis=0)
