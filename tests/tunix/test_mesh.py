@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from tunix_ppo_ext.app import cli
+from tunix_ppo_ext.app import cli, job
 from tunix_ppo_ext.app.run_config import load_run_config
 from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.tunix import cluster, mesh, models
@@ -153,6 +153,15 @@ def test_roles_share_one_mesh_unless_given_their_own():
   assert meshes[mesh.Role.ACTOR] != meshes[mesh.Role.ROLLOUT]
   text = mesh.describe_meshes(meshes)
   assert "actor, critic, reference" in text and "fsdp=1 x tp=1 x sp=1" in text
+
+
+def test_a_rollout_mesh_of_its_own_is_refused_before_anything_compiles():
+  run = load_run_config(None, ["mesh.roles.rollout.axis_names=[fsdp,tp,sp]"])
+  with pytest.raises(ValueError, match=r"'mesh.roles.rollout'.*needs the actor's mesh"):
+    job.run_meshes(run)
+  code = cli.main(["train", "mesh.roles.rollout.axis_names=[fsdp,tp,sp]", "wandb=disabled"])
+  assert code == 2  # one line on stderr, nothing trained
+  job.run_meshes(load_run_config(None, ["mesh.roles.rollout.shape=[1,1]"]))  # same spec: fine
 
 
 def test_batch_must_divide_by_the_trainers_fsdp_size():

@@ -29,7 +29,12 @@ from tunix_ppo_ext.plugins import registry as plugin_registry
 from tunix_ppo_ext.tunix import checkpoints, models
 from tunix_ppo_ext.tunix.cluster import build_cluster
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
-from tunix_ppo_ext.tunix.mesh import Role, check_batch_divisible, role_meshes
+from tunix_ppo_ext.tunix.mesh import (
+  Role,
+  check_batch_divisible,
+  check_multi_turn_rollout_mesh,
+  role_meshes,
+)
 from tunix_ppo_ext.tunix.rollout import MultiTurnRollout
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
@@ -108,6 +113,7 @@ def run_meshes(run: RunConfig) -> dict:
   """
   meshes = role_meshes(run.mesh)
   check_batch_divisible(meshes, run.train.batch_size)
+  check_multi_turn_rollout_mesh(meshes)  # the main job's rollout is multi-turn
   return meshes
 
 

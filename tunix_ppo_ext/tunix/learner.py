@@ -237,7 +237,8 @@ class PpoExtLearner(compat.LearnerHooks):
     )
 
   def _check_prompt_lengths(self, prompts: Sequence[str], max_prompt_length: int) -> None:
-    """ValueError naming the first prompt longer than the sampler's `max_prompt_length`.
+    """ValueError naming the first prompt that is not a string, or is longer than the
+    sampler's `max_prompt_length`.
 
     Counts tokens as tunix's sampler does (BOS + text); tunix would otherwise fail with a
     cache-size error that names neither the prompt nor the setting.
@@ -245,6 +246,13 @@ class PpoExtLearner(compat.LearnerHooks):
     tokenizer = self.rl_cluster.tokenizer
     bos = [tokenizer.bos_id()] if tokenizer.bos_id() else []
     for row, prompt in enumerate(prompts):
+      if not isinstance(prompt, str):  # np.str_ is a str
+        raise ValueError(
+          f"training input 'prompts' row {row} is a {type(prompt).__name__} ({prompt!r:.60}), "
+          "not a string: give each batch as a dict of NumPy arrays, e.g. "
+          "{'prompts': np.array(['...', '...'])} (tunix's learner maps over every leaf of a "
+          "batch, so a Python list is split into one leaf per string)"
+        )
       length = len(tokenizer.dedup_bos_ids(bos + list(tokenizer.encode(str(prompt)))))
       if length > max_prompt_length:
         raise ValueError(

@@ -131,6 +131,22 @@ def check_batch_divisible(meshes: Mapping[Role, Any], batch_size: int) -> None:
       )
 
 
+def check_multi_turn_rollout_mesh(meshes: Mapping[Role, Any]) -> None:
+  """Raises ValueError when the rollout role has a mesh other than the actor's.
+
+  The multi-turn rollout samples with tunix 0.1.7's vanilla engine, whose weight sync to a
+  rollout mesh of its own fails (`Disallowed host-to-device transfer`, seen on simulated
+  CPU devices); refused here, before anything compiles, rather than inside the sync.
+  """
+  rollout, actor = meshes.get(Role.ROLLOUT), meshes.get(Role.ACTOR)
+  if rollout is not None and actor is not None and rollout != actor:
+    raise ValueError(
+      "config key 'mesh.roles.rollout': the multi-turn rollout needs the actor's mesh (tunix "
+      "0.1.7's vanilla engine cannot sync the actor's weights to a rollout mesh of its own); "
+      "remove mesh.roles.rollout or give it the actor's shape and axis names"
+    )
+
+
 def describe_meshes(meshes: Mapping[Role, Any]) -> str:
   """One line per distinct mesh: its axis sizes and the roles on it (for the CLI's log)."""
   groups: dict[int, list[str]] = {}

@@ -60,11 +60,20 @@ class ModelInputs:
 
 
 class RolePasses:
-  """Old and reference log-probs, values and reward-model scores of one cluster."""
+  """Old and reference log-probs, values and reward-model scores of one cluster.
+
+  Every result is replicated on the actor's mesh, where the learner combines them (the
+  roles' meshes may hold different devices).
+  """
 
   def __init__(self, cluster: rl_cluster_lib.RLCluster, micro_batch_size: int | None):
     self.cluster = cluster
     self.micro_batch_size = micro_batch_size
+    actor_mesh = cluster.cluster_config.role_to_mesh[Role.ACTOR]
+    self._home = jax.sharding.NamedSharding(actor_mesh, jax.sharding.PartitionSpec())
+
+  def _at_home(self, x: jax.Array) -> jax.Array:
+    return jax.device_put(x, self._home)
 
   def _train_temperature(self) -> float:
     temperature = self.cluster.get_rollout_config(rl_cluster_lib.Mode.TRAIN).temperature
@@ -74,13 +83,17 @@ class RolePasses:
     """log pi_old(a_t) `[B, T]` of the rollout policy (the model the engine samples from)."""
     cluster = self.cluster
     if inputs.temperature in (None, 1.0) and inputs.tunix_mask:
-      return cluster.get_old_per_token_logps(
-        inputs.prompt, inputs.completion, micro_batch_size=self.micro_batch_size
+      return self._at_home(
+        cluster.get_old_per_token_logps(
+          inputs.prompt, inputs.completion, micro_batch_size=self.micro_batch_size
+        )
       )
     model = cluster.rollout.model()
     with compat.on_role(cluster, Role.ROLLOUT, model):
-      return self._chunked(
-        inputs, False, lambda p, c, m: self._logps(model, inputs, p, c, m, inputs.temperature)
+      return self._at_home(
+        self._chunked(
+          inputs, False, lambda p, c, m: self._logps(model, inputs, p, c, m, inputs.temperature)
+        )
       )
 
   def ref_logps(self, inputs: ModelInputs) -> jax.Array:
@@ -88,32 +101,40 @@ class RolePasses:
     cluster, tunix_temperature = self.cluster, self._train_temperature()
     temperature = tunix_temperature if inputs.temperature is None else inputs.temperature
     if temperature == tunix_temperature and inputs.tunix_mask:  # tunix's pass uses this one
-      return cluster.get_ref_per_token_logps(
-        inputs.prompt,
-        inputs.completion,
-        inputs.pad_id,
-        inputs.eos_id,
-        micro_batch_size=self.micro_batch_size,
+      return self._at_home(
+        cluster.get_ref_per_token_logps(
+          inputs.prompt,
+          inputs.completion,
+          inputs.pad_id,
+          inputs.eos_id,
+          micro_batch_size=self.micro_batch_size,
+        )
       )
     model = cluster.inference_worker.get_model("reference")
     with compat.on_role(cluster, Role.REFERENCE, model):
-      return self._chunked(
-        inputs, True, lambda p, c, m: self._logps(model, inputs, p, c, m, temperature)
+      return self._at_home(
+        self._chunked(
+          inputs, True, lambda p, c, m: self._logps(model, inputs, p, c, m, temperature)
+        )
       )
 
   def values(self, inputs: ModelInputs) -> jax.Array:
     """Critic values `[B, P+T]`."""
     if inputs.tunix_mask:
-      return self.cluster.get_values(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
-    return self._scores(inputs, Role.CRITIC, self.cluster.critic_trainer.model)
+      return self._at_home(
+        self.cluster.get_values(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
+      )
+    return self._at_home(self._scores(inputs, Role.CRITIC, self.cluster.critic_trainer.model))
 
   def rewards(self, inputs: ModelInputs) -> jax.Array:
     """Reward-model scores `[B, P+T]`."""
     if inputs.tunix_mask:
-      return self.cluster.get_rewards(
-        inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id
+      return self._at_home(
+        self.cluster.get_rewards(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
       )
-    return self._scores(inputs, Role.REWARD, self.cluster.inference_worker.get_model("reward"))
+    return self._at_home(
+      self._scores(inputs, Role.REWARD, self.cluster.inference_worker.get_model("reward"))
+    )
 
   def logits(self, inputs: ModelInputs, role: Any) -> jax.Array:
     """Completion logits `[B, T, V]` of the rollout policy or the reference (exact KL)."""
@@ -123,12 +144,14 @@ class RolePasses:
     else:
       model = cluster.inference_worker.get_model("reference")
     with compat.on_role(cluster, role, model):
-      return self._chunked(
-        inputs,
-        False,
-        lambda p, c, m: passes.compute_completion_logits(
-          model, p, c, pad_id=inputs.pad_id, eos_id=inputs.eos_id, attention_mask=m
-        ),
+      return self._at_home(
+        self._chunked(
+          inputs,
+          False,
+          lambda p, c, m: passes.compute_completion_logits(
+            model, p, c, pad_id=inputs.pad_id, eos_id=inputs.eos_id, attention_mask=m
+          ),
+        )
       )
 
   def _scores(self, inputs: ModelInputs, role: Any, model: Any) -> jax.Array:

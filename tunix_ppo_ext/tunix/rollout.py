@@ -55,6 +55,7 @@ from tunix_ppo_ext.envs import (
 )
 from tunix_ppo_ext.tunix import compat
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
+from tunix_ppo_ext.tunix.mesh import check_multi_turn_rollout_mesh
 
 Mode = rl_cluster_lib.Mode
 
@@ -164,6 +165,7 @@ class MultiTurnRollout:
   ) -> MultiTurnBatch:
     """Plays one episode per row of `training_input`; returns their trajectories."""
     cluster = learner.rl_cluster
+    check_multi_turn_rollout_mesh(cluster.cluster_config.role_to_mesh)
     seeds = episode_seeds(training_input)
     group_ids = self._group_ids(seeds, self.group_size or learner.algo_config.num_generations)
     ids = _Ids.of(cluster)
