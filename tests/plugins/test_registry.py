@@ -280,7 +280,8 @@ def test_example_plugin_names_work_everywhere(use_plugins):
   np.testing.assert_allclose(value, [0.0, 0.125, 3.5], rtol=1e-6)  # Huber, delta 1
   with pytest.raises(ValueError, match="(?i)did you mean 'huber_kl'"):
     PpoExtConfig(kl_method="huber_k")
-  # tunix's registry got the estimator behind its GRPO signature (it takes `scores`)
+  # tunix's registry gets the estimator behind its GRPO signature (it takes `scores`)
+  register_configured(config)  # what PpoExtLearner does when it is built
   tunix_estimator = function_registry.get_advantage_estimator("batch_baseline")
   np.testing.assert_allclose(tunix_estimator(jnp.array([1.0, 2.0, 3.0, 6.0]), 2), [-2, -1, 0, 3])
   env = envs.make_env("echo", num_turns=3)

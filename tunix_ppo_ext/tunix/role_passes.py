@@ -71,9 +71,13 @@ class RolePasses:
     self.micro_batch_size = micro_batch_size
     actor_mesh = cluster.cluster_config.role_to_mesh[Role.ACTOR]
     self._home = jax.sharding.NamedSharding(actor_mesh, jax.sharding.PartitionSpec())
+    # Several hosts: every pass keeps this host's rows. (tunix 0.1.7's reference pass
+    # shards its inputs into the global batch, which its PPO learner then mixes with
+    # host-local log-probs; so the reference takes the mask-aware path there.)
+    self.multi_process = jax.process_count() > 1
 
   def _at_home(self, x: jax.Array) -> jax.Array:
-    return jax.device_put(x, self._home)
+    return x if self.multi_process else jax.device_put(x, self._home)
 
   def _train_temperature(self) -> float:
     temperature = self.cluster.get_rollout_config(rl_cluster_lib.Mode.TRAIN).temperature
@@ -100,7 +104,8 @@ class RolePasses:
     """log pi_ref(a_t) `[B, T]` of the reference model."""
     cluster, tunix_temperature = self.cluster, self._train_temperature()
     temperature = tunix_temperature if inputs.temperature is None else inputs.temperature
-    if temperature == tunix_temperature and inputs.tunix_mask:  # tunix's pass uses this one
+    stock = temperature == tunix_temperature and inputs.tunix_mask  # tunix's pass uses it
+    if stock and not self.multi_process:
       return self._at_home(
         cluster.get_ref_per_token_logps(
           inputs.prompt,
@@ -173,7 +178,7 @@ class RolePasses:
   def _chunked(self, inputs: ModelInputs, shard: bool, fn: Callable) -> jax.Array:
     """`fn(prompt, completion, attention_mask)` over micro-batches, concatenated."""
     arrays = (inputs.prompt, inputs.completion, inputs.attention_mask)
-    if shard:  # as tunix's reference pass: inputs on the data-sharding axis
+    if shard and not self.multi_process:  # as tunix's reference pass: on the data axis
       axis = self.cluster.cluster_config.training_config.data_sharding_axis
       arrays = tuple(sharding_utils.shard_input(a, axis) for a in arrays)
     size = arrays[0].shape[0]
