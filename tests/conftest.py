@@ -22,6 +22,7 @@ import os
 import pathlib
 import string
 import struct
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -191,3 +192,30 @@ def save_hf_tokenizer(directory: pathlib.Path, alphabet: str) -> None:
   PreTrainedTokenizerFast(
     tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
   ).save_pretrained(directory)
+
+
+SMOKE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
+
+
+def train_command(out: pathlib.Path, *overrides: str) -> list[str]:
+  """`tunix-ppo-ext train` on the smoke config into `out`, as a subprocess command."""
+  command = [sys.executable, "-m", "tunix_ppo_ext.app.cli", "train", "--config", str(SMOKE)]
+  return [*command, "--output-dir", str(out), *overrides]
+
+
+def subprocess_env(tmp_path: pathlib.Path) -> dict[str, str]:
+  """One CPU device; a persistent compilation cache so a rerun skips most compiling."""
+  return {
+    **os.environ,
+    "JAX_PLATFORMS": "cpu",
+    "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+  }
+
+
+def common_checkpoints(out: pathlib.Path) -> set[int]:
+  """Steps both the actor and the critic checkpointed under `out/checkpoints`."""
+  from tunix_ppo_ext.app import resume  # noqa: PLC0415
+
+  ckpt = out / "checkpoints"
+  return resume.finalized_steps(ckpt / "actor") & resume.finalized_steps(ckpt / "critic")

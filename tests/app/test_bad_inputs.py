@@ -185,9 +185,16 @@ class FlakyEnv:
 
 @dataclasses.dataclass
 class Tiny:
-  """A toy tunix cluster; `example(...)` runs the learner's whole rollout/advantage phase."""
+  """A toy tunix cluster; `example(...)` runs the learner's whole rollout/advantage phase.
+
+  What the cluster logs reaches `logged` through tunix's `with_external_metrics_logger`.
+  """
 
   cluster: Any
+  logged: list[Any] = dataclasses.field(default_factory=list)
+
+  def __post_init__(self):
+    self.cluster.with_external_metrics_logger(self.logged.append)
 
   def learner(self, reward=None, source=None, **fields: Any) -> PpoExtLearner:
     if source is not None:
@@ -199,14 +206,19 @@ class Tiny:
     return learner._generate_and_compute_advantage(training_input)
 
   def learner_metrics(self) -> dict[str, list]:
-    """Values the learner has buffered for this (never-finished) step, by internal name."""
-    buffers = self.cluster._buffered_train_metrics
-    metrics = buffers[-1].metrics if buffers else {}
+    """Every value the learner logged (or still buffers) in train mode, by internal name."""
+    buffers = [*self.logged, *self.cluster._buffered_train_metrics]  # noqa: SLF001
     own = ("batch", "learner", "rollout")
-    return {k: list(v[0]) for k, v in metrics.items() if k.split("/")[0] in own}
+    values: dict[str, list] = {}
+    for buffer in buffers:
+      if str(buffer.mode) == "train":
+        for name, (logged, _) in buffer.metrics.items():
+          if name.split("/")[0] in own:
+            values.setdefault(name, []).extend(logged)
+    return values
 
   def dropped(self) -> float:
-    """The last `learner/dropped_episodes` value buffered (published `train/dropped_episodes`)."""
+    """The last `learner/dropped_episodes` value logged (published `train/dropped_episodes`)."""
     return self.learner_metrics()[DROPPED_METRIC][-1]
 
   def example_with_finite_metrics(self, training_input, **kwargs: Any):
@@ -386,8 +398,30 @@ CASES: dict[str, Case] = {
     run_config("ppo.epsilonn=0.2"), match="unknown config key 'ppo.epsilonn'.*'epsilon'"
   ),
   "run_lr_not_a_number": Case(run_config("train.lr=fast"), match="'train.lr' must be float"),
-  "run_steps_negative": Case(run_config("train.steps=-1"), match="'train.steps' must be > 0"),
+  "run_steps_negative": Case(run_config("train.steps=-1"), match="'train.steps'=-1 is invalid"),
   "run_temperature_zero": Case(run_config("train.temperature=0"), match="train.temperature"),
+  "run_temperature_inf": Case(
+    run_config("train.temperature=.inf"), match="'train.temperature'=inf"
+  ),
+  "run_lr_inf": Case(run_config("train.lr=.inf"), match=r"'train.lr'=inf is invalid: .*finite"),
+  "run_seed_negative": Case(run_config("seed=-1"), match=r"'seed'=-1 is invalid"),
+  "run_eval_batches_negative": Case(
+    run_config("train.eval_batches=-1"), match=r"'train.eval_batches'=-1 is invalid"
+  ),
+  "run_num_heads_zero": Case(run_config("model.num_heads=0"), match=r"'model.num_heads'=0"),
+  "run_kv_heads_do_not_divide": Case(
+    run_config("model.num_kv_heads=3"), match=r"'model.num_kv_heads'=3 must divide"
+  ),
+  "run_alphabet_repeated": Case(
+    run_config("model.alphabet=abca"), match=r"'model.alphabet'.*repeated: \['a'\]"
+  ),
+  "run_output_dir_empty": Case(run_config("output_dir=''"), match="'output_dir'"),
+  "run_override_bad_yaml": Case(
+    run_config("train.steps=[1"), match=r"override 'train.steps=\[1': invalid YAML"
+  ),
+  "run_rename_onto_a_published_key": Case(
+    run_config("metrics.rename={actor/pg_loss: actor/kl}"), match="already published"
+  ),
   "run_unknown_environment": Case(run_config("env.name=mazee"), match="env.name"),
   "run_wandb_mode": Case(run_config("wandb=sometimes"), match="'wandb' must be one of"),
   "run_batch_not_multiple_of_group": Case(

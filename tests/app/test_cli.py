@@ -32,7 +32,7 @@ def test_dotted_overrides_reach_every_section():
     ("train.stepz=3", r"unknown config key 'train.stepz'; did you mean 'steps'"),
     ("trian.steps=3", r"unknown config key 'trian'; did you mean 'train'"),
     ("train.steps=abc", r"'train.steps' must be int, got 'abc'"),
-    ("train.steps=0", r"'train.steps' must be > 0"),
+    ("train.steps=0", r"'train.steps'=0 is invalid: must be an integer >= 1"),
     ("train.lr=fast", r"'train.lr' must be float"),
     (
       "ppo.entropy_coeff=0.1",

@@ -9,20 +9,18 @@ step exactly once. The helpers that make this work are tested directly as well.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
+from tests.conftest import common_checkpoints, subprocess_env, train_command
 from tunix_ppo_ext.app import resume
 from tunix_ppo_ext.metrics.sinks import compact_jsonl, read_jsonl, truncate_jsonl
 
-SMOKE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
 STEPS = 14
 CHECKPOINT_EVERY = 4  # the kill lands two steps after one, two steps before the next
 OVERRIDES = [
@@ -37,26 +35,6 @@ KL_COEF = ("actor/kl_coef", "actor/train/kl_coef")  # published key, tunix's own
 NOT_REPRODUCIBLE = ("timing", "per_s", "_time", "wall")  # wall-clock metrics
 
 
-def train_command(out: pathlib.Path) -> list[str]:
-  command = [sys.executable, "-m", "tunix_ppo_ext.app.cli", "train", "--config", str(SMOKE)]
-  return [*command, "--output-dir", str(out), *OVERRIDES]
-
-
-def subprocess_env(tmp_path: pathlib.Path) -> dict[str, str]:
-  """One CPU device; a persistent compilation cache so the rerun skips most compiling."""
-  return {
-    **os.environ,
-    "JAX_PLATFORMS": "cpu",
-    "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-  }
-
-
-def common_checkpoints(out: pathlib.Path) -> set[int]:
-  ckpt = out / "checkpoints"
-  return resume.finalized_steps(ckpt / "actor") & resume.finalized_steps(ckpt / "critic")
-
-
 def logged_steps(out: pathlib.Path) -> list[int]:
   path = out / "metrics.jsonl"
   return [r["step"] for r in read_jsonl(path)] if path.exists() else []
@@ -65,7 +43,9 @@ def logged_steps(out: pathlib.Path) -> list[int]:
 def kill_after_checkpoint(out: pathlib.Path, env: dict[str, str], log: pathlib.Path) -> None:
   """Starts the run and SIGKILLs it once a checkpoint exists and two later steps are logged."""
   with log.open("w") as stderr:
-    process = subprocess.Popen(train_command(out), env=env, stdout=stderr, stderr=stderr)
+    process = subprocess.Popen(
+      train_command(out, *OVERRIDES), env=env, stdout=stderr, stderr=stderr
+    )
   deadline = time.monotonic() + 600
   try:
     while time.monotonic() < deadline:
@@ -104,7 +84,12 @@ def test_sigkill_then_rerun_continues_from_the_checkpoint(tmp_path):
   assert max(killed) < STEPS and max(killed) >= restored + 2
 
   rerun = subprocess.run(
-    train_command(out), env=env, capture_output=True, text=True, timeout=600, check=False
+    train_command(out, *OVERRIDES),
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
   )
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert f"resuming from step {restored} " in rerun.stderr
@@ -137,8 +122,8 @@ def test_truncate_keeps_rows_up_to_the_step_and_drops_a_cut_off_line(tmp_path):
   rows = [{"step": s, "a": float(s)} for s in range(5)] + [{"step": 2, "late": 1.0}]
   path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 5, "a": 5.')
   assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2, 3, 4]  # cut-off line skipped
-  with path.open("a") as writer:  # a sink that opened the file before the truncation
-    assert truncate_jsonl(path, 2) == 4
+  assert truncate_jsonl(path, 2) == 4  # atomic: before a sink opens the file
+  with path.open("a") as writer:
     writer.write(json.dumps({"step": 3, "a": 30.0}) + "\n")
   assert read_jsonl(path) == [
     {"step": 0, "a": 0.0},

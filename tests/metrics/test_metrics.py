@@ -92,11 +92,18 @@ def test_renames_and_drops_apply_to_published_keys():
     ({"actor/pg_loss": "/x"}, (), r"not starting with '/'"),
     ({}, ("timing/*",), r"'timing/\*' matches no metric"),
     ({}, ("",), r"non-empty strings"),
+    ({"actor/pg_loss": "actor/kl"}, (), r"'actor/kl': that key is already published"),
+    ({"actor/pg_loss": "x", "actor/kl": "x"}, (), r"two metrics renamed to 'x'"),
   ],
 )
 def test_bad_renames_and_drops_are_rejected(rename, drop, message):
   with pytest.raises(ValueError, match=message):
     MetricKeys(rename=rename, drop=drop)
+
+
+def test_a_swap_of_two_keys_is_allowed():
+  keys = MetricKeys(rename={"actor/pg_loss": "actor/kl", "actor/kl": "actor/pg_loss"})
+  assert keys.key("actor/train/pg_loss") == "actor/kl"
 
 
 def test_run_config_checks_the_metrics_section_before_anything_compiles():
@@ -362,7 +369,7 @@ def test_wandb_online_without_network_falls_back_to_an_offline_run(tmp_path, mon
       raise wandb.errors.CommError("no route to api.wandb.ai")
     return real_init(**kwargs)
 
-  monkeypatch.setattr(metrics, "_has_wandb_key", lambda: True)
+  monkeypatch.setattr(metrics, "has_wandb_key", lambda: True)
   monkeypatch.setattr(wandb, "init", init_without_network)
   with pytest.warns(UserWarning, match=r"W&B online failed \(CommError.*\); offline"):
     sink = WandbSink("online", tmp_path, {"seed": 0})

@@ -444,3 +444,18 @@ def test_estimator_table():
     "rloo": compute_rloo_advantages,
     "reinforce_plus_plus": compute_reinforce_plus_plus_advantages,
   }
+
+
+@pytest.mark.parametrize("huge", [1e20, 3e38])
+def test_gae_whitening_of_huge_rewards_is_finite_and_exact(huge):
+  """A reward whose square overflows float32 must not whiten to 0 or NaN (float64 reference)."""
+  rng = np.random.default_rng(0)
+  r = rng.normal(size=(B, T)).astype(np.float32)
+  r[0, -1] = huge
+  v = rng.normal(size=(B, T)).astype(np.float32)
+  m = make_mask(rng)
+  m[0, -1] = 1.0
+  adv, _ = compute_gae_advantages(r, v, m, 1.0, 0.95)
+  ref_adv, _ = ref_gae(r, v, m, 1.0, 0.95)
+  assert np.all(np.isfinite(np.asarray(adv)))
+  np.testing.assert_allclose(adv, ref_adv, rtol=1e-4, atol=1e-4)

@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 import tunix
+from tunix.rl import rl_cluster
 from tunix.rl.ppo import ppo_learner
 from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import peft_trainer
@@ -33,6 +34,7 @@ def test_pinned_instance_attributes_are_set_by_tunix_constructors():
     "PPOLearner": ppo_learner.PPOLearner,
     "PeftTrainer": peft_trainer.PeftTrainer,
     "VanillaRollout": vanilla_rollout.VanillaRollout,
+    "RLCluster": rl_cluster.RLCluster,
   }
   for owner, names in compat.PINNED_INSTANCE_ATTRIBUTES.items():
     classes = [c for c in owners[owner].__mro__ if c.__module__.startswith("tunix.")]

@@ -18,7 +18,12 @@ from tests.conftest import build_cluster, make_models, param_leaf
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext.metrics import keys as metric_keys
 from tunix_ppo_ext.tunix import losses as tunix_losses
-from tunix_ppo_ext.tunix.guards import NonFiniteTrainingError, guarded_adam, skip_counts
+from tunix_ppo_ext.tunix.guards import (
+  NonFiniteTrainingError,
+  SkipCounts,
+  guarded_adam,
+  skip_counts,
+)
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
@@ -182,3 +187,18 @@ def test_skips_are_counted_and_the_run_stops_with_a_checkpoint_of_the_last_good_
   for name in ("actor", "critic", "adam_mu", "adam_count"):
     np.testing.assert_array_equal(restored[name], states[3][name])
   assert skip_counts(resumed.actor_trainer.optimizer.opt_state).consecutive == 3
+
+
+def test_an_update_that_would_overflow_the_parameters_is_skipped_and_counted():
+  """A finite gradient with a huge step: the parameters stay as they were (last good)."""
+  params = {"w": jnp.array([3e38, 1.0], jnp.float32)}
+  optimizer = guarded_adam(1e38)
+  state = optimizer.init(params)
+  updates, state = optimizer.update({"w": jnp.array([-1.0, 1.0])}, state, params)
+  np.testing.assert_array_equal(optax.apply_updates(params, updates)["w"], params["w"])
+  assert skip_counts(state) == SkipCounts(consecutive=1, total=1)
+  sane = guarded_adam(0.1)
+  state = sane.init(params)
+  updates, state = sane.update({"w": jnp.array([-1.0, 1.0])}, state, params)
+  np.testing.assert_allclose(optax.apply_updates(params, updates)["w"], [3e38, 0.9], rtol=1e-6)
+  assert skip_counts(state) == SkipCounts(consecutive=0, total=0)

@@ -15,24 +15,30 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from tunix_ppo_ext.app import distributed
 from tunix_ppo_ext.app.job import run_meshes, train
 from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.plugins import registry as plugin_registry
+from tunix_ppo_ext.metrics import sinks as metrics
+from tunix_ppo_ext.plugins import registry
 from tunix_ppo_ext.tunix.guards import NonFiniteTrainingError
 from tunix_ppo_ext.tunix.mesh import describe_meshes
 
+EXIT_BAD_INPUT, EXIT_NAN_GUARD, EXIT_INTERRUPTED, EXIT_FAILED = 2, 3, 130, 1
 
-def main(argv: Sequence[str] | None = None) -> int:
+
+def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
     prog="tunix-ppo-ext", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
   )
+  parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
   commands = parser.add_subparsers(dest="command", required=True)
   train_parser = commands.add_parser("train", help="train on the configured environment")
   train_parser.add_argument("--config", help="YAML run config (default: the embedded default)")
   train_parser.add_argument("--output-dir", help="where metrics, summary and checkpoints go")
+  train_parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
   train_parser.add_argument(
     "--multi-host",
     action=argparse.BooleanOptionalAction,
@@ -44,37 +50,69 @@ def main(argv: Sequence[str] | None = None) -> int:
     "overrides",
     nargs="*",
     metavar="KEY=VALUE",
-    help="dotted overrides, e.g. ppo.entropy_coef=0.01 train.steps=50",
+    help="dotted overrides, e.g. ppo.entropy_coef=0.01 train.steps=50 (before or after options)",
   )
   plot_parser = commands.add_parser("plot", help="draw a run's main curves into RUN_DIR")
   plot_parser.add_argument("run_dir", metavar="RUN_DIR", help="a train command's output dir")
   commands.add_parser("plugins", help="list the plugins of every group and whether they load")
-  args = parser.parse_args(argv)
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """The `tunix-ppo-ext` command. Exit codes: 0 done, 2 bad input, 3 the NaN guard stopped
+  the run, 130 interrupted (Ctrl-C), 1 any other failure; each failure is one line on
+  stderr (with `--debug`, the traceback too)."""
+  parser = _parser()
+  args, extra = parser.parse_known_args(argv)
+  if args.command == "train":  # KEY=VALUE overrides may also follow the options
+    misplaced = [a for a in extra if a.startswith("-") or "=" not in a]
+    if misplaced:
+      parser.error(f"unrecognized arguments: {' '.join(misplaced)}")
+    args.overrides = [*args.overrides, *extra]
+  elif extra:
+    parser.error(f"unrecognized arguments: {' '.join(extra)}")
   if args.command == "plugins":
     return _plugins_command()
   if args.command == "plot":
     return _plot_command(args.run_dir)
+  try:
+    return _train_command(args)
+  except KeyboardInterrupt:
+    if args.debug:
+      traceback.print_exc()
+    _error("interrupted; what was checkpointed is kept: run the same command to resume")
+    return EXIT_INTERRUPTED
+  except NonFiniteTrainingError as err:  # the NaN guard stopped the run after a checkpoint
+    _error(str(err), args.debug)
+    return EXIT_NAN_GUARD
+  except (ValueError, registry.PluginError) as err:
+    _error(str(err), args.debug)
+    return EXIT_BAD_INPUT
+  except Exception as err:  # noqa: BLE001 (one line for anything else; --debug shows more)
+    _error(f"{type(err).__name__}: {err} (rerun with --debug for the traceback)", args.debug)
+    return EXIT_FAILED
+
+
+def _error(message: str, debug: bool = False) -> None:
+  metrics.ProgressBackend.close_all()
+  if debug:
+    traceback.print_exc()
+  first = message.strip().splitlines()[0] if message.strip() else "failed"
+  print(f"tunix-ppo-ext: error: {first}", file=sys.stderr)
+
+
+def _train_command(args: argparse.Namespace) -> int:
   overrides = list(args.overrides)
   if args.output_dir is not None:
     overrides.append(f"output_dir={args.output_dir}")
-  try:
-    run = load_run_config(args.config, overrides)
-  except ValueError as err:
-    print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
-    return 2
-  try:
-    distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ), os.environ)
-    meshes = run_meshes(run)  # device counts are known only now (after joining other hosts)
-  except ValueError as err:
-    print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
-    return 2
+  run = load_run_config(args.config, overrides)
+  distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ), os.environ)
+  meshes = run_meshes(run)  # device counts are known only now (after joining other hosts)
   for line in describe_meshes(meshes).splitlines():
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)
-  try:
-    train(run)
-  except NonFiniteTrainingError as err:  # the NaN guard stopped the run after a checkpoint
-    print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
-    return 3
+  if run.wandb == "online" and not metrics.has_wandb_key():
+    print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
+  train(run)
   return 0
 
 
@@ -92,7 +130,7 @@ def _plot_command(run_dir: str) -> int:
 
 def _plugins_command() -> int:
   """`tunix-ppo-ext plugins`: every entry-point group with name, distribution, version, status."""
-  print(plugin_registry.format_report(plugin_registry.report()))
+  print(registry.format_report(registry.report()))
   return 0
 
 

@@ -7,6 +7,7 @@ the batches; `train` runs it, resuming from the output directory's checkpoints, 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -19,7 +20,7 @@ import jax
 import numpy as np
 
 from tunix_ppo_ext import envs
-from tunix_ppo_ext.app import distributed, resume
+from tunix_ppo_ext.app import distributed, resume, run_dir
 from tunix_ppo_ext.app.run_config import RunConfig
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.metrics import keys as metric_keys
@@ -192,29 +193,37 @@ def train(run: RunConfig) -> dict[str, Any]:
   """Runs the main job; returns (and, on process 0, writes) the summary.
 
   With checkpoints in the output directory it resumes from the latest step that both actor
-  and critic saved, and `metrics.jsonl` drops the rows an interrupted run wrote after it.
-  Other processes of a multi-host run write no files and return `{}`.
+  and critic saved (after `run_dir.check_rerun` accepted the requested config), and
+  `metrics.jsonl` drops the rows an interrupted run wrote after it. One run at a time per
+  directory (`run_dir.RunLock`). Other processes of a multi-host run write no files and
+  return `{}`.
   """
   out = pathlib.Path(run.output_dir).resolve()  # orbax wants absolute checkpoint paths
   out.mkdir(parents=True, exist_ok=True)
   primary = distributed.is_primary(jax.process_index())
+  lock = run_dir.RunLock(out) if primary else contextlib.nullcontext()
+  with lock:
+    return _train_in(out, run, primary)
+
+
+def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any]:
   if primary:
-    (out / "config.json").write_text(json.dumps(dataclasses.asdict(run), indent=2))
-    resume.align_role_checkpoints(out / "checkpoints")
+    saved = resume.align_role_checkpoints(out / "checkpoints")
+    run_dir.check_rerun(out, dataclasses.asdict(run), saved)
+    # before the sink opens the file: rows an interrupted run logged after `saved` go
+    metrics.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
   distributed.barrier("tunix-ppo-ext:checkpoints-aligned")
   start = time.perf_counter()
   learner, train_batches, eval_batches, max_return = build_run(run, out)
   restored = learner.rl_cluster.actor_trainer.train_steps  # tunix restored it while building
   if restored:
     print(f"tunix-ppo-ext: resuming from step {restored} ({out / 'checkpoints'})", file=sys.stderr)
-  if primary:  # the sink has opened the file (append mode): rows after `restored` go
-    metrics.truncate_jsonl(out / "metrics.jsonl", restored if restored else -1)
   learner.train(train_batches, eval_ds=eval_batches)
   if not primary:
     return {}
   metrics.compact_jsonl(out / "metrics.jsonl")  # one line per step, also after a resume
   return_key = run.metrics.keys().final(RETURN_KEY)  # never dropped: the config check says so
   summary = summarize(out / "metrics.jsonl", max_return, time.perf_counter() - start, return_key)
-  (out / "summary.json").write_text(json.dumps(summary, indent=2))
+  metrics.write_atomically(out / "summary.json", json.dumps(summary, indent=2))
   print(json.dumps(summary))
   return summary

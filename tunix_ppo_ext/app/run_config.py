@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from tunix_ppo_ext import envs
-from tunix_ppo_ext.checks import did_you_mean
+from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
 from tunix_ppo_ext.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext.plugins import registry
 from tunix_ppo_ext.tunix import models
@@ -163,15 +163,42 @@ def load_run_config(path: str | None = None, overrides: typing.Sequence[str] = (
     file = pathlib.Path(path)
     if not file.is_file():
       raise ValueError(f"--config {path!r}: no such file")
-    data = yaml.safe_load(file.read_text()) or {}
+    data = _load_yaml(file, f"--config {path!r}") or {}
     if not isinstance(data, dict):
       raise ValueError(f"--config {path!r}: expected a mapping at the top level")
   for override in overrides:
     key, sep, raw = override.partition("=")
     if not sep or not key:
       raise ValueError(f"override {override!r} must look like section.key=value")
-    _set_dotted(data, key.split("."), yaml.safe_load(raw))
+    _set_dotted(data, key.split("."), _load_yaml(raw, f"override {override!r}"))
   return _build(RunConfig, data, prefix="")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+  """YAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last)."""
+
+  def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+    keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
+    repeated = sorted({str(k) for k in keys if keys.count(k) > 1})
+    if repeated:
+      raise yaml.constructor.ConstructorError(
+        None, None, f"key {repeated[0]!r} given twice", node.start_mark
+      )
+    return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(source: pathlib.Path | str, where: str) -> Any:
+  """YAML from a file or a string; ValueError naming `where` and the line on bad input."""
+  try:
+    text = source.read_text() if isinstance(source, pathlib.Path) else source
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+  except UnicodeDecodeError as err:
+    raise ValueError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+  except yaml.YAMLError as err:
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    mark = getattr(err, "problem_mark", None)
+    at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    raise ValueError(f"{where}: invalid YAML: {problem}{at}") from None
 
 
 def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
@@ -238,6 +265,18 @@ def _check_ppo(value: Any) -> dict[str, Any]:
 
 
 def _validate_model(model: ModelSection) -> None:
+  if model.num_heads % model.num_kv_heads:
+    raise ValueError(
+      f"config key 'model.num_kv_heads'={model.num_kv_heads} must divide "
+      f"model.num_heads={model.num_heads}"
+    )
+  if model.alphabet is not None:
+    repeated = sorted({c for c in model.alphabet if model.alphabet.count(c) > 1})
+    if repeated or not model.alphabet:
+      raise ValueError(
+        "config key 'model.alphabet' must be non-empty with each character once; "
+        f"repeated: {repeated}"
+      )
   if model.checkpoint is not None:
     directory = pathlib.Path(model.checkpoint)
     if not directory.is_dir() or not list(directory.glob("*.safetensors")):
@@ -269,6 +308,10 @@ def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
   if run.wandb not in _WANDB_MODES:
     raise ValueError(f"config key 'wandb' must be one of {_WANDB_MODES}, got {run.wandb!r}")
+  if not run.output_dir or pathlib.Path(run.output_dir).is_file():
+    raise ValueError(
+      f"config key 'output_dir' (--output-dir) must name a directory, got {run.output_dir!r}"
+    )
   positive = {
     "train.steps": run.train.steps,
     "train.batch_size": run.train.batch_size,
@@ -280,14 +323,17 @@ def _validate_run(run: RunConfig) -> None:
     "env.max_tokens_per_turn": run.env.max_tokens_per_turn,
     "model.num_layers": run.model.num_layers,
     "model.embed_dim": run.model.embed_dim,
-    "train.lr": run.train.lr,
-    "train.critic_lr": run.train.critic_lr,
+    "model.hidden_dim": run.model.hidden_dim,
+    "model.num_heads": run.model.num_heads,
+    "model.head_dim": run.model.head_dim,
+    "model.num_kv_heads": run.model.num_kv_heads,
   }
   for key, value in positive.items():
-    if not value > 0:
-      raise ValueError(f"config key {key!r} must be > 0, got {value!r}")
-  if run.train.temperature <= 0:
-    raise ValueError(f"config key 'train.temperature' must be > 0, got {run.train.temperature}")
+    check_integer(f"config key {key!r}", value, low=1)
+  check_integer("config key 'seed'", run.seed, low=0)
+  check_integer("config key 'train.eval_batches'", run.train.eval_batches, low=0)
+  for key in ("lr", "critic_lr", "temperature"):  # finite: inf passes a "> 0" check
+    check_number(f"config key 'train.{key}'", getattr(run.train, key), low=0.0, low_open=True)
   _validate_model(run.model)
   _validate_mesh(run.mesh)
   keys = run.metrics.keys()  # unknown metrics in rename/drop fail here, with suggestions

@@ -161,6 +161,15 @@ def validate_changes(rename: Mapping[str, str], drop: Sequence[str]) -> None:
       raise ValueError(
         f"metrics.rename[{source!r}] must be a non-empty key not starting with '/', got {target!r}"
       )
+  targets = list(rename.values())
+  for source, target in rename.items():
+    if targets.count(target) > 1:
+      raise ValueError(f"metrics.rename: two metrics renamed to {target!r}; one would be lost")
+    if target in known and target not in rename and target != source:
+      raise ValueError(
+        f"metrics.rename[{source!r}] = {target!r}: that key is already published (it would "
+        f"be overwritten); rename {target!r} too, or choose another name"
+      )
   for pattern in drop:
     if not isinstance(pattern, str) or not pattern:
       raise ValueError(f"metrics.drop entries must be non-empty strings, got {pattern!r}")

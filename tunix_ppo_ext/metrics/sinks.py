@@ -14,6 +14,7 @@ import os
 import pathlib
 import struct
 import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -32,38 +33,28 @@ def _scalar(value: Any) -> float:
 
 
 class JsonlBackend:
-  """Writes one JSON object per step (`{"step": s, name: value, ...}`) to `path`.
+  """Appends one JSON line per event to `path` (`{"step": s, name: value}`), at once.
 
-  Events of one step are gathered and the line is written when a later step arrives or
-  at `close()`; non-finite values are written as `null`.
+  Every value is on disk as soon as tunix logs it, so a run killed at any moment loses
+  nothing it logged; `read_jsonl` merges a step's lines, and the main job compacts the
+  file to one line per step when the run ends. Non-finite values are written as `null`.
   """
 
   def __init__(self, path: str | pathlib.Path):
     self.path = pathlib.Path(path)
     self.path.parent.mkdir(parents=True, exist_ok=True)
     self._file = self.path.open("a")
-    self._step: int | None = None
-    self._row: dict[str, float | None] = {}
 
   def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
     if self._file.closed or not _is_training_event(event):
       return
-    step = int(kwargs.get("step", 0))
-    if self._step is not None and step != self._step:
-      self._flush()
-    self._step = step
     number = _scalar(value)
-    self._row[event] = number if math.isfinite(number) else None
-
-  def _flush(self) -> None:
-    if self._row:
-      self._file.write(json.dumps({"step": self._step, **self._row}) + "\n")
-      self._file.flush()
-    self._row = {}
+    row = {"step": int(kwargs.get("step", 0)), event: number if math.isfinite(number) else None}
+    self._file.write(json.dumps(row) + "\n")
+    self._file.flush()
 
   def close(self) -> None:
     if not self._file.closed:
-      self._flush()
       self._file.close()
 
 
@@ -76,8 +67,11 @@ def jsonl_sink(output_dir: pathlib.Path, config: dict[str, Any]) -> JsonlBackend
 class ProgressBackend:
   """A tqdm bar over training steps showing the chosen metrics' latest values."""
 
+  _open: weakref.WeakSet[ProgressBackend] = weakref.WeakSet()
+
   def __init__(self, total: int, shown: dict[str, str]):
     self._bar = tqdm.tqdm(total=total, unit="step", dynamic_ncols=True)
+    ProgressBackend._open.add(self)
     self._shown = shown  # event name -> short label
     self._values: dict[str, float] = {}
     self._step = 0
@@ -93,6 +87,13 @@ class ProgressBackend:
 
   def close(self) -> None:
     self._bar.close()
+    ProgressBackend._open.discard(self)
+
+  @classmethod
+  def close_all(cls) -> None:
+    """Closes every open bar (after a failure, so none is torn down at interpreter exit)."""
+    for backend in list(cls._open):
+      backend.close()
 
 
 def read_jsonl(path: str | pathlib.Path) -> list[dict[str, Any]]:
@@ -124,32 +125,43 @@ def _parse_jsonl(text: str, path: str | pathlib.Path) -> list[tuple[str, dict[st
   return parsed
 
 
+def write_atomically(path: str | pathlib.Path, text: str) -> None:
+  """Replaces `path` with `text` in one step: a temporary file beside it, synced, renamed.
+
+  A kill at any moment leaves either the old file or the new one, never a cut-off one.
+  """
+  path = pathlib.Path(path)
+  temporary = path.with_name(f".{path.name}.tmp")
+  with temporary.open("w") as handle:
+    handle.write(text)
+    handle.flush()
+    os.fsync(handle.fileno())
+  os.replace(temporary, path)
+
+
 def truncate_jsonl(path: str | pathlib.Path, last_step: int) -> int:
   """Keeps the complete lines of `path` with `step <= last_step`; returns how many.
 
-  Rewrites the file in place, so a `JsonlBackend` that already opened it (append mode)
-  appends after the kept lines. A missing file is left missing.
+  Atomic (`write_atomically`): call it before a `JsonlBackend` opens the file. A missing
+  file is left missing.
   """
   file = pathlib.Path(path)
   if not file.exists():
     return 0
-  with file.open("r+") as handle:
-    kept = [line for line, row in _parse_jsonl(handle.read(), file) if row["step"] <= last_step]
-    handle.seek(0)
-    handle.write("".join(line + "\n" for line in kept))
-    handle.truncate()
+  kept = [line for line, row in _parse_jsonl(file.read_text(), file) if row["step"] <= last_step]
+  write_atomically(file, "".join(line + "\n" for line in kept))
   return len(kept)
 
 
 def compact_jsonl(path: str | pathlib.Path) -> int:
   """Rewrites `path` as one line per step in step order (rows merged as `read_jsonl` does),
-  e.g. after a resumed run logged a step again; returns the number of steps."""
+  atomically; returns the number of steps."""
   rows = read_jsonl(path)
-  pathlib.Path(path).write_text("".join(json.dumps(row) + "\n" for row in rows))
+  write_atomically(path, "".join(json.dumps(row) + "\n" for row in rows))
   return len(rows)
 
 
-def _has_wandb_key() -> bool:
+def has_wandb_key() -> bool:
   """An API key in `WANDB_API_KEY` or in `~/.netrc` (where `wandb login` puts it)."""
   netrc = pathlib.Path.home() / ".netrc"
   in_netrc = netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
@@ -174,7 +186,7 @@ class WandbSink:
     self._run = None
     self._step: int | None = None
     self._row: dict[str, float] = {}
-    if mode == "online" and not _has_wandb_key():
+    if mode == "online" and not has_wandb_key():
       mode = "offline"
     try:
       import wandb  # noqa: PLC0415 (optional at run time)

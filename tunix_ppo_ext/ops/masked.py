@@ -35,9 +35,15 @@ def masked_whiten(x: jax.Array, mask: jax.Array, shift_mean: bool = True) -> jax
   """`(x - mean) / sqrt(var + 1e-8)` with masked mean and unbiased masked variance.
 
   Returns float32 of `x.shape`. Entries outside the mask are whitened too (callers
-  multiply by the mask when they need zeros there).
+  multiply by the mask when they need zeros there). Computed on `y = x / s`, `s` the
+  largest masked `|x|`, as `(y - mean_y) / sqrt(var_y + 1e-8 / s^2)` (the same value), so
+  a variance beyond float32 (rewards of 1e20) cannot turn the result into 0 or NaN.
   """
   x = x.astype(jnp.float32)
-  mean = masked_mean(x, mask)
-  whitened = (x - mean) * jax.lax.rsqrt(masked_var(x, mask) + 1e-8)
-  return whitened if shift_mean else whitened + mean
+  mask = jnp.broadcast_to(mask, x.shape).astype(jnp.float32)
+  scale = jnp.max(jnp.abs(x) * mask)
+  scale = jnp.where(jnp.isfinite(scale) & (scale > 0), scale, 1.0)
+  y = x / scale
+  mean = masked_mean(y, mask)
+  whitened = (y - mean) * jax.lax.rsqrt(masked_var(y, mask) + 1e-8 / jnp.square(scale))
+  return whitened if shift_mean else whitened + mean * scale

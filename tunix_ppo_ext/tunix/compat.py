@@ -10,7 +10,8 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   `logps_micro_batch_size` (what tunix's learner set up in its constructor, read where
   its own hook would).
 - cluster: `on_role` (the mesh, logical-axis rules and host offload `RLCluster` wraps
-  around each role's pass; its public passes take no attention mask).
+  around each role's pass; its public passes take no attention mask),
+  `log_step_metrics_now` (tunix writes a step's metrics only after its checkpoint).
 - trainers: `add_checkpoint_metadata` (tunix takes the metadata function only in the
   trainer's constructor), `restored_metadata` (the custom metadata tunix restored),
   `lora_enabled` (as tunix's own save call passes it), `write_pending_metrics` (tunix
@@ -30,6 +31,7 @@ missing, or warns once when everything is still there.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.metadata
 import threading
 import time
@@ -59,6 +61,7 @@ PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
       "_get_mesh_and_logical_axis_rules_cm",
       "_maybe_load_model_from_cpu",
       "_maybe_offload_model_to_cpu",
+      "_log_metrics",
     ),
   ),
   "tunix.sft.peft_trainer.PeftTrainer": (peft_trainer.PeftTrainer, ("_write_train_metrics",)),
@@ -72,6 +75,7 @@ PINNED_INSTANCE_ATTRIBUTES = {
     "_compute_logps_micro_batch_size",
   ),
   "PeftTrainer": ("_lora_enabled",),
+  "RLCluster": ("_buffered_train_metrics",),
   "VanillaRollout": ("_sampler",),
 }
 
@@ -227,3 +231,17 @@ def on_role(cluster: Any, role: Any, model: Any) -> Iterator[None]:
       yield
     finally:
       cluster._maybe_offload_model_to_cpu(model, role)
+
+
+def log_step_metrics_now(cluster: Any) -> None:
+  """Logs the train metrics buffered for the current global step now.
+
+  tunix logs a step's buffered metrics only when the next step buffers its first one,
+  after the step's checkpoint; a run killed in between would lose them for good.
+  """
+  buffers = cluster._buffered_train_metrics
+  if buffers and buffers[-1].global_steps == cluster.global_steps:
+    snapshot = copy.copy(buffers[-1])
+    snapshot.metrics = dict(buffers[-1].metrics)  # what was logged stays intact for listeners
+    cluster._log_metrics(snapshot)
+    buffers[-1].metrics.clear()  # the buffer stays: tunix's bookkeeping expects one

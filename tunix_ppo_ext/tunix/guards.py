@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
@@ -40,15 +41,45 @@ class NonFiniteTrainingError(RuntimeError):
   """Too many consecutive optimizer updates had a non-finite loss or gradient."""
 
 
+def skip_nonfinite_results(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+  """`inner`, whose update is skipped (as `inner` skips a NaN gradient) when the parameters
+  it would produce are not finite.
+
+  `inner` is an `apply_if_finite` transformation: such an update is replaced by `inner`'s
+  own update of a NaN gradient, which leaves parameters and moments as they were and counts
+  a skip. So an overflowing step with a finite gradient (a huge learning rate) never
+  reaches the parameters, and the state a checkpoint saves as "last good" holds no NaN.
+  """
+
+  def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+    new_updates, new_state = inner.update(updates, state, params)
+    if params is None:
+      return new_updates, new_state
+    result = optax.apply_updates(params, new_updates)
+    finite = jax.tree.reduce(lambda ok, x: ok & jnp.all(jnp.isfinite(x)), result, jnp.array(True))
+    nan_gradient = jax.tree.map(lambda x: jnp.full_like(x, jnp.nan), updates)
+    return jax.lax.cond(
+      finite,
+      lambda: (new_updates, new_state),
+      lambda: inner.update(nan_gradient, state, params),
+    )
+
+  return optax.GradientTransformation(inner.init, update)
+
+
 def guarded_adam(learning_rate: float) -> optax.GradientTransformation:
-  """Adam that skips an update whose gradient is not finite (params and moments untouched).
+  """Adam that skips an update whose gradient, or whose resulting parameters, are not
+  finite (params and moments untouched; `skip_nonfinite_results`).
 
   `inject_hyperparams` stays outermost, so tunix finds (and logs) the learning rate in
   `opt_state.hyperparams["learning_rate"]`.
   """
 
   def adam_if_finite(learning_rate: float) -> optax.GradientTransformation:
-    return optax.apply_if_finite(optax.adam(learning_rate), max_consecutive_errors=_NEVER_GIVE_UP)
+    guarded = optax.apply_if_finite(
+      optax.adam(learning_rate), max_consecutive_errors=_NEVER_GIVE_UP
+    )
+    return skip_nonfinite_results(guarded)
 
   return optax.inject_hyperparams(adam_if_finite)(learning_rate=learning_rate)
 

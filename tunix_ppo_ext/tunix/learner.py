@@ -146,6 +146,14 @@ class PpoExtLearner(compat.LearnerHooks):
       # tunix 0.1.7 closes the shared metrics logger with the actor trainer, before the
       # critic trainer writes its last step's metrics: write them while it is open.
       compat.write_pending_metrics(cluster.critic_trainer)
+    if self._one_rollout_per_step():
+      compat.log_step_metrics_now(cluster)
+
+  def _one_rollout_per_step(self) -> bool:
+    """Whether each global step makes one rollout (no mini-batches, no accumulation), so
+    its metrics can be logged as soon as they are complete."""
+    config = self.rl_cluster.cluster_config.training_config
+    return config.mini_batch_size is None and config.gradient_accumulation_steps in (None, 1)
 
   # ----- trainer inputs -----
 
@@ -301,6 +309,8 @@ class PpoExtLearner(compat.LearnerHooks):
     )
     self._buffer_user_metrics(training_input["prompts"], batch, advantages, mode)
     self.rl_cluster.buffer_metrics(timer.metrics(), mode=mode)
+    if mode == Mode.TRAIN and self._one_rollout_per_step():
+      compat.log_step_metrics_now(self.rl_cluster)  # on disk before the step's checkpoint
     return self._train_example(inputs, old_logps, ref_logps, values, advantages, returns)
 
   def _trajectories(self, training_input, mode: Mode, timer) -> TrajectoryBatch:

@@ -1,0 +1,162 @@
+"""Nothing lost, nothing cryptic: kills at awkward moments, reruns with other configs, locks.
+
+Each kill test runs `tunix-ppo-ext train` in a subprocess, SIGKILLs it at the moment named,
+reruns the same command and checks that every step's `train/`, `actor/` and `critic/`
+rows are in `metrics.jsonl` and `summary.json` counts every step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import common_checkpoints, subprocess_env, train_command
+from tunix_ppo_ext.app import cli, run_dir
+from tunix_ppo_ext.metrics import sinks
+from tunix_ppo_ext.metrics.sinks import read_jsonl
+
+STEPS = 6
+EVERY = 2  # checkpoint and evaluation at the same steps (as the default config does)
+OVERRIDES = (f"train.steps={STEPS}", f"train.checkpoint_every={EVERY}", f"train.eval_every={EVERY}")
+SECTIONS = ("train/", "actor/", "critic/")
+
+
+def kill_when(out: pathlib.Path, env: dict[str, str], ready, log: pathlib.Path) -> None:
+  """Starts the run; SIGKILLs it as soon as `ready()` holds (polled every 20 ms)."""
+  with log.open("w") as stderr:
+    process = subprocess.Popen(
+      train_command(out, *OVERRIDES), env=env, stdout=stderr, stderr=stderr
+    )
+  deadline = time.monotonic() + 600
+  try:
+    while not ready():
+      assert process.poll() is None, f"run ended before the kill:\n{log.read_text()[-3000:]}"
+      assert time.monotonic() < deadline, "the moment never came"
+      time.sleep(0.02)
+  finally:
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def rerun_and_check(out: pathlib.Path, env: dict[str, str]) -> None:
+  done = subprocess.run(
+    train_command(out, *OVERRIDES), env=env, capture_output=True, text=True, timeout=600
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  rows = {row["step"]: row for row in read_jsonl(out / "metrics.jsonl")}
+  for step in range(1, STEPS + 1):
+    for section in SECTIONS:
+      assert any(k.startswith(section) for k in rows.get(step, {})), (step, section)
+  assert json.loads((out / "summary.json").read_text())["steps"] == STEPS
+
+
+def test_kill_right_after_a_checkpoint_that_coincides_with_an_evaluation(tmp_path):
+  out, env = tmp_path / "run", subprocess_env(tmp_path)
+  kill_when(out, env, lambda: EVERY in common_checkpoints(out), tmp_path / "killed.log")
+  rows = {row["step"]: row for row in read_jsonl(out / "metrics.jsonl")}
+  for section in SECTIONS:  # on disk before the checkpoint: nothing to lose
+    assert any(k.startswith(section) for k in rows.get(EVERY, {})), section
+  rerun_and_check(out, env)
+
+
+def test_kill_after_the_final_checkpoint(tmp_path):
+  out, env = tmp_path / "run", subprocess_env(tmp_path)
+  kill_when(out, env, lambda: STEPS in common_checkpoints(out), tmp_path / "killed.log")
+  rerun_and_check(out, env)
+
+
+def test_a_kill_during_a_rewrite_leaves_the_old_file(tmp_path, monkeypatch):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": 1, "a": 1.0}\n{"step": 1, "b": 2.0}\n')
+  before = path.read_text()
+
+  def killed(*_):
+    raise KeyboardInterrupt  # the process dies between writing and renaming
+
+  monkeypatch.setattr(os, "replace", killed)
+  with pytest.raises(KeyboardInterrupt):
+    sinks.compact_jsonl(path)
+  assert path.read_text() == before
+  monkeypatch.undo()
+  assert sinks.compact_jsonl(path) == 1 and read_jsonl(path) == [{"step": 1, "a": 1.0, "b": 2.0}]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> pathlib.Path:
+  """A finished two-step smoke run (in this process)."""
+  out = tmp_path_factory.mktemp("finished") / "run"
+  smoke = str(pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
+  assert cli.main(["train", "--config", smoke, "--output-dir", str(out), "train.steps=2"]) == 0
+  return out
+
+
+def smoke_args(out: pathlib.Path, *overrides: str) -> list[str]:
+  smoke = str(pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
+  return ["train", "--config", smoke, "--output-dir", str(out), *overrides]
+
+
+def test_a_rerun_with_another_model_is_refused_before_anything_is_overwritten(finished, capsys):
+  saved = (finished / "config.json").read_text()
+  code = cli.main(smoke_args(finished, "train.steps=2", "model.embed_dim=48"))
+  assert code == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert "holds checkpoints of another run (model.embed_dim: 32 -> 48)" in err
+  assert (finished / "config.json").read_text() == saved
+
+
+def test_a_rerun_asking_for_fewer_steps_than_done_is_refused(finished, capsys):
+  assert cli.main(smoke_args(finished, "train.steps=1")) == cli.EXIT_BAD_INPUT
+  assert "'train.steps'=1 is below the checkpoint" in capsys.readouterr().err
+
+
+def test_a_second_run_on_the_same_directory_is_refused(tmp_path, capsys):
+  out = tmp_path / "run"
+  out.mkdir()
+  sleeper = subprocess.Popen(["sleep", "60"])
+  try:
+    (out / run_dir.LOCK).write_text(str(sleeper.pid))
+    assert cli.main(smoke_args(out, "train.steps=1")) == cli.EXIT_BAD_INPUT
+    assert f"in use by another run (pid {sleeper.pid})" in capsys.readouterr().err
+  finally:
+    sleeper.kill()
+    sleeper.wait()
+  with run_dir.RunLock(out):  # the dead process's lock is stale: taken over
+    assert (out / run_dir.LOCK).read_text() == str(os.getpid())
+  assert not (out / run_dir.LOCK).exists()
+
+
+def test_allowed_changes_are_applied_and_recorded(finished):
+  assert cli.main(smoke_args(finished, "train.steps=3", "train.lr=0.001")) == 0
+  history = [json.loads(line) for line in (finished / run_dir.HISTORY).read_text().splitlines()]
+  changed = history[-1]["changed"]
+  assert changed["train.lr"]["to"] == 0.001 and changed["train.steps"] == {"from": 2, "to": 3}
+  assert json.loads((finished / "summary.json").read_text())["steps"] == 3
+
+
+def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
+  out, env = tmp_path / "run", subprocess_env(tmp_path)
+  log = tmp_path / "interrupted.log"
+  with log.open("w") as stderr:
+    process = subprocess.Popen(
+      train_command(out, *OVERRIDES),
+      env=env,
+      stdout=stderr,
+      stderr=stderr,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+  deadline = time.monotonic() + 600
+  while EVERY not in common_checkpoints(out):
+    assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+    time.sleep(0.02)
+  process.send_signal(signal.SIGINT)
+  assert process.wait(timeout=600) == cli.EXIT_INTERRUPTED
+  text = log.read_text()
+  assert "Traceback" not in text and "run the same command to resume" in text
+  assert not (out / run_dir.LOCK).exists()
+  rerun_and_check(out, env)
