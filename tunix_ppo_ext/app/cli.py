@@ -68,7 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     misplaced = [a for a in extra if a.startswith("-") or "=" not in a]
     if misplaced:
       parser.error(f"unrecognized arguments: {' '.join(misplaced)}")
-    args.overrides = [*args.overrides, *extra]
   elif extra:
     parser.error(f"unrecognized arguments: {' '.join(extra)}")
   if args.command == "plugins":
@@ -76,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.command == "plot":
     return _plot_command(args.run_dir)
   try:
-    return _train_command(args)
+    return _train_command(args, [*args.overrides, *extra])
   except KeyboardInterrupt:
     if args.debug:
       traceback.print_exc()
@@ -101,8 +100,7 @@ def _error(message: str, debug: bool = False) -> None:
   print(f"tunix-ppo-ext: error: {first}", file=sys.stderr)
 
 
-def _train_command(args: argparse.Namespace) -> int:
-  overrides = list(args.overrides)
+def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.output_dir is not None:
     overrides.append(f"output_dir={args.output_dir}")
   run = load_run_config(args.config, overrides)
