@@ -210,6 +210,12 @@ def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any
   if primary:
     saved = resume.align_role_checkpoints(out / "checkpoints")
     run_dir.check_rerun(out, dataclasses.asdict(run), saved)
+    if saved and not (out / "metrics.jsonl").is_file():
+      print(
+        f"tunix-ppo-ext: warning: {out / 'metrics.jsonl'} is missing: resuming at step "
+        f"{saved}, the steps before it have no metrics",
+        file=sys.stderr,
+      )
     # before the sink opens the file: rows an interrupted run logged after `saved` go
     metrics.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
   distributed.barrier("tunix-ppo-ext:checkpoints-aligned")

@@ -66,7 +66,10 @@ class CharTokenizer:
     """Ids of `text`'s characters (no specials unless asked); unknown characters raise."""
     unknown = sorted(set(text) - self._char_to_id.keys())
     if unknown:
-      raise ValueError(f"characters not in the alphabet: {unknown!r}")
+      raise ValueError(
+        f"characters not in the alphabet: {unknown!r} (in {text[:40]!r}); add them to the "
+        "built-in tokenizer's alphabet (model.alphabet) or use a tokenizer that has them"
+      )
     ids = [self._char_to_id[c] for c in text]
     return [self._bos_id] * add_bos + ids + [self._eos_id] * add_eos
 
