@@ -416,6 +416,12 @@ CASES: dict[str, Case] = {
     run_config("model.alphabet=abca"), match=r"'model.alphabet'.*repeated: \['a'\]"
   ),
   "run_output_dir_empty": Case(run_config("output_dir=''"), match="'output_dir'"),
+  "run_prompt_length_below_first_observation": Case(
+    run_config("train.max_prompt_length=3"), match=r"'train.max_prompt_length'=3 is below"
+  ),
+  "run_completion_needing_terabytes": Case(
+    run_config("env.max_completion_len=10000000000"), match=r"needs a KV cache of .* GiB"
+  ),
   "run_override_bad_yaml": Case(
     run_config("train.steps=[1"), match=r"override 'train.steps=\[1': invalid YAML"
   ),

@@ -160,3 +160,21 @@ def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
   assert "Traceback" not in text and "run the same command to resume" in text
   assert not (out / run_dir.LOCK).exists()
   rerun_and_check(out, env)
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path, capsys):
+  out = tmp_path / "run"
+  every = ("train.checkpoint_every=2", "train.eval_every=2")
+  assert cli.main(smoke_args(out, "train.steps=4", *every)) == 0
+  newest = max(common_checkpoints(out))
+  assert len(common_checkpoints(out)) >= 2, common_checkpoints(out)  # an older one to use
+  for file in (out / "checkpoints" / "actor" / str(newest)).rglob("*"):
+    if file.is_file():  # every file of the actor's newest step cut in half
+      file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+  assert cli.main(smoke_args(out, "train.steps=6", *every)) == 0
+  err = capsys.readouterr().err
+  assert f"checkpoint step {newest} cannot be restored" in err
+  assert (out / "checkpoints" / "damaged" / "actor" / str(newest)).is_dir()  # kept, aside
+  assert json.loads((out / "summary.json").read_text())["steps"] == 6
+  steps = [row["step"] for row in read_jsonl(out / "metrics.jsonl")]
+  assert steps == sorted(set(steps)) and max(steps) == 6

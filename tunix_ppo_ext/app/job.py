@@ -14,6 +14,7 @@ import json
 import pathlib
 import sys
 import time
+import traceback
 from typing import Any
 
 import jax
@@ -206,6 +207,38 @@ def train(run: RunConfig) -> dict[str, Any]:
     return _train_in(out, run, primary)
 
 
+def _build_restoring(run: RunConfig, out: pathlib.Path, primary: bool):
+  """`build_run`; when restoring the newest checkpoint fails inside orbax (a deleted or
+  truncated file), that step is set aside (`checkpoints/damaged/`, nothing deleted) and the
+  next older one is restored instead, with a warning naming both (single process only)."""
+  while True:
+    try:
+      return build_run(run, out)
+    except Exception as err:
+      step = resume.align_role_checkpoints(out / "checkpoints") if primary else None
+      if step is None or jax.process_count() > 1 or not _raised_in_orbax(err):
+        raise
+      resume.set_aside(out / "checkpoints", step)
+      older = resume.align_role_checkpoints(out / "checkpoints")
+      print(
+        f"tunix-ppo-ext: warning: checkpoint step {step} cannot be restored "
+        f"({type(err).__name__}); moved to {out / 'checkpoints' / resume.DAMAGED}, resuming "
+        f"from {'step ' + str(older) if older else 'scratch'}",
+        file=sys.stderr,
+      )
+      metrics.truncate_jsonl(out / "metrics.jsonl", older if older else -1)
+
+
+def _raised_in_orbax(err: BaseException) -> bool:
+  """Whether `err` (or what caused it) was raised inside orbax or tensorstore."""
+  while err is not None:
+    frames = traceback.extract_tb(err.__traceback__)
+    if any("orbax" in f.filename or "tensorstore" in f.filename for f in frames):
+      return True
+    err = err.__cause__ or err.__context__
+  return False
+
+
 def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any]:
   if primary:
     saved = resume.align_role_checkpoints(out / "checkpoints")
@@ -220,7 +253,7 @@ def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any
     metrics.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
   distributed.barrier("tunix-ppo-ext:checkpoints-aligned")
   start = time.perf_counter()
-  learner, train_batches, eval_batches, max_return = build_run(run, out)
+  learner, train_batches, eval_batches, max_return = _build_restoring(run, out, primary)
   restored = learner.rl_cluster.actor_trainer.train_steps  # tunix restored it while building
   if restored:
     print(f"tunix-ppo-ext: resuming from step {restored} ({out / 'checkpoints'})", file=sys.stderr)

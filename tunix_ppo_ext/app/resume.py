@@ -5,6 +5,8 @@ tunix saves the actor's and the critic's orbax checkpoints one after the other (
 step. A kill between the two saves would resume the actor at step k and the critic at an
 older step. `align_role_checkpoints` moves such unmatched steps aside (to
 `<dir>/incomplete/<role>/<step>`, nothing is deleted) so both restore the same step.
+`set_aside` moves a step that cannot be restored (a deleted or truncated file) to
+`<dir>/damaged/`, so the next older step is restored instead.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 
 ROLES: tuple[str, ...] = ("actor", "critic")
 INCOMPLETE = "incomplete"
+DAMAGED = "damaged"
 
 
 def finalized_steps(role_dir: str | pathlib.Path) -> set[int]:
@@ -37,11 +40,23 @@ def align_role_checkpoints(
   common = set.intersection(*steps.values()) if steps else set()
   for role, role_steps in steps.items():
     for step in sorted(role_steps - common):
-      target = root / INCOMPLETE / role / str(step)
-      suffix = 0
-      while target.exists():
-        suffix += 1
-        target = root / INCOMPLETE / role / f"{step}-{suffix}"
-      target.parent.mkdir(parents=True, exist_ok=True)
-      (root / role / str(step)).rename(target)
+      _move_aside(root, role, step, INCOMPLETE)
   return max(common) if common else None
+
+
+def set_aside(checkpoint_dir: str | pathlib.Path, step: int, roles: Sequence[str] = ROLES) -> None:
+  """Moves every role's `step` to `<checkpoint_dir>/damaged/<role>/<step>` (nothing deleted)."""
+  root = pathlib.Path(checkpoint_dir)
+  for role in roles:
+    if (root / role / str(step)).is_dir():
+      _move_aside(root, role, step, DAMAGED)
+
+
+def _move_aside(root: pathlib.Path, role: str, step: int, bucket: str) -> None:
+  target = root / bucket / role / str(step)
+  suffix = 0
+  while target.exists():
+    suffix += 1
+    target = root / bucket / role / f"{step}-{suffix}"
+  target.parent.mkdir(parents=True, exist_ok=True)
+  (root / role / str(step)).rename(target)

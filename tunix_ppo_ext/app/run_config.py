@@ -9,6 +9,7 @@ any compilation.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import types
 import typing
@@ -304,6 +305,30 @@ def _validate_mesh(section: MeshSection) -> None:
     check_mesh_spec(f"mesh.roles.{role}", own.shape, own.axis_names or section.axis_names)
 
 
+def _check_lengths(run: RunConfig, env: Any) -> None:
+  """Lengths that cannot work, refused before anything compiles: a `max_prompt_length`
+  below the first observation (built-in tokenizer: one token per character, plus BOS), and
+  a KV cache for the toy model larger than this machine's memory."""
+  if run.model.tokenizer is None:
+    first = max((env.reset(seed)[0] for seed in range(8)), key=len)
+    if len(first) + 1 > run.train.max_prompt_length:
+      raise ValueError(
+        f"config key 'train.max_prompt_length'={run.train.max_prompt_length} is below the "
+        f"first observation's {len(first) + 1} tokens (with BOS): {first!r}"
+      )
+  model, cache = run.model, run.train.max_prompt_length + run.env.max_completion_len
+  cache += 2 * run.env.max_tokens_per_turn
+  kv_bytes = run.train.batch_size * model.num_layers * 2 * model.num_kv_heads * model.head_dim
+  kv_bytes *= cache * 4  # float32 keys and values
+  memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  if model.config_name is None and model.checkpoint is None and kv_bytes > memory:
+    raise ValueError(
+      f"config key 'env.max_completion_len'={run.env.max_completion_len} needs a KV cache of "
+      f"{kv_bytes / 2**30:.1f} GiB (batch {run.train.batch_size}, {model.num_layers} layers, "
+      f"cache length {cache}), more than this machine's {memory / 2**30:.1f} GiB"
+    )
+
+
 def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
   if run.wandb not in _WANDB_MODES:
@@ -340,11 +365,12 @@ def _validate_run(run: RunConfig) -> None:
   if keys.final(SUMMARY_KEY) is None:
     raise ValueError(f"config key 'metrics.drop' must keep {SUMMARY_KEY!r}: the summary uses it")
   try:  # builds the environment once: unknown names and bad kwargs fail here, by key
-    envs.make_env(run.env.name, **run.env.kwargs)
+    env = envs.make_env(run.env.name, **run.env.kwargs)
   except (TypeError, ValueError) as err:
     raise ValueError(
       f"config keys 'env.name'/'env.kwargs' ({run.env.name!r}, {run.env.kwargs!r}): {err}"
     ) from None
+  _check_lengths(run, env)
   for sink in run.sinks:  # `tunix_ppo_ext.metric_sinks` entry points (plugins), loaded here
     try:
       registry.get(registry.METRIC_SINKS, sink)
