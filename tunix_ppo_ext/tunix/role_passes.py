@@ -69,15 +69,19 @@ class RolePasses:
   def __init__(self, cluster: rl_cluster_lib.RLCluster, micro_batch_size: int | None):
     self.cluster = cluster
     self.micro_batch_size = micro_batch_size
-    actor_mesh = cluster.cluster_config.role_to_mesh[Role.ACTOR]
-    self._home = jax.sharding.NamedSharding(actor_mesh, jax.sharding.PartitionSpec())
     # Several hosts: every pass keeps this host's rows. (tunix 0.1.7's reference pass
     # shards its inputs into the global batch, which its PPO learner then mixes with
     # host-local log-probs; so the reference takes the mask-aware path there.)
     self.multi_process = jax.process_count() > 1
+    meshes = cluster.cluster_config.role_to_mesh
+    actor_mesh = meshes[Role.ACTOR]
+    separate = any(mesh != actor_mesh for mesh in meshes.values())
+    self._home = None  # one shared mesh (or tunix's empty default mesh): nothing to move
+    if separate and not actor_mesh.empty and not self.multi_process:
+      self._home = jax.sharding.NamedSharding(actor_mesh, jax.sharding.PartitionSpec())
 
   def _at_home(self, x: jax.Array) -> jax.Array:
-    return x if self.multi_process else jax.device_put(x, self._home)
+    return x if self._home is None else jax.device_put(x, self._home)
 
   def _train_temperature(self) -> float:
     temperature = self.cluster.get_rollout_config(rl_cluster_lib.Mode.TRAIN).temperature
