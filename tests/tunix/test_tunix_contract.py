@@ -51,12 +51,12 @@ def toy(vocab, seed: int) -> tc.ToyTransformer:
   )
 
 
-def make_cluster(*, reward_model: bool, eval_temperature: float | None, grad_acc=None):
+def make_cluster(*, reward_model: bool, eval_temperature: float | None, grad_acc=None, mesh=None):
   vocab = tc.MockVocab()
   actor, reference = toy(vocab, 0), toy(vocab, 0)
   critic = rl_utils.create_critic_model(actor)
   reward = tc.ToyTransformerWithScoreHead(toy(vocab, 2), nnx.Rngs(1)) if reward_model else None
-  mesh = make_mesh()  # one device, Auto axes (as tunix's own test's default mesh)
+  mesh = make_mesh() if mesh is None else mesh  # one device, Auto axes
   rollout = base_rollout.RolloutConfig(
     max_tokens_to_generate=10, max_prompt_length=256, kv_cache_size=1024
   )
@@ -183,3 +183,13 @@ def test_role_passes_run_where_tunix_runs_them(iterations, beta, generate_at, re
   assert calls["old"] == generate_at  # the rollout engine's own log-probs
   assert calls["ref"] == ref_at
   assert calls["values"] == generate_at and calls["rewards"] == generate_at
+
+
+def test_tunix_default_empty_mesh_trains():
+  """tunix's own test passes the current thread's physical mesh, empty outside a `with mesh`."""
+  empty = jax.sharding.Mesh(np.empty((), dtype=object), ())  # what tunix's test gets
+  assert empty.empty
+  cluster, _, _ = make_cluster(reward_model=True, eval_temperature=None, mesh=empty)
+  learner = PpoExtLearner(rl_cluster=cluster, ppo_config=PpoExtConfig())
+  learner.train(dataset(repeat=1, batch=1), None)
+  assert cluster.actor_trainer.train_steps == TRAIN_STEPS
