@@ -21,6 +21,7 @@ All passes return `[B, T]` for the completion (values and scores: `[B, P+T]`, as
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +48,7 @@ class ModelInputs:
   eos_id: int
   temperature: float | None  # `PpoExtConfig.logps_temperature` (None: tunix's convention)
 
-  @property
+  @functools.cached_property
   def tunix_mask(self) -> bool:
     """Whether the attention mask is what tunix derives (`completion != pad_id`)."""
     derived = (self.completion != self.pad_id).astype(jnp.int32)
