@@ -21,7 +21,7 @@ from tunix_ppo_ext import envs
 from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
 from tunix_ppo_ext.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.tunix import models
+from tunix_ppo_ext.tunix import hf_models, models
 from tunix_ppo_ext.tunix.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext.tunix.ppo_config import PpoExtConfig
 
@@ -285,6 +285,7 @@ def _validate_model(model: ModelSection) -> None:
         f"config key 'model.checkpoint': {model.checkpoint!r} is not a directory holding "
         "*.safetensors files"
       )
+    _validate_checkpoint_config(model)
   if model.tokenizer is not None and not pathlib.Path(model.tokenizer).is_dir():
     raise ValueError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
   if model.config_name is not None:
@@ -292,6 +293,20 @@ def _validate_model(model: ModelSection) -> None:
     if model.config_name not in names:
       hint = did_you_mean(model.config_name, names, n=3)
       raise ValueError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
+
+
+def _validate_checkpoint_config(model: ModelSection) -> None:
+  """A checkpoint's `config.json` (if any) against `model.*`; its tokenizer by default."""
+  defaults = ModelSection()
+  given = {
+    k: getattr(model, k) for k in hf_models.SIZE_KEYS if getattr(model, k) != getattr(defaults, k)
+  }
+  try:
+    hf = hf_models.validate_checkpoint(model.checkpoint, given, model.config_name)
+  except ValueError as err:
+    raise ValueError(f"config key 'model.checkpoint' ({model.checkpoint!r}): {err}") from None
+  if hf is not None and model.tokenizer is None and hf_models.has_tokenizer(model.checkpoint):
+    model.tokenizer = model.checkpoint
 
 
 def _validate_mesh(section: MeshSection) -> None:

@@ -67,7 +67,9 @@ def read_hf_config(directory: str | pathlib.Path) -> dict[str, Any] | None:
 
 def _key(hf: dict[str, Any], name: str) -> Any:
   if name not in hf or hf[name] is None:
-    raise ValueError(f"checkpoint config.json has no {name!r} (model_type {hf.get('model_type')!r})")
+    raise ValueError(
+      f"checkpoint config.json has no {name!r} (model_type {hf.get('model_type')!r})"
+    )
   return hf[name]
 
 
@@ -252,7 +254,11 @@ FAMILIES: dict[str, Family] = {  # HF `model_type` -> family
     "qwen3", qwen3.Qwen3, _qwen3_config, qwen3_params.create_model_from_safe_tensors, _check_qwen3
   ),
   "llama": Family(
-    "llama3", llama3.Llama3, _llama_config, llama3_params.create_model_from_safe_tensors, _check_llama
+    "llama3",
+    llama3.Llama3,
+    _llama_config,
+    llama3_params.create_model_from_safe_tensors,
+    _check_llama,
   ),
   "gemma3_text": Family(
     "gemma3",
@@ -324,3 +330,39 @@ def load_checkpoint(
   family = family_of(hf)
   config = tunix_config(hf)
   return family.load(str(directory), config, mesh, jnp.float32)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def has_tokenizer(directory: str | pathlib.Path) -> bool:
+  """Whether a checkpoint directory also holds its Hugging Face tokenizer."""
+  return any((pathlib.Path(directory) / name).is_file() for name in TOKENIZER_FILES)
+
+
+def validate_checkpoint(
+  directory: str | pathlib.Path, given: dict[str, int], config_name: str | None
+) -> dict[str, Any] | None:
+  """Config-time check of `model.checkpoint`: with a `config.json`, its family is supported,
+  nothing in it is refused, `given` sizes (`model.<size>` keys the user set) agree with it
+  and no `model.config_name` competes with it. Returns the config dict (None: no file)."""
+  hf = read_hf_config(directory)
+  if hf is None:
+    return None
+  if config_name is not None:
+    raise ValueError(
+      f"config key 'model.config_name'={config_name!r} conflicts with the checkpoint's "
+      f"{CONFIG_FILE} (drop model.config_name: the sizes are read from the file)"
+    )
+  tunix_config(hf)
+  check_sizes(hf, given)
+  return hf
+
+
+def check_vocabulary(model_vocab: int, tokenizer_vocab: int) -> None:
+  """A tokenizer may have fewer ids than the model's (padded) vocabulary, never more."""
+  if tokenizer_vocab > model_vocab:
+    raise ValueError(
+      f"the tokenizer has {tokenizer_vocab} ids but the checkpoint's vocab_size is "
+      f"{model_vocab}: use the checkpoint's own tokenizer (model.tokenizer)"
+    )
