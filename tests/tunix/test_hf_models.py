@@ -93,7 +93,8 @@ def _run_config(tmp_path: pathlib.Path, checkpoint: pathlib.Path, *overrides: st
   file.write_text(yaml.safe_dump(data))
   out = tmp_path / "run"
   base = [f"model.checkpoint={checkpoint}", f"output_dir={out}", "train.steps=2"]
-  return load_run_config(str(file), [*base, "train.batch_size=4", *overrides]), out
+  fast = ["train.batch_size=4", "train.eval_batches=0", "train.checkpoint_every=10"]
+  return load_run_config(str(file), [*base, *fast, *overrides]), out
 
 
 def _param(model, path):
@@ -103,7 +104,8 @@ def _param(model, path):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_ppo_steps_train_each_family_through_the_job(family, tmp_path):
-  directory = write_checkpoint(tmp_path / "ckpt", family, seed=3)
+  layers = {"num_hidden_layers": 2}  # Gemma's global layer is checked by the logits test
+  directory = write_checkpoint(tmp_path / "ckpt", family, seed=3, **layers)
   if family == "qwen2":  # a tokenizer in the checkpoint directory is used by default
     save_hf_tokenizer(directory, "abcehikstw!?. ")
   run, out = _run_config(tmp_path, directory)
@@ -190,8 +192,17 @@ def test_sizes_are_read_from_config_json_and_a_mismatch_names_both_values(tmp_pa
     "'model.num_layers'=3 differs from the checkpoint's config.json num_hidden_layers=2"
     in str(caught.value)
   )
-  with pytest.raises(ValueError, match="'model.config_name'='qwen3_0p6b' conflicts"):
+  with pytest.raises(ValueError, match="'model.config_name'='qwen3_0p6b' names a Qwen3 size"):
     load_run_config(None, [f"model.checkpoint={tmp_path}", "model.config_name=qwen3_0p6b"])
+
+
+def test_a_named_qwen3_size_must_agree_with_config_json(tmp_path):
+  write_config_only(tmp_path, "qwen3")
+  with pytest.raises(ValueError) as caught:
+    load_run_config(None, [f"model.checkpoint={tmp_path}", "model.config_name=qwen3_0p6b"])
+  assert "'model.config_name'='qwen3_0p6b' has num_kv_heads=8 but the checkpoint's config.json" in (
+    str(caught.value)
+  )
 
 
 def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path):

@@ -32,11 +32,12 @@ class ModelSection:
 
   `alphabet`: the built-in character tokenizer's characters (`None`: letters, digits,
   punctuation); a small alphabet makes the action space small. `checkpoint`: a directory
-  of Hugging Face-layout `*.safetensors` loaded with tunix's Qwen3 loader, whose config is
-  tunix's `ModelConfig.<config_name>()` (e.g. `qwen3_0p6b`) or, without `config_name`, the
-  toy sizes below. The critic starts from the policy's backbone either way. `tokenizer`: a
-  Hugging Face tokenizer directory (what a real checkpoint comes with), used instead of the
-  built-in character tokenizer.
+  of Hugging Face-layout `*.safetensors`. With its `config.json` (Qwen2/2.5, Qwen3, Llama 3,
+  Gemma 3: `tunix.hf_models`) the family and sizes come from the file (a `model.<size>`
+  given as well must agree) and its tokenizer, if saved there, is the default; without one
+  it is a Qwen3 of `ModelConfig.<config_name>()` (e.g. `qwen3_0p6b`) or of the toy sizes
+  below. The critic starts from the policy's backbone either way. `tokenizer`: a Hugging
+  Face tokenizer directory, used instead of the built-in character tokenizer.
   """
 
   alphabet: str | None = "abcehikstw!?. "

@@ -322,14 +322,14 @@ def vocab_size(model: nnx.Module) -> int:
 def load_checkpoint(
   directory: str | pathlib.Path, mesh: jax.sharding.Mesh | None = None
 ) -> nnx.Module:
-  """The tunix model of the checkpoint in `directory` (float32 weights), loaded by its
-  family's own tunix loader straight onto `mesh` (sharded; None: the first device)."""
+  """The tunix model of the checkpoint in `directory`, loaded by its family's own tunix
+  loader straight onto `mesh` (sharded; None: the first device), in the file's dtype."""
   hf = read_hf_config(directory)
   if hf is None:
     raise ValueError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
   family = family_of(hf)
   config = tunix_config(hf)
-  return family.load(str(directory), config, mesh, jnp.float32)
+  return family.load(str(directory), config, mesh)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -349,14 +349,32 @@ def validate_checkpoint(
   hf = read_hf_config(directory)
   if hf is None:
     return None
-  if config_name is not None:
-    raise ValueError(
-      f"config key 'model.config_name'={config_name!r} conflicts with the checkpoint's "
-      f"{CONFIG_FILE} (drop model.config_name: the sizes are read from the file)"
-    )
-  tunix_config(hf)
+  config = tunix_config(hf)
   check_sizes(hf, given)
+  if config_name is not None:
+    check_named_config(config, config_name)
   return hf
+
+
+def check_named_config(config: Any, config_name: str) -> None:
+  """`model.config_name` next to a `config.json` (older run configs name both): the named
+  tunix Qwen3 config must have the file's sizes; ValueError naming the first that differs."""
+  if not config_name.startswith("qwen3_") or not hasattr(qwen3.ModelConfig, config_name):
+    return  # an unknown name: the config check names it, with suggestions
+  named = getattr(qwen3.ModelConfig, config_name)()
+  fields = ("num_layers", "vocab_size", "embed_dim", "hidden_dim", "num_heads", "head_dim")
+  for field in ("num_kv_heads", *fields) if isinstance(config, qwen3.ModelConfig) else ():
+    if getattr(named, field) != getattr(config, field):
+      raise ValueError(
+        f"config key 'model.config_name'={config_name!r} has {field}={getattr(named, field)} "
+        f"but the checkpoint's {CONFIG_FILE} gives {getattr(config, field)} (drop "
+        "model.config_name: the sizes are read from the file)"
+      )
+  if not isinstance(config, qwen3.ModelConfig):
+    raise ValueError(
+      f"config key 'model.config_name'={config_name!r} names a Qwen3 size but the checkpoint's "
+      f"{CONFIG_FILE} is not a Qwen3 (drop model.config_name)"
+    )
 
 
 def check_vocabulary(model_vocab: int, tokenizer_vocab: int) -> None:
