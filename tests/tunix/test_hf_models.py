@@ -20,7 +20,7 @@ from tests.tunix.hf_fixtures import (
   write_config_only,
 )
 from tunix_ppo_ext.app import job
-from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.app.run_config import load_run_config, tokenizer_directory
 from tunix_ppo_ext.tunix import hf_models, models
 
 pytest.importorskip("torch")
@@ -109,7 +109,7 @@ def test_ppo_steps_train_each_family_through_the_job(family, tmp_path):
   if family == "qwen2":  # a tokenizer in the checkpoint directory is used by default
     save_hf_tokenizer(directory, "abcehikstw!?. ")
   run, out = _run_config(tmp_path, directory)
-  assert run.model.tokenizer == (str(directory) if family == "qwen2" else None)
+  assert tokenizer_directory(run.model) == (str(directory) if family == "qwen2" else None)
   learner, batches, eval_batches, _ = job.build_run(run, out)
   cluster = learner.rl_cluster
   actor, critic = cluster.actor_trainer.model, cluster.critic_trainer.model

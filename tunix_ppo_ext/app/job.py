@@ -22,7 +22,7 @@ import numpy as np
 
 from tunix_ppo_ext import envs
 from tunix_ppo_ext.app import distributed, resume, run_dir
-from tunix_ppo_ext.app.run_config import RunConfig
+from tunix_ppo_ext.app.run_config import RunConfig, tokenizer_directory
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.metrics import keys as metric_keys
 from tunix_ppo_ext.metrics import sinks as metrics
@@ -120,14 +120,16 @@ def run_meshes(run: RunConfig) -> dict:
 
 
 def _tokenizer(run: RunConfig):
-  """The Hugging Face tokenizer of `model.tokenizer`, else the built-in character tokenizer.
+  """The Hugging Face tokenizer of `model.tokenizer` (or the checkpoint's), else the built-in
+  character tokenizer.
 
   The built-in one keeps EOS and pad distinct: tunix's sampler masks pad ids in context.
   """
-  if run.model.tokenizer is not None:
+  directory = tokenizer_directory(run.model)  # a checkpoint's own tokenizer by default
+  if directory is not None:
     import transformers  # noqa: PLC0415
 
-    return transformers.AutoTokenizer.from_pretrained(run.model.tokenizer)
+    return transformers.AutoTokenizer.from_pretrained(directory)
   return CharTokenizer(**({} if run.model.alphabet is None else {"alphabet": run.model.alphabet}))
 
 

@@ -297,17 +297,25 @@ def _validate_model(model: ModelSection) -> None:
 
 
 def _validate_checkpoint_config(model: ModelSection) -> None:
-  """A checkpoint's `config.json` (if any) against `model.*`; its tokenizer by default."""
+  """A checkpoint's `config.json` (if any) against `model.*`."""
   defaults = ModelSection()
   given = {
     k: getattr(model, k) for k in hf_models.SIZE_KEYS if getattr(model, k) != getattr(defaults, k)
   }
   try:
-    hf = hf_models.validate_checkpoint(model.checkpoint, given, model.config_name)
+    hf_models.validate_checkpoint(model.checkpoint, given, model.config_name)
   except ValueError as err:
     raise ValueError(f"config key 'model.checkpoint' ({model.checkpoint!r}): {err}") from None
-  if hf is not None and model.tokenizer is None and hf_models.has_tokenizer(model.checkpoint):
-    model.tokenizer = model.checkpoint
+
+
+def tokenizer_directory(model: ModelSection) -> str | None:
+  """`model.tokenizer`, else the checkpoint's own directory when it has `config.json` and a
+  saved tokenizer, else None (the built-in character tokenizer)."""
+  if model.tokenizer is not None or model.checkpoint is None:
+    return model.tokenizer
+  if hf_models.read_hf_config(model.checkpoint) and hf_models.has_tokenizer(model.checkpoint):
+    return model.checkpoint
+  return None
 
 
 def _validate_mesh(section: MeshSection) -> None:
@@ -325,7 +333,7 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
   """Lengths that cannot work, refused before anything compiles: a `max_prompt_length`
   below the first observation (built-in tokenizer: one token per character, plus BOS), and
   a KV cache for the toy model larger than this machine's memory."""
-  if run.model.tokenizer is None:
+  if tokenizer_directory(run.model) is None:
     first = max((env.reset(seed)[0] for seed in range(8)), key=len)
     if len(first) + 1 > run.train.max_prompt_length:
       raise ValueError(
