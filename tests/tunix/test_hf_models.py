@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -97,9 +98,15 @@ def _run_config(tmp_path: pathlib.Path, checkpoint: pathlib.Path, *overrides: st
   return load_run_config(str(file), [*base, *fast, *overrides]), out
 
 
-def _param(model, path):
+def _value(model, path):
+  """The array of parameter `path` (dotted, e.g. `layers.0.mlp.up_proj.kernel`)."""
   flat = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
-  return np.asarray(flat[tuple(path.split("."))][...])
+  key = tuple(int(p) if p.isdigit() else p for p in path.split("."))
+  return flat[key][...]
+
+
+def _param(model, path):
+  return np.asarray(_value(model, path))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -212,3 +219,14 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path):
     ValueError, match="tokenizer has 17 ids but the checkpoint's vocab_size is 12"
   ):
     job.build_run(run, out)
+
+
+def test_a_checkpoint_loads_onto_a_mesh_and_the_critic_keeps_its_sharding(checkpoint):
+  _, directory = checkpoint
+  mesh = jax.make_mesh((1, 1), ("fsdp", "tp"))
+  policy = hf_models.load_checkpoint(directory, mesh)
+  critic = models.critic_from_policy(policy)
+  for path in ("embedder.input_embedding", "layers.0.mlp.up_proj.kernel"):
+    mine = _value(critic, "backbone." + path).sharding
+    assert isinstance(mine, jax.sharding.NamedSharding) and mine.mesh == mesh
+    assert mine == _value(policy, path).sharding and any(mine.spec), path
