@@ -230,3 +230,29 @@ def test_a_checkpoint_loads_onto_a_mesh_and_the_critic_keeps_its_sharding(checkp
     mine = _value(critic, "backbone." + path).sharding
     assert isinstance(mine, jax.sharding.NamedSharding) and mine.mesh == mesh
     assert mine == _value(policy, path).sharding and any(mine.spec), path
+
+
+def test_a_legacy_gemma3_config_scales_only_the_global_rope():
+  """Gemma 3 4B's older config.json: `rope_scaling` (linear, 8) for the global layers, the
+  local ones at `rope_local_base_freq` without scaling."""
+  legacy = {
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 6,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "query_pre_attn_scalar": 16,
+    "vocab_size": 24,
+    "sliding_window": 4,
+    "sliding_window_pattern": 6,
+    "rope_theta": 1_000_000.0,
+    "rope_local_base_freq": 10_000.0,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+  }
+  config = hf_models.tunix_config(legacy)
+  assert (config.local_base_frequency, config.local_scale_factor) == (10_000.0, 1.0)
+  assert (config.global_base_frequency, config.global_scale_factor) == (1e6, 8.0)
+  with pytest.raises(ValueError, match="sliding_window_pattern=4 is not supported"):
+    hf_models.tunix_config({**legacy, "sliding_window_pattern": 4})

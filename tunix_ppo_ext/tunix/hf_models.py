@@ -79,7 +79,8 @@ def rope(hf: dict[str, Any], layer_type: str | None = None) -> dict[str, Any]:
   params = dict(hf.get("rope_parameters") or {})
   if layer_type is not None and isinstance(params.get(layer_type), dict):
     params = dict(params[layer_type])
-  scaling = hf.get("rope_scaling") or {}
+  # the legacy `rope_scaling` of a Gemma 3 applies to its global layers only
+  scaling = {} if layer_type == "sliding_attention" else hf.get("rope_scaling") or {}
   params.setdefault("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
   for name, value in scaling.items():
     params.setdefault(name, value)
@@ -172,6 +173,9 @@ def _check_gemma3(hf: dict[str, Any]) -> None:
   layers = hf.get("layer_types") or gemma3_layer_types(_key(hf, "num_hidden_layers"))
   if layers != gemma3_layer_types(_key(hf, "num_hidden_layers")):
     _refuse(hf, "layer_types", layers, "tunix's Gemma 3 repeats 5 sliding then 1 global layer")
+  pattern = hf.get("sliding_window_pattern", hf.get("_sliding_window_pattern", 6))
+  if pattern != len(gemma3.GEMMA3_ATTENTION_PATTERN) and not hf.get("layer_types"):
+    _refuse(hf, "sliding_window_pattern", pattern, "tunix's Gemma 3 has a global layer every 6th")
   for key in ("attn_logit_softcapping", "final_logit_softcapping"):
     if hf.get(key) is not None:
       _refuse(hf, key, hf[key], "tunix's Gemma 3 does not soft-cap")
