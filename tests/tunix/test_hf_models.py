@@ -62,8 +62,19 @@ def test_loaded_logits_equal_transformers(checkpoint):
   np.testing.assert_allclose(logits, hf_logits(directory, TOKENS), atol=1e-4, rtol=0)
 
 
-def test_qwen3_with_tied_embeddings_loads_and_matches(tmp_path):
-  write_checkpoint(tmp_path, "qwen3", tie_word_embeddings=True)
+GEMMA3_LINEAR_ROPE = {  # Gemma 3 4B+: the global layers' RoPE linearly scaled by 8
+  "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+  "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+}
+
+
+@pytest.mark.parametrize(
+  "family, overrides",
+  [("qwen3", {"tie_word_embeddings": True}), ("gemma3", {"rope_parameters": GEMMA3_LINEAR_ROPE})],
+  ids=["qwen3-tied", "gemma3-linear-rope"],
+)
+def test_variants_load_and_match(family, overrides, tmp_path):
+  write_checkpoint(tmp_path, family, **overrides)
   model = hf_models.load_checkpoint(tmp_path)
   assert not hasattr(model, "lm_head")
   logits = np.asarray(_logits(model, jnp.asarray(TOKENS)))
