@@ -22,13 +22,13 @@ import numpy as np
 
 from tunix_ppo_ext import envs
 from tunix_ppo_ext.app import distributed, resume, run_dir
-from tunix_ppo_ext.app.run_config import RunConfig
+from tunix_ppo_ext.app.run_config import RunConfig, tokenizer_directory
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.metrics import keys as metric_keys
 from tunix_ppo_ext.metrics import sinks as metrics
 from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.plugins import registry as plugin_registry
-from tunix_ppo_ext.tunix import checkpoints, models
+from tunix_ppo_ext.tunix import checkpoints, hf_models, models
 from tunix_ppo_ext.tunix.cluster import build_cluster
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.mesh import (
@@ -120,14 +120,16 @@ def run_meshes(run: RunConfig) -> dict:
 
 
 def _tokenizer(run: RunConfig):
-  """The Hugging Face tokenizer of `model.tokenizer`, else the built-in character tokenizer.
+  """The Hugging Face tokenizer of `model.tokenizer` (or the checkpoint's), else the built-in
+  character tokenizer.
 
   The built-in one keeps EOS and pad distinct: tunix's sampler masks pad ids in context.
   """
-  if run.model.tokenizer is not None:
+  directory = tokenizer_directory(run.model)  # a checkpoint's own tokenizer by default
+  if directory is not None:
     import transformers  # noqa: PLC0415
 
-    return transformers.AutoTokenizer.from_pretrained(run.model.tokenizer)
+    return transformers.AutoTokenizer.from_pretrained(directory)
   return CharTokenizer(**({} if run.model.alphabet is None else {"alphabet": run.model.alphabet}))
 
 
@@ -146,11 +148,16 @@ def _observations_in_loss(source):
 
 
 def _models(run: RunConfig, tokenizer, mesh=None):
-  """`(policy, critic, reference)`: a Qwen3 (toy or from a checkpoint), its critic, a copy.
+  """`(policy, critic, reference)`: the policy (a checkpoint with `config.json` in its own
+  family, else a toy or named-size Qwen3), its critic on the same backbone, a copy.
 
   A checkpoint is loaded straight onto `mesh` (the actor's), sharded, so a real model
   never sits whole on one chip; the reference copy keeps that sharding.
   """
+  if run.model.checkpoint is not None and hf_models.read_hf_config(run.model.checkpoint):
+    policy = hf_models.load_checkpoint(run.model.checkpoint, mesh)  # family from config.json
+    hf_models.check_vocabulary(hf_models.vocab_size(policy), len(tokenizer))
+    return models.with_critic_and_reference(policy, run.seed)
   if run.model.config_name is not None:
     config = models.named_qwen3_config(run.model.config_name)
   else:
