@@ -37,6 +37,7 @@ from tunix_ppo_ext.tunix.mesh import (
   check_multi_turn_rollout_mesh,
   role_meshes,
 )
+from tunix_ppo_ext.tunix.chat import ChatFormat
 from tunix_ppo_ext.tunix.rollout import MultiTurnRollout
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
@@ -97,6 +98,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
+    chat=ChatFormat(tokenizer) if run.env.chat_template else None,
   )
   if run.env.loss_on_observations:
     source = _observations_in_loss(source)

@@ -69,6 +69,7 @@ TAXONOMY: dict[str, str | None] = {
   "critic/perplexity": None,
   "rollout/logprob_diff": "rollout/logprob_diff",
   "rollout/tokens_per_s": "rollout/tokens_per_s",
+  "rollout/chat_template_mismatch": "rollout/chat_template_mismatch",  # tunix.chat
   **{f"timing_s/{name}": f"timing_s/{name}" for name in _TIMING},
 }
 # tunix 0.1.7 `PPOLearner`'s own batch metrics, published under their names as well.
