@@ -220,8 +220,8 @@ def _config(tmp_path: pathlib.Path, *overrides: str):
 
 
 def test_chat_template_config_is_checked_by_key(tmp_path):
-  with pytest.raises(ValueError, match="'env.chat_template' must be bool, got 'yes'"):
-    _config(tmp_path, "env.chat_template=yes")
+  with pytest.raises(ValueError, match="'env.chat_template' must be bool, got 3"):
+    _config(tmp_path, "env.chat_template=3")
   with pytest.raises(ValueError, match=r"'env.chat_template'=True needs a Hugging Face tokenizer"):
     _config(tmp_path, "env.chat_template=true")
 
@@ -230,15 +230,22 @@ def test_ppo_steps_train_a_chatml_checkpoint_with_zero_mismatches(tmp_path):
   pytest.importorskip("torch")
   from tests.tunix.hf_fixtures import write_checkpoint
 
-  directory = write_checkpoint(tmp_path / "ckpt", "qwen2", seed=1, vocab_size=40)
-  tokenizer = save_chat_tokenizer(directory, STYLES["chatml"])
+  # a vocabulary of exactly the tokenizer's ids: an id the tokenizer cannot decode (a padded
+  # vocabulary's) has no text, so its episode could never equal the template's
+  # (in its own directory: next to a qwen2 config.json, transformers 5 loads it as a
+  # Qwen2Tokenizer, which adds an <|endoftext|> id)
+  tokenizer = save_chat_tokenizer(tmp_path / "tokenizer", STYLES["chatml"])
+  directory = write_checkpoint(
+    tmp_path / "ckpt", "qwen2", seed=1, vocab_size=len(tokenizer), max_position_embeddings=128
+  )
   run = _config(
     tmp_path,
     f"model.checkpoint={directory}",
+    f"model.tokenizer={tmp_path / 'tokenizer'}",
     "env.chat_template=true",
     "env.max_tokens_per_turn=3",
     "env.max_completion_len=48",
-    "train.max_prompt_length=24",
+    "train.max_prompt_length=32",
   )
   learner, batches, eval_batches, _ = job.build_run(run, tmp_path / "run")
   source = learner.trajectory_source

@@ -29,6 +29,7 @@ from tunix_ppo_ext.metrics import sinks as metrics
 from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.plugins import registry as plugin_registry
 from tunix_ppo_ext.tunix import checkpoints, hf_models, models
+from tunix_ppo_ext.tunix.chat import ChatFormat
 from tunix_ppo_ext.tunix.cluster import build_cluster
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.mesh import (
@@ -37,7 +38,6 @@ from tunix_ppo_ext.tunix.mesh import (
   check_multi_turn_rollout_mesh,
   role_meshes,
 )
-from tunix_ppo_ext.tunix.chat import ChatFormat
 from tunix_ppo_ext.tunix.rollout import MultiTurnRollout
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 

@@ -57,8 +57,9 @@ class EnvSection:
   """The environment by name, its keyword arguments and the trajectory limits.
 
   `chat_template=True` formats episodes with the Hugging Face tokenizer's own chat template
-  (`tunix_ppo_ext.tunix.chat`). `loss_on_observations=True` is an ablation that puts the environment's tokens under the
-  loss mask too (what a learner that conflates the two masks does).
+  (`tunix_ppo_ext.tunix.chat`). `loss_on_observations=True` is an ablation that puts the
+  environment's tokens under the loss mask too (what a learner that conflates the two masks
+  does).
   """
 
   name: str = "memory"
