@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
   plan_parser = commands.add_parser("plan", help="per-chip memory of a config on a TPU topology")
   plan_parser.add_argument("--config", help="YAML run config (default: the embedded default)")
   plan_parser.add_argument("--topology", default="v5e:2x4", help="e.g. v5e:2x4, v4:2x2x1")
+  plan_parser.add_argument(
+    "--compiler", default="auto", help="auto (TPU with libtpu, else CPU), tpu or cpu"
+  )
   plan_parser.add_argument("--pieces", help="comma-separated pieces to compile (default: all)")
   plan_parser.add_argument("--json", help="also write the figures to this JSON file")
   plan_parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
@@ -131,7 +134,7 @@ def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
 
   run = load_run_config(args.config, overrides, need_files=False)
   pieces = [p for p in (args.pieces or "").split(",") if p]
-  result = plan.plan(run, args.topology, pieces)
+  result = plan.plan(run, args.topology, pieces, args.compiler)
   print(plan.format_plan(result, args.config))
   if args.json:
     pathlib.Path(args.json).write_text(json.dumps(result.to_json(), indent=2))

@@ -39,6 +39,7 @@ CPU_CAVEAT = (
 HBM_GIB = {"v2": 8, "v3": 16, "v4": 32, "v5e": 16, "v5litepod": 16, "v5p": 95, "v6e": 32}
 _TOPOLOGY = re.compile(r"^(v2|v3|v4|v5e|v5litepod|v5p|v6e):(\d+(?:x\d+){1,2})$")
 DEFAULT_TOPOLOGY = "v5e:2x4"
+COMPILERS = ("auto", "tpu", "cpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,19 +63,23 @@ def parse_topology(topology: str) -> tuple[str, int]:
   return match.group(1), math.prod(int(d) for d in match.group(2).split("x"))
 
 
-def plan_devices(topology: str) -> PlanDevices:
-  """The topology's compile-only TPU devices (needs `libtpu`), else as many CPU devices as
-  it has chips (`jax_num_cpu_devices`, set before JAX starts its backends)."""
+def plan_devices(topology: str, compiler: str = "auto") -> PlanDevices:
+  """The topology's compile-only TPU devices (needs `libtpu`), else (or with `compiler=
+  "cpu"`) as many CPU devices as it has chips (`jax_num_cpu_devices`, set before JAX
+  starts its backends)."""
   generation, chips = parse_topology(topology)
+  if compiler not in COMPILERS:
+    raise ValueError(f"--compiler {compiler!r}: expected one of {COMPILERS}")
   hbm = HBM_GIB[generation] * GIB
-  try:
-    from jax.experimental import topologies  # noqa: PLC0415
+  if compiler != "cpu":
+    try:
+      from jax.experimental import topologies  # noqa: PLC0415
 
-    desc = topologies.get_topology_desc(platform="tpu", topology_name=topology)
-    return PlanDevices(topology, list(desc.devices), "tpu", hbm)
-  except RuntimeError as err:
-    if "not installed" not in str(err):
-      raise ValueError(f"--topology {topology!r}: the TPU compiler refused it: {err}") from err
+      desc = topologies.get_topology_desc(platform="tpu", topology_name=topology)
+      return PlanDevices(topology, list(desc.devices), "tpu", hbm)
+    except RuntimeError as err:
+      if "not installed" not in str(err) or compiler == "tpu":
+        raise ValueError(f"--topology {topology!r}: no TPU compiler: {err}") from err
   if not jax._src.xla_bridge.backends_are_initialized():  # noqa: SLF001
     jax.config.update("jax_num_cpu_devices", chips)
   cpus = jax.devices("cpu")
@@ -151,13 +156,19 @@ class Plan:
     return data
 
 
-def plan(run: RunConfig, topology: str = DEFAULT_TOPOLOGY, pieces: Sequence[str] = ()) -> Plan:
+def plan(
+  run: RunConfig,
+  topology: str = DEFAULT_TOPOLOGY,
+  pieces: Sequence[str] = (),
+  compiler: str = "auto",
+) -> Plan:
   """Compiles the run's jitted pieces for `topology`; `pieces` limits which (names as in
-  `PIECES`, e.g. `actor/train_step`; empty: all)."""
+  `PIECES`, e.g. `actor/train_step`; empty: all); `compiler`: `auto` (TPU with `libtpu`,
+  else CPU), `tpu` or `cpu`."""
   unknown = sorted(set(pieces) - set(PIECES))
   if unknown:
     raise ValueError(f"--pieces {unknown}: unknown; valid: {list(PIECES)}")
-  devices = plan_devices(topology)
+  devices = plan_devices(topology, compiler)
   meshes = role_meshes(run.mesh, devices.devices)
   check_batch_divisible(meshes, run.train.batch_size)
   config, source = model_config(run)

@@ -184,7 +184,7 @@ def compile_train_step(
     opt.update(model, grads)
     return nnx.state(model), nnx.state(opt), loss, aux, grad_norm
 
-  jitted = jax.jit(step, donate_argnums=(1,))
+  jitted = jax.jit(step, donate_argnums=(1,), keep_unused=True)  # every input counted
   return _compile(
     jitted,
     model_state,
