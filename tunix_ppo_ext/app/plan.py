@@ -80,8 +80,10 @@ def plan_devices(topology: str, compiler: str = "auto") -> PlanDevices:
     except RuntimeError as err:
       if "not installed" not in str(err) or compiler == "tpu":
         raise ValueError(f"--topology {topology!r}: no TPU compiler: {err}") from err
-  if not jax._src.xla_bridge.backends_are_initialized():  # noqa: SLF001
+  try:  # refused once JAX's backends are up; then the device count below decides
     jax.config.update("jax_num_cpu_devices", chips)
+  except RuntimeError:
+    pass
   cpus = jax.devices("cpu")
   if len(cpus) < chips:
     raise ValueError(

@@ -8,10 +8,10 @@ lowered and compiled on those; `compiled.memory_analysis()` then gives the compi
 per-device figures (arguments, outputs, donated aliases, temporaries).
 
 The pieces are the code a run executes:
-- `train_step`: the body of tunix's `PeftTrainer._train_step` (`nnx.value_and_grad` of the
-  loss, `optax.global_norm`, `optimizer.update`) on an `nnx.Optimizer` of the run's
-  optimizer (`guards.guarded_adam`), with the optimizer donated as tunix's
-  `nnx.jit(..., donate_argnames=("optimizer",))` does; the loss is this package's
+- `train_step`: the body of the train step tunix's `PeftTrainer` jits
+  (`nnx.value_and_grad` of the loss, `optax.global_norm`, `optimizer.update`) on an
+  `nnx.Optimizer` of the run's optimizer (`guards.guarded_adam`), with the optimizer
+  donated as tunix's `nnx.jit(..., donate_argnames=("optimizer",))` does; the loss is this package's
   (`losses.ppo_ext_policy_loss_fn`, `losses.ppo_ext_value_loss_fn`).
 - `logps_pass`, `values_pass`: `passes.compute_per_token_logps` and `passes.compute_score`.
 - `sampler_prefill`, `sampler_decode`: tunix's own `Sampler` functions (`compat.
@@ -166,7 +166,7 @@ def compile_train_step(
   *,
   role: str,
 ) -> CompiledPiece:
-  """Compiles one train step of `model` (tunix's `_train_step` body) on abstract inputs.
+  """Compiles one train step of `model` (tunix's PeftTrainer step body) on abstract inputs.
 
   `inputs`: the loss's array arguments (sharded `ShapeDtypeStruct`s); `static_inputs`: the
   rest (config objects, ids). Model and optimizer state are sharded by their metadata; the
