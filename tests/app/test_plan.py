@@ -60,34 +60,67 @@ def qwen3_elements(config) -> tuple[int, int]:
   return sharded, config.num_layers * (2 * d + 2 * k) + d
 
 
-def adam_scalar_bytes() -> int:
+def adam_scalar_bytes(dtype) -> int:
   """Bytes of the optimizer state besides Adam's two moments: a one-parameter model's
-  `nnx.Optimizer(guarded_adam)` state minus its two float32 moments."""
-  optimizer = nnx.eval_shape(
-    lambda: nnx.Optimizer(nnx.Linear(1, 1, use_bias=False, rngs=nnx.Rngs(0)), guarded_adam(0.1))
-  )
-  leaves = jax.tree.leaves(nnx.state(optimizer))
-  return sum(x.size * jnp.dtype(x.dtype).itemsize for x in leaves) - 2 * 4
+  `nnx.Optimizer(guarded_adam)` state minus its two moments (one scalar has the weights'
+  dtype, so the model's dtype matters)."""
+
+  def optimizer():
+    linear = nnx.Linear(1, 1, use_bias=False, param_dtype=dtype, rngs=nnx.Rngs(0))
+    return nnx.Optimizer(linear, guarded_adam(0.1), wrt=nnx.Param)
+
+  leaves = jax.tree.leaves(nnx.state(nnx.eval_shape(optimizer)))
+  return sum(x.size * jnp.dtype(x.dtype).itemsize for x in leaves) - 2 * jnp.dtype(dtype).itemsize
 
 
-@pytest.mark.slow
-def test_plan_qwen3_0p6b_on_v5e_8_train_step_bytes_are_the_arithmetic(tmp_path):
-  """Qwen3-0.6B (bfloat16 weights) on v5e:2x4 (fsdp=8): the compiled actor train step's
-  arguments are the weights + Adam state + batch on one device, to the byte, and the
-  donated bytes are exactly the optimizer state."""
-  figures = run_plan(tmp_path, "--config", str(QWEN3_0P6B), "--pieces", "actor/train_step")
-  sharded, replicated = qwen3_elements(models.named_qwen3_config("qwen3_0p6b"))
-  assert figures["parameters"] == sharded + replicated == 596_049_920
-  assert figures["mesh"] == {"fsdp": 8, "tp": 1}
-  weights = 2 * (sharded // 8 + replicated)  # bfloat16
-  optimizer = 2 * weights + adam_scalar_bytes()  # mu and nu keep the weights' dtype
-  b, p, t = 16 // 8, 256, 512  # rows per device, prompt, completion (the config's)
-  batch = 4 * (2 * b * p + 8 * b * t + 2 * b)  # 2 prompt, 8 completion and 2 per-row fields
+CASES = {  # name: (plan arguments, model config, weight dtype, fsdp, rows, prompt, width, fields)
+  # the toy default (float32, untied lm_head, KL in the loss: 9 completion-wide fields)
+  "toy_v5e_2x2": (
+    ["--topology", "v5e:2x2", "wandb=disabled"],
+    lambda: models.tiny_qwen3_config(17, num_heads=2, head_dim=32, num_kv_heads=1),
+    jnp.float32,
+    4,
+    32,
+    8,
+    16,
+    9,
+  ),
+  # Qwen3-0.6B from its config (bfloat16 checkpoint, tied embeddings, KL in the reward: 8)
+  "qwen3_0p6b_v5e_2x4": (
+    ["--config", str(QWEN3_0P6B), "--topology", "v5e:2x4"],
+    lambda: models.named_qwen3_config("qwen3_0p6b"),
+    jnp.bfloat16,
+    8,
+    16,
+    256,
+    512,
+    8,
+  ),
+}
+
+
+@pytest.mark.parametrize(
+  "case", ["toy_v5e_2x2", pytest.param("qwen3_0p6b_v5e_2x4", marks=pytest.mark.slow)]
+)
+def test_plan_train_step_bytes_are_the_arithmetic(tmp_path, case):
+  """The compiled actor train step's arguments are the weights + Adam state + batch on one
+  device, to the byte, and the donated bytes are exactly the optimizer state."""
+  args, config, dtype, fsdp, batch, prompt, width, fields = CASES[case]
+  figures = run_plan(tmp_path, *args, "--pieces", "actor/train_step")
+  sharded, replicated = qwen3_elements(config())
+  assert figures["parameters"] == sharded + replicated
+  if case.startswith("qwen3_0p6b"):
+    assert figures["parameters"] == 596_049_920
+  assert figures["mesh"] == {"fsdp": fsdp, "tp": 1}
+  weights = jnp.dtype(dtype).itemsize * (sharded // fsdp + replicated)
+  optimizer = 2 * weights + adam_scalar_bytes(dtype)  # mu and nu keep the weights' dtype
+  b = batch // fsdp  # rows per device; 2 prompt-wide, `fields` completion-wide, 2 per-row
+  batch_bytes = 4 * (2 * b * prompt + fields * b * width + 2 * b)
   (step,) = figures["pieces"]
-  assert step["argument_bytes"] == weights + optimizer + batch
-  assert step["alias_bytes"] == optimizer
   assert figures["resident"]["actor weights"] == weights
   assert figures["resident"]["actor optimizer"] == optimizer
+  assert step["argument_bytes"] == weights + optimizer + batch_bytes
+  assert step["alias_bytes"] == optimizer
   assert step["temp_bytes"] > 0 and figures["peak_bytes"] > weights + optimizer
 
 
