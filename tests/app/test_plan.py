@@ -35,7 +35,7 @@ def run_plan(tmp_path: pathlib.Path, *args: str) -> dict:
   out = tmp_path / "plan.json"
   command = [sys.executable, "-m", "tunix_ppo_ext.app.cli", "plan", "--compiler", "cpu"]
   result = subprocess.run(
-    [*command, *args, "--json", str(out)], capture_output=True, text=True, timeout=900
+    [*command, *args, "--json", str(out)], capture_output=True, text=True, timeout=1800
   )
   assert result.returncode == 0, result.stderr[-3000:]
   assert "peak:" in result.stdout and "HBM per chip" in result.stdout, result.stdout
