@@ -201,7 +201,7 @@ class _Built:
     self.critic_opt = abstract.abstract_optimizer(
       lambda: models.make_critic(config), self.critic_tx
     )
-    self.parameters = sum(x.size for x in jax.tree.leaves(_params(self.policy)))
+    self.parameters = sum(x.size for x in jax.tree.leaves(abstract.params(self.policy)))
     self.batch, self.prompt = run.train.batch_size, run.train.max_prompt_length
     self.completion = run.env.max_completion_len
 
@@ -209,28 +209,16 @@ class _Built:
     """Bytes per device of what stays on the chips all step (the rollout samples from the
     actor's weights on a shared mesh: tunix's vanilla engine)."""
     on = {
-      "actor weights": (_params(self.policy), Role.ACTOR),
-      "actor optimizer": (_opt_state(self.actor_opt), Role.ACTOR),
-      "critic weights": (_params(self.critic), Role.CRITIC),
-      "critic optimizer": (_opt_state(self.critic_opt), Role.CRITIC),
-      "reference weights": (_params(self.policy), Role.REFERENCE),
+      "actor weights": (abstract.params(self.policy), Role.ACTOR),
+      "actor optimizer": (abstract.optimizer_state(self.actor_opt), Role.ACTOR),
+      "critic weights": (abstract.params(self.critic), Role.CRITIC),
+      "critic optimizer": (abstract.optimizer_state(self.critic_opt), Role.CRITIC),
+      "reference weights": (abstract.params(self.policy), Role.REFERENCE),
     }
     return {
       name: abstract.tree_bytes_per_device(abstract.shard_abstract(state, self.meshes[role]))
       for name, (state, role) in on.items()
     }
-
-
-def _params(module: Any) -> Any:
-  from flax import nnx  # noqa: PLC0415
-
-  return nnx.state(module, nnx.Param)
-
-
-def _opt_state(optimizer: Any) -> Any:
-  from flax import nnx  # noqa: PLC0415
-
-  return nnx.state(optimizer)
 
 
 def _actor_train_step(b: _Built) -> list[abstract.CompiledPiece]:

@@ -18,8 +18,9 @@ The pieces are the code a run executes:
   sampler_step_functions`) on an abstract sampling state with its KV cache, donated as
   tunix does.
 
-tunix's `qwen3.shard()` is a no-op whenever the default device is a CPU, so the batch's
-rows are constrained to `fsdp` at the boundaries of every piece (inputs, logits, values).
+tunix's `qwen3.shard()` is a no-op whenever the host's first device is a CPU, so every
+piece is traced under `compat.qwen3_activation_sharding` (tunix's own activation specs
+applied on the piece's mesh), and outputs keep their rows on `fsdp`.
 """
 
 from __future__ import annotations
@@ -123,6 +124,16 @@ def abstract_policy(config: qwen3.ModelConfig) -> qwen3.Qwen3:
 def abstract_critic(config: qwen3.ModelConfig) -> models.ValueModel:
   """The critic (`models.ValueModel`: Qwen3 backbone + float32 value head), abstract."""
   return nnx.eval_shape(lambda: models.make_critic(config))
+
+
+def params(module: nnx.Module) -> nnx.State:
+  """The module's `nnx.Param` state (abstract for an abstract module)."""
+  return nnx.state(module, nnx.Param)
+
+
+def optimizer_state(optimizer: nnx.Optimizer) -> nnx.State:
+  """Everything an `nnx.Optimizer` holds: Adam's moments, step and counters."""
+  return nnx.state(optimizer)
 
 
 def abstract_optimizer(
