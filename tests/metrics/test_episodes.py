@@ -170,11 +170,12 @@ def test_samples_are_written_per_evaluation_with_marked_turns(memory_run):
 def test_samples_reach_wandb_as_a_table(memory_run):
   (run_file,) = (memory_run / "wandb").glob("offline-run-*/run-*.wandb")
   history, _ = read_wandb_run(run_file)
-  tables = [row for row in history if "eval/samples" in row]
+  # W&B stores a table as a file, its history row as flattened `eval/samples/<field>` keys
+  tables = [row for row in history if "eval/samples/path" in row]
   assert [row["global_step"] for row in tables] == EVAL_STEPS
-  assert all(row["eval/samples"]["_type"] == "table-file" for row in tables)
+  assert all(row["eval/samples/_type"] == "table-file" for row in tables)
   files = run_file.parent / "files"
-  table = json.loads((files / tables[-1]["eval/samples"]["path"]).read_text())
+  table = json.loads((files / tables[-1]["eval/samples/path"]).read_text())
   assert table["columns"] == ["step", "row", "turn", "role", "text", "return", "success"]
   expected = [s for s in read_samples(memory_run / "samples.jsonl") if s["step"] == 2]
   assert table["data"] == table_rows(2, expected)
