@@ -181,6 +181,7 @@ def test_frozenlake_is_a_registered_environment():
 
 PAD, EOS = 0, 2
 P, T, TURN = 24, 40, 2  # prompt (BOS + 19 characters), completion width, tokens per turn
+TURNS = 3  # agent turns at most
 
 
 def expected_row(tokenizer, seed: int, agent_turns: list[list[int]]):
@@ -195,7 +196,7 @@ def expected_row(tokenizer, seed: int, agent_turns: list[list[int]]):
     loss += [1] * (len(tokens) - len(loss))
     observation, reward, terminated, truncated, info = env.step(tokenizer.decode(agent))
     rewards[len(tokens) - 1], infos = reward, [*infos, info]
-    if terminated or truncated or turn == len(agent_turns):
+    if terminated or truncated or turn == TURNS:  # no agent turn answers a last board
       break
     board = tokenizer.encode(observation)
     tokens += board
@@ -217,7 +218,9 @@ def test_ppo_trains_on_frozenlake_with_exact_masks(monkeypatch):
     max_tokens_to_generate=T + TURN,
     return_logprobs=True,
   )
-  source = MultiTurnRollout("frozenlake", max_completion_len=T, max_turns=3, max_turn_tokens=TURN)
+  source = MultiTurnRollout(
+    "frozenlake", max_completion_len=T, max_turns=TURNS, max_turn_tokens=TURN
+  )
   learner = PpoExtLearner(cluster, PpoExtConfig(num_generations=2), trajectory_source=source)
   outputs, generate = [], cluster.rollout.generate
 
