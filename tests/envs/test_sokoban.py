@@ -105,7 +105,8 @@ def test_invalid_replies_and_the_step_budget():
   for n in range(1, 4):
     text, reward, terminated, truncated, info = env.step("jump")
     assert (text, reward, terminated) == (f"bad {board}", 0.0, False)
-    assert info == {"invalid_action": True} and truncated == (n == 3)
+    assert info == {"invalid_action": True, "success": False, "boxes_on_goals": 0}
+    assert truncated == (n == 3)
   env.reset(0)
   env.step("d"), env.step("u")
   assert env.step("d")[3] is True  # valid moves count too

@@ -181,8 +181,9 @@ class SokobanEnv:
       raise RuntimeError("call reset() before step()")
     self._steps += 1
     letter = action.strip()
-    info: dict[str, Any] = {"invalid_action": letter not in MOVES}
-    if info["invalid_action"]:
+    info: dict[str, Any] = {"invalid_action": letter not in MOVES, "success": False}
+    if info["invalid_action"]:  # the room as it was: unsolved
+      info["boxes_on_goals"] = len(self.room.boxes & self.room.goals)
       return f"{INVALID} {self.room.text()}", 0.0, False, self._steps >= self.max_steps, info
     self.room, change = self.room.move(letter)
     reward = change * self.box_reward - self.step_penalty
