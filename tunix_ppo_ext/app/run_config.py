@@ -81,6 +81,7 @@ class TrainSection:
   checkpoint_every: int = 100
   eval_every: int = 100
   eval_batches: int = 1
+  eval_samples: int = 4  # conversations per evaluation to samples.jsonl and W&B
 
 
 # What made the embedded default learn (see README): several samples per episode with a
@@ -381,6 +382,7 @@ def _validate_run(run: RunConfig) -> None:
     check_integer(f"config key {key!r}", value, low=1)
   check_integer("config key 'seed'", run.seed, low=0)
   check_integer("config key 'train.eval_batches'", run.train.eval_batches, low=0)
+  check_integer("config key 'train.eval_samples'", run.train.eval_samples, low=0)
   for key in ("lr", "critic_lr", "temperature"):  # finite: inf passes a "> 0" check
     check_number(f"config key 'train.{key}'", getattr(run.train, key), low=0.0, low_open=True)
   _validate_model(run.model)
