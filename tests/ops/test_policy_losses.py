@@ -287,7 +287,9 @@ def test_on_policy_ratio_one_losses_agree(seed):
   -agg(A logp)."""
   logp, _, adv, mask = awkward_batch(seed)
   seq_adv = adv[:, 0]
-  minus_a = -np_aggregate(np.broadcast_to(seq_adv[:, None], logp.shape), mask, "seq-mean-token-mean")
+  minus_a = -np_aggregate(
+    np.broadcast_to(seq_adv[:, None], logp.shape), mask, "seq-mean-token-mean"
+  )
   for fn in (pl.gspo_loss, pl.geo_mean_loss):
     np.testing.assert_allclose(float(fn(logp, logp, seq_adv, mask)[0]), minus_a, 1e-5, 1e-6)
   sapo = pl.sapo_loss(logp, logp, seq_adv, mask, tau_pos=2.0, tau_neg=2.0)[0]

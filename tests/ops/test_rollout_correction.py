@@ -137,7 +137,9 @@ def test_truncation_and_band_properties(seed, threshold):
   rejects no more than a narrower one; no metric is NaN."""
   trainer, sampler, mask = gap_batch(seed, spread=1.0)
   for level in rc.ROLLOUT_IS_LEVELS:
-    weights, metrics = rc.rollout_is_weights(trainer, sampler, mask, level=level, threshold=threshold)
+    weights, metrics = rc.rollout_is_weights(
+      trainer, sampler, mask, level=level, threshold=threshold
+    )
     w = np.asarray(weights)
     assert (w >= 0).all() and (w <= threshold + 1e-6).all()
     assert all(np.isfinite(float(v)) for v in metrics.values())
