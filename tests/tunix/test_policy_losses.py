@@ -11,12 +11,19 @@ import json
 import math
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from tests.conftest import SMOKE
+from tests.conftest import SMOKE, toy_policy
 from tunix_ppo_ext.app import cli
 from tunix_ppo_ext.metrics import keys as metric_keys
-from tunix_ppo_ext.tunix.policy_losses import NAMES
+from tunix_ppo_ext.ops import policy_losses as pl
+from tunix_ppo_ext.plugins import registry
+from tunix_ppo_ext.tunix import losses as tunix_losses
+from tunix_ppo_ext.tunix.learner import TrainExample
+from tunix_ppo_ext.tunix.policy_losses import NAMES, clip_cov_key
+from tunix_ppo_ext.tunix.ppo_config import PpoExtConfig
 
 CORRECTION = ["ppo.rollout_is=token", "ppo.rollout_rs=token_k1", "ppo.rollout_rs_threshold=1.5"]
 CASES = [[f"ppo.policy_loss_fn={name}"] for name in NAMES]
@@ -54,3 +61,56 @@ def test_cli_trains_each_loss_with_finite_metrics(overrides, tmp_path, compilati
   assert (
     0 <= values["rollout/rs_masked_frac"] <= 1 and 0 <= values["rollout/rs_seq_masked_frac"] <= 1
   )
+
+
+def _example(weights=None):
+  """A `TrainExample` of 3 rows on a 16-token vocabulary: an empty loss row, a one-token row."""
+  rng = np.random.default_rng(0)
+  prompt = jnp.asarray(rng.integers(3, 16, (3, 4)), jnp.int32)
+  completion = jnp.asarray(rng.integers(3, 16, (3, 5)), jnp.int32)
+  mask = jnp.asarray([[1, 1, 0, 1, 1], [0, 0, 0, 0, 0], [1, 0, 0, 0, 0]], jnp.float32)
+  return TrainExample(
+    prompt_ids=prompt,
+    prompt_mask=jnp.ones_like(prompt),
+    completion_ids=completion,
+    completion_mask=mask,
+    ref_per_token_logps=None,
+    advantages=jnp.asarray(rng.normal(0, 1, (3, 5)), jnp.float32),
+    returns=jnp.zeros((3, 5)),
+    old_per_token_logps=jnp.asarray(rng.normal(-2.8, 0.3, (3, 5)), jnp.float32),
+    old_values=jnp.zeros((3, 5)),
+    attention_mask=jnp.ones_like(completion),
+    loss_mask=mask,
+    rollout_is_weights=weights,
+  )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_registered_loss_is_the_ops_loss_of_the_policy_pass(name):
+  """The entry point's `pg_loss` is the ops function on the model's log-probs, with the
+  config's knobs; constant rollout weights of 2 double it; the entropy term is added."""
+  model = toy_policy(16)
+  config = PpoExtConfig(policy_loss_fn=name, entropy_coef=0.01, epsilon_high=0.28, tau_neg=2.0)
+  config.clip_cov_ratio = config.kl_cov_ratio = 0.5
+  example = _example()
+  fn = registry.get(registry.POLICY_LOSSES, name)
+  loss, metrics = fn(model, example, config, pad_id=0, eos_id=2)
+  logps = tunix_losses.policy_pass(model, example, config, 0, 2)["logps"]
+  args = (logps, example.old_per_token_logps, example.advantages, example.loss_mask)
+  expected = {
+    "gspo": lambda: pl.gspo_loss(*args, epsilon_high=0.28),
+    "sapo": lambda: pl.sapo_loss(*args, tau_neg=2.0),
+    "geo_mean": lambda: pl.geo_mean_loss(*args, epsilon_high=0.28),
+    "cispo": lambda: pl.cispo_loss(*args, epsilon_high=0.28),
+    "gpg": lambda: pl.gpg_loss(*args),
+    "clip_cov": lambda: pl.clip_cov_loss(
+      *args, clip_cov_key(example.completion_ids), epsilon_high=0.28, clip_cov_ratio=0.5
+    ),
+    "kl_cov": lambda: pl.kl_cov_loss(*args, kl_cov_ratio=0.5),
+  }[name]()[0]
+  np.testing.assert_allclose(float(metrics["pg_loss"]), float(expected), rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(
+    float(loss), float(expected) - 0.01 * float(metrics["entropy"]), rtol=1e-5, atol=1e-7
+  )
+  doubled = fn(model, _example(jnp.full((3, 5), 2.0)), config, pad_id=0, eos_id=2)[1]
+  np.testing.assert_allclose(float(doubled["pg_loss"]), 2 * float(expected), rtol=1e-5, atol=1e-7)
