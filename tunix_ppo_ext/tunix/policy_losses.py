@@ -135,33 +135,120 @@ def _policy_loss(
   return loss * tunix_losses.per_step_scalar(train_example, "actor_scale", 1.0), metrics
 
 
-def _entry_point(name: str, paper: str) -> Callable[..., Any]:
-  """The registered function of loss `name`, in tunix's policy-loss signature."""
-
-  def loss_fn(
-    model: nnx.Module,
-    train_example: Any,
-    algo_config: Any,
-    pad_id: int,
-    eos_id: int,
-    temperature: float = 1.0,
-    ref_model: tuple[Any, Any] | None = None,
-    **kwargs: Any,
-  ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    del kwargs
-    return _policy_loss(
-      name, model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
-    )
-
-  loss_fn.__name__ = loss_fn.__qualname__ = f"{name}_policy_loss_fn"
-  loss_fn.__doc__ = f"verl's `{name}` policy loss ({paper}) over one policy pass."
-  return loss_fn
+def gspo_policy_loss_fn(
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+  **kwargs: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """verl's `gspo` policy loss (GSPO, Zheng et al. 2025) over one policy pass."""
+  del kwargs
+  return _policy_loss(
+    "gspo", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
+  )
 
 
-gspo_policy_loss_fn = _entry_point("gspo", "GSPO, Zheng et al. 2025")
-sapo_policy_loss_fn = _entry_point("sapo", "SAPO, Gao et al. 2025")
-geo_mean_policy_loss_fn = _entry_point("geo_mean", "GMPO, Zhao et al. 2025")
-cispo_policy_loss_fn = _entry_point("cispo", "CISPO, MiniMax-M1 2025")
-gpg_policy_loss_fn = _entry_point("gpg", "GPG, Chu et al. 2025")
-clip_cov_policy_loss_fn = _entry_point("clip_cov", "Clip-Cov, Cui et al. 2025")
-kl_cov_policy_loss_fn = _entry_point("kl_cov", "KL-Cov, Cui et al. 2025")
+def sapo_policy_loss_fn(
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+  **kwargs: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """verl's `sapo` policy loss (SAPO, Gao et al. 2025) over one policy pass."""
+  del kwargs
+  return _policy_loss(
+    "sapo", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
+  )
+
+
+def geo_mean_policy_loss_fn(
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+  **kwargs: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """verl's `geo_mean` policy loss (GMPO, Zhao et al. 2025) over one policy pass."""
+  del kwargs
+  return _policy_loss(
+    "geo_mean", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
+  )
+
+
+def cispo_policy_loss_fn(
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+  **kwargs: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """verl's `cispo` policy loss (CISPO, MiniMax-M1 2025) over one policy pass."""
+  del kwargs
+  return _policy_loss(
+    "cispo", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
+  )
+
+
+def gpg_policy_loss_fn(
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+  **kwargs: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """verl's `gpg` policy loss (GPG, Chu et al. 2025) over one policy pass."""
+  del kwargs
+  return _policy_loss(
+    "gpg", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
+  )
+
+
+def clip_cov_policy_loss_fn(
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+  **kwargs: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """verl's `clip_cov` policy loss (Clip-Cov, Cui et al. 2025) over one policy pass."""
+  del kwargs
+  return _policy_loss(
+    "clip_cov", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
+  )
+
+
+def kl_cov_policy_loss_fn(
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+  **kwargs: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """verl's `kl_cov` policy loss (KL-Cov, Cui et al. 2025) over one policy pass."""
+  del kwargs
+  return _policy_loss(
+    "kl_cov", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
+  )
