@@ -73,7 +73,7 @@ class TrainSection:
 
   steps: int = 600
   batch_size: int = 32
-  lr: float = 3e-3
+  lr: float = 1e-3
   critic_lr: float = 3e-3
   temperature: float = 1.0
   max_prompt_length: int = 8

@@ -99,7 +99,8 @@ def run_seed(config: str | None, out: pathlib.Path, overrides: Sequence[str], se
     return
   command = train_command(config, out, [*overrides, f"seed={seed}"])
   print(f"tunix-ppo-ext sweep: {out}", file=sys.stderr, flush=True)
-  done = subprocess.run(command, env=os.environ, check=False)  # noqa: S603 (our own CLI)
+  done = subprocess.run(command, env=os.environ, stdout=subprocess.PIPE, text=True, check=False)  # noqa: S603 (our own CLI)
+  print(done.stdout, end="", file=sys.stderr)  # the seed's summary; stdout is the table's
   if done.returncode != 0:
     raise RuntimeError(f"seed {seed} failed (exit {done.returncode}) in {out}")
 
