@@ -9,10 +9,12 @@ resumes where it stopped; a seed whose `summary.json` exists is not run again). 
 `DIR/table.md`, `DIR/table.json` and `DIR/curves.png` (mean training return per variant,
 with its min-max band over seeds) are written.
 
-Per variant, over seeds: mean, std (population) and min of `final_return`; steps to
-0.9 of the environment's maximum on the smoothed curve (mean over seeds that got there,
-and how many did); the drop from each seed's smoothed peak to its `final_return` (max over
-seeds); mean wall seconds. Smoothing is a trailing mean over `max(1, steps // 20)` steps.
+Per variant, over seeds: mean, std (population) and min of `final_return`; how many seeds
+reached 0.9 of the environment's maximum on the smoothed return curve and after how many
+batches (rows of that curve; with `ppo.num_iterations=k` a batch is k of `train.steps`),
+the mean over the seeds that did; the largest drop from a seed's smoothed peak to its
+`final_return`; mean wall seconds. Smoothing is a trailing mean over a twentieth of the
+curve (at least one point).
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ def variant_row(name: str, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
   """`table.md`: one line per variant."""
   header = (
-    "| variant | seeds | final_return mean | std | min | reached 0.9 of max | steps to 0.9 "
+    "| variant | seeds | final_return mean | std | min | reached 0.9 of max | batches to 0.9 "
     "(mean) | max drop from peak | wall s (mean) |\n| --- | --- | --- | --- | --- | --- | --- "
     "| --- | --- |\n"
   )
