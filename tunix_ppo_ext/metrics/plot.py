@@ -96,7 +96,7 @@ def plot_spread(
     steps = np.arange(1, length + 1)
     axis.plot(steps, values.mean(0), label=f"{name} (mean of {len(runs)})")
     axis.fill_between(steps, values.min(0), values.max(0), alpha=0.2)
-  axis.set_xlabel("step")
+  axis.set_xlabel("batch (row of the return curve)")
   axis.set_ylabel("training episode return")
   if axis.lines:
     axis.legend(fontsize="x-small")
