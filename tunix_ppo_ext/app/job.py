@@ -57,6 +57,8 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   env = envs.make_env(run.env.name, **run.env.kwargs)
   tokenizer = _tokenizer(run)
   policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
+  if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
+    critic = None
   train = run.train
   keys = run.metrics.keys()
   shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
@@ -196,6 +198,11 @@ def _models(run: RunConfig, tokenizer, mesh=None):
   return models.with_critic_and_reference(policy, run.seed)
 
 
+def checkpoint_roles(run: RunConfig) -> tuple[str, ...]:
+  """The trainers that checkpoint in this run: the actor, and the critic when one is used."""
+  return resume.ROLES if run.ppo_config().uses_critic else ("actor",)
+
+
 def summarize(
   metrics_path: pathlib.Path, max_return: float, wall_s: float, return_key: str = RETURN_KEY
 ) -> dict[str, Any]:
@@ -237,15 +244,16 @@ def _build_restoring(run: RunConfig, out: pathlib.Path, primary: bool):
   """`build_run`; when restoring the newest checkpoint fails inside orbax (a deleted or
   truncated file), that step is set aside (`checkpoints/damaged/`, nothing deleted) and the
   next older one is restored instead, with a warning naming both (single process only)."""
+  roles = checkpoint_roles(run)
   while True:
     try:
       return build_run(run, out)
     except Exception as err:
-      step = resume.align_role_checkpoints(out / "checkpoints") if primary else None
+      step = resume.align_role_checkpoints(out / "checkpoints", roles) if primary else None
       if step is None or jax.process_count() > 1 or not _raised_in_orbax(err):
         raise
-      resume.set_aside(out / "checkpoints", step)
-      older = resume.align_role_checkpoints(out / "checkpoints")
+      resume.set_aside(out / "checkpoints", step, roles)
+      older = resume.align_role_checkpoints(out / "checkpoints", roles)
       print(
         f"tunix-ppo-ext: warning: checkpoint step {step} cannot be restored "
         f"({type(err).__name__}); moved to {out / 'checkpoints' / resume.DAMAGED}, resuming "
@@ -267,7 +275,7 @@ def _raised_in_orbax(err: BaseException) -> bool:
 
 def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any]:
   if primary:
-    saved = resume.align_role_checkpoints(out / "checkpoints")
+    saved = resume.align_role_checkpoints(out / "checkpoints", checkpoint_roles(run))
     run_dir.check_rerun(out, dataclasses.asdict(run), saved)
     if saved and not (out / "metrics.jsonl").is_file():
       print(
