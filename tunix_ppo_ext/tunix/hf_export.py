@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 from safetensors.numpy import save_file
 from tunix.models.qwen3 import model as qwen3
+from tunix.sft import checkpoint_manager
 
 from tunix_ppo_ext.tunix import hf_models
 
@@ -171,3 +172,14 @@ def save_hf_checkpoint(
   save_file(hf_tensors(model), str(directory / SAFETENSORS_FILE), metadata={"format": "pt"})
   (directory / hf_models.CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
   return directory
+
+
+def restore_params(model: nnx.Module, role_dir: str | pathlib.Path, step: int) -> nnx.Module:
+  """`model` with the parameters of the orbax checkpoint `role_dir/<step>` that tunix's
+  trainer wrote (e.g. a run's `checkpoints/actor`), restored in place by tunix's own
+  checkpoint manager; RuntimeError when that step cannot be restored."""
+  manager = checkpoint_manager.CheckpointManager(str(pathlib.Path(role_dir).resolve()))
+  restored, _ = manager.maybe_restore(model, step=step)
+  if restored != step:
+    raise RuntimeError(f"checkpoint step {step} in {str(role_dir)!r} was not restored")
+  return model
