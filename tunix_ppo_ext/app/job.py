@@ -25,6 +25,7 @@ from tunix_ppo_ext.app import distributed, resume, run_dir
 from tunix_ppo_ext.app.run_config import RunConfig, tokenizer_directory
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.metrics import keys as metric_keys
+from tunix_ppo_ext.metrics import samples as sample_log
 from tunix_ppo_ext.metrics import sinks as metrics
 from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.plugins import registry as plugin_registry
@@ -63,9 +64,10 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
     lambda: metrics.ProgressBackend(train.steps, shown),
   ]
+  wandb_sinks: list[metrics.WandbSink] = []  # tunix's logger builds it; samples use it too
   if run.wandb != "disabled":
     config = dataclasses.asdict(run)
-    backends.append(lambda: metrics.WandbSink(run.wandb, output_dir, config))
+    backends.append(lambda: _kept(wandb_sinks, metrics.WandbSink(run.wandb, output_dir, config)))
   for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
     build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
     backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
@@ -97,6 +99,8 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
+    on_samples=_sample_writer(output_dir, wandb_sinks),
+    num_samples=train.eval_samples,
   )
   if run.env.loss_on_observations:
     source = _observations_in_loss(source)
@@ -105,6 +109,21 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed)
   eval_batches = list(episode_batches(train.eval_batches, prompts_per_batch, seed=run.seed + 1))
   return learner, train_batches, eval_batches, env.max_return
+
+
+def _kept(kept: list, sink):
+  """`sink`, remembered in `kept`."""
+  kept.append(sink)
+  return sink
+
+
+def _sample_writer(output_dir: pathlib.Path, wandb_sinks: list) -> sample_log.SampleWriter | None:
+  """Writes each evaluation's sampled conversations to `samples.jsonl` and W&B (process 0)."""
+  if not distributed.is_primary(jax.process_index()):
+    return None
+  return sample_log.SampleWriter(
+    output_dir / sample_log.FILENAME, lambda: wandb_sinks[-1] if wandb_sinks else None
+  )
 
 
 def run_meshes(run: RunConfig) -> dict:
@@ -258,6 +277,7 @@ def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any
       )
     # before the sink opens the file: rows an interrupted run logged after `saved` go
     metrics.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
+    metrics.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
   distributed.barrier("tunix-ppo-ext:checkpoints-aligned")
   start = time.perf_counter()
   learner, train_batches, eval_batches, max_return = _build_restoring(run, out, primary)

@@ -8,6 +8,7 @@ any compilation.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 import pathlib
@@ -81,6 +82,7 @@ class TrainSection:
   checkpoint_every: int = 100
   eval_every: int = 100
   eval_batches: int = 1
+  eval_samples: int = 4  # conversations per evaluation to samples.jsonl and W&B
 
 
 # What made the embedded default learn (see README): several samples per episode with a
@@ -158,8 +160,25 @@ class RunConfig:
 _WANDB_MODES = ("disabled", "offline", "online")
 
 
-def load_run_config(path: str | None = None, overrides: typing.Sequence[str] = ()) -> RunConfig:
-  """Reads YAML `path` (defaults when None), applies `KEY=VALUE` overrides, validates."""
+def load_run_config(
+  path: str | None = None, overrides: typing.Sequence[str] = (), *, need_files: bool = True
+) -> RunConfig:
+  """Reads YAML `path` (defaults when None), applies `KEY=VALUE` overrides, validates.
+
+  `need_files=False` (`tunix-ppo-ext plan`) leaves `model.checkpoint` and `model.tokenizer`
+  unchecked: planning needs no weights and no tokenizer.
+  """
+  token = _NEED_FILES.set(need_files)
+  try:
+    return _load_run_config(path, overrides)
+  finally:
+    _NEED_FILES.reset(token)
+
+
+_NEED_FILES = contextvars.ContextVar("need_files", default=True)
+
+
+def _load_run_config(path: str | None, overrides: typing.Sequence[str]) -> RunConfig:
   data: dict[str, Any] = {}
   if path is not None:
     file = pathlib.Path(path)
@@ -279,7 +298,7 @@ def _validate_model(model: ModelSection) -> None:
         "config key 'model.alphabet' must be non-empty with each character once; "
         f"repeated: {repeated}"
       )
-  if model.checkpoint is not None:
+  if model.checkpoint is not None and _NEED_FILES.get():
     directory = pathlib.Path(model.checkpoint)
     if not directory.is_dir() or not list(directory.glob("*.safetensors")):
       raise ValueError(
@@ -287,7 +306,8 @@ def _validate_model(model: ModelSection) -> None:
         "*.safetensors files"
       )
     _validate_checkpoint_config(model)
-  if model.tokenizer is not None and not pathlib.Path(model.tokenizer).is_dir():
+  tokenizer = model.tokenizer
+  if tokenizer is not None and _NEED_FILES.get() and not pathlib.Path(tokenizer).is_dir():
     raise ValueError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
   if model.config_name is not None:
     names = models.qwen3_config_names()
@@ -381,6 +401,7 @@ def _validate_run(run: RunConfig) -> None:
     check_integer(f"config key {key!r}", value, low=1)
   check_integer("config key 'seed'", run.seed, low=0)
   check_integer("config key 'train.eval_batches'", run.train.eval_batches, low=0)
+  check_integer("config key 'train.eval_samples'", run.train.eval_samples, low=0)
   for key in ("lr", "critic_lr", "temperature"):  # finite: inf passes a "> 0" check
     check_number(f"config key 'train.{key}'", getattr(run.train, key), low=0.0, low_open=True)
   _validate_model(run.model)

@@ -29,7 +29,9 @@ BATCH_FAMILIES = (
   "response_length",
   "num_turns",
 )
-BATCH_SCALARS = ("truncated_frac", "turn_limit_frac")
+BATCH_SCALARS = ("truncated_frac", "turn_limit_frac", "success_rate")
+# `env/<key>`: an environment's numeric `info` entries (`metrics.episodes`), `{mode}/env/<key>`
+ENV_INFO_PREFIX = "env/"
 CUSTOM_PREFIX = "custom"
 SUMMARY_KEY = "train/episode_return/mean"  # the main job's summary is made of it
 
@@ -51,6 +53,11 @@ _TIMING = (
   "step",
 )
 
+ROLLOUT_CORRECTION = ("is_mean", "is_std", "is_max", "is_ess", "is_frac_high", "is_frac_low")
+ROLLOUT_CORRECTION += ("rs_masked_frac", "rs_seq_masked_frac")
+# published only while the feature that makes them is configured (`ppo.rollout_is/rs`)
+CONDITIONAL_KEYS = frozenset(f"rollout/{name}" for name in ROLLOUT_CORRECTION)
+
 # internal name -> published key (`{mode}`: train/eval); `None` drops the metric by default.
 TAXONOMY: dict[str, str | None] = {
   **{f"batch/{f}/{s}": f"{{mode}}/{f}/{s}" for f in BATCH_FAMILIES for s in STATS},
@@ -69,6 +76,8 @@ TAXONOMY: dict[str, str | None] = {
   "critic/perplexity": None,
   "rollout/logprob_diff": "rollout/logprob_diff",
   "rollout/tokens_per_s": "rollout/tokens_per_s",
+  # rollout correction (`tunix_ppo_ext.tunix.rollout_correction`)
+  **{f"rollout/{name}": f"rollout/{name}" for name in ROLLOUT_CORRECTION},
   **{f"timing_s/{name}": f"timing_s/{name}" for name in _TIMING},
 }
 # tunix 0.1.7 `PPOLearner`'s own batch metrics, published under their names as well.
@@ -84,6 +93,8 @@ MODES = ("train", "eval")
 
 def published_key(internal: str, mode: str) -> str | None:
   """The default key of internal name `prefix/name` in `mode` (None: dropped by default)."""
+  if internal.startswith(ENV_INFO_PREFIX):  # open-ended: one key per `info` entry
+    return f"{mode}/{internal}"
   template = TAXONOMY.get(internal, internal)
   if template is None:
     return None
@@ -152,7 +163,9 @@ def validate_changes(rename: Mapping[str, str], drop: Sequence[str]) -> None:
   known = known_keys()
 
   def is_known(key: str) -> bool:
-    return key in known or key.split("/")[0] == CUSTOM_PREFIX or key.startswith("eval/custom/")
+    env_info = any(key.startswith(f"{mode}/{ENV_INFO_PREFIX}") for mode in MODES)
+    custom = key.split("/")[0] == CUSTOM_PREFIX or key.startswith("eval/custom/")
+    return key in known or custom or env_info
 
   for source, target in rename.items():
     if not is_known(source):
