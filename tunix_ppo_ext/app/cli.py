@@ -4,6 +4,7 @@
   tunix-ppo-ext plan [--config PATH] [--topology v5e:2x4] [KEY=VALUE ...]
   tunix-ppo-ext plot RUN_DIR
   tunix-ppo-ext sweep --seeds N [--config PATH] [--output-dir DIR] [KEY=VALUE[,VALUE...] ...]
+  tunix-ppo-ext export RUN_DIR OUT_DIR
   tunix-ppo-ext plugins
 
 With no arguments `train` runs the embedded default: a toy tunix Qwen3 (random init)
@@ -67,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
   plan_parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
   plot_parser = commands.add_parser("plot", help="draw a run's main curves into RUN_DIR")
   plot_parser.add_argument("run_dir", metavar="RUN_DIR", help="a train command's output dir")
+  export_parser = commands.add_parser(
+    "export", help="write a run's trained policy as a Hugging Face checkpoint into OUT_DIR"
+  )
+  export_parser.add_argument("run_dir", metavar="RUN_DIR", help="a train command's output dir")
+  export_parser.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty directory")
   commands.add_parser("plugins", help="list the plugins of every group and whether they load")
   _add_sweep_parser(commands)
   return parser
@@ -96,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _plugins_command()
   if args.command == "plot":
     return _plot_command(args.run_dir)
+  if args.command == "export":
+    return _export_command(args.run_dir, args.out_dir, args.debug)
   try:
     if args.command == "plan":
       return _plan_command(args, [*args.overrides, *extra])
@@ -171,6 +179,18 @@ def _plot_command(run_dir: str) -> int:
   except ValueError as err:
     print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
     return 2
+  return 0
+
+
+def _export_command(run_dir: str, out_dir: str, debug: bool) -> int:
+  """`tunix-ppo-ext export RUN_DIR OUT_DIR`: prints OUT_DIR once written (see app/export.py)."""
+  from tunix_ppo_ext.app.export import export_run  # noqa: PLC0415 (loads tunix's models)
+
+  try:
+    print(export_run(run_dir, out_dir))
+  except ValueError as err:
+    _error(str(err), debug)
+    return EXIT_BAD_INPUT
   return 0
 
 
