@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from tunix_ppo_ext import envs
-from tunix_ppo_ext.app import distributed, resume, run_dir
+from tunix_ppo_ext.app import distributed, recipe, resume, run_dir
 from tunix_ppo_ext.app.run_config import RunConfig
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.metrics import keys as metric_keys
@@ -69,6 +69,8 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
     build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
     backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
+  batch = recipe.resolve_batch(run.batch, train.batch_size, ppo.num_generations)
+  sampling, eval_sampling = recipe.sampling_kwargs(run.sampling)
   cluster = build_cluster(
     policy,
     critic,
@@ -79,8 +81,10 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     batch=train.batch_size,
     max_prompt_length=train.max_prompt_length,
     max_tokens_to_generate=run.env.max_completion_len + run.env.max_tokens_per_turn,
-    lr=train.lr,
-    critic_lr=train.critic_lr,
+    optimizers=recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps),
+    **recipe.tunix_batch_sizes(batch, ppo.num_generations),
+    sampling=sampling,
+    eval_sampling=eval_sampling,
     temperature=train.temperature,
     seed=run.seed,
     checkpoint_dir=str(output_dir / "checkpoints"),

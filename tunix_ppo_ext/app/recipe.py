@@ -1,0 +1,167 @@
+"""The training recipe around the PPO math: the run config's `optim`, `batch` and `sampling`
+sections, their checks, and what they become for tunix.
+
+- `optim.actor` / `optim.critic`: `tunix.optimizers.OptimizerSpec` each (Adam/AdamW,
+  global-norm clipping, schedule with warm-up); the peak rates stay `train.lr` /
+  `train.critic_lr`.
+- `batch`: mini-batch and micro-batch sizes in *episodes* (the unit of `train.batch_size`);
+  tunix counts prompts, so each must be a multiple of `ppo.num_generations` and is divided
+  by it (`tunix_batch_sizes`). PPO epochs are `ppo.num_iterations`.
+- `sampling`: top-p / top-k of training rollouts and the temperature, top-p and top-k of
+  evaluation rollouts (None: as in training).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import optax
+
+from tunix_ppo_ext.checks import check_integer, check_number
+from tunix_ppo_ext.tunix.optimizers import OptimizerSpec, build_optimizer
+
+
+@dataclasses.dataclass
+class OptimSection:
+  """The actor's and the critic's optimizers (see `OptimizerSpec`)."""
+
+  actor: OptimizerSpec = dataclasses.field(default_factory=OptimizerSpec)
+  critic: OptimizerSpec = dataclasses.field(default_factory=OptimizerSpec)
+
+
+@dataclasses.dataclass
+class BatchSection:
+  """Batch arithmetic, in episodes (None: the whole `train.batch_size`).
+
+  `mini_batch_size`: episodes per optimizer update (tunix rolls out and trains each
+  mini-batch in turn, so a batch of B makes B / mini_batch_size updates per epoch);
+  `train_micro_batch_size`: episodes per forward/backward pass, gradients accumulated
+  over `mini_batch_size / train_micro_batch_size` passes; or give
+  `gradient_accumulation_steps` instead and the micro-batch is the mini-batch divided by
+  it; `rollout_micro_batch_size` / `logps_micro_batch_size`: episodes per rollout chunk /
+  per log-prob (and value) pass. Every optimizer update counts as one of `train.steps`.
+  """
+
+  mini_batch_size: int | None = None
+  train_micro_batch_size: int | None = None
+  gradient_accumulation_steps: int | None = None
+  rollout_micro_batch_size: int | None = None
+  logps_micro_batch_size: int | None = None
+
+
+@dataclasses.dataclass
+class SamplingSection:
+  """Sampling of rollouts: `top_p` in (0, 1], `top_k` (0: off); evaluation's own
+  `eval_temperature` (0: greedy), `eval_top_p`, `eval_top_k` (None: training's)."""
+
+  top_p: float = 1.0
+  top_k: int = 0
+  eval_temperature: float | None = None
+  eval_top_p: float | None = None
+  eval_top_k: int | None = None
+
+
+def validate_optim(section: OptimSection) -> None:
+  """Each optimizer's keys, by name (`optim.actor.<key>`, `optim.critic.<key>`)."""
+  section.actor.validate("optim.actor")
+  section.critic.validate("optim.critic")
+
+
+def validate_sampling(section: SamplingSection) -> None:
+  """Ranges of the sampling keys; ValueError naming the key and value."""
+  check_number("config key 'sampling.top_p'", section.top_p, low=0.0, high=1.0, low_open=True)
+  check_integer("config key 'sampling.top_k'", section.top_k, low=0)
+  if section.eval_temperature is not None:
+    check_number("config key 'sampling.eval_temperature'", section.eval_temperature, low=0.0)
+  if section.eval_top_p is not None:
+    check_number(
+      "config key 'sampling.eval_top_p'", section.eval_top_p, low=0.0, high=1.0, low_open=True
+    )
+  if section.eval_top_k is not None:
+    check_integer("config key 'sampling.eval_top_k'", section.eval_top_k, low=0)
+
+
+def resolve_batch(section: BatchSection, batch_size: int, num_generations: int) -> dict[str, int]:
+  """The batch sizes in episodes, checked: each a multiple of `num_generations` (tunix keeps
+  a prompt's samples together) dividing what contains it. ValueError explaining the sums.
+
+  Returns `{mini_batch_size, train_micro_batch_size, rollout_micro_batch_size,
+  logps_micro_batch_size}` (episodes; absent keys: tunix's default).
+  """
+  for key in BatchSection.__dataclass_fields__:
+    value = getattr(section, key)
+    if value is not None:
+      check_integer(f"config key 'batch.{key}'", value, low=1)
+  mini = section.mini_batch_size or batch_size
+  _divides("batch.mini_batch_size", mini, "train.batch_size", batch_size, "updates per epoch")
+  micro = section.train_micro_batch_size
+  if section.gradient_accumulation_steps is not None:
+    if micro is not None:
+      raise ValueError(
+        "config keys 'batch.train_micro_batch_size' and 'batch.gradient_accumulation_steps' "
+        "say the same thing (accumulation = mini_batch_size / train_micro_batch_size): give one"
+      )
+    steps = section.gradient_accumulation_steps
+    if mini % steps:
+      raise ValueError(
+        f"config key 'batch.gradient_accumulation_steps'={steps} must divide the mini-batch of "
+        f"{mini} episodes (each pass takes mini_batch_size / gradient_accumulation_steps)"
+      )
+    micro = mini // steps
+  # tunix's default (None) when unset: a mini-batch changes how tunix logs a step's metrics
+  sizes = {"mini_batch_size": mini} if section.mini_batch_size or micro else {}
+  if micro is not None:
+    sizes["mini_batch_size"] = mini
+    _divides("batch.train_micro_batch_size", micro, "the mini-batch", mini, "accumulated passes")
+    sizes["train_micro_batch_size"] = micro
+  for key in ("rollout_micro_batch_size", "logps_micro_batch_size"):
+    value = getattr(section, key)
+    if value is not None:
+      _divides(f"batch.{key}", value, "train.batch_size", batch_size, "chunks")
+      sizes[key] = value
+  for key, value in sizes.items():
+    if value % num_generations:
+      raise ValueError(
+        f"config key 'batch.{key}'={value} episodes must be a multiple of "
+        f"ppo.num_generations={num_generations}: tunix splits batches by prompt, and each "
+        f"prompt brings its {num_generations} samples"
+      )
+  return sizes
+
+
+def _divides(key: str, part: int, whole_name: str, whole: int, what: str) -> None:
+  if whole % part:
+    raise ValueError(
+      f"config key {key!r}={part} must divide {whole_name}={whole}: {whole} / {part} = "
+      f"{whole / part:g} {what}, not a whole number"
+    )
+
+
+def tunix_batch_sizes(sizes: dict[str, int], num_generations: int) -> dict[str, int]:
+  """`resolve_batch`'s sizes in tunix's unit (prompts), as `build_cluster` keywords."""
+  return {key: value // num_generations for key, value in sizes.items()}
+
+
+def optimizers(
+  section: OptimSection, lr: float, critic_lr: float, total_steps: int
+) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
+  """`(actor, critic)` optimizers of the section at peaks `lr` / `critic_lr`, guarded."""
+  return (
+    build_optimizer(section.actor, lr, total_steps),
+    build_optimizer(section.critic, critic_lr, total_steps),
+  )
+
+
+def sampling_kwargs(section: SamplingSection) -> tuple[dict[str, Any], dict[str, Any]]:
+  """`(sampling, eval_sampling)` for `build_cluster`: training's top-p/top-k, and what
+  evaluation changes (empty: evaluation samples as training does)."""
+  train = {"top_p": section.top_p, "top_k": section.top_k or None}
+  evaluation: dict[str, Any] = {}
+  if section.eval_temperature is not None:
+    evaluation["temperature"] = section.eval_temperature
+  if section.eval_top_p is not None:
+    evaluation["top_p"] = section.eval_top_p
+  if section.eval_top_k is not None:
+    evaluation["top_k"] = section.eval_top_k or None
+  return train, evaluation
