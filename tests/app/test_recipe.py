@@ -1,0 +1,105 @@
+"""The recipe sections of the run config (`optim`, `batch`, `sampling`): clear errors, the
+batch arithmetic handed to tunix, and a short run where the schedules show in `actor/lr`
+and `critic/lr` and evaluation samples at its own temperature."""
+
+import math
+
+import pytest
+
+from tests.conftest import SMOKE
+from tests.tunix.test_optimizers import reference_lr
+from tunix_ppo_ext.app import job, recipe
+from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.metrics.sinks import read_jsonl
+
+
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
+    (["optim.actor.name=sgd"], r"'optim.actor.name'='sgd' unknown"),
+    (["optim.critic.weight_decay=0.01"], r"'optim.critic.weight_decay'=0.01 needs .*adamw"),
+    (["optim.actor.shedule=cosine"], r"unknown config key 'optim.actor.shedule'; did you mean"),
+    (["batch.mini_batch_size=12"], r"'batch.mini_batch_size'=12 must divide train.batch_size=32"),
+    (["batch.mini_batch_size=0"], r"'batch.mini_batch_size'=0 is invalid"),
+    (
+      ["batch.mini_batch_size=16", "batch.train_micro_batch_size=6"],
+      r"'batch.train_micro_batch_size'=6 must divide the mini-batch=16: 16 / 6 = 2.66667",
+    ),
+    (
+      ["batch.mini_batch_size=16", "batch.gradient_accumulation_steps=8"],
+      r"'batch.train_micro_batch_size'=2 episodes must be a multiple of ppo.num_generations=4",
+    ),
+    (
+      ["batch.train_micro_batch_size=8", "batch.gradient_accumulation_steps=4"],
+      r"give one",
+    ),
+    (["batch.rollout_micro_batch_size=3"], r"'batch.rollout_micro_batch_size'=3 must divide"),
+    (["sampling.top_p=1.5"], r"'sampling.top_p'=1.5 is invalid"),
+    (["sampling.top_k=-1"], r"'sampling.top_k'=-1 is invalid"),
+    (["sampling.eval_temperature=-0.1"], r"'sampling.eval_temperature'=-0.1 is invalid"),
+    (["sampling.eval_top_p=0"], r"'sampling.eval_top_p'=0.0 is invalid"),
+  ],
+)
+def test_bad_recipe_settings_name_the_key_and_the_arithmetic(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    load_run_config(None, overrides)
+
+
+def test_batch_sizes_reach_tunix_in_prompts():
+  run = load_run_config(
+    None, ["batch.mini_batch_size=16", "batch.gradient_accumulation_steps=2",
+           "batch.rollout_micro_batch_size=8", "batch.logps_micro_batch_size=32"]
+  )  # fmt: skip
+  sizes = recipe.resolve_batch(run.batch, run.train.batch_size, 4)
+  assert sizes == {
+    "mini_batch_size": 16,
+    "train_micro_batch_size": 8,
+    "rollout_micro_batch_size": 8,
+    "logps_micro_batch_size": 32,
+  }
+  assert recipe.tunix_batch_sizes(sizes, 4) == {
+    "mini_batch_size": 4,
+    "train_micro_batch_size": 2,
+    "rollout_micro_batch_size": 2,
+    "logps_micro_batch_size": 8,
+  }
+  assert recipe.resolve_batch(recipe.BatchSection(), 32, 4) == {}  # tunix's defaults
+
+
+STEPS = 4
+RECIPE = [
+  f"train.steps={STEPS}",
+  "train.eval_every=2",
+  "optim.actor.name=adamw",
+  "optim.actor.weight_decay=0.01",
+  "optim.actor.clip_grad_norm=1.0",
+  "optim.actor.schedule=linear",
+  "optim.actor.warmup_steps=2",
+  "optim.critic.schedule=cosine",
+  "optim.critic.min_lr_ratio=0.1",
+  "sampling.eval_temperature=0.5",
+]
+
+
+def test_a_short_run_shows_the_schedules_and_the_eval_temperature(tmp_path):
+  run = load_run_config(str(SMOKE), [f"output_dir={tmp_path}", "wandb=disabled", *RECIPE])
+  job.train(run)
+  rows = {r["step"]: r for r in read_jsonl(tmp_path / "metrics.jsonl")}
+  lr, critic_lr = run.train.lr, run.train.critic_lr
+  for step in range(1, STEPS + 1):
+    # tunix 0.1.7 writes a step's trainer metrics after the next update and reads the
+    # learning rate then: step s shows update s's rate (0-based), the last step its own.
+    update = min(step, STEPS - 1)
+    actor = reference_lr("linear", lr, STEPS, 2, 0.0, update)
+    critic = reference_lr("cosine", critic_lr, STEPS, 0, 0.1, update)
+    assert rows[step]["actor/lr"] == pytest.approx(actor, rel=1e-5), step
+    assert rows[step]["critic/lr"] == pytest.approx(critic, rel=1e-5), step
+    assert math.isfinite(rows[step]["actor/grad_norm"])
+  assert len({rows[s]["actor/lr"] for s in range(1, STEPS + 1)}) >= 3  # the schedule moves
+  # the sampler's log-probs are at its temperature, the trainer's at train.temperature (1):
+  # they agree on training batches and differ on evaluation batches sampled at 0.5
+  train_gap = max(rows[s]["rollout/logprob_diff"] for s in range(1, STEPS + 1))
+  eval_gap = min(
+    r["eval/rollout/logprob_diff"] for r in rows.values() if "eval/rollout/logprob_diff" in r
+  )
+  assert train_gap < 0.1 < eval_gap, (train_gap, eval_gap)
