@@ -38,6 +38,9 @@ from tunix_ppo_ext.metrics.sinks import read_jsonl
     (["sampling.top_k=-1"], r"'sampling.top_k'=-1 is invalid"),
     (["sampling.eval_temperature=-0.1"], r"'sampling.eval_temperature'=-0.1 is invalid"),
     (["sampling.eval_top_p=0"], r"'sampling.eval_top_p'=0.0 is invalid"),
+    (["shaping.method=zscore"], r"'shaping.method'='zscore' unknown"),
+    (["shaping.grouping=stat"], r"'shaping.grouping'='stat' unknown; did you mean 'state'"),
+    (["shaping.eps=0"], r"'shaping.eps'=0.0 is invalid"),
   ],
 )
 def test_bad_recipe_settings_name_the_key_and_the_arithmetic(overrides, message):
@@ -78,13 +81,22 @@ RECIPE = [
   "optim.critic.schedule=cosine",
   "optim.critic.min_lr_ratio=0.1",
   "sampling.eval_temperature=0.5",
+  "ppo.num_generations=2",
+  "batch.mini_batch_size=4",  # of 8 episodes: two updates per rollout batch
+  "batch.gradient_accumulation_steps=2",
+  "shaping.grouping=batch",
+  "shaping.method=mean",
 ]
 
 
-def test_a_short_run_shows_the_schedules_and_the_eval_temperature(tmp_path):
+def test_a_short_run_shows_the_schedules_the_batching_and_the_eval_temperature(tmp_path):
   run = load_run_config(str(SMOKE), [f"output_dir={tmp_path}", "wandb=disabled", *RECIPE])
-  job.train(run)
+  summary = job.train(run)
   rows = {r["step"]: r for r in read_jsonl(tmp_path / "metrics.jsonl")}
+  # tunix's steps are optimizer updates: 4 updates are 2 rollout batches of 2 mini-batches
+  assert summary["steps"] == STEPS // 2
+  assert sorted(s for s, r in rows.items() if "train/return/mean" in r) == [1, 2]
+  assert sorted(s for s, r in rows.items() if "actor/pg_loss" in r) == list(range(1, STEPS + 1))
   lr, critic_lr = run.train.lr, run.train.critic_lr
   for step in range(1, STEPS + 1):
     # tunix 0.1.7 writes a step's trainer metrics after the next update and reads the
@@ -98,6 +110,12 @@ def test_a_short_run_shows_the_schedules_and_the_eval_temperature(tmp_path):
   assert len({rows[s]["actor/lr"] for s in range(1, STEPS + 1)}) >= 3  # the schedule moves
   # the sampler's log-probs are at its temperature, the trainer's at train.temperature (1):
   # they agree on training batches and differ on evaluation batches sampled at 0.5
+  # scores centred on the batch before the estimator: their mean is 0 whatever the returns
+  for step in (1, 2):
+    assert abs(rows[step]["train/score/mean"]) < 1e-6, rows[step]
+    returns = rows[step]["train/episode_return/max"] - rows[step]["train/episode_return/min"]
+    spread = rows[step]["train/score/max"] - rows[step]["train/score/min"]
+    assert spread <= returns + 1e-6  # centring within each rollout chunk never widens it
   train_gap = max(rows[s]["rollout/logprob_diff"] for s in range(1, STEPS + 1))
   eval_gap = min(
     r["eval/rollout/logprob_diff"] for r in rows.values() if "eval/rollout/logprob_diff" in r

@@ -7,6 +7,7 @@ sections, their checks, and what they become for tunix.
 - `batch`: mini-batch and micro-batch sizes in *episodes* (the unit of `train.batch_size`);
   tunix counts prompts, so each must be a multiple of `ppo.num_generations` and is divided
   by it (`tunix_batch_sizes`). PPO epochs are `ppo.num_iterations`.
+- `shaping`: episode-score normalization before any estimator (`data.shaping`).
 - `sampling`: top-p / top-k of training rollouts and the temperature, top-p and top-k of
   evaluation rollouts (None: as in training).
 """
@@ -18,7 +19,9 @@ from typing import Any
 
 import optax
 
-from tunix_ppo_ext.checks import check_integer, check_number
+from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
+from tunix_ppo_ext.data.shaping import GROUPINGS, normalize_batch_scores
+from tunix_ppo_ext.ops.shaping import SCORE_NORMALIZATIONS
 from tunix_ppo_ext.tunix.optimizers import OptimizerSpec, build_optimizer
 
 
@@ -60,6 +63,42 @@ class SamplingSection:
   eval_temperature: float | None = None
   eval_top_p: float | None = None
   eval_top_k: int | None = None
+
+
+@dataclasses.dataclass
+class ShapingSection:
+  """Episode scores normalized before the estimator: `method` (`identity`, `mean`,
+  `mean_std`, `asym_clip`) within `grouping` (`group`, `batch`, `state`)."""
+
+  grouping: str = "group"
+  method: str = "identity"
+  eps: float = 1e-6
+
+
+def validate_shaping(section: ShapingSection) -> None:
+  """Names the key and the choices."""
+  for key, choices in (("grouping", GROUPINGS), ("method", SCORE_NORMALIZATIONS)):
+    value = getattr(section, key)
+    if value not in choices:
+      hint = did_you_mean(value, choices)
+      raise ValueError(f"config key 'shaping.{key}'={value!r} unknown{hint} (valid: {choices})")
+  check_number("config key 'shaping.eps'", section.eps, low=0.0, low_open=True)
+
+
+def shaped_source(source: Any, section: ShapingSection) -> Any:
+  """The trajectory source `source` with its batches' scores normalized (`identity`:
+  `source` itself); keeps the source's checkpointed state methods."""
+  if section.method == "identity":
+    return source
+
+  def shaped(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
+    batch = source(learner, training_input, mode)
+    return normalize_batch_scores(batch, section.grouping, section.method, section.eps)
+
+  for name in ("state_dict", "load_state_dict"):
+    if hasattr(source, name):
+      setattr(shaped, name, getattr(source, name))
+  return shaped
 
 
 def validate_optim(section: OptimSection) -> None:

@@ -10,9 +10,9 @@ For a segment S with population mean mu_S and standard deviation sigma_S of its 
   asym_clip:  clip(mean_std(x), -1, 3)
 
 then `+ penalty`. A segment of one has sigma 0 (mean_std, asym_clip: 0; mean: 0).
-Computed on `x / s` (`s` the largest finite |x| of the segment) and rescaled, so scores of 1e20 neither
-overflow the variance nor lose the result. Segment sums use `jax.ops.segment_sum`: no
-Python loop over groups.
+Computed on `x / s` (`s` the largest finite |x| of the segment) and rescaled, so scores
+of 1e20 neither overflow the variance nor lose the result. Segment sums use
+`jax.ops.segment_sum`: no Python loop over groups.
 """
 
 from __future__ import annotations
