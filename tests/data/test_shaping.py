@@ -6,7 +6,7 @@ import pytest
 
 from tests.ops.test_shaping import ref_normalize
 from tunix_ppo_ext.data import TrajectoryBatch
-from tunix_ppo_ext.data.shaping import normalize_batch_scores, segment_ids
+from tunix_ppo_ext.data.shaping import filter_groups, normalize_batch_scores, segment_ids
 
 
 def batch() -> TrajectoryBatch:
@@ -61,3 +61,20 @@ def test_normalized_score_sits_on_the_last_agent_token(grouping, method):
   for row in range(6):  # only the last agent token of a row may change
     assert set(np.flatnonzero(changed[row])) <= {last[row]}, row
   assert normalize_batch_scores(b, grouping, "identity") is b
+
+
+def test_filtering_keeps_the_groups_with_the_largest_spread():
+  b = batch()  # group scores: [1.25, -2], [0.5, 0], [3, 2] -> std 1.625, 0.25, 0.5
+  filtered, stats = filter_groups(b, 1 / 3)
+  kept_rows = filtered.loss_mask.any(1)
+  np.testing.assert_array_equal(kept_rows, [True, True, False, False, False, False])
+  np.testing.assert_array_equal(filtered.loss_mask[:2], b.loss_mask[:2])
+  assert stats["kept_frac"] == pytest.approx(1 / 3)
+  assert stats["in_group_std"] == pytest.approx((1.625 + 0.25 + 0.5) / 3)
+  assert stats["kept_in_group_std"] == pytest.approx(1.625)
+  reverse, _ = filter_groups(b, 1 / 3, reverse=True)
+  np.testing.assert_array_equal(reverse.loss_mask.any(1), [False, False, True, False, False, False])
+  same, stats = filter_groups(b, 1.0)
+  assert same is b and stats["kept_frac"] == 1.0
+  with pytest.raises(ValueError, match=r"keep_ratio=0.5 of 3 groups is 1.5 groups"):
+    filter_groups(b, 0.5)

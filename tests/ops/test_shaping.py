@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tests.conftest import flush_subnormals
-from tunix_ppo_ext.ops.shaping import SCORE_NORMALIZATIONS, normalize_scores
+from tunix_ppo_ext.ops.shaping import SCORE_NORMALIZATIONS, normalize_scores, top_spread_groups
 
 EPS = 1e-6
 B = 8
@@ -90,3 +90,25 @@ def test_random_scores_match_the_reference(x, group, method):
 def test_unknown_method_names_the_choices():
   with pytest.raises(ValueError, match=r"'zscore' unknown \(valid: \('identity'"):
     normalize_scores(jnp.zeros(2), jnp.zeros(2, int), 1, "zscore")
+
+
+def ref_top_spread(x, ids, keep, reverse):
+  """Groups ranked by population std (largest first; `reverse`: smallest), ties by id."""
+  groups = sorted(set(ids.tolist()))
+  std = {g: float(np.std(np.asarray(x, np.float64)[ids == g])) for g in groups}
+  ranked = sorted(groups, key=lambda g: ((std[g] if reverse else -std[g]), g))
+  chosen = set(ranked[:keep])
+  return np.array([i in chosen for i in ids]), np.array([std[g] for g in groups])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("keep", [1, 2, 3, 4])
+def test_top_spread_groups_match_the_reference(keep, reverse):
+  # 4 groups of 2: spreads 0.5, 0 (constant), 3 (negative scores), 0 (tie with group 1)
+  x = np.array([0.0, 1.0, 0.25, 0.25, -4.0, 2.0, 7.0, 7.0], np.float32)
+  ids = np.repeat(np.arange(4), 2)
+  kept, std = top_spread_groups(jnp.asarray(x), jnp.asarray(ids), 4, keep, reverse)
+  expected_kept, expected_std = ref_top_spread(x, ids, keep, reverse)
+  np.testing.assert_allclose(np.asarray(std), expected_std, rtol=1e-6, atol=1e-7)
+  np.testing.assert_array_equal(np.asarray(kept), expected_kept)
+  assert np.asarray(kept).sum() == 2 * keep

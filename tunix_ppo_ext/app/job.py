@@ -104,7 +104,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   )
   if run.env.loss_on_observations:
     source = _observations_in_loss(source)
-  source = recipe.shaped_source(source, run.shaping)
+  source = recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
   prompts_per_batch = train.batch_size // ppo.num_generations
   train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed)

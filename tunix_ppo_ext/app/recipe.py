@@ -15,12 +15,14 @@ sections, their checks, and what they become for tunix.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
+import numpy as np
 import optax
 
 from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
-from tunix_ppo_ext.data.shaping import GROUPINGS, normalize_batch_scores
+from tunix_ppo_ext.data.shaping import GROUPINGS, filter_groups, normalize_batch_scores
 from tunix_ppo_ext.ops.shaping import SCORE_NORMALIZATIONS
 from tunix_ppo_ext.tunix.optimizers import OptimizerSpec, build_optimizer
 
@@ -99,6 +101,69 @@ def shaped_source(source: Any, section: ShapingSection) -> Any:
     if hasattr(source, name):
       setattr(shaped, name, getattr(source, name))
   return shaped
+
+
+FILTER_BY = ("std", "std_rev")
+
+
+@dataclasses.dataclass
+class FilterSection:
+  """Rollout filtering: keep `keep_ratio` of each rollout chunk's groups, those with the
+  largest in-group score std (`by: std`) or the smallest (`std_rev`); 1.0: off."""
+
+  keep_ratio: float = 1.0
+  by: str = "std"
+
+
+def validate_filter(section: FilterSection, chunk: int, num_generations: int) -> None:
+  """`keep_ratio` in (0, 1] keeping a whole number of the `chunk / num_generations` groups
+  each rollout chunk holds; `by` known. ValueError explaining the sums."""
+  check_number(
+    "config key 'filter.keep_ratio'", section.keep_ratio, low=0.0, high=1.0, low_open=True
+  )
+  if section.by not in FILTER_BY:
+    hint = did_you_mean(section.by, FILTER_BY)
+    raise ValueError(f"config key 'filter.by'={section.by!r} unknown{hint} (valid: {FILTER_BY})")
+  groups = chunk // num_generations
+  kept = section.keep_ratio * groups
+  if kept != round(kept):
+    raise ValueError(
+      f"config key 'filter.keep_ratio'={section.keep_ratio} keeps {section.keep_ratio} x "
+      f"{groups} groups = {kept:g}, not a whole number: the learner receives rollouts in chunks "
+      f"of {chunk} episodes (train.batch_size, or the batch section's micro-batches) = {groups} "
+      f"groups of ppo.num_generations={num_generations}"
+    )
+
+
+def rollout_chunk(sizes: dict[str, int], batch_size: int) -> int:
+  """Episodes per rollout chunk the learner receives: tunix's lcm of the rollout and
+  log-prob micro-batches (each defaulting to the training micro-batch, the mini-batch,
+  the batch)."""
+  micro = sizes.get("train_micro_batch_size", sizes.get("mini_batch_size", batch_size))
+  return math.lcm(
+    sizes.get("rollout_micro_batch_size", micro), sizes.get("logps_micro_batch_size", micro)
+  )
+
+
+def filtered_source(source: Any, section: FilterSection) -> Any:
+  """`source` keeping only the chosen groups' loss masks (`data.shaping.filter_groups`),
+  logging `rollout/filter_kept_frac`, `rollout/in_group_std`, `rollout/kept_in_group_std`."""
+  if section.keep_ratio >= 1.0:
+    return source
+
+  def filtered(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
+    batch, stats = filter_groups(
+      source(learner, training_input, mode), section.keep_ratio, section.by == "std_rev"
+    )
+    names = {"kept_frac": "filter_kept_frac"}
+    metrics = {f"rollout/{names.get(k, k)}": (v, np.mean) for k, v in stats.items()}
+    learner.rl_cluster.buffer_metrics(metrics, mode=mode)
+    return batch
+
+  for name in ("state_dict", "load_state_dict"):
+    if hasattr(source, name):
+      setattr(filtered, name, getattr(source, name))
+  return filtered
 
 
 def validate_optim(section: OptimSection) -> None:

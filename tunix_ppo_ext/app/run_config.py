@@ -1,7 +1,7 @@
 """The main job's configuration: YAML file + dotted `KEY=VALUE` overrides, checked eagerly.
 
 Sections: `model`, `env`, `train`, `metrics`, `mesh`, `optim`, `batch`, `sampling`,
-`shaping` (`app.recipe`), `ppo` (fields of `PpoExtConfig`, merged over
+`shaping`, `filter` (`app.recipe`), `ppo` (fields of `PpoExtConfig`, merged over
 `DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`, `sinks`. Unknown keys, wrong types and
 impossible values raise `ValueError` naming the key (with the closest valid names) before
 any compilation.
@@ -152,6 +152,7 @@ class RunConfig:
   batch: recipe.BatchSection = dataclasses.field(default_factory=recipe.BatchSection)
   sampling: recipe.SamplingSection = dataclasses.field(default_factory=recipe.SamplingSection)
   shaping: recipe.ShapingSection = dataclasses.field(default_factory=recipe.ShapingSection)
+  filter: recipe.FilterSection = dataclasses.field(default_factory=recipe.FilterSection)
   ppo: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PPO))
 
   def ppo_config(self) -> PpoExtConfig:
@@ -392,4 +393,6 @@ def _validate_run(run: RunConfig) -> None:
   recipe.validate_optim(run.optim)
   recipe.validate_sampling(run.sampling)
   recipe.validate_shaping(run.shaping)
-  recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
+  sizes = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
+  chunk = recipe.rollout_chunk(sizes, run.train.batch_size)
+  recipe.validate_filter(run.filter, chunk, num_generations)

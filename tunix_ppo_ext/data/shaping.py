@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tunix_ppo_ext.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext.ops.shaping import normalize_scores
+from tunix_ppo_ext.ops.shaping import normalize_scores, top_spread_groups
 
 GROUPINGS = ("group", "batch", "state")
 
@@ -55,3 +55,38 @@ def normalize_batch_scores(
   rows = np.arange(len(scores))
   shaped[rows, last] += np.where(loss.any(1), np.asarray(normalized) - scores, 0.0)
   return dataclasses.replace(batch, token_rewards=shaped)
+
+
+def filter_groups(
+  batch: TrajectoryBatch, keep_ratio: float, reverse: bool = False
+) -> tuple[TrajectoryBatch, dict[str, float]]:
+  """Keeps `keep_ratio` of the batch's groups by in-group score spread (`top_spread_groups`):
+  the others' loss masks are zeroed, so neither actor nor critic trains on them, while the
+  batch keeps its shape for tunix. Returns the batch and `{kept_frac, in_group_std,
+  kept_in_group_std}` (means over groups)."""
+  ids = segment_ids(batch, "group")
+  num_groups = int(ids.max()) + 1 if len(ids) else 0
+  keep = int(round(keep_ratio * num_groups))
+  if keep_ratio * num_groups != keep or keep < 1:
+    raise ValueError(
+      f"rollout filter keep_ratio={keep_ratio} of {num_groups} groups is "
+      f"{keep_ratio * num_groups:g} groups: not a whole number >= 1"
+    )
+  scores = np.asarray(batch.token_rewards, np.float32).sum(-1)
+  kept, group_std = top_spread_groups(
+    jnp.asarray(scores), jnp.asarray(ids), num_groups, keep, reverse
+  )
+  kept, group_std = np.asarray(kept), np.asarray(group_std)
+  chosen = np.zeros(num_groups, bool)
+  chosen[ids[kept]] = True
+  stats = {
+    "kept_frac": keep / num_groups,
+    "in_group_std": float(group_std.mean()),
+    "kept_in_group_std": float(group_std[chosen].mean()),
+  }
+  if keep == num_groups:
+    return batch, stats
+  changes = {"loss_mask": np.where(kept[:, None], np.asarray(batch.loss_mask), 0)}
+  if getattr(batch, "sampler_logp_mask", None) is not None:  # stays within the loss mask
+    changes["sampler_logp_mask"] = np.where(kept[:, None], batch.sampler_logp_mask, 0)
+  return dataclasses.replace(batch, **changes), stats

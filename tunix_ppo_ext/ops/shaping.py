@@ -68,3 +68,19 @@ def normalize_scores(
   if method == "asym_clip":
     z = jnp.clip(z, *ASYM_CLIP)
   return z + extra
+
+
+def top_spread_groups(
+  scores: jax.Array, group_ids: jax.Array, num_groups: int, keep: int, reverse: bool = False
+) -> tuple[jax.Array, jax.Array]:
+  """Rollout filtering (GRL's `rollout_filter_ratio`): the `keep` groups with the largest
+  in-group score std (`reverse`: the smallest), so the batch trains on informative groups.
+
+  `scores`: `[B]`; `group_ids`: `[B]` ints in `[0, num_groups)`, every id used. Returns
+  `(kept [B] bool, group_std [num_groups])` (population std; ties keep the lower id).
+  """
+  _, std = segment_mean_std(scores, group_ids, num_groups)
+  group_std = jax.ops.segment_max(std, group_ids, num_groups)  # equal within a group
+  _, chosen = jax.lax.top_k(-group_std if reverse else group_std, keep)
+  kept_groups = jnp.zeros(num_groups, bool).at[chosen].set(True)
+  return kept_groups[group_ids], group_std
