@@ -41,6 +41,13 @@ from tunix_ppo_ext.metrics.sinks import read_jsonl
     (["shaping.method=zscore"], r"'shaping.method'='zscore' unknown"),
     (["shaping.grouping=stat"], r"'shaping.grouping'='stat' unknown; did you mean 'state'"),
     (["shaping.eps=0"], r"'shaping.eps'=0.0 is invalid"),
+    (
+      ["filter.keep_ratio=0.3"],
+      r"'filter.keep_ratio'=0.3 keeps 0.3 x 8 groups = 2.4, not a whole number: .* chunks of "
+      r"32 episodes",
+    ),
+    (["filter.by=spread"], r"'filter.by'='spread' unknown"),
+    (["filter.keep_ratio=0"], r"'filter.keep_ratio'=0.0 is invalid"),
   ],
 )
 def test_bad_recipe_settings_name_the_key_and_the_arithmetic(overrides, message):
@@ -81,9 +88,11 @@ RECIPE = [
   "optim.critic.schedule=cosine",
   "optim.critic.min_lr_ratio=0.1",
   "sampling.eval_temperature=0.5",
+  "train.batch_size=16",
   "ppo.num_generations=2",
-  "batch.mini_batch_size=4",  # of 8 episodes: two updates per rollout batch
-  "batch.gradient_accumulation_steps=2",
+  "batch.mini_batch_size=8",  # of 16 episodes: two updates per rollout batch
+  "batch.gradient_accumulation_steps=2",  # rollout chunks of 4 episodes = 2 groups
+  "filter.keep_ratio=0.5",  # the group with the larger score spread of each chunk
   "shaping.grouping=batch",
   "shaping.method=mean",
 ]
@@ -107,7 +116,11 @@ def test_a_short_run_shows_the_schedules_the_batching_and_the_eval_temperature(t
     assert rows[step]["actor/lr"] == pytest.approx(actor, rel=1e-5), step
     assert rows[step]["critic/lr"] == pytest.approx(critic, rel=1e-5), step
     assert math.isfinite(rows[step]["actor/grad_norm"])
-  assert len({rows[s]["actor/lr"] for s in range(1, STEPS + 1)}) >= 3  # the schedule moves
+  assert len({rows[s]["actor/lr"] for s in range(1, STEPS + 1)}) == 2  # warm-up, then decay
+  assert len({rows[s]["critic/lr"] for s in range(1, STEPS + 1)}) == 3
+  for step in (1, 2):  # half the groups train; the kept ones spread at least as much
+    assert rows[step]["rollout/filter_kept_frac"] == 0.5
+    assert rows[step]["rollout/kept_in_group_std"] >= rows[step]["rollout/in_group_std"]
   # the sampler's log-probs are at its temperature, the trainer's at train.temperature (1):
   # they agree on training batches and differ on evaluation batches sampled at 0.5
   # scores centred on the batch before the estimator: their mean is 0 whatever the returns

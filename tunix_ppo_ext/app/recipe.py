@@ -25,6 +25,7 @@ from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
 from tunix_ppo_ext.data.shaping import GROUPINGS, filter_groups, normalize_batch_scores
 from tunix_ppo_ext.ops.shaping import SCORE_NORMALIZATIONS
 from tunix_ppo_ext.tunix.optimizers import OptimizerSpec, build_optimizer
+from tunix_ppo_ext.tunix.rollout import Mode
 
 
 @dataclasses.dataclass
@@ -146,15 +147,16 @@ def rollout_chunk(sizes: dict[str, int], batch_size: int) -> int:
 
 
 def filtered_source(source: Any, section: FilterSection) -> Any:
-  """`source` keeping only the chosen groups' loss masks (`data.shaping.filter_groups`),
+  """`source` keeping only the chosen groups' loss masks in training (`data.shaping.filter_groups`),
   logging `rollout/filter_kept_frac`, `rollout/in_group_std`, `rollout/kept_in_group_std`."""
   if section.keep_ratio >= 1.0:
     return source
 
   def filtered(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
-    batch, stats = filter_groups(
-      source(learner, training_input, mode), section.keep_ratio, section.by == "std_rev"
-    )
+    batch = source(learner, training_input, mode)
+    if mode != Mode.TRAIN:  # evaluation measures every episode
+      return batch
+    batch, stats = filter_groups(batch, section.keep_ratio, section.by == "std_rev")
     names = {"kept_frac": "filter_kept_frac"}
     metrics = {f"rollout/{names.get(k, k)}": (v, np.mean) for k, v in stats.items()}
     learner.rl_cluster.buffer_metrics(metrics, mode=mode)
