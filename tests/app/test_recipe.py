@@ -4,13 +4,16 @@ and `critic/lr` and evaluation samples at its own temperature."""
 
 import math
 
+import numpy as np
 import pytest
 
 from tests.conftest import SMOKE
 from tests.tunix.test_optimizers import reference_lr
 from tunix_ppo_ext.app import job, recipe
 from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.envs import MemoryEnv
 from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext.tunix.rollout import Mode
 
 
 @pytest.mark.parametrize(
@@ -48,6 +51,9 @@ from tunix_ppo_ext.metrics.sinks import read_jsonl
     ),
     (["filter.by=spread"], r"'filter.by'='spread' unknown"),
     (["filter.keep_ratio=0"], r"'filter.keep_ratio'=0.0 is invalid"),
+    (["validation.group_size=3"], r"'validation.group_size'=3 must divide .* 32 / 3 = 10.6667"),
+    (["validation.env=memroy"], r"'validation.env'/'validation.kwargs' .*did you mean 'memory'"),
+    (["validation.kwargs={num_symbols: 1}"], r"'validation.kwargs' .*num_symbols must be in"),
   ],
 )
 def test_bad_recipe_settings_name_the_key_and_the_arithmetic(overrides, message):
@@ -134,3 +140,22 @@ def test_a_short_run_shows_the_schedules_the_batching_and_the_eval_temperature(t
     r["eval/rollout/logprob_diff"] for r in rows.values() if "eval/rollout/logprob_diff" in r
   )
   assert train_gap < 0.1 < eval_gap, (train_gap, eval_gap)
+
+
+def test_validation_plays_its_own_environment_seeds_and_groups(tmp_path):
+  overrides = ["validation.kwargs={num_symbols: 5}", "validation.seed=123"]
+  overrides += ["validation.group_size=1", "wandb=disabled", f"output_dir={tmp_path}"]
+  run = load_run_config(str(SMOKE), overrides)
+  learner, _, eval_batches, _ = job.build_run(run, tmp_path)
+  generations = run.ppo_config().num_generations
+  data = {k: np.repeat(v, generations, axis=0) for k, v in eval_batches[0].items()}
+  batch = learner.trajectory_source(learner, data, Mode.EVAL)
+  learner.rl_cluster.close()
+  seeds = recipe.validation_seeds(run.validation, run.train.batch_size, 1)
+  assert len(set(seeds.tolist())) == len(set(batch.group_ids.tolist())) == run.train.batch_size
+  tokenizer = learner.rl_cluster.tokenizer
+  special = {tokenizer.pad_id(), tokenizer.bos_id()}
+  prompts = [tokenizer.decode([t for t in row if t not in special]) for row in batch.prompt_ids]
+  validation = [MemoryEnv(num_symbols=5).reset(int(s))[0] for s in seeds]
+  assert prompts == validation
+  assert prompts != [MemoryEnv().reset(int(s))[0] for s in seeds]  # not training's env

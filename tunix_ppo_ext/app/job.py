@@ -104,12 +104,26 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   )
   if run.env.loss_on_observations:
     source = _observations_in_loss(source)
+  source = recipe.validation_source(source, run.validation, _validation_rollout(run))
   source = recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
   prompts_per_batch = train.batch_size // ppo.num_generations
   train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed)
   eval_batches = list(episode_batches(train.eval_batches, prompts_per_batch, seed=run.seed + 1))
   return learner, train_batches, eval_batches, env.max_return
+
+
+def _validation_rollout(run: RunConfig) -> MultiTurnRollout:
+  """The multi-turn rollout of the `validation` section (environment, group size)."""
+  val = run.validation
+  return MultiTurnRollout(
+    val.env or run.env.name,
+    val.kwargs if val.kwargs is not None else (run.env.kwargs if val.env is None else {}),
+    max_completion_len=run.env.max_completion_len,
+    max_turns=run.env.max_turns,
+    max_turn_tokens=run.env.max_tokens_per_turn,
+    group_size=val.group_size,
+  )
 
 
 def run_meshes(run: RunConfig) -> dict:

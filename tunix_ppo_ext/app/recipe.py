@@ -7,6 +7,7 @@ sections, their checks, and what they become for tunix.
 - `batch`: mini-batch and micro-batch sizes in *episodes* (the unit of `train.batch_size`);
   tunix counts prompts, so each must be a multiple of `ppo.num_generations` and is divided
   by it (`tunix_batch_sizes`). PPO epochs are `ppo.num_iterations`.
+- `validation`: evaluation's own environment, seeds and group size.
 - `shaping`: episode-score normalization before any estimator (`data.shaping`).
 - `sampling`: top-p / top-k of training rollouts and the temperature, top-p and top-k of
   evaluation rollouts (None: as in training).
@@ -23,6 +24,7 @@ import optax
 
 from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
 from tunix_ppo_ext.data.shaping import GROUPINGS, filter_groups, normalize_batch_scores
+from tunix_ppo_ext.envs import make_env
 from tunix_ppo_ext.ops.shaping import SCORE_NORMALIZATIONS
 from tunix_ppo_ext.tunix.optimizers import OptimizerSpec, build_optimizer
 from tunix_ppo_ext.tunix.rollout import Mode
@@ -166,6 +168,76 @@ def filtered_source(source: Any, section: FilterSection) -> Any:
     if hasattr(source, name):
       setattr(filtered, name, getattr(source, name))
   return filtered
+
+
+@dataclasses.dataclass
+class ValidationSection:
+  """Evaluation episodes of their own (GRL's validation agents): `env` / `kwargs` (None:
+  the training environment and its kwargs), a fixed set of episode seeds drawn from
+  `seed` (None: evaluation's usual `seed + 1` batches), and `group_size` episodes per
+  seed (None: `ppo.num_generations`). Sampling: the `sampling.eval_*` keys; how often:
+  `train.eval_every`; how many: `train.eval_batches` x `train.batch_size` episodes."""
+
+  env: str | None = None
+  kwargs: dict[str, Any] | None = None
+  seed: int | None = None
+  group_size: int | None = None
+
+  def is_default(self) -> bool:
+    return self == ValidationSection()
+
+
+def validate_validation(section: ValidationSection, batch_size: int, train_env: str) -> None:
+  """`group_size` dividing the evaluation batch, `seed` >= 0, the environment buildable."""
+  if section.group_size is not None:
+    check_integer("config key 'validation.group_size'", section.group_size, low=1)
+    if batch_size % section.group_size:
+      raise ValueError(
+        f"config key 'validation.group_size'={section.group_size} must divide the evaluation "
+        f"batch of train.batch_size={batch_size} episodes: {batch_size} / "
+        f"{section.group_size} = {batch_size / section.group_size:g} groups"
+      )
+  if section.seed is not None:
+    check_integer("config key 'validation.seed'", section.seed, low=0)
+  if section.env is not None or section.kwargs is not None:
+    name = section.env or train_env
+    try:
+      make_env(name, **(section.kwargs or {}))
+    except (TypeError, ValueError) as err:
+      raise ValueError(
+        f"config keys 'validation.env'/'validation.kwargs' ({name!r}, {section.kwargs!r}): {err}"
+      ) from None
+
+
+def validation_seeds(section: ValidationSection, rows: int, group_size: int) -> np.ndarray:
+  """`[rows]` episode seeds: `rows / group_size` seeds from `section.seed`, each repeated
+  `group_size` times (the same set at every evaluation)."""
+  rng = np.random.default_rng(section.seed)
+  seeds = rng.integers(0, 2**31 - 1, size=rows // group_size, dtype=np.int64)
+  return np.repeat(seeds, group_size)
+
+
+def validation_source(source: Any, section: ValidationSection, evaluation: Any) -> Any:
+  """`source` in training; in evaluation the `evaluation` rollout (the validation
+  environment and group size) on `validation_seeds` when `section.seed` is set, else on
+  the evaluation batch's own seeds."""
+  if section.is_default():
+    return source
+
+  def validated(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
+    if mode == Mode.TRAIN:
+      return source(learner, training_input, mode)
+    group = section.group_size or learner.algo_config.num_generations
+    seeds = np.asarray(training_input["seed"])
+    if section.seed is not None or group != learner.algo_config.num_generations:
+      base = section.seed if section.seed is not None else int(seeds[0])
+      seeds = validation_seeds(dataclasses.replace(section, seed=base), len(seeds), group)
+    return evaluation(learner, {"prompts": seeds.astype(str), "seed": seeds}, mode)
+
+  for name in ("state_dict", "load_state_dict"):
+    if hasattr(source, name):
+      setattr(validated, name, getattr(source, name))
+  return validated
 
 
 def validate_optim(section: OptimSection) -> None:

@@ -1,7 +1,7 @@
 """The main job's configuration: YAML file + dotted `KEY=VALUE` overrides, checked eagerly.
 
 Sections: `model`, `env`, `train`, `metrics`, `mesh`, `optim`, `batch`, `sampling`,
-`shaping`, `filter` (`app.recipe`), `ppo` (fields of `PpoExtConfig`, merged over
+`shaping`, `filter`, `validation` (`app.recipe`), `ppo` (fields of `PpoExtConfig`, merged over
 `DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`, `sinks`. Unknown keys, wrong types and
 impossible values raise `ValueError` naming the key (with the closest valid names) before
 any compilation.
@@ -153,6 +153,7 @@ class RunConfig:
   sampling: recipe.SamplingSection = dataclasses.field(default_factory=recipe.SamplingSection)
   shaping: recipe.ShapingSection = dataclasses.field(default_factory=recipe.ShapingSection)
   filter: recipe.FilterSection = dataclasses.field(default_factory=recipe.FilterSection)
+  validation: recipe.ValidationSection = dataclasses.field(default_factory=recipe.ValidationSection)
   ppo: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PPO))
 
   def ppo_config(self) -> PpoExtConfig:
@@ -396,3 +397,4 @@ def _validate_run(run: RunConfig) -> None:
   sizes = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
   chunk = recipe.rollout_chunk(sizes, run.train.batch_size)
   recipe.validate_filter(run.filter, chunk, num_generations)
+  recipe.validate_validation(run.validation, run.train.batch_size, run.env.name)
