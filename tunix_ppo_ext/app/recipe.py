@@ -30,6 +30,25 @@ from tunix_ppo_ext.tunix.optimizers import OptimizerSpec, build_optimizer
 from tunix_ppo_ext.tunix.rollout import Mode
 
 
+class WrappedSource:
+  """A trajectory source calling `fn(learner, training_input, mode)` in place of `inner`,
+  with `inner`'s checkpointed state (`state_dict` / `load_state_dict`) if it has one."""
+
+  _STATE = ("state_dict", "load_state_dict")
+
+  def __init__(self, inner: Any, fn: Any):
+    self.inner = inner
+    self.fn = fn
+
+  def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
+    return self.fn(learner, training_input, mode)
+
+  def __getattr__(self, name: str) -> Any:
+    if name in self._STATE:
+      return getattr(self.inner, name)
+    raise AttributeError(name)
+
+
 @dataclasses.dataclass
 class OptimSection:
   """The actor's and the critic's optimizers (see `OptimizerSpec`)."""
@@ -100,10 +119,7 @@ def shaped_source(source: Any, section: ShapingSection) -> Any:
     batch = source(learner, training_input, mode)
     return normalize_batch_scores(batch, section.grouping, section.method, section.eps)
 
-  for name in ("state_dict", "load_state_dict"):
-    if hasattr(source, name):
-      setattr(shaped, name, getattr(source, name))
-  return shaped
+  return WrappedSource(source, shaped)
 
 
 FILTER_BY = ("std", "std_rev")
@@ -164,10 +180,7 @@ def filtered_source(source: Any, section: FilterSection) -> Any:
     learner.rl_cluster.buffer_metrics(metrics, mode=mode)
     return batch
 
-  for name in ("state_dict", "load_state_dict"):
-    if hasattr(source, name):
-      setattr(filtered, name, getattr(source, name))
-  return filtered
+  return WrappedSource(source, filtered)
 
 
 @dataclasses.dataclass
@@ -234,10 +247,7 @@ def validation_source(source: Any, section: ValidationSection, evaluation: Any) 
       seeds = validation_seeds(dataclasses.replace(section, seed=base), len(seeds), group)
     return evaluation(learner, {"prompts": seeds.astype(str), "seed": seeds}, mode)
 
-  for name in ("state_dict", "load_state_dict"):
-    if hasattr(source, name):
-      setattr(validated, name, getattr(source, name))
-  return validated
+  return WrappedSource(source, validated)
 
 
 def validate_optim(section: OptimSection) -> None:
