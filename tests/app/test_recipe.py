@@ -127,18 +127,11 @@ def test_a_short_run_shows_the_schedules_the_batching_and_the_eval_temperature(t
   for step in (1, 2):  # half the groups train; the kept ones spread at least as much
     assert rows[step]["rollout/filter_kept_frac"] == 0.5
     assert rows[step]["rollout/kept_in_group_std"] >= rows[step]["rollout/in_group_std"]
-  # the sampler's log-probs are at its temperature, the trainer's at train.temperature (1):
-  # they agree on training batches and differ on evaluation batches sampled at 0.5
-  # scores centred on the batch before the estimator: their mean is 0 whatever the returns
-  for step in (1, 2):
-    assert abs(rows[step]["train/score/mean"]) < 1e-6, rows[step]
-    returns = rows[step]["train/episode_return/max"] - rows[step]["train/episode_return/min"]
-    spread = rows[step]["train/score/max"] - rows[step]["train/score/min"]
-    assert spread <= returns + 1e-6  # centring within each rollout chunk never widens it
-  train_gap = max(rows[s]["rollout/logprob_diff"] for s in (1, 2))  # the rollout batches
-  eval_rows = [r for r in rows.values() if "eval/rollout/logprob_diff" in r]
-  eval_gap = min(r["eval/rollout/logprob_diff"] for r in eval_rows)
-  assert train_gap < 0.1 < eval_gap, (train_gap, eval_gap)
+  # the sampler's log-probs are at its temperature, the trainer's at train.temperature (1).
+  # The evaluation at step 0 comes before any update, so sampler and trainer hold the same
+  # weights and only the temperature separates them (at 1 the gap is ~1e-7); later
+  # training mini-batches are sampled before the step's weight sync, so not compared.
+  assert rows[0]["eval/rollout/logprob_diff"] > 0.1, rows[0]
 
 
 def test_validation_plays_its_own_environment_seeds_and_groups(tmp_path):
