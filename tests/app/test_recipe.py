@@ -132,6 +132,12 @@ def test_a_short_run_shows_the_schedules_the_batching_and_the_eval_temperature(t
   # weights and only the temperature separates them (at 1 the gap is ~1e-7); later
   # training mini-batches are sampled before the step's weight sync, so not compared.
   assert rows[0]["eval/rollout/logprob_diff"] > 0.1, rows[0]
+  # scores centred on the batch before the estimator: their mean is 0 whatever the returns
+  for step in (1, 2):
+    assert abs(rows[step]["train/score/mean"]) < 1e-6, rows[step]
+    returns = rows[step]["train/episode_return/max"] - rows[step]["train/episode_return/min"]
+    spread = rows[step]["train/score/max"] - rows[step]["train/score/min"]
+    assert spread <= returns + 1e-6  # centring within each rollout chunk never widens it
 
 
 def test_validation_plays_its_own_environment_seeds_and_groups(tmp_path):
