@@ -141,7 +141,7 @@ def test_a_short_run_shows_the_schedules_the_batching_and_the_eval_temperature(t
 
 
 def test_validation_plays_its_own_environment_seeds_and_groups(tmp_path):
-  overrides = ["validation.kwargs={num_symbols: 5}", "validation.seed=123"]
+  overrides = ["validation.kwargs={num_symbols: 2}", "validation.seed=123"]
   overrides += ["validation.group_size=1", "wandb=disabled", f"output_dir={tmp_path}"]
   run = load_run_config(str(SMOKE), overrides)
   learner, _, eval_batches, _ = job.build_run(run, tmp_path)
@@ -154,6 +154,6 @@ def test_validation_plays_its_own_environment_seeds_and_groups(tmp_path):
   tokenizer = learner.rl_cluster.tokenizer
   special = {tokenizer.pad_id(), tokenizer.bos_id()}
   prompts = [tokenizer.decode([t for t in row if t not in special]) for row in batch.prompt_ids]
-  validation = [MemoryEnv(num_symbols=5).reset(int(s))[0] for s in seeds]
+  validation = [MemoryEnv(num_symbols=2).reset(int(s))[0] for s in seeds]
   assert prompts == validation
   assert prompts != [MemoryEnv().reset(int(s))[0] for s in seeds]  # not training's env
