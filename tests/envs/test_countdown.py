@@ -290,7 +290,13 @@ def test_single_turn_episode():
   numbers, target = info["numbers"], info["target"]
   assert observation == f"use {' '.join(map(str, numbers))} to make {target}"
   output = validate_step_output("countdown", 1, env.step("1+"))
-  assert output == ("", 0.0, True, False, {"outcome": "bad_format", "attempt": 1, "correct": False})
+  assert output == (
+    "",
+    0.0,
+    True,
+    False,
+    {"outcome": "bad_format", "attempt": 1, "correct": False, "success": False},
+  )
   with pytest.raises(RuntimeError, match="reset"):
     env.step("1")
   env.reset(seed=0)
@@ -320,7 +326,7 @@ def test_multi_turn_feedback_until_success():
     OK,
     True,
     False,
-    {"outcome": "correct", "attempt": 4, "correct": True},
+    {"outcome": "correct", "attempt": 4, "correct": True, "success": True},
   )
 
 
@@ -338,7 +344,7 @@ def test_multi_turn_division_by_zero_feedback():
     0.0,
     False,
     False,
-    {"outcome": "div_by_zero", "attempt": 1, "correct": False},
+    {"outcome": "div_by_zero", "attempt": 1, "correct": False, "success": False},
   )
 
 

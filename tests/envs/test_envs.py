@@ -41,7 +41,7 @@ def test_optimal_policy_reaches_max_return(num_symbols, num_turns):
     _, rewards, infos = play(env, seed, optimal)
     assert len(rewards) == num_turns
     assert sum(rewards) == pytest.approx(env.max_return)
-    assert all(info["correct"] for info in infos)
+    assert all(info["correct"] for info in infos) and infos[-1]["success"] is True
 
 
 def test_rewards_observations_and_termination():
@@ -53,7 +53,8 @@ def test_rewards_observations_and_termination():
   wrong_ack = "x"
   assert env.step(wrong_ack) == ("what?", 0.0, False, False, {"correct": False, "expected": "k"})
   wrong = "a" if symbol != "a" else "b"
-  assert env.step(wrong) == ("", 0.0, True, False, {"correct": False, "expected": symbol})
+  recall_info = {"correct": False, "expected": symbol, "success": False}  # success: recall only
+  assert env.step(wrong) == ("", 0.0, True, False, recall_info)
   env.reset(seed=0)
   env.step("k")
   env.step("k")

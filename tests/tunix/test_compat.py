@@ -8,6 +8,7 @@ import pathlib
 import re
 import warnings
 
+import numpy as np
 import pytest
 import tunix
 from tunix.rl import rl_cluster
@@ -110,3 +111,12 @@ def test_no_attribute_assignment_on_tunix_objects_outside_compat():
         if name not in {"self", "cls"} | OWN_OBJECTS:
           found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(target)}")
   assert not found, found
+
+
+def test_qwen2_rope_tables_are_the_rotary_sinusoids():
+  """sin/cos of `position / theta**(2i/d)` (RoFormer, Su et al. 2021), `i < d/2`."""
+  positions = np.array([[0, 1, 5, 1000]])
+  sin, cos = compat.qwen2_rope_tables(positions, 8, 1e6)
+  angle = positions[..., None] / (1e6 ** (np.arange(4) * 2 / 8))
+  np.testing.assert_allclose(np.asarray(sin).reshape(angle.shape), np.sin(angle), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(cos).reshape(angle.shape), np.cos(angle), atol=1e-5)

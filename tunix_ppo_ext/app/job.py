@@ -22,13 +22,14 @@ import numpy as np
 
 from tunix_ppo_ext import envs
 from tunix_ppo_ext.app import distributed, recipe, resume, run_dir
-from tunix_ppo_ext.app.run_config import RunConfig
+from tunix_ppo_ext.app.run_config import RunConfig, tokenizer_directory
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.metrics import keys as metric_keys
+from tunix_ppo_ext.metrics import samples as sample_log
 from tunix_ppo_ext.metrics import sinks as metrics
 from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.plugins import registry as plugin_registry
-from tunix_ppo_ext.tunix import checkpoints, models
+from tunix_ppo_ext.tunix import checkpoints, hf_models, models
 from tunix_ppo_ext.tunix.cluster import build_cluster
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.mesh import (
@@ -63,9 +64,10 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
     lambda: metrics.ProgressBackend(train.steps, shown),
   ]
+  wandb_sinks: list[metrics.WandbSink] = []  # tunix's logger builds it; samples use it too
   if run.wandb != "disabled":
     config = dataclasses.asdict(run)
-    backends.append(lambda: metrics.WandbSink(run.wandb, output_dir, config))
+    backends.append(lambda: _kept(wandb_sinks, metrics.WandbSink(run.wandb, output_dir, config)))
   for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
     build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
     backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
@@ -95,16 +97,20 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     eval_every=train.eval_every,
     return_logprobs=True,
   )
+  writer = _sample_writer(output_dir, wandb_sinks)
   source = MultiTurnRollout(
     run.env.name,
     run.env.kwargs,
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
+    on_samples=writer,
+    num_samples=train.eval_samples,
   )
   if run.env.loss_on_observations:
     source = _observations_in_loss(source)
-  source = recipe.validation_source(source, run.validation, _validation_rollout(run))
+  validation = _validation_rollout(run, writer)
+  source = recipe.validation_source(source, run.validation, validation)
   source = recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
   prompts_per_batch = train.batch_size // ppo.num_generations
@@ -113,8 +119,9 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   return learner, train_batches, eval_batches, env.max_return
 
 
-def _validation_rollout(run: RunConfig) -> MultiTurnRollout:
-  """The multi-turn rollout of the `validation` section (environment, group size)."""
+def _validation_rollout(run: RunConfig, on_samples: Any) -> MultiTurnRollout:
+  """The multi-turn rollout of the `validation` section (environment, group size); its
+  evaluation samples go to `on_samples` like the training environment's."""
   val = run.validation
   return MultiTurnRollout(
     val.env or run.env.name,
@@ -123,6 +130,23 @@ def _validation_rollout(run: RunConfig) -> MultiTurnRollout:
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
     group_size=val.group_size,
+    on_samples=on_samples,
+    num_samples=run.train.eval_samples,
+  )
+
+
+def _kept(kept: list, sink):
+  """`sink`, remembered in `kept`."""
+  kept.append(sink)
+  return sink
+
+
+def _sample_writer(output_dir: pathlib.Path, wandb_sinks: list) -> sample_log.SampleWriter | None:
+  """Writes each evaluation's sampled conversations to `samples.jsonl` and W&B (process 0)."""
+  if not distributed.is_primary(jax.process_index()):
+    return None
+  return sample_log.SampleWriter(
+    output_dir / sample_log.FILENAME, lambda: wandb_sinks[-1] if wandb_sinks else None
   )
 
 
@@ -139,14 +163,16 @@ def run_meshes(run: RunConfig) -> dict:
 
 
 def _tokenizer(run: RunConfig):
-  """The Hugging Face tokenizer of `model.tokenizer`, else the built-in character tokenizer.
+  """The Hugging Face tokenizer of `model.tokenizer` (or the checkpoint's), else the built-in
+  character tokenizer.
 
   The built-in one keeps EOS and pad distinct: tunix's sampler masks pad ids in context.
   """
-  if run.model.tokenizer is not None:
+  directory = tokenizer_directory(run.model)  # a checkpoint's own tokenizer by default
+  if directory is not None:
     import transformers  # noqa: PLC0415
 
-    return transformers.AutoTokenizer.from_pretrained(run.model.tokenizer)
+    return transformers.AutoTokenizer.from_pretrained(directory)
   return CharTokenizer(**({} if run.model.alphabet is None else {"alphabet": run.model.alphabet}))
 
 
@@ -165,11 +191,16 @@ def _observations_in_loss(source):
 
 
 def _models(run: RunConfig, tokenizer, mesh=None):
-  """`(policy, critic, reference)`: a Qwen3 (toy or from a checkpoint), its critic, a copy.
+  """`(policy, critic, reference)`: the policy (a checkpoint with `config.json` in its own
+  family, else a toy or named-size Qwen3), its critic on the same backbone, a copy.
 
   A checkpoint is loaded straight onto `mesh` (the actor's), sharded, so a real model
   never sits whole on one chip; the reference copy keeps that sharding.
   """
+  if run.model.checkpoint is not None and hf_models.read_hf_config(run.model.checkpoint):
+    policy = hf_models.load_checkpoint(run.model.checkpoint, mesh)  # family from config.json
+    hf_models.check_vocabulary(hf_models.vocab_size(policy), len(tokenizer))
+    return models.with_critic_and_reference(policy, run.seed)
   if run.model.config_name is not None:
     config = models.named_qwen3_config(run.model.config_name)
   else:
@@ -270,6 +301,7 @@ def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any
       )
     # before the sink opens the file: rows an interrupted run logged after `saved` go
     metrics.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
+    metrics.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
   distributed.barrier("tunix-ppo-ext:checkpoints-aligned")
   start = time.perf_counter()
   learner, train_batches, eval_batches, max_return = _build_restoring(run, out, primary)

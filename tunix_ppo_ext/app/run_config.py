@@ -23,7 +23,7 @@ from tunix_ppo_ext.app import recipe
 from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
 from tunix_ppo_ext.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.tunix import models
+from tunix_ppo_ext.tunix import hf_models, models
 from tunix_ppo_ext.tunix.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext.tunix.ppo_config import PpoExtConfig
 
@@ -34,11 +34,12 @@ class ModelSection:
 
   `alphabet`: the built-in character tokenizer's characters (`None`: letters, digits,
   punctuation); a small alphabet makes the action space small. `checkpoint`: a directory
-  of Hugging Face-layout `*.safetensors` loaded with tunix's Qwen3 loader, whose config is
-  tunix's `ModelConfig.<config_name>()` (e.g. `qwen3_0p6b`) or, without `config_name`, the
-  toy sizes below. The critic starts from the policy's backbone either way. `tokenizer`: a
-  Hugging Face tokenizer directory (what a real checkpoint comes with), used instead of the
-  built-in character tokenizer.
+  of Hugging Face-layout `*.safetensors`. With its `config.json` (Qwen2/2.5, Qwen3, Llama 3,
+  Gemma 3: `tunix.hf_models`) the family and sizes come from the file (a `model.<size>`
+  given as well must agree) and its tokenizer, if saved there, is the default; without one
+  it is a Qwen3 of `ModelConfig.<config_name>()` (e.g. `qwen3_0p6b`) or of the toy sizes
+  below. The critic starts from the policy's backbone either way. `tokenizer`: a Hugging
+  Face tokenizer directory, used instead of the built-in character tokenizer.
   """
 
   alphabet: str | None = "abcehikstw!?. "
@@ -82,6 +83,7 @@ class TrainSection:
   checkpoint_every: int = 100
   eval_every: int = 100
   eval_batches: int = 1
+  eval_samples: int = 4  # conversations per evaluation to samples.jsonl and W&B
 
 
 # What made the embedded default learn (see README): several samples per episode with a
@@ -293,6 +295,7 @@ def _validate_model(model: ModelSection) -> None:
         f"config key 'model.checkpoint': {model.checkpoint!r} is not a directory holding "
         "*.safetensors files"
       )
+    _validate_checkpoint_config(model)
   if model.tokenizer is not None and not pathlib.Path(model.tokenizer).is_dir():
     raise ValueError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
   if model.config_name is not None:
@@ -300,6 +303,28 @@ def _validate_model(model: ModelSection) -> None:
     if model.config_name not in names:
       hint = did_you_mean(model.config_name, names, n=3)
       raise ValueError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
+
+
+def _validate_checkpoint_config(model: ModelSection) -> None:
+  """A checkpoint's `config.json` (if any) against `model.*`."""
+  defaults = ModelSection()
+  given = {
+    k: getattr(model, k) for k in hf_models.SIZE_KEYS if getattr(model, k) != getattr(defaults, k)
+  }
+  try:
+    hf_models.validate_checkpoint(model.checkpoint, given, model.config_name)
+  except ValueError as err:
+    raise ValueError(f"config key 'model.checkpoint' ({model.checkpoint!r}): {err}") from None
+
+
+def tokenizer_directory(model: ModelSection) -> str | None:
+  """`model.tokenizer`, else the checkpoint's own directory when it has `config.json` and a
+  saved tokenizer, else None (the built-in character tokenizer)."""
+  if model.tokenizer is not None or model.checkpoint is None:
+    return model.tokenizer
+  if hf_models.read_hf_config(model.checkpoint) and hf_models.has_tokenizer(model.checkpoint):
+    return model.checkpoint
+  return None
 
 
 def _validate_mesh(section: MeshSection) -> None:
@@ -317,7 +342,7 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
   """Lengths that cannot work, refused before anything compiles: a `max_prompt_length`
   below the first observation (built-in tokenizer: one token per character, plus BOS), and
   a KV cache for the toy model larger than this machine's memory."""
-  if run.model.tokenizer is None:
+  if tokenizer_directory(run.model) is None:
     first = max((env.reset(seed)[0] for seed in range(8)), key=len)
     if len(first) + 1 > run.train.max_prompt_length:
       raise ValueError(
@@ -365,6 +390,7 @@ def _validate_run(run: RunConfig) -> None:
     check_integer(f"config key {key!r}", value, low=1)
   check_integer("config key 'seed'", run.seed, low=0)
   check_integer("config key 'train.eval_batches'", run.train.eval_batches, low=0)
+  check_integer("config key 'train.eval_samples'", run.train.eval_samples, low=0)
   for key in ("lr", "critic_lr", "temperature"):  # finite: inf passes a "> 0" check
     check_number(f"config key 'train.{key}'", getattr(run.train, key), low=0.0, low_open=True)
   _validate_model(run.model)

@@ -93,8 +93,13 @@ def make_env(env: str | Callable[..., Environment], **kwargs: Any) -> Environmen
   """An environment from a registered name or a factory, built with `kwargs`.
 
   Names are the `tunix_ppo_ext.environments` entry points (`name@distribution` picks one
-  of two); a named one must satisfy `Environment`.
+  of two); a named one must satisfy `Environment`. `gym:<id>` is Gymnasium's `<id>`
+  through `tunix_ppo_ext.envs.gym.GymEnv` (needs the `gym` extra).
   """
+  if isinstance(env, str) and env.startswith("gym:"):
+    from tunix_ppo_ext.envs.gym import GymEnv  # noqa: PLC0415 (gymnasium is optional)
+
+    return GymEnv(env.removeprefix("gym:"), **kwargs)
   if isinstance(env, str):
     return registry.build(registry.ENVIRONMENTS, env, **kwargs)
   return env(**kwargs)

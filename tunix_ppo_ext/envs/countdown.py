@@ -440,6 +440,7 @@ class CountdownEnv:
     result = self.score(action)
     self._attempt += 1
     info = {"outcome": result.outcome, "attempt": self._attempt, "correct": result.correct}
+    info["success"] = result.correct  # the success rate's source (`metrics.episodes`)
     if result.correct or self._attempt >= self.max_attempts:
       self.problem = None
       return "", result.reward, True, False, info

@@ -74,6 +74,7 @@ class MemoryEnv:
     reward = full if correct else full * self.partial_credit * action.startswith(expected)
     info = {"correct": correct, "expected": expected}
     if recall:
+      info["success"] = correct  # recalled: the success rate's source (`metrics.episodes`)
       self._symbol = None
       return "", reward, True, False, info
     observation = "what?" if self._turn == self.num_turns - 1 else "wait."

@@ -29,7 +29,9 @@ BATCH_FAMILIES = (
   "response_length",
   "num_turns",
 )
-BATCH_SCALARS = ("truncated_frac", "turn_limit_frac")
+BATCH_SCALARS = ("truncated_frac", "turn_limit_frac", "success_rate")
+# `env/<key>`: an environment's numeric `info` entries (`metrics.episodes`), `{mode}/env/<key>`
+ENV_INFO_PREFIX = "env/"
 CUSTOM_PREFIX = "custom"
 SUMMARY_KEY = "train/episode_return/mean"  # the main job's summary is made of it
 
@@ -84,6 +86,8 @@ MODES = ("train", "eval")
 
 def published_key(internal: str, mode: str) -> str | None:
   """The default key of internal name `prefix/name` in `mode` (None: dropped by default)."""
+  if internal.startswith(ENV_INFO_PREFIX):  # open-ended: one key per `info` entry
+    return f"{mode}/{internal}"
   template = TAXONOMY.get(internal, internal)
   if template is None:
     return None
@@ -152,7 +156,9 @@ def validate_changes(rename: Mapping[str, str], drop: Sequence[str]) -> None:
   known = known_keys()
 
   def is_known(key: str) -> bool:
-    return key in known or key.split("/")[0] == CUSTOM_PREFIX or key.startswith("eval/custom/")
+    env_info = any(key.startswith(f"{mode}/{ENV_INFO_PREFIX}") for mode in MODES)
+    custom = key.split("/")[0] == CUSTOM_PREFIX or key.startswith("eval/custom/")
+    return key in known or custom or env_info
 
   for source, target in rename.items():
     if not is_known(source):

@@ -12,6 +12,7 @@ from tunix_ppo_ext.metrics.sinks import read_jsonl
 # panel title -> published keys drawn in it
 PANELS: dict[str, tuple[str, ...]] = {
   "episode return": ("train/episode_return/mean", "eval/episode_return/mean"),
+  "success rate": ("train/success_rate", "eval/success_rate"),
   "entropy": ("actor/entropy",),
   "KL to reference": ("actor/kl",),
   "KL coefficient": ("actor/kl_coef",),

@@ -242,6 +242,18 @@ class WandbSink:
         self._run = None
     self._row = {}
 
+  def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+    """Logs `rows` as a `wandb.Table` under `key` at `step` (its own history row); never
+    fatal: a failure costs one warning and the table."""
+    if self._run is None:
+      return
+    try:
+      import wandb  # noqa: PLC0415
+
+      self._run.log({key: wandb.Table(columns=columns, data=rows), self.STEP_KEY: step})
+    except Exception as err:  # noqa: BLE001 (W&B must never stop training)
+      warnings.warn(f"W&B table {key!r} not logged: {type(err).__name__}: {err}", stacklevel=2)
+
   def close(self) -> None:
     if self._run is not None:
       self._flush()

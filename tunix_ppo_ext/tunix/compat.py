@@ -21,7 +21,9 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   prompt strings; to sample from exact token ids its sampler's `tokenize` is shadowed on
   the instance for one call, under a lock).
 - models: `qwen3_key_mapping` (tunix's HF-to-tunix parameter table, read backwards to
-  export a checkpoint).
+  export a checkpoint), `qwen2_rope_tables` (the sin/cos tables tunix's Qwen2 computes once
+  per forward pass and hands to every layer; a value model runs those layers without the
+  logits, `models.backbone_hidden_states`).
 
 `PINNED` lists the private names by tunix object; `check_tunix()` runs at import: on the
 tested tunix it does nothing; on another version it fails with one line naming what is
@@ -40,6 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import params as qwen3_params
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl import rl_learner
@@ -66,6 +69,7 @@ PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
   ),
   "tunix.sft.peft_trainer.PeftTrainer": (peft_trainer.PeftTrainer, ("_write_train_metrics",)),
   "tunix.models.qwen3.params": (qwen3_params, ("_get_key_and_transform_mapping",)),
+  "tunix.models.qwen2.model": (qwen2_model, ("_generate_pos_embeddings",)),
 }
 # Instance attributes set in constructors (checked on live objects by the tests).
 PINNED_INSTANCE_ATTRIBUTES = {
@@ -214,6 +218,11 @@ def exact_token_prompts(sampler: Any, contexts: Sequence[Sequence[int]]) -> Iter
 def qwen3_key_mapping(config: Any) -> dict[str, tuple[str, Callable | None]]:
   """tunix's Qwen3 table `{hf_regex: (tunix_path_template, transform)}`."""
   return qwen3_params._get_key_and_transform_mapping(config)
+
+
+def qwen2_rope_tables(positions: Any, head_dim: int, rope_theta: float) -> tuple[Any, Any]:
+  """tunix's Qwen2 rotary `(sin, cos)` tables `[B, L, head_dim // 2]` for positions `[B, L]`."""
+  return qwen2_model._generate_pos_embeddings(positions, head_dim, rope_theta)
 
 
 def logps_micro_batch_size(learner: Any) -> int | None:

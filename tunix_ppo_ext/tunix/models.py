@@ -1,4 +1,4 @@
-"""Toy-size tunix Qwen3 policies and a Qwen3-backbone value model (critic / reward model).
+"""Toy-size tunix Qwen3 policies and a value model (critic / reward model) on any family's backbone.
 
 Everything here is tunix's real model code (`tunix.models.qwen3.model`) at a size that
 trains in seconds on CPU; only the scalar value head is ours.
@@ -12,7 +12,12 @@ import math
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from tunix.models.gemma3 import model as gemma3
+from tunix.models.llama3 import model as llama3
+from tunix.models.qwen2 import model as qwen2
 from tunix.models.qwen3 import model as qwen3
+
+from tunix_ppo_ext.tunix import compat
 
 
 def tiny_qwen3_config(
@@ -65,20 +70,23 @@ def causal_mask(batch: int, length: int) -> jax.Array:
 
 
 class ValueModel(nnx.Module):
-  """Qwen3 backbone (embedder, decoder layers, final norm) plus a `Linear(embed_dim, 1)` head.
+  """A tunix transformer's backbone (embedder, decoder layers, final norm) plus a
+  `Linear(embed_dim, 1)` head: the critic / reward model for any family in `BACKBONE_FAMILIES`.
 
   Called like a tunix transformer, it returns per-token scores `[B, L, 1]` (float32), the
-  shape `tunix.rl.common.compute_score` expects. The backbone is built with tied
-  embeddings so it carries no (unused) `lm_head`.
+  shape `tunix.rl.common.compute_score` expects. The backbone carries no `lm_head`.
   """
 
-  def __init__(self, config: qwen3.ModelConfig, *, rngs: nnx.Rngs):
-    self.config = config
-    self.backbone = qwen3.Qwen3(dataclasses.replace(config, use_tied_embedding=True), rngs=rngs)
+  def __init__(self, backbone: nnx.Module, *, rngs: nnx.Rngs):
+    if hasattr(backbone, "lm_head"):
+      raise ValueError("ValueModel's backbone must have no lm_head (see critic_from_policy)")
+    self.config = backbone.config
+    self.backbone = backbone
+    embed_dim = backbone.config.embed_dim
     self.value_head = nnx.Linear(
-      config.embed_dim,
+      embed_dim,
       1,
-      kernel_init=nnx.initializers.normal(stddev=1.0 / math.sqrt(config.embed_dim + 1)),
+      kernel_init=nnx.initializers.normal(stddev=1.0 / math.sqrt(embed_dim + 1)),
       bias_init=nnx.initializers.zeros_init(),
       param_dtype=jnp.float32,
       # on fsdp, where XLA leaves it after an update; declared replicated (or not at all),
@@ -96,10 +104,9 @@ class ValueModel(nnx.Module):
     segment_ids: jax.Array | None = None,
   ) -> jax.Array:
     """Final-norm hidden states `[B, L, embed_dim]` of the backbone (no KV cache)."""
-    x = self.backbone.embedder.encode(input_tokens)
-    for layer in self.backbone.layers:
-      _, x = layer(x, positions, None, attention_mask, segment_ids=segment_ids)
-    return self.backbone.final_norm(x)
+    return backbone_hidden_states(
+      self.backbone, input_tokens, positions, attention_mask, segment_ids
+    )
 
   def __call__(
     self,
@@ -119,26 +126,57 @@ class ValueModel(nnx.Module):
     return self.value_head(hidden.astype(jnp.float32))
 
 
+def backbone_hidden_states(
+  model: nnx.Module,
+  tokens: jax.Array,
+  positions: jax.Array,
+  attention_mask: jax.Array,
+  segment_ids: jax.Array | None = None,
+) -> jax.Array:
+  """`[B, L, embed_dim]` final-norm hidden states of a tunix Qwen2 / Qwen3 / Llama 3 /
+  Gemma 3 transformer for tokens `[B, L]`, positions `[B, L]`, mask `[B, L, L]`: its own
+  embedder, layers and final norm, called as its `__call__` calls them (no logits)."""
+  x = model.embedder.encode(tokens)
+  if isinstance(model, qwen2.Qwen2):  # rotary tables made once by the model, not per layer
+    sin, cos = compat.qwen2_rope_tables(positions, model.config.head_dim, model.config.rope_theta)
+    sin, cos = sin.astype(x.dtype), cos.astype(x.dtype)
+    for layer in model.layers:
+      _, x = layer(x, None, attention_mask, sin, cos, segment_ids=segment_ids)
+  elif isinstance(model, qwen3.Qwen3):
+    for layer in model.layers:
+      _, x = layer(x, positions, None, attention_mask, segment_ids=segment_ids)
+  elif isinstance(model, BACKBONE_FAMILIES):
+    for layer in model.layers:
+      _, x = layer(x, positions, None, attention_mask)
+  else:
+    raise TypeError(f"no value model for {type(model).__name__}: use one of {BACKBONE_FAMILIES}")
+  return model.final_norm(x)
+
+
+BACKBONE_FAMILIES = (qwen2.Qwen2, qwen3.Qwen3, llama3.Llama3, gemma3.Gemma3)
+
+
 def make_critic(config: qwen3.ModelConfig, seed: int = 0) -> ValueModel:
-  """Randomly initialised `ValueModel` for a policy `config`."""
-  return ValueModel(config, rngs=nnx.Rngs(seed))
+  """Randomly initialised `ValueModel` with a Qwen3 backbone for a policy `config` (the
+  backbone built with tied embeddings, so it has no `lm_head`)."""
+  rngs = nnx.Rngs(seed)
+  backbone = qwen3.Qwen3(dataclasses.replace(config, use_tied_embedding=True), rngs=rngs)
+  return ValueModel(backbone, rngs=rngs)
 
 
-def _copied_state(module: nnx.Module) -> nnx.State:
-  """The module's params with every array copied (no buffers shared with `module`)."""
-  return jax.tree.map(jnp.copy, nnx.state(module, nnx.Param))
-
-
-def critic_from_policy(policy: qwen3.Qwen3, seed: int = 0) -> ValueModel:
-  """`ValueModel` whose backbone is a copy of `policy`'s (embedder, layers, final norm).
-
-  Only the value head is freshly initialised (from `seed`); `policy`'s `lm_head` is
-  not used.
-  """
-  critic = make_critic(policy.config, seed)
-  for name in ("embedder", "layers", "final_norm"):
-    nnx.update(getattr(critic.backbone, name), _copied_state(getattr(policy, name)))
-  return critic
+def critic_from_policy(policy: nnx.Module, seed: int = 0) -> ValueModel:
+  """`ValueModel` whose backbone is a copy of `policy`'s (embedder, layers, final norm), for
+  any family in `BACKBONE_FAMILIES`; the copy keeps each array's sharding, so a sharded
+  policy gives a sharded critic. Only the value head is new (from `seed`); the policy's
+  `lm_head`, if any, is not copied."""
+  backbone = copy_model(policy)
+  if hasattr(backbone, "lm_head"):
+    del backbone.lm_head
+  # the head's key is the one `make_critic(config, seed)` draws after initialising its
+  # backbone (one draw per parameter), so a Qwen3 critic starts as it always did
+  rngs = nnx.Rngs(seed)
+  rngs.default.count[...] = len(jax.tree.leaves(nnx.state(backbone, nnx.Param)))
+  return ValueModel(backbone, rngs=rngs)
 
 
 def copy_model(model: nnx.Module) -> nnx.Module:
@@ -147,7 +185,7 @@ def copy_model(model: nnx.Module) -> nnx.Module:
   return nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
 
 
-def with_critic_and_reference(policy: qwen3.Qwen3, seed: int = 0):
+def with_critic_and_reference(policy: nnx.Module, seed: int = 0):
   """`(policy, critic, reference)`: the critic's backbone initialised from the policy (common
   PPO practice, seed `seed + 1` for its head) and the reference a copy of the policy."""
   return policy, critic_from_policy(policy, seed + 1), copy_model(policy)

@@ -53,6 +53,7 @@ from tunix_ppo_ext.envs import (
   validate_reset_output,
   validate_step_output,
 )
+from tunix_ppo_ext.metrics import episodes as episode_report
 from tunix_ppo_ext.tunix import compat
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.mesh import check_multi_turn_rollout_mesh
@@ -72,6 +73,9 @@ class _Episode:
   logps: list[float] = dataclasses.field(default_factory=list)
   rewards: list[tuple[int, float]] = dataclasses.field(default_factory=list)
   turns: int = 0
+  seed: int = 0
+  infos: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # one per step
+  transcript: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (role, text)
   env_done: bool = False
   out_of_room: bool = False
 
@@ -140,6 +144,8 @@ class MultiTurnRollout:
     max_turn_tokens: int = 2,
     group_size: int | None = None,
     context: Literal["tokens", "text"] = "tokens",
+    on_samples: Callable[[int, list[dict[str, Any]]], None] | None = None,
+    num_samples: int = 4,
   ):
     for name, value in (("max_completion_len", max_completion_len), ("max_turns", max_turns)):
       if value < 1:
@@ -155,6 +161,7 @@ class MultiTurnRollout:
     self.max_turn_tokens = max_turn_tokens
     self.group_size = group_size
     self.context = context
+    self.on_samples, self.num_samples = on_samples, num_samples
     self.last_stats: RolloutStats | None = None
     self._calls = 0
 
@@ -182,6 +189,7 @@ class MultiTurnRollout:
         if not episode.done:
           self._play_turn(episode, turn, output, row, ids, keep_nonfinite)
     self.last_stats = self._stats(episodes)
+    self._report_episodes(cluster, episodes, group_ids, mode)
     has_logps = bool(config.return_logprobs)
     batch = self._assemble(episodes, group_ids, ids, config.max_prompt_length, has_logps)
     return dataclasses.replace(
@@ -242,7 +250,9 @@ class MultiTurnRollout:
         f"environment {env_name(env)!r}: first observation is {len(prompt)} tokens, longer "
         f"than the rollout max_prompt_length {config.max_prompt_length}"
       )
-    return _Episode(env=env, prompt=prompt)
+    return _Episode(
+      env=env, prompt=prompt, seed=int(seed), transcript=[("observation", observation)]
+    )
 
   def _play_turn(
     self,
@@ -273,19 +283,22 @@ class MultiTurnRollout:
         f"{type(err).__name__}: {err}"
       ) from err
     try:
-      observation, reward, terminated, truncated, _ = validate_step_output(
+      observation, reward, terminated, truncated, info = validate_step_output(
         name, turn, result, allow_nonfinite_reward=keep_nonfinite
       )
     except ValueError as err:
       raise ValueError(f"{err} (episode row {row})") from None
     episode.rewards.append((len(episode.tokens) - 1, reward))
     episode.turns = turn
+    episode.infos.append(info)
+    episode.transcript.append(("agent", action))
     if terminated or truncated:
       episode.env_done = True
       return
     if turn == self.max_turns:  # turn-limited: no agent turn will answer this observation
       return
     episode.extend(_encode(episode.env, turn, observation, ids.tokenizer.encode), loss=0)
+    episode.transcript.append(("observation", observation))
     episode.out_of_room = len(episode.tokens) >= self.max_completion_len
 
   # ----- the engine call -----
@@ -331,6 +344,20 @@ class MultiTurnRollout:
   def load_state_dict(self, state: dict[str, int]) -> None:
     """Restores `state_dict()`'s output."""
     self._calls = int(state["calls"])
+
+  # ----- what the episodes show -----
+
+  def _report_episodes(self, cluster, episodes: list[_Episode], group_ids, mode: Mode) -> None:
+    """Buffers the success rate and `env/<key>` info means (`metrics.episodes`); in an
+    evaluation, hands `on_samples` up to `num_samples` conversations (one per group first)."""
+    report = episode_report.episode_metrics([e.infos for e in episodes])
+    cluster.buffer_metrics({k: (v, np.mean) for k, v in report.items()}, mode=mode)
+    if mode != Mode.EVAL or self.on_samples is None or self.num_samples < 1:
+      return
+    firsts = np.flatnonzero(np.r_[True, np.diff(group_ids) != 0])
+    rows = [*firsts, *(r for r in range(len(episodes)) if r not in set(firsts))]
+    samples = [_sample(row, episodes[row]) for row in rows[: self.num_samples]]
+    self.on_samples(int(cluster.global_steps), samples)
 
   # ----- assembling the batch -----
 
@@ -404,6 +431,17 @@ def _row(episode: _Episode, width: int, pad_id: int) -> dict[str, np.ndarray]:
     "token_rewards": rewards,
     "sampler_logps": logps * known,
     "sampler_logp_mask": known,
+  }
+
+
+def _sample(row: int, episode: _Episode) -> dict[str, Any]:
+  """One episode as a sample: row, seed, return, success (None: not reported), turns."""
+  return {
+    "row": int(row),
+    "seed": episode.seed,
+    "return": float(sum(r for _, r in episode.rewards)),
+    "success": episode_report.episode_succeeded(episode.infos),
+    "turns": episode_report.conversation(episode.transcript),
   }
 
 

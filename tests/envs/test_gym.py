@@ -1,0 +1,255 @@
+"""The Gymnasium adapter (`gym:<id>`) and the built-in `frozenlake`: episode logic against a
+BFS solver, invalid replies, the install hint, and PPO on FrozenLake with masks checked
+token by token against a replay of the engine's outputs."""
+
+from __future__ import annotations
+
+import collections
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import build_cluster, make_models, param_leaf
+from tunix_ppo_ext import PpoExtConfig
+from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.data.trajectory import episode_batches
+from tunix_ppo_ext.envs import make_env
+from tunix_ppo_ext.envs.frozenlake import ACTIONS, FROZENLAKE_ALPHABET, FrozenLakeEnv
+from tunix_ppo_ext.envs.gym import GymEnv
+from tunix_ppo_ext.metrics import episodes
+from tunix_ppo_ext.plugins import registry
+from tunix_ppo_ext.tunix.learner import PpoExtLearner
+from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
+from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+
+MOVES = {"l": (0, -1), "d": (1, 0), "r": (0, 1), "u": (-1, 0)}
+
+
+def solve(rows: list[str]) -> str | None:
+  """Shortest sequence of letters from S to G avoiding holes (BFS; moves off the board
+  stay in place, as in Gymnasium); None when unsolvable."""
+  start = next((r, c) for r, row in enumerate(rows) for c, x in enumerate(row) if x == "S")
+  paths, queue = {start: ""}, collections.deque([start])
+  while queue:
+    r, c = queue.popleft()
+    if rows[r][c] == "G":
+      return paths[(r, c)]
+    if rows[r][c] == "H":
+      continue
+    for letter, (dr, dc) in MOVES.items():
+      nr = min(max(r + dr, 0), len(rows) - 1)
+      nc = min(max(c + dc, 0), len(rows[0]) - 1)
+      if (nr, nc) not in paths:
+        paths[(nr, nc)] = paths[(r, c)] + letter
+        queue.append((nr, nc))
+  return None
+
+
+def play(env, seed: int, letters: str):
+  """Steps `letters` until the episode ends; returns `(return, steps, last info, ended)`."""
+  env.reset(seed)
+  total, info, ended = 0.0, {}, (False, False)
+  for n, letter in enumerate(letters, 1):
+    _, reward, terminated, truncated, info = env.step(letter)
+    total += reward
+    if terminated or truncated:
+      return total, n, info, (terminated, truncated)
+  return total, len(letters), info, ended
+
+
+def test_the_solver_s_path_wins_and_is_a_success():
+  env = FrozenLakeEnv()
+  rows = [bytes(r).decode() for r in env.env.unwrapped.desc]
+  path = solve(rows)
+  assert path is not None and len(path) == 6 <= env.max_steps
+  total, steps, info, (terminated, truncated) = play(env, 0, path)
+  assert (total, steps, terminated, truncated) == (1.0, 6, True, False)
+  assert info["success"] is True and info["invalid_action"] is False
+
+
+def test_board_text_holes_budget_and_invalid_replies():
+  env = FrozenLakeEnv(max_steps=3)
+  observation, _ = env.reset(0)
+  assert observation == "pfff fhfh fffh hffg"
+  assert env.step("d")[0] == "sfff phfh fffh hffg"
+  text, reward, terminated, truncated, info = env.step("jump")  # no crash: feedback
+  assert (text, reward, terminated, truncated) == ("bad sfff phfh fffh hffg", 0.0, False, False)
+  assert info == {"invalid_action": True, "success": False}
+  assert env.step("u")[3] is True  # third step: the budget is spent, truncated
+  env.reset(0)
+  _, reward, terminated, _, info = env.step("r") and env.step("d")  # into the hole at (1, 1)
+  assert (reward, terminated, info["success"]) == (0.0, True, False)
+  assert set(env.reset(0)[0]) <= set(FROZENLAKE_ALPHABET)
+
+
+def random_win_probability(rows: list[str], steps: int) -> float:
+  """Exact chance that uniform random moves reach G within `steps` (a Markov chain)."""
+  cells = [(r, c) for r in range(len(rows)) for c in range(len(rows[0]))]
+  mass = {cell: float(rows[cell[0]][cell[1]] == "S") for cell in cells}
+  won = 0.0
+  for _ in range(steps):
+    moved = dict.fromkeys(cells, 0.0)
+    for (r, c), p in mass.items():
+      if p == 0 or rows[r][c] in "HG":
+        continue
+      for dr, dc in MOVES.values():
+        nr, nc = min(max(r + dr, 0), len(rows) - 1), min(max(c + dc, 0), len(rows[0]) - 1)
+        moved[(nr, nc)] += p / 4
+    won += sum(p for (r, c), p in moved.items() if rows[r][c] == "G")
+    mass = {cell: p for cell, p in moved.items() if rows[cell[0]][cell[1]] != "G"}
+  return won
+
+
+def test_uniform_random_baseline_is_far_below_the_maximum():
+  """Uniform random letters `l d r u`, 2000 episodes, the default 8-step budget, against
+  the exact probability of the Markov chain (within 4 binomial standard deviations)."""
+  env, rng = FrozenLakeEnv(), np.random.default_rng(0)
+  finals = []
+  for seed in range(2000):
+    letters = "".join(rng.choice(list(ACTIONS), size=env.max_steps))
+    finals.append(play(env, seed, letters)[0])
+  rate = float(np.mean(finals))
+  exact = random_win_probability([bytes(r).decode() for r in env.env.unwrapped.desc], 8)
+  print(f"frozenlake uniform-random success: {rate:.4f} (exact {exact:.5f})")
+  assert abs(rate - exact) <= 4 * np.sqrt(exact * (1 - exact) / len(finals))
+  assert exact < 0.01  # a random policy almost never wins
+
+
+def test_generic_adapter_parses_integers_and_names_and_reports_success():
+  env = make_env(
+    "gym:FrozenLake-v1",
+    make_kwargs={"is_slippery": False},
+    action_names=["left", "down", "right", "up"],
+    success_reward=1.0,
+    max_steps=10,
+  )
+  assert env.name == "gym:FrozenLake-v1" and env.max_return == pytest.approx(0.7)  # the spec's
+  env.reset(0)
+  for reply in ["1", " down ", "2", "DOWN", "right"]:
+    _, reward, terminated, _, info = env.step(reply)
+    assert not info["invalid_action"] and not terminated
+  _, reward, terminated, _, info = env.step("2")
+  assert (reward, terminated, info["success"]) == (1.0, True, True)
+  env.reset(0)
+  for reply in ["4", "-1", "jump", ""]:  # out of the space or not an action
+    text, _, _, _, info = env.step(reply)
+    assert info["invalid_action"] and text.startswith("invalid action\n")
+
+
+def test_user_renderer_and_parser_from_module_strings():
+  env = GymEnv(
+    "FrozenLake-v1",
+    render="tunix_ppo_ext.envs.frozenlake:render_board",
+    parse_action="tunix_ppo_ext.envs.frozenlake:parse_letter",
+    make_kwargs={"is_slippery": False},
+  )
+  assert env.reset(0)[0] == "pfff fhfh fffh hffg"
+  assert env.step("r")[0] == "spff fhfh fffh hffg"
+  with pytest.raises(ValueError, match="parse_action 'tunix_ppo_ext.envs.gym:nothing' cannot"):
+    GymEnv("FrozenLake-v1", parse_action="tunix_ppo_ext.envs.gym:nothing")
+
+
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
+    (["env.name=gym:FrozenLak-v1"], r"Did you mean: `FrozenLake`"),
+    (["env.name=gym:FrozenLake-v1", "env.kwargs={max_steps: 0}"], r"max_steps must be an int"),
+    (["env.name=gym:CartPole-v1", "env.kwargs={render: 'nope:fn'}"], r"render 'nope:fn' cannot"),
+  ],
+)
+def test_bad_gym_settings_are_one_line_naming_the_key(overrides, message):
+  with pytest.raises(ValueError, match=message) as error:
+    load_run_config(None, overrides)
+  assert "\n" not in str(error.value)
+
+
+def test_missing_gymnasium_says_how_to_install_it(monkeypatch):
+  monkeypatch.setitem(sys.modules, "gymnasium", None)  # what a missing package looks like
+  with pytest.raises(ValueError) as error:
+    load_run_config(None, ["env.name=gym:FrozenLake-v1"])
+  message = str(error.value)
+  assert "config keys 'env.name'/'env.kwargs'" in message and "\n" not in message
+  assert "pip install 'tunix-ppo-ext[gym]'" in message
+
+
+def test_frozenlake_is_a_registered_environment():
+  assert isinstance(registry.build(registry.ENVIRONMENTS, "frozenlake"), FrozenLakeEnv)
+
+
+# ----- PPO on FrozenLake, masks token by token -----
+
+PAD, EOS = 0, 2
+P, T, TURN = 24, 40, 2  # prompt (BOS + 19 characters), completion width, tokens per turn
+TURNS = 3  # agent turns at most
+
+
+def expected_row(tokenizer, seed: int, agent_turns: list[list[int]]):
+  """`(tokens, loss_mask, rewards, infos)` rebuilt by replaying the agent's turns on a
+  fresh environment: agent ids (+ EOS when the turn stopped early) under the loss mask,
+  each board observation tokenised and outside it, the reward on the turn's last token."""
+  env = FrozenLakeEnv()
+  env.reset(seed)
+  tokens, loss, rewards, infos = [], [], {}, []
+  for turn, agent in enumerate(agent_turns, 1):
+    tokens += agent + [EOS] * (len(agent) < TURN)
+    loss += [1] * (len(tokens) - len(loss))
+    observation, reward, terminated, truncated, info = env.step(tokenizer.decode(agent))
+    rewards[len(tokens) - 1], infos = reward, [*infos, info]
+    if terminated or truncated or turn == TURNS:  # no agent turn answers a last board
+      break
+    board = tokenizer.encode(observation)
+    tokens += board
+    loss += [0] * len(board)
+  return tokens, loss, rewards, infos
+
+
+def test_ppo_trains_on_frozenlake_with_exact_masks(monkeypatch):
+  tokenizer = CharTokenizer(FROZENLAKE_ALPHABET, pad_id=PAD, eos_id=EOS)
+  policy, critic, reference = make_models(tokenizer, seed=3)
+  cluster = build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    reference=reference,
+    max_steps=2,
+    batch=4,
+    max_prompt_length=P,
+    max_tokens_to_generate=T + TURN,
+    return_logprobs=True,
+  )
+  source = MultiTurnRollout(
+    "frozenlake", max_completion_len=T, max_turns=TURNS, max_turn_tokens=TURN
+  )
+  learner = PpoExtLearner(cluster, PpoExtConfig(num_generations=2), trajectory_source=source)
+  outputs, generate = [], cluster.rollout.generate
+
+  def recording_generate(prompts, config):  # the real engine, its outputs kept
+    outputs.append(generate(prompts, config))
+    return outputs[-1]
+
+  monkeypatch.setattr(cluster.rollout, "generate", recording_generate)
+  data = {k: np.repeat(v, 2, axis=0) for k, v in next(episode_batches(1, 2, seed=5)).items()}
+  batch = source(learner, data, Mode.TRAIN)
+  monkeypatch.undo()
+  batch.validate()
+  for row, seed in enumerate(data["seed"]):
+    turns = int(source.last_stats.num_turns[row])
+    agent_turns = [out.tokens[row].tolist() for out in outputs[:turns]]
+    tokens, loss, rewards, infos = expected_row(tokenizer, int(seed), agent_turns)
+    n = min(len(tokens), T)
+    np.testing.assert_array_equal(batch.completion_ids[row][:n], tokens[:n])
+    np.testing.assert_array_equal(batch.loss_mask[row], loss[:n] + [0] * (T - n))
+    np.testing.assert_array_equal(batch.attention_mask[row], [1] * n + [0] * (T - n))
+    assert batch.token_rewards[row].sum() == pytest.approx(sum(rewards.values()))
+    board = tokenizer.decode([t for t, m in zip(tokens, loss, strict=True) if not m][:19])
+    assert turns == 1 or board.count("p") == 1  # what the agent saw next is a board
+    assert episodes.last_values(infos).keys() >= {"invalid_action", "success"}
+  before = param_leaf(policy)
+  learner.train(episode_batches(2, 2, seed=0))
+  assert cluster.actor_trainer.train_steps == 2 and not np.allclose(param_leaf(policy), before)
+  logger = cluster._rl_metrics_logger
+  success = logger.get_metric_history("batch", "success_rate", "train")
+  invalid = logger.get_metric_history("env", "invalid_action", "train")
+  assert len(success) >= 1 and np.all((0 <= np.asarray(success)) & (np.asarray(success) <= 1))
+  assert len(invalid) >= 1 and np.all(np.isfinite(invalid))
