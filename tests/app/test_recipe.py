@@ -147,6 +147,9 @@ def test_validation_plays_its_own_environment_seeds_and_groups(tmp_path):
   learner, _, eval_batches, _ = job.build_run(run, tmp_path)
   generations = run.ppo_config().num_generations
   data = {k: np.repeat(v, generations, axis=0) for k, v in eval_batches[0].items()}
+  # tunix's cluster buffers an evaluation metric only after a training one (IndexError
+  # otherwise); in a run the training batch is always prepared first
+  learner.rl_cluster.buffer_metrics({"timing_s/step": (0.0, np.mean)}, mode=Mode.TRAIN)
   batch = learner.trajectory_source(learner, data, Mode.EVAL)
   learner.rl_cluster.close()
   seeds = recipe.validation_seeds(run.validation, run.train.batch_size, 1)
