@@ -1,6 +1,7 @@
 """`tunix-ppo-ext`: the command line.
 
   tunix-ppo-ext train [--config PATH] [--output-dir DIR] [KEY=VALUE ...]
+  tunix-ppo-ext plan [--config PATH] [--topology v5e:2x4] [KEY=VALUE ...]
   tunix-ppo-ext plot RUN_DIR
   tunix-ppo-ext plugins
 
@@ -13,7 +14,9 @@ checkpoints into the output directory.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import pathlib
 import sys
 import traceback
 from collections.abc import Sequence
@@ -52,6 +55,15 @@ def _parser() -> argparse.ArgumentParser:
     metavar="KEY=VALUE",
     help="dotted overrides, e.g. ppo.entropy_coef=0.01 train.steps=50 (before or after options)",
   )
+  plan_parser = commands.add_parser("plan", help="per-chip memory of a config on a TPU topology")
+  plan_parser.add_argument("--config", help="YAML run config (default: the embedded default)")
+  plan_parser.add_argument("--topology", default="v5e:2x4", help="e.g. v5e:2x4, v4:2x2x1")
+  plan_parser.add_argument(
+    "--compiler", default="auto", help="auto (TPU with libtpu, else CPU), tpu or cpu"
+  )
+  plan_parser.add_argument("--pieces", help="comma-separated pieces to compile (default: all)")
+  plan_parser.add_argument("--json", help="also write the figures to this JSON file")
+  plan_parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
   plot_parser = commands.add_parser("plot", help="draw a run's main curves into RUN_DIR")
   plot_parser.add_argument("run_dir", metavar="RUN_DIR", help="a train command's output dir")
   commands.add_parser("plugins", help="list the plugins of every group and whether they load")
@@ -64,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   stderr (with `--debug`, the traceback too)."""
   parser = _parser()
   args, extra = parser.parse_known_args(argv)
-  if args.command == "train":  # KEY=VALUE overrides may also follow the options
+  if args.command in ("train", "plan"):  # KEY=VALUE overrides may also follow the options
     misplaced = [a for a in extra if a.startswith("-") or "=" not in a]
     if misplaced:
       parser.error(f"unrecognized arguments: {' '.join(misplaced)}")
@@ -75,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.command == "plot":
     return _plot_command(args.run_dir)
   try:
+    if args.command == "plan":
+      return _plan_command(args, [*args.overrides, *extra])
     return _train_command(args, [*args.overrides, *extra])
   except KeyboardInterrupt:
     if args.debug:
@@ -111,6 +125,19 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   if run.wandb == "online" and not metrics.has_wandb_key():
     print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
   train(run)
+  return 0
+
+
+def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  """`tunix-ppo-ext plan`: compiles the config's step for a TPU topology, prints memory."""
+  from tunix_ppo_ext.app import plan  # noqa: PLC0415 (compiler setup only here)
+
+  run = load_run_config(args.config, overrides, need_files=False)
+  pieces = [p for p in (args.pieces or "").split(",") if p]
+  result = plan.plan(run, args.topology, pieces, args.compiler)
+  print(plan.format_plan(result, args.config))
+  if args.json:
+    pathlib.Path(args.json).write_text(json.dumps(result.to_json(), indent=2))
   return 0
 
 

@@ -9,6 +9,7 @@ any compilation.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 import pathlib
@@ -167,8 +168,25 @@ class RunConfig:
 _WANDB_MODES = ("disabled", "offline", "online")
 
 
-def load_run_config(path: str | None = None, overrides: typing.Sequence[str] = ()) -> RunConfig:
-  """Reads YAML `path` (defaults when None), applies `KEY=VALUE` overrides, validates."""
+def load_run_config(
+  path: str | None = None, overrides: typing.Sequence[str] = (), *, need_files: bool = True
+) -> RunConfig:
+  """Reads YAML `path` (defaults when None), applies `KEY=VALUE` overrides, validates.
+
+  `need_files=False` (`tunix-ppo-ext plan`) leaves `model.checkpoint` and `model.tokenizer`
+  unchecked: planning needs no weights and no tokenizer.
+  """
+  token = _NEED_FILES.set(need_files)
+  try:
+    return _load_run_config(path, overrides)
+  finally:
+    _NEED_FILES.reset(token)
+
+
+_NEED_FILES = contextvars.ContextVar("need_files", default=True)
+
+
+def _load_run_config(path: str | None, overrides: typing.Sequence[str]) -> RunConfig:
   data: dict[str, Any] = {}
   if path is not None:
     file = pathlib.Path(path)
@@ -288,7 +306,7 @@ def _validate_model(model: ModelSection) -> None:
         "config key 'model.alphabet' must be non-empty with each character once; "
         f"repeated: {repeated}"
       )
-  if model.checkpoint is not None:
+  if model.checkpoint is not None and _NEED_FILES.get():
     directory = pathlib.Path(model.checkpoint)
     if not directory.is_dir() or not list(directory.glob("*.safetensors")):
       raise ValueError(
@@ -296,7 +314,8 @@ def _validate_model(model: ModelSection) -> None:
         "*.safetensors files"
       )
     _validate_checkpoint_config(model)
-  if model.tokenizer is not None and not pathlib.Path(model.tokenizer).is_dir():
+  tokenizer = model.tokenizer
+  if tokenizer is not None and _NEED_FILES.get() and not pathlib.Path(tokenizer).is_dir():
     raise ValueError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
   if model.config_name is not None:
     names = models.qwen3_config_names()

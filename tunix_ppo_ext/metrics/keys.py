@@ -53,6 +53,11 @@ _TIMING = (
   "step",
 )
 
+ROLLOUT_CORRECTION = ("is_mean", "is_std", "is_max", "is_ess", "is_frac_high", "is_frac_low")
+ROLLOUT_CORRECTION += ("rs_masked_frac", "rs_seq_masked_frac")
+# published only while the feature that makes them is configured (`ppo.rollout_is/rs`)
+CONDITIONAL_KEYS = frozenset(f"rollout/{name}" for name in ROLLOUT_CORRECTION)
+
 # internal name -> published key (`{mode}`: train/eval); `None` drops the metric by default.
 TAXONOMY: dict[str, str | None] = {
   **{f"batch/{f}/{s}": f"{{mode}}/{f}/{s}" for f in BATCH_FAMILIES for s in STATS},
@@ -71,6 +76,8 @@ TAXONOMY: dict[str, str | None] = {
   "critic/perplexity": None,
   "rollout/logprob_diff": "rollout/logprob_diff",
   "rollout/tokens_per_s": "rollout/tokens_per_s",
+  # rollout correction (`tunix_ppo_ext.tunix.rollout_correction`)
+  **{f"rollout/{name}": f"rollout/{name}" for name in ROLLOUT_CORRECTION},
   **{f"timing_s/{name}": f"timing_s/{name}" for name in _TIMING},
 }
 # tunix 0.1.7 `PPOLearner`'s own batch metrics, published under their names as well.

@@ -88,6 +88,7 @@ def policy_loss(
   kl_straight_through: bool = False,
   kl_clamp_value: float | None = None,
   per_token_kl: jax.Array | None = None,
+  is_weights: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Clipped PPO surrogate (Schulman et al. 2017) with asymmetric and dual clipping.
 
@@ -104,6 +105,8 @@ def policy_loss(
       (`kl_straight_through`: its value with the k2 gradient; see `ops.kl`).
     per_token_kl: optional precomputed per-token KL `[B, T]` (e.g. the exact full-vocabulary
       KL); used instead of `ref_per_token_logps` when given.
+    is_weights: optional `[B, T]` rollout-correction weights (`ops.rollout_correction`),
+      stop-gradient'ed, multiplying the per-token policy loss before aggregation (verl).
 
   Returns:
     `(loss, metrics)` with `pg_loss`, `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`, and
@@ -133,6 +136,8 @@ def policy_loss(
     per_token = jnp.where(adv < 0, jnp.minimum(clipped, pg3), clipped)
     lower_clipped = ((clipped > pg3) & (adv < 0)).astype(jnp.float32)
 
+  if is_weights is not None:
+    per_token = per_token * jax.lax.stop_gradient(is_weights.astype(jnp.float32))
   pg_loss = aggregate_loss(per_token, mask, loss_agg_mode)
   metrics = {
     "pg_loss": pg_loss,

@@ -20,6 +20,13 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
 - rollout: `vanilla_sampler` and `exact_token_prompts` (the vanilla engine tokenises
   prompt strings; to sample from exact token ids its sampler's `tokenize` is shadowed on
   the instance for one call, under a lock).
+- sampler: `sampler_step_functions` (tunix's `Sampler` jits its prefill and decode loop
+  only inside `__call__`; `tunix-ppo-ext plan` compiles the unjitted `_prefill_fn` and
+  `_decode_fn` ahead of time on abstract inputs to read their memory).
+- models: `qwen3_activation_sharding` (tunix's `qwen3.shard()` skips its activation
+  sharding constraints whenever `jax.devices()[0]` is a CPU, always the case when `plan`
+  compiles for a TPU topology from a host without one: the module function is replaced
+  while a piece is traced, under a lock).
 - models: `qwen3_key_mapping` (tunix's HF-to-tunix parameter table, read backwards to
   export a checkpoint), `qwen2_rope_tables` (the sin/cos tables tunix's Qwen2 computes once
   per forward pass and hands to every layer; a value model runs those layers without the
@@ -41,8 +48,13 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+from tunix.generate import sampler as sampler_lib
 from tunix.models.qwen2 import model as qwen2_model
+from tunix.models.qwen3 import model as qwen3_model
 from tunix.models.qwen3 import params as qwen3_params
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl import rl_learner
@@ -69,6 +81,8 @@ PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
   ),
   "tunix.sft.peft_trainer.PeftTrainer": (peft_trainer.PeftTrainer, ("_write_train_metrics",)),
   "tunix.models.qwen3.params": (qwen3_params, ("_get_key_and_transform_mapping",)),
+  "tunix.models.qwen3.model": (qwen3_model, ("shard",)),
+  "tunix.generate.sampler.Sampler": (sampler_lib.Sampler, ("_prefill_fn", "_decode_fn")),
   "tunix.models.qwen2.model": (qwen2_model, ("_generate_pos_embeddings",)),
 }
 # Instance attributes set in constructors (checked on live objects by the tests).
@@ -213,6 +227,36 @@ def exact_token_prompts(sampler: Any, contexts: Sequence[Sequence[int]]) -> Iter
       yield [str(i) for i in range(len(arrays))]
     finally:
       del sampler.tokenize
+
+
+def sampler_step_functions(
+  sampler: Any, eos_ids: Sequence[int]
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+  """`(prefill, decode)`: the sampler's unjitted `(params, sampling_state) -> state`
+  functions that tunix jits (state donated) and calls in `Sampler.__call__`, with the
+  stop ids set as `__call__` sets them first (`eos_ids`)."""
+  sampler.eos_ids = jnp.array(list(eos_ids))
+  return sampler._prefill_fn, sampler._decode_fn
+
+
+_SHARD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def qwen3_activation_sharding(mesh: Any) -> Iterator[None]:
+  """tunix's Qwen3 applies its activation shardings (`ShardingConfig.act_*`) on `mesh`
+  while this is open, whatever the host's devices (tracing only; restored on exit)."""
+
+  def shard(x: Any, spec: tuple[str | None, ...]) -> Any:
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
+
+  with _SHARD_LOCK:
+    original = qwen3_model.shard
+    qwen3_model.shard = shard
+    try:
+      yield
+    finally:
+      qwen3_model.shard = original
 
 
 def qwen3_key_mapping(config: Any) -> dict[str, tuple[str, Callable | None]]:

@@ -37,7 +37,7 @@ from tunix_ppo_ext.metrics import stats as batch_stats
 from tunix_ppo_ext.ops import kl as kl_lib
 from tunix_ppo_ext.ops.masked import masked_mean
 from tunix_ppo_ext.plugins import protocols, registry
-from tunix_ppo_ext.tunix import compat, guards, timing
+from tunix_ppo_ext.tunix import compat, guards, rollout_correction, timing
 from tunix_ppo_ext.tunix import losses as tunix_losses
 from tunix_ppo_ext.tunix.ppo_config import PpoExtConfig
 from tunix_ppo_ext.tunix.role_passes import ModelInputs, RolePasses
@@ -57,6 +57,7 @@ class TrainExample(ppo_learner.TrainExample):
   loss_mask: jax.Array | None = None  # [B, T]
   kl_coef: jax.Array | None = None  # [B], the KL-in-loss coefficient of this step
   actor_scale: jax.Array | None = None  # [B], 0 during critic warm-up
+  rollout_is_weights: jax.Array | None = None  # [B, T], rollout correction (rollout_is)
 
 
 class TrajectorySource(Protocol):
@@ -308,10 +309,13 @@ class PpoExtLearner(compat.LearnerHooks):
       batch, rewards, values, advantages, returns, per_token_kl, timer, mode
     )
     self._buffer_user_metrics(training_input["prompts"], batch, advantages, mode)
+    example = self._train_example(inputs, old_logps, ref_logps, values, advantages, returns)
+    example, corrected = rollout_correction.correct(self.algo_config, batch, example)
+    self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in corrected.items()}, mode=mode)
     self.rl_cluster.buffer_metrics(timer.metrics(), mode=mode)
     if mode == Mode.TRAIN and self._one_rollout_per_step():
       compat.log_step_metrics_now(self.rl_cluster)  # on disk before the step's checkpoint
-    return self._train_example(inputs, old_logps, ref_logps, values, advantages, returns)
+    return example
 
   def _trajectories(self, training_input, mode: Mode, timer) -> TrajectoryBatch:
     """The batch of episodes (single-turn or the trajectory source's), rewards checked."""

@@ -48,7 +48,7 @@ def _masks(train_example: Any) -> tuple[jax.Array | None, jax.Array]:
   return attention_mask, train_example.completion_mask if loss_mask is None else loss_mask
 
 
-def ppo_ext_policy_loss_fn(
+def policy_pass(
   model: nnx.Module,
   train_example: Any,
   algo_config: Any,
@@ -56,15 +56,14 @@ def ppo_ext_policy_loss_fn(
   eos_id: int,
   temperature: float = 1.0,
   ref_model: tuple[Any, Any] | None = None,
-  **kwargs: Any,
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """PPO policy loss of `tunix_ppo_ext.ops.losses.policy_loss` over one model pass.
+) -> dict[str, Any]:
+  """One policy pass, shared by every policy loss: `logps`, `entropy` `[B, T]`, `loss_mask`,
+  `ref_logps` (KL in the loss, else None), `per_token_kl` (the exact full-vocabulary KL
+  when `ref_model` is given with `kl_method="full"`, else None), `kl_coef` and
+  `is_weights` (the rollout-correction weights on the example, or None).
 
-  `ref_model`, `(graphdef, pure state dict)` of the reference, enables the exact
-  full-vocabulary KL (`kl_method="full"`): the reference runs here with no gradient.
-  An `actor_scale` of 0 on the example (critic warm-up) zeroes the loss and its gradient.
+  `ref_model`, `(graphdef, pure state dict)` of the reference, runs here with no gradient.
   """
-  del kwargs
   attention_mask, loss_mask = _masks(train_example)
   chunk_size = getattr(algo_config, "logits_chunk_size", 0)
   pass_kw = dict(pad_id=pad_id, eos_id=eos_id, attention_mask=attention_mask)
@@ -82,29 +81,58 @@ def ppo_ext_policy_loss_fn(
       nnx.merge(*ref_model), prompt, completion, **pass_kw
     )
     per_token_kl = full_kl_divergence(logits, ref_logits, temperature, chunk_size)
-  kl_coef = _per_step_scalar(train_example, "kl_coef", getattr(algo_config, "kl_loss_coef", 0.0))
-  ref_logps = train_example.ref_per_token_logps if kl_in_loss else None
+  return {
+    "logps": logps,
+    "entropy": entropy,
+    "loss_mask": loss_mask,
+    "ref_logps": train_example.ref_per_token_logps if kl_in_loss else None,
+    "per_token_kl": per_token_kl,
+    "kl_coef": per_step_scalar(train_example, "kl_coef", getattr(algo_config, "kl_loss_coef", 0.0)),
+    "is_weights": getattr(train_example, "rollout_is_weights", None),
+  }
+
+
+def ppo_ext_policy_loss_fn(
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+  **kwargs: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """PPO policy loss of `tunix_ppo_ext.ops.losses.policy_loss` over one model pass.
+
+  `ref_model`, `(graphdef, pure state dict)` of the reference, enables the exact
+  full-vocabulary KL (`kl_method="full"`): the reference runs here with no gradient.
+  An `actor_scale` of 0 on the example (critic warm-up) zeroes the loss and its gradient.
+  """
+  del kwargs
+  terms = policy_pass(model, train_example, algo_config, pad_id, eos_id, temperature, ref_model)
+  ref_logps, per_token_kl = terms["ref_logps"], terms["per_token_kl"]
   loss, metrics = losses.policy_loss(
-    logps,
+    terms["logps"],
     train_example.old_per_token_logps,
     train_example.advantages,
-    loss_mask,
+    terms["loss_mask"],
     epsilon_low=algo_config.epsilon_low,
     epsilon_high=algo_config.epsilon_high,
     epsilon_c=algo_config.epsilon_c,
     loss_agg_mode=getattr(algo_config, "loss_agg_mode", "token-mean"),
-    entropy=entropy,
+    entropy=terms["entropy"],
     entropy_coef=algo_config.entropy_coef or 0.0,
     ref_per_token_logps=ref_logps,
-    kl_loss_coef=kl_coef,
-    **_kl_estimator(algo_config, ref_logps is not None and per_token_kl is None),
+    kl_loss_coef=terms["kl_coef"],
+    **kl_estimator_kwargs(algo_config, ref_logps is not None and per_token_kl is None),
     kl_clamp_value=algo_config.kl_clamp_value,
     per_token_kl=per_token_kl,
+    is_weights=terms["is_weights"],
   )
-  return loss * _per_step_scalar(train_example, "actor_scale", 1.0), metrics
+  return loss * per_step_scalar(train_example, "actor_scale", 1.0), metrics
 
 
-def _kl_estimator(algo_config: Any, needed: bool) -> dict[str, Any]:
+def kl_estimator_kwargs(algo_config: Any, needed: bool) -> dict[str, Any]:
   """`policy_loss`'s KL keywords for the configured per-token method (resolved once)."""
   if not needed:
     return {}
@@ -112,7 +140,7 @@ def _kl_estimator(algo_config: Any, needed: bool) -> dict[str, Any]:
   return {"kl_estimator": method.estimator, "kl_straight_through": method.straight_through}
 
 
-def _per_step_scalar(train_example: Any, name: str, default: float) -> jax.Array | float:
+def per_step_scalar(train_example: Any, name: str, default: float) -> jax.Array | float:
   """A per-step scalar the learner broadcasts to `[B]` on the example (so batches slice)."""
   value = getattr(train_example, name, None)
   return default if value is None else jnp.mean(value)

@@ -17,6 +17,7 @@ from tunix_ppo_ext.data.rewards import NONFINITE_REWARD_MODES
 from tunix_ppo_ext.ops import losses
 from tunix_ppo_ext.plugins import registry
 from tunix_ppo_ext.tunix import losses as tunix_losses
+from tunix_ppo_ext.tunix.toolbox_config import validate_toolbox
 
 KL_PENALTY_PLACEMENTS = ("reward", "loss", "none")
 KL_CONTROLLERS = ("fixed", "adaptive")
@@ -56,6 +57,13 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     nonfinite_rewards: what a NaN/inf reward from a reward function, environment or
       trajectory source does: `error` (ValueError naming the episode) or `drop` (the
       episode's loss mask and rewards are zeroed and it is counted, `dropped_episodes`).
+    tau_pos, tau_neg, clip_cov_ratio, clip_cov_lb, clip_cov_ub, kl_cov_ratio, ppo_kl_coef:
+      knobs of verl's `sapo`, `clip_cov` and `kl_cov` policy losses (verl's defaults;
+      `tunix_ppo_ext.tunix.policy_losses`).
+    rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold,
+      rollout_rs_threshold_lower: rollout correction of the sampler-trainer gap, verl's
+      `algorithm.rollout_correction` (`tunix_ppo_ext.tunix.rollout_correction`; checks in
+      `tunix_ppo_ext.tunix.toolbox_config`).
   """
 
   policy_loss_fn: str = "ppo_ext"
@@ -75,6 +83,18 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   max_nonfinite_steps: int = 10
   nonfinite_rewards: str = "error"
   logps_temperature: float | None = None
+  tau_pos: float = 1.0
+  tau_neg: float = 1.05
+  clip_cov_ratio: float = 0.0002
+  clip_cov_lb: float = 1.0
+  clip_cov_ub: float = 5.0
+  kl_cov_ratio: float = 0.0002
+  ppo_kl_coef: float = 0.1
+  rollout_is: str | None = None
+  rollout_is_threshold: float = 2.0
+  rollout_rs: str | None = None
+  rollout_rs_threshold: float = 2.0
+  rollout_rs_threshold_lower: float | None = None
 
   def __post_init__(self):
     # PPOConfig's own __post_init__ refuses every KL method beyond its three, so it is
@@ -142,6 +162,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
         raise ValueError(f"PpoExtConfig.{name}: {e}") from None
     for name, kind in _REGISTRY_FIELDS:
       _registry_choice(self, name, kind)
+    validate_toolbox(self)
 
 
 _REGISTRY_FIELDS = (
