@@ -213,9 +213,10 @@ def subprocess_env(tmp_path: pathlib.Path) -> dict[str, str]:
   }
 
 
-def common_checkpoints(out: pathlib.Path) -> set[int]:
-  """Steps both the actor and the critic checkpointed under `out/checkpoints`."""
+def common_checkpoints(out: pathlib.Path, roles: Sequence[str] = ("actor", "critic")) -> set[int]:
+  """Steps every trainer of `roles` checkpointed under `out/checkpoints` (a run with a
+  group estimator has no critic: `roles=("actor",)`)."""
   from tunix_ppo_ext.app import resume  # noqa: PLC0415
 
   ckpt = out / "checkpoints"
-  return resume.finalized_steps(ckpt / "actor") & resume.finalized_steps(ckpt / "critic")
+  return set.intersection(*(resume.finalized_steps(ckpt / role) for role in roles))

@@ -40,7 +40,7 @@ def test_dotted_overrides_reach_every_section():
     ),
     ("ppo.epsilon_c=0.5", r"PpoExtConfig.epsilon_c=0.5 is invalid"),
     ("wandb=maybe", r"'wandb' must be one of"),
-    ("train.batch_size=6", r"must be a multiple of ppo.num_generations"),
+    ("ppo.num_generations=5", r"batch_size'=32 must be a multiple of ppo.num_generations=5"),
     ("env.name=mmeory", r"'env.name'/'env.kwargs'.*unknown environment 'mmeory'"),
     ("env.kwargs.num_symbol=4", r"'env.kwargs'.*num_symbol"),
     ("env.kwargs.num_turns=1", r"'env.kwargs'.*num_turns must be >= 2"),

@@ -25,7 +25,7 @@ def test_quickstart_notebook_runs_and_shows_the_curves(tmp_path, monkeypatch):
   assert not [o for o in outputs if o.output_type == "error"]
   assert any("image/png" in o.get("data", {}) for o in outputs)  # the curves, inline
   summary = json.loads((out / "summary.json").read_text())
-  assert summary["steps"] == 2
+  assert summary["steps"] == 1  # 2 updates: one batch, two epochs (ppo.num_iterations=2)
   assert (out / "curves.png").is_file()
   config = json.loads((out / "config.json").read_text())
   assert config["ppo"]["kl_method"] == "low_var_kl" and config["ppo"]["epsilon_c"] == 3.0

@@ -47,12 +47,13 @@ def setup(
   source=None,
   num_generations=1,
   metric_fns=None,
+  with_critic=True,
 ):
   tokenizer = CharTokenizer(eos_id=0)
   policy, critic, reference = make_models(tokenizer, seed=seed)
   cluster = build_cluster(
     policy,
-    critic,
+    critic if with_critic else None,
     tokenizer,
     reference=reference,
     max_steps=steps,
@@ -195,6 +196,34 @@ def test_critic_warmup_freezes_the_actor():
   np.testing.assert_array_equal(param_leaf(cluster.actor_trainer.model), actor_before)
   critic_after = np.array(nnx.state(cluster.critic_trainer.model.value_head)["kernel"][...])
   assert not np.allclose(critic_after, critic_before)
+
+
+def test_group_estimators_train_without_a_critic():
+  # one estimator here; `grpo` through the CLI in tests/app/test_sweep.py
+  config = PpoExtConfig(advantage_estimator="reinforce_plus_plus", num_generations=2)
+  assert not config.uses_critic
+  cluster, learner, data = setup(config, steps=2, with_critic=False, reward=spread_reward)
+  actor_before = param_leaf(cluster.actor_trainer.model)
+  learner.train(data)
+  assert not learner.has_critic and cluster.actor_trainer.train_steps == 2
+  assert not np.allclose(param_leaf(cluster.actor_trainer.model), actor_before)
+  assert np.all(np.isfinite(history(cluster, "actor", "loss")))
+  logged = cluster._rl_metrics_logger  # nothing of a critic is logged
+  assert logged.metric_exists("batch", "advantage/mean", "train")
+  for prefix, name in [
+    ("critic", "loss"),
+    ("critic", "vf_loss"),
+    ("learner", "explained_variance"),
+    ("batch", "old_value/mean"),
+  ]:
+    assert not logged.metric_exists(prefix, name, "train"), (prefix, name)
+
+
+def test_gae_without_a_critic_is_refused_and_an_unused_critic_warns():
+  with pytest.raises(ValueError, match=r"advantage_estimator='gae' takes critic values.*no critic"):
+    setup(PpoExtConfig(advantage_estimator="gae"), with_critic=False)
+  with pytest.warns(UserWarning, match=r"'grpo' uses no critic, yet the cluster has one"):
+    setup(PpoExtConfig(advantage_estimator="grpo", num_generations=2))
 
 
 def multi_turn_source(learner, training_input, mode):

@@ -39,7 +39,7 @@ def test_accepts_every_knob():
     epsilon_c=3.0,
     loss_agg_mode="sequence-mean-token-mean",
     value_loss_agg_mode="seq-mean-token-sum",
-    advantage_estimator="grpo",
+    advantage_estimator="gae",  # critic warm-up needs a critic (refused with group estimators)
     norm_adv_by_std=False,
     whiten_advantages=False,
     critic_warmup_steps=3,
@@ -145,3 +145,11 @@ def test_register_builtins_puts_its_functions_in_tunix():
 
   assert registry.get("policy_loss_fn", "ppo") is algo_core.ppo_policy_loss_fn
   assert registry.get("advantage_estimator", "gae") is algo_core.compute_gae_advantages
+
+
+def test_only_estimators_that_take_values_use_a_critic():
+  assert PpoExtConfig(advantage_estimator="gae").uses_critic
+  for name in ("grpo", "rloo", "reinforce_plus_plus"):
+    assert not PpoExtConfig(advantage_estimator=name).uses_critic, name
+  with pytest.raises(ValueError, match=r"critic_warmup_steps=3 is invalid: must be 0 with "):
+    PpoExtConfig(advantage_estimator="grpo", critic_warmup_steps=3)

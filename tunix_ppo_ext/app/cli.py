@@ -3,6 +3,8 @@
   tunix-ppo-ext train [--config PATH] [--output-dir DIR] [KEY=VALUE ...]
   tunix-ppo-ext plan [--config PATH] [--topology v5e:2x4] [KEY=VALUE ...]
   tunix-ppo-ext plot RUN_DIR
+  tunix-ppo-ext sweep --seeds N [--config PATH] [--output-dir DIR] [KEY=VALUE[,VALUE...] ...]
+  tunix-ppo-ext export RUN_DIR OUT_DIR
   tunix-ppo-ext plugins
 
 With no arguments `train` runs the embedded default: a toy tunix Qwen3 (random init)
@@ -66,8 +68,22 @@ def _parser() -> argparse.ArgumentParser:
   plan_parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
   plot_parser = commands.add_parser("plot", help="draw a run's main curves into RUN_DIR")
   plot_parser.add_argument("run_dir", metavar="RUN_DIR", help="a train command's output dir")
+  export_parser = commands.add_parser(
+    "export", help="write a run's trained policy as a Hugging Face checkpoint into OUT_DIR"
+  )
+  export_parser.add_argument("run_dir", metavar="RUN_DIR", help="a train command's output dir")
+  export_parser.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty directory")
   commands.add_parser("plugins", help="list the plugins of every group and whether they load")
+  _add_sweep_parser(commands)
   return parser
+
+
+def _add_sweep_parser(commands) -> None:
+  sweep = commands.add_parser("sweep", help="train N seeds of one or more configs; a table")
+  sweep.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 per variant (5)")
+  sweep.add_argument("--config", help="YAML run config (default: the embedded default)")
+  sweep.add_argument("--output-dir", default="runs/sweep", help="where runs and table go")
+  sweep.add_argument("overrides", nargs="*", metavar="KEY=VALUE[,VALUE...]")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   stderr (with `--debug`, the traceback too)."""
   parser = _parser()
   args, extra = parser.parse_known_args(argv)
-  if args.command in ("train", "plan"):  # KEY=VALUE overrides may also follow the options
+  if args.command in ("train", "plan", "sweep"):  # KEY=VALUE overrides may follow options
     misplaced = [a for a in extra if a.startswith("-") or "=" not in a]
     if misplaced:
       parser.error(f"unrecognized arguments: {' '.join(misplaced)}")
@@ -86,9 +102,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _plugins_command()
   if args.command == "plot":
     return _plot_command(args.run_dir)
+  if args.command == "export":
+    return _export_command(args.run_dir, args.out_dir, args.debug)
   try:
     if args.command == "plan":
       return _plan_command(args, [*args.overrides, *extra])
+    if args.command == "sweep":
+      return _sweep_command(args, [*args.overrides, *extra])
     return _train_command(args, [*args.overrides, *extra])
   except KeyboardInterrupt:
     if args.debug:
@@ -141,6 +161,15 @@ def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
   return 0
 
 
+def _sweep_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  """`tunix-ppo-ext sweep`: prints the table (`tunix_ppo_ext.app.sweep`)."""
+  from tunix_ppo_ext.app import sweep  # noqa: PLC0415
+
+  rows = sweep.sweep(args.seeds, args.output_dir, overrides, args.config)
+  print(sweep.markdown_table(rows), end="")
+  return 0
+
+
 def _plot_command(run_dir: str) -> int:
   """`tunix-ppo-ext plot RUN_DIR`: writes and prints the path of `RUN_DIR/curves.png`."""
   from tunix_ppo_ext.metrics.plot import plot_run  # noqa: PLC0415 (matplotlib only here)
@@ -150,6 +179,18 @@ def _plot_command(run_dir: str) -> int:
   except ValueError as err:
     print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
     return 2
+  return 0
+
+
+def _export_command(run_dir: str, out_dir: str, debug: bool) -> int:
+  """`tunix-ppo-ext export RUN_DIR OUT_DIR`: prints OUT_DIR once written (see app/export.py)."""
+  from tunix_ppo_ext.app.export import export_run  # noqa: PLC0415 (loads tunix's models)
+
+  try:
+    print(export_run(run_dir, out_dir))
+  except ValueError as err:
+    _error(str(err), debug)
+    return EXIT_BAD_INPUT
   return 0
 
 

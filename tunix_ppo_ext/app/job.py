@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from tunix_ppo_ext import envs
-from tunix_ppo_ext.app import distributed, resume, run_dir
+from tunix_ppo_ext.app import distributed, recipe, resume, run_dir
 from tunix_ppo_ext.app.run_config import RunConfig, tokenizer_directory
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.metrics import keys as metric_keys
@@ -58,6 +58,8 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   env = envs.make_env(run.env.name, **run.env.kwargs)
   tokenizer = _tokenizer(run)
   policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
+  if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
+    critic = None
   train = run.train
   keys = run.metrics.keys()
   shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
@@ -72,6 +74,8 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
     build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
     backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
+  batch = recipe.resolve_batch(run.batch, train.batch_size, ppo.num_generations)
+  sampling, eval_sampling = recipe.sampling_kwargs(run.sampling)
   cluster = build_cluster(
     policy,
     critic,
@@ -82,8 +86,10 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     batch=train.batch_size,
     max_prompt_length=train.max_prompt_length,
     max_tokens_to_generate=run.env.max_completion_len + run.env.max_tokens_per_turn,
-    lr=train.lr,
-    critic_lr=train.critic_lr,
+    optimizers=recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps),
+    **recipe.tunix_batch_sizes(batch, ppo.num_generations),
+    sampling=sampling,
+    eval_sampling=eval_sampling,
     temperature=train.temperature,
     seed=run.seed,
     checkpoint_dir=str(output_dir / "checkpoints"),
@@ -94,23 +100,43 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     eval_every=train.eval_every,
     return_logprobs=True,
   )
+  writer = _sample_writer(output_dir, wandb_sinks)
   source = MultiTurnRollout(
     run.env.name,
     run.env.kwargs,
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
-    on_samples=_sample_writer(output_dir, wandb_sinks),
+    on_samples=writer,
     num_samples=train.eval_samples,
     chat=ChatFormat(tokenizer) if run.env.chat_template else None,
   )
   if run.env.loss_on_observations:
     source = _observations_in_loss(source)
+  validation = _validation_rollout(run, writer)
+  source = recipe.validation_source(source, run.validation, validation)
+  source = recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
   prompts_per_batch = train.batch_size // ppo.num_generations
   train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed)
   eval_batches = list(episode_batches(train.eval_batches, prompts_per_batch, seed=run.seed + 1))
   return learner, train_batches, eval_batches, env.max_return
+
+
+def _validation_rollout(run: RunConfig, on_samples: Any) -> MultiTurnRollout:
+  """The multi-turn rollout of the `validation` section (environment, group size); its
+  evaluation samples go to `on_samples` like the training environment's."""
+  val = run.validation
+  return MultiTurnRollout(
+    val.env or run.env.name,
+    val.kwargs if val.kwargs is not None else (run.env.kwargs if val.env is None else {}),
+    max_completion_len=run.env.max_completion_len,
+    max_turns=run.env.max_turns,
+    max_turn_tokens=run.env.max_tokens_per_turn,
+    group_size=val.group_size,
+    on_samples=on_samples,
+    num_samples=run.train.eval_samples,
+  )
 
 
 def _kept(kept: list, sink):
@@ -198,6 +224,11 @@ def _models(run: RunConfig, tokenizer, mesh=None):
   return models.with_critic_and_reference(policy, run.seed)
 
 
+def checkpoint_roles(run: RunConfig) -> tuple[str, ...]:
+  """The trainers that checkpoint in this run: the actor, and the critic when one is used."""
+  return resume.ROLES if run.ppo_config().uses_critic else ("actor",)
+
+
 def summarize(
   metrics_path: pathlib.Path, max_return: float, wall_s: float, return_key: str = RETURN_KEY
 ) -> dict[str, Any]:
@@ -239,15 +270,16 @@ def _build_restoring(run: RunConfig, out: pathlib.Path, primary: bool):
   """`build_run`; when restoring the newest checkpoint fails inside orbax (a deleted or
   truncated file), that step is set aside (`checkpoints/damaged/`, nothing deleted) and the
   next older one is restored instead, with a warning naming both (single process only)."""
+  roles = checkpoint_roles(run)
   while True:
     try:
       return build_run(run, out)
     except Exception as err:
-      step = resume.align_role_checkpoints(out / "checkpoints") if primary else None
+      step = resume.align_role_checkpoints(out / "checkpoints", roles) if primary else None
       if step is None or jax.process_count() > 1 or not _raised_in_orbax(err):
         raise
-      resume.set_aside(out / "checkpoints", step)
-      older = resume.align_role_checkpoints(out / "checkpoints")
+      resume.set_aside(out / "checkpoints", step, roles)
+      older = resume.align_role_checkpoints(out / "checkpoints", roles)
       print(
         f"tunix-ppo-ext: warning: checkpoint step {step} cannot be restored "
         f"({type(err).__name__}); moved to {out / 'checkpoints' / resume.DAMAGED}, resuming "
@@ -269,7 +301,7 @@ def _raised_in_orbax(err: BaseException) -> bool:
 
 def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any]:
   if primary:
-    saved = resume.align_role_checkpoints(out / "checkpoints")
+    saved = resume.align_role_checkpoints(out / "checkpoints", checkpoint_roles(run))
     run_dir.check_rerun(out, dataclasses.asdict(run), saved)
     if saved and not (out / "metrics.jsonl").is_file():
       print(

@@ -6,6 +6,8 @@ import json
 import pathlib
 from typing import Any
 
+import numpy as np
+
 from tunix_ppo_ext.metrics.keys import MetricKeys
 from tunix_ppo_ext.metrics.sinks import read_jsonl
 
@@ -71,3 +73,35 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 4) -> pathlib.Path:
   figure.savefig(out, dpi=100)
   plt.close(figure)
   return out
+
+
+def plot_spread(
+  curves_by_name: dict[str, list[list[float]]], out: str | pathlib.Path
+) -> pathlib.Path:
+  """One line per name: the mean over its curves (e.g. seeds) per step, with the min-max band.
+
+  `curves_by_name[name]` holds one curve per seed, `curves[k][t]` the value at step t+1;
+  curves of unequal length are cut to the shortest. Writes the PNG at `out`.
+  """
+  import matplotlib  # noqa: PLC0415 (only the plot commands need it)
+
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # noqa: PLC0415
+
+  figure, axis = plt.subplots(figsize=(7, 4))
+  for name, runs in curves_by_name.items():
+    length = min(len(c) for c in runs)
+    if not length:
+      continue
+    values = np.array([c[:length] for c in runs], np.float64)
+    steps = np.arange(1, length + 1)
+    axis.plot(steps, values.mean(0), label=f"{name} (mean of {len(runs)})")
+    axis.fill_between(steps, values.min(0), values.max(0), alpha=0.2)
+  axis.set_xlabel("batch (row of the return curve)")
+  axis.set_ylabel("training episode return")
+  if axis.lines:
+    axis.legend(fontsize="x-small")
+  figure.tight_layout()
+  figure.savefig(out, dpi=100)
+  plt.close(figure)
+  return pathlib.Path(out)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import optax
 import orbax.checkpoint as ocp
 from flax import nnx
 from metrax import logging as metrax_logging
@@ -154,25 +155,36 @@ def training_config(
   critic_lr: float | None = None,
   mini_batch_size: int | None = None,
   train_micro_batch_size: int | None = None,
+  rollout_micro_batch_size: int | None = None,
+  logps_micro_batch_size: int | None = None,
   checkpoint_dir: str | None = None,
   metrics_dir: str | None = None,
   metric_backends: Sequence[Callable[[], Any]] = (),
   metric_keys: MetricKeys | None = None,
   checkpoint_every: int = 1,
   eval_every: int = 10**9,
+  optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation] | None = None,
 ) -> rl_cluster_lib.RLTrainingConfig:
   """`RLTrainingConfig` with optax Adam for actor and critic; data sharded on `fsdp`.
 
-  Both optimizers skip updates with a NaN/inf gradient (`robustness.guarded_adam`; the
-  learner counts them and stops a run that keeps skipping).
+  Both optimizers skip updates with a NaN/inf gradient (`guards.guarded_adam`; the
+  learner counts them and stops a run that keeps skipping). `optimizers`: `(actor,
+  critic)` instead (e.g. `optimizers.build_optimizer`, also guarded). Batch sizes count
+  prompts, as tunix's do.
   """
+  actor, critic = optimizers or (
+    guarded_adam(lr),
+    guarded_adam(critic_lr if critic_lr is not None else lr),
+  )
   return rl_cluster_lib.RLTrainingConfig(
-    actor_optimizer=guarded_adam(lr),
-    critic_optimizer=guarded_adam(critic_lr if critic_lr is not None else lr),
+    actor_optimizer=actor,
+    critic_optimizer=critic,
     eval_every_n_steps=eval_every,
     max_steps=max_steps,
     mini_batch_size=mini_batch_size,
     train_micro_batch_size=train_micro_batch_size,
+    rollout_micro_batch_size=rollout_micro_batch_size,
+    compute_logps_micro_batch_size=logps_micro_batch_size,
     checkpoint_root_directory=checkpoint_dir,
     checkpointing_options=_checkpoint_options(checkpoint_dir, checkpoint_every),
     metrics_logging_options=_metrics_options(metrics_dir, metric_backends, metric_keys),
@@ -188,24 +200,39 @@ def rollout_config(
   temperature: float = 1.0,
   seed: int = 0,
   return_logprobs: bool = False,
+  top_p: float | None = 1.0,
+  top_k: int | None = None,
 ) -> base_rollout.RolloutConfig:
   """Vanilla-engine `RolloutConfig`; the KV cache fits prompt + completion exactly.
 
   `seed` stays an int: the sampler donates its state, so a `jax.random.PRNGKey` here is
   deleted after the first `generate` call (an int means every call samples with the
   same key). `temperature=0` is greedy, which needs `top_p=None`: with `top_p` set the
-  sampler divides the logits by 0 (NaN logprobs, arbitrary tokens).
+  sampler divides the logits by 0 (NaN logprobs, arbitrary tokens), so `top_p` and
+  `top_k` apply only when `temperature > 0`.
   """
   return base_rollout.RolloutConfig(
     max_tokens_to_generate=max_tokens_to_generate,
     max_prompt_length=max_prompt_length,
     kv_cache_size=max_prompt_length + max_tokens_to_generate,
     temperature=temperature,
-    top_p=1.0 if temperature > 0 else None,
-    top_k=None,
+    top_p=top_p if temperature > 0 else None,
+    top_k=top_k if temperature > 0 else None,
     seed=seed,
     return_logprobs=return_logprobs,
   )
+
+
+def _mode_rollout_configs(
+  sampling: dict[str, Any] | None, eval_sampling: dict[str, Any] | None, **common: Any
+) -> base_rollout.RolloutConfig | dict[rl_cluster_lib.Mode, base_rollout.RolloutConfig]:
+  """One `RolloutConfig` for both modes, or tunix's per-mode dict when evaluation samples
+  differently (`eval_sampling` overrides training's `temperature`, `top_p`, `top_k`)."""
+  train = {**common, **(sampling or {})}
+  if not eval_sampling:
+    return rollout_config(**train)
+  mode = rl_cluster_lib.Mode
+  return {mode.TRAIN: rollout_config(**train), mode.EVAL: rollout_config(**train | eval_sampling)}
 
 
 def build_cluster(
@@ -224,6 +251,8 @@ def build_cluster(
   critic_lr: float | None = None,
   mini_batch_size: int | None = None,
   train_micro_batch_size: int | None = None,
+  rollout_micro_batch_size: int | None = None,
+  logps_micro_batch_size: int | None = None,
   checkpoint_dir: str | None = None,
   metrics_dir: str | None = None,
   metric_backends: Sequence[Callable[[], Any]] = (),
@@ -233,6 +262,9 @@ def build_cluster(
   temperature: float = 1.0,
   seed: int = 0,
   return_logprobs: bool = False,
+  optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation] | None = None,
+  sampling: dict[str, Any] | None = None,
+  eval_sampling: dict[str, Any] | None = None,
 ) -> rl_cluster_lib.RLCluster:
   """A real tunix `RLCluster` (vanilla rollout) with every role on one mesh.
 
@@ -242,6 +274,10 @@ def build_cluster(
   (default 1x1) per role. The models are placed on their role's mesh in place, so
   `policy is cluster.actor_trainer.model`; with a rollout mesh that differs from the
   actor's, tunix samples from a resharded copy that it syncs after every step.
+  `optimizers`: `(actor, critic)` optax transformations (default: guarded Adam at `lr` /
+  `critic_lr`). `sampling`: `top_p` / `top_k` of training rollouts; `eval_sampling`:
+  `temperature` / `top_p` / `top_k` of evaluation rollouts (tunix's per-mode rollout
+  configs), each defaulting to training's.
   """
   mesh = mesh or make_mesh()
   meshes = {role: mesh for role in (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.ROLLOUT)}
@@ -263,6 +299,9 @@ def build_cluster(
       critic_lr=critic_lr,
       mini_batch_size=mini_batch_size,
       train_micro_batch_size=train_micro_batch_size,
+      rollout_micro_batch_size=rollout_micro_batch_size,
+      logps_micro_batch_size=logps_micro_batch_size,
+      optimizers=optimizers,
       checkpoint_dir=checkpoint_dir,
       metrics_dir=metrics_dir,
       metric_backends=metric_backends,
@@ -270,7 +309,9 @@ def build_cluster(
       checkpoint_every=checkpoint_every,
       eval_every=eval_every,
     ),
-    rollout_config=rollout_config(
+    rollout_config=_mode_rollout_configs(
+      sampling,
+      eval_sampling,
       max_prompt_length=max_prompt_length,
       max_tokens_to_generate=max_tokens_to_generate,
       temperature=temperature,

@@ -5,7 +5,10 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
 
 - `LearnerHooks`: the three private hook methods of `PPOLearner` that a learner must
   override (`_generate_and_compute_advantage`, `_num_generations`, `_run_global_step`),
-  forwarded to public methods of the same meaning.
+  forwarded to public methods of the same meaning. `init_without_critic`: what
+  `PPOLearner.__init__` does for the actor, for a cluster without critic (its constructor
+  refuses one; tunix's training loop itself skips a missing critic trainer, as for GRPO);
+  it sets the `_use_reward_model` flag tunix's constructor would have set.
 - learner state: `compute_rewards`, `uses_reward_model`, `rollout_micro_batch_size`,
   `logps_micro_batch_size` (what tunix's learner set up in its constructor, read where
   its own hook would).
@@ -56,8 +59,8 @@ from tunix.generate import sampler as sampler_lib
 from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import model as qwen3_model
 from tunix.models.qwen3 import params as qwen3_params
+from tunix.rl import function_registry, rl_learner
 from tunix.rl import rl_cluster as rl_cluster_lib
-from tunix.rl import rl_learner
 from tunix.rl.ppo import ppo_learner
 from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import peft_trainer
@@ -160,6 +163,39 @@ class LearnerHooks(ppo_learner.PPOLearner):
 
   def after_global_step(self, seconds: float) -> None:
     del seconds
+
+
+def init_without_critic(
+  learner: ppo_learner.PPOLearner,
+  rl_cluster: rl_cluster_lib.RLCluster,
+  ppo_config: Any,
+  reward_fns: Any,
+  metric_fns: Any,
+  data_shuffle_seed: int | None,
+) -> None:
+  """Initialises `learner` as `PPOLearner.__init__` does, for a cluster without critic.
+
+  tunix's `RLLearner.__init__` (public), then the reward check and the actor's loss from
+  tunix's `function_registry`, as `PPOLearner.__init__` sets them; its critic check and
+  critic-trainer setup are what is left out.
+  """
+  rl_learner.RLLearner.__init__(
+    learner,
+    rl_cluster=rl_cluster,
+    algo_config=ppo_config,
+    reward_fns=reward_fns,
+    metric_fns=metric_fns,
+    data_shuffle_seed=data_shuffle_seed,
+  )
+  try:
+    reward_model = rl_cluster.inference_worker.get_model("reward")
+  except ValueError:
+    reward_model = None
+  if bool(reward_fns) == bool(reward_model):
+    raise ValueError("PPO needs exactly one of `reward_fns` or a reward model in the cluster")
+  learner._use_reward_model = bool(reward_model)
+  loss_fn = function_registry.get_policy_loss_fn(ppo_config.policy_loss_fn)
+  rl_cluster.actor_trainer.with_loss_fn(loss_fn, has_aux=True)
 
 
 def compute_rewards(learner: Any, **kwargs: Any) -> Any:

@@ -67,21 +67,29 @@ def skip_nonfinite_results(inner: optax.GradientTransformation) -> optax.Gradien
   return optax.GradientTransformation(inner.init, update)
 
 
-def guarded_adam(learning_rate: float) -> optax.GradientTransformation:
-  """Adam that skips an update whose gradient, or whose resulting parameters, are not
-  finite (params and moments untouched; `skip_nonfinite_results`).
+def guarded(
+  make: Callable[[Any], optax.GradientTransformation], learning_rate: float | optax.Schedule
+) -> optax.GradientTransformation:
+  """`make(learning_rate)` (any optax optimizer, e.g. clipping chained with AdamW) that
+  skips an update whose gradient, or whose resulting parameters, are not finite (params and
+  moments untouched; `skip_nonfinite_results`).
 
   `inject_hyperparams` stays outermost, so tunix finds (and logs) the learning rate in
-  `opt_state.hyperparams["learning_rate"]`.
+  `opt_state.hyperparams["learning_rate"]`; a schedule there is evaluated per update.
   """
 
-  def adam_if_finite(learning_rate: float) -> optax.GradientTransformation:
-    guarded = optax.apply_if_finite(
-      optax.adam(learning_rate), max_consecutive_errors=_NEVER_GIVE_UP
+  def if_finite(learning_rate: Any) -> optax.GradientTransformation:
+    guarded_inner = optax.apply_if_finite(
+      make(learning_rate), max_consecutive_errors=_NEVER_GIVE_UP
     )
-    return skip_nonfinite_results(guarded)
+    return skip_nonfinite_results(guarded_inner)
 
-  return optax.inject_hyperparams(adam_if_finite)(learning_rate=learning_rate)
+  return optax.inject_hyperparams(if_finite)(learning_rate=learning_rate)
+
+
+def guarded_adam(learning_rate: float) -> optax.GradientTransformation:
+  """Adam behind the NaN guard (`guarded`)."""
+  return guarded(optax.adam, learning_rate)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ values (`_old_logps_and_values`), the KL to the reference (`_kl_penalty`), advan
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -93,13 +94,14 @@ class PpoExtLearner(compat.LearnerHooks):
     if trajectory_source is None and reward_fns is not None:  # catch NaN before tunix's nansum
       fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
       reward_fns = [self._nonfinite_rewards.check(fn) for fn in fns]
-    super().__init__(
-      rl_cluster=rl_cluster,
-      ppo_config=ppo_config,
-      reward_fns=reward_fns,
-      metric_fns=metric_fns,
-      data_shuffle_seed=data_shuffle_seed,
-    )
+    critic = critic_trainer(rl_cluster)
+    check_critic(ppo_config, critic)
+    kwargs = {"reward_fns": reward_fns, "metric_fns": metric_fns}
+    kwargs["data_shuffle_seed"] = data_shuffle_seed
+    if critic is None:  # group estimators: no critic (verl); tunix's PPOLearner insists on one
+      compat.init_without_critic(self, rl_cluster, ppo_config, **kwargs)
+    else:
+      super().__init__(rl_cluster, ppo_config, **kwargs)
     self.trajectory_source = trajectory_source
     config = ppo_config
     self.kl_controller = kl_lib.make_kl_controller(
@@ -109,11 +111,7 @@ class PpoExtLearner(compat.LearnerHooks):
     actor = rl_cluster.actor_trainer
     compat.add_checkpoint_metadata(actor, self._learner_state)
     actor.with_gen_model_input_fn(self._actor_inputs)
-    rl_cluster.critic_trainer.with_gen_model_input_fn(self._critic_inputs)
     actor.with_training_hooks(timing.UpdateTimer(rl_cluster, "timing_s/update_actor"))
-    rl_cluster.critic_trainer.with_training_hooks(
-      timing.UpdateTimer(rl_cluster, "timing_s/update_critic")
-    )
     actor.with_rl_metrics_to_log(
       {
         name: np.mean
@@ -121,9 +119,8 @@ class PpoExtLearner(compat.LearnerHooks):
       }
       | ({"kl_loss": np.mean} if config.kl_penalty == "loss" else {})
     )
-    rl_cluster.critic_trainer.with_rl_metrics_to_log(
-      {"vf_loss": np.mean, "vpred_mean": np.mean, "vf_clipfrac": np.mean}
-    )
+    if critic is not None:
+      self._set_up_critic(critic)
     self._ref_state, self._kl_method = None, None
     if config.kl_method != names.FULL_KL:
       self._kl_method = names.resolve_kl_method(config.kl_method)
@@ -133,6 +130,18 @@ class PpoExtLearner(compat.LearnerHooks):
       self._ref_state = (graphdef, flax.nnx.to_pure_dict(state))
     self._passes = RolePasses(rl_cluster, compat.logps_micro_batch_size(self))
     self._nan_guard = guards.NanGuard(rl_cluster, config.max_nonfinite_steps)
+
+  def _set_up_critic(self, critic) -> None:
+    """The critic trainer's inputs, update timer and logged loss terms."""
+    critic.with_gen_model_input_fn(self._critic_inputs)
+    critic.with_training_hooks(timing.UpdateTimer(self.rl_cluster, "timing_s/update_critic"))
+    logged = ("vf_loss", "vpred_mean", "vf_clipfrac")
+    critic.with_rl_metrics_to_log(dict.fromkeys(logged, np.mean))
+
+  @property
+  def has_critic(self) -> bool:
+    """Whether the cluster has a critic (built for estimators that take values)."""
+    return critic_trainer(self.rl_cluster) is not None
 
   def after_global_step(self, seconds: float) -> None:
     """After each of tunix's global steps: `timing_s/step`, then the NaN guard.
@@ -146,7 +155,8 @@ class PpoExtLearner(compat.LearnerHooks):
     if cluster.actor_trainer.train_steps >= cluster.cluster_config.training_config.max_steps:
       # tunix 0.1.7 closes the shared metrics logger with the actor trainer, before the
       # critic trainer writes its last step's metrics: write them while it is open.
-      compat.write_pending_metrics(cluster.critic_trainer)
+      if self.has_critic:
+        compat.write_pending_metrics(cluster.critic_trainer)
     if self._one_rollout_per_step():
       compat.log_step_metrics_now(cluster)
 
@@ -334,6 +344,8 @@ class PpoExtLearner(compat.LearnerHooks):
     with timer("old_logp"):
       old_logps = timer.ready(self._passes.old_logps(inputs))
     self._buffer_logprob_gap(batch, old_logps, mode)
+    if not self.has_critic:  # the estimator takes no values: zeros, never read
+      return old_logps, jnp.zeros_like(inputs.loss_mask)
     with timer("values"):
       width = inputs.completion.shape[1]
       values = self._passes.values(inputs)[:, -width - 1 : -1]
@@ -471,11 +483,13 @@ class PpoExtLearner(compat.LearnerHooks):
       truncated=batch.truncated,
       turn_limited=batch.turn_limited,
     )
+    if not self.has_critic:  # no critic values to describe
+      stats = {k: v for k, v in stats.items() if "old_value" not in k}
     stats["learner/kl_coef"] = float(self.kl_controller.value)
     stats["learner/entropy_coef"] = float(self.algo_config.entropy_coef or 0.0)
     if kl is not None and mask.sum() > 0:
       stats["learner/kl"] = float(np.asarray(kl)[mask > 0].mean())
-    variance = batch_stats.explained_variance(values, returns, mask)
+    variance = batch_stats.explained_variance(values, returns, mask) if self.has_critic else None
     if variance is not None:
       stats["learner/explained_variance"] = variance
     rollout_s = timer.seconds.get("rollout", 0.0)
@@ -492,6 +506,8 @@ class PpoExtLearner(compat.LearnerHooks):
       returns=returns,
       kl=kl,
     )
+    if not self.has_critic:
+      tunix_stats = {k: v for k, v in tunix_stats.items() if "old_values" not in k}
     self.rl_cluster.buffer_metrics(tunix_stats, mode=mode)  # tunix's names, as stock PPO
 
   def _buffer_user_metrics(self, prompts, batch: TrajectoryBatch, advantages, mode: Mode) -> None:
@@ -509,6 +525,30 @@ class PpoExtLearner(compat.LearnerHooks):
       self.rl_cluster.buffer_metrics(
         {metric_keys.custom_name(name): value for name, value in values.items()}, mode=mode
       )
+
+
+def critic_trainer(rl_cluster: rl_cluster_lib.RLCluster):
+  """The cluster's critic trainer, or None when it was built without a critic."""
+  try:
+    return rl_cluster.critic_trainer
+  except AttributeError:  # RLCluster sets the trainer only for a critic
+    return None
+
+
+def check_critic(config: PpoExtConfig, critic) -> None:
+  """ValueError when the estimator needs critic values and the cluster has no critic; a
+  warning when a critic is there but unused (it is still trained, for nothing)."""
+  if config.uses_critic and critic is None:
+    raise ValueError(
+      f"PpoExtConfig.advantage_estimator={config.advantage_estimator!r} takes critic values, "
+      "but the RLCluster has no critic: build it with a critic model"
+    )
+  if critic is not None and not config.uses_critic:
+    warnings.warn(
+      f"advantage_estimator={config.advantage_estimator!r} uses no critic, yet the cluster "
+      "has one: it is trained for nothing (build the cluster with critic=None)",
+      stacklevel=3,
+    )
 
 
 def _rewards_come_from_the_source(prompts, completions, **kwargs) -> list[float]:

@@ -15,7 +15,7 @@ from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
 from tunix_ppo_ext.config import names
 from tunix_ppo_ext.data.rewards import NONFINITE_REWARD_MODES
 from tunix_ppo_ext.ops import losses
-from tunix_ppo_ext.plugins import registry
+from tunix_ppo_ext.plugins import protocols, registry
 from tunix_ppo_ext.tunix import losses as tunix_losses
 from tunix_ppo_ext.tunix.toolbox_config import validate_toolbox
 
@@ -109,6 +109,13 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     self.print_config()
 
   @property
+  def uses_critic(self) -> bool:
+    """Whether the advantage estimator takes critic values (`gae`), so a critic is built,
+    trained and checkpointed; the group estimators (`grpo`, `rloo`, `reinforce_plus_plus`)
+    take none, and then no critic exists (as in verl)."""
+    return estimator_takes_values(self.advantage_estimator)
+
+  @property
   def kl_coef(self) -> float:
     """Initial coefficient of the active KL placement (`beta` or `kl_loss_coef`; 0 for none)."""
     return {"reward": self.beta, "loss": self.kl_loss_coef, "none": 0.0}[self.kl_penalty]
@@ -163,6 +170,24 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     for name, kind in _REGISTRY_FIELDS:
       _registry_choice(self, name, kind)
     validate_toolbox(self)
+    if self.critic_warmup_steps and not self.uses_critic:
+      _fail(
+        "critic_warmup_steps",
+        self.critic_warmup_steps,
+        f"0 with advantage_estimator={self.advantage_estimator!r}, which uses no critic",
+      )
+
+
+def estimator_takes_values(name: str) -> bool:
+  """Whether advantage estimator `name` takes critic values.
+
+  A plugin-registry estimator (built-ins included) does when its signature names `values`
+  or takes `**kwargs`; tunix's own estimators always get values (tunix's signature).
+  """
+  if not registry.has(registry.ADVANTAGE_ESTIMATORS, name):
+    return True
+  wanted = protocols.wanted_inputs(registry.get(registry.ADVANTAGE_ESTIMATORS, name))
+  return wanted is None or "values" in wanted
 
 
 _REGISTRY_FIELDS = (

@@ -1,0 +1,162 @@
+"""The recipe sections of the run config (`optim`, `batch`, `sampling`): clear errors, the
+batch arithmetic handed to tunix, and a short run where the schedules show in `actor/lr`
+and `critic/lr` and evaluation samples at its own temperature."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.conftest import SMOKE
+from tests.tunix.test_optimizers import reference_lr
+from tunix_ppo_ext.app import job, recipe
+from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext.envs import MemoryEnv
+from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext.tunix.rollout import Mode
+
+
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
+    (["optim.actor.name=sgd"], r"'optim.actor.name'='sgd' unknown"),
+    (["optim.critic.weight_decay=0.01"], r"'optim.critic.weight_decay'=0.01 needs .*adamw"),
+    (["optim.actor.shedule=cosine"], r"unknown config key 'optim.actor.shedule'; did you mean"),
+    (["batch.mini_batch_size=12"], r"'batch.mini_batch_size'=12 must divide train.batch_size=32"),
+    (["batch.mini_batch_size=0"], r"'batch.mini_batch_size'=0 is invalid"),
+    (
+      ["batch.mini_batch_size=16", "batch.train_micro_batch_size=6"],
+      r"'batch.train_micro_batch_size'=6 must divide the mini-batch=16: 16 / 6 = 2.66667",
+    ),
+    (
+      ["batch.mini_batch_size=16", "batch.gradient_accumulation_steps=8"],
+      r"'batch.train_micro_batch_size'=2 episodes must be a multiple of ppo.num_generations=4",
+    ),
+    (
+      ["batch.train_micro_batch_size=8", "batch.gradient_accumulation_steps=4"],
+      r"give one",
+    ),
+    (["batch.rollout_micro_batch_size=3"], r"'batch.rollout_micro_batch_size'=3 must divide"),
+    (["sampling.top_p=1.5"], r"'sampling.top_p'=1.5 is invalid"),
+    (["sampling.top_k=-1"], r"'sampling.top_k'=-1 is invalid"),
+    (["sampling.eval_temperature=-0.1"], r"'sampling.eval_temperature'=-0.1 is invalid"),
+    (["sampling.eval_top_p=0"], r"'sampling.eval_top_p'=0.0 is invalid"),
+    (["shaping.method=zscore"], r"'shaping.method'='zscore' unknown"),
+    (["shaping.grouping=stat"], r"'shaping.grouping'='stat' unknown; did you mean 'state'"),
+    (["shaping.eps=0"], r"'shaping.eps'=0.0 is invalid"),
+    (
+      ["filter.keep_ratio=0.3"],
+      r"'filter.keep_ratio'=0.3 keeps 0.3 x 8 groups = 2.4, not a whole number: .* chunks of "
+      r"32 episodes",
+    ),
+    (["filter.by=spread"], r"'filter.by'='spread' unknown"),
+    (["filter.keep_ratio=0"], r"'filter.keep_ratio'=0.0 is invalid"),
+    (["validation.group_size=3"], r"'validation.group_size'=3 must divide .* 32 / 3 = 10.6667"),
+    (["validation.env=memroy"], r"'validation.env'/'validation.kwargs' .*did you mean 'memory'"),
+    (["validation.kwargs={num_symbols: 1}"], r"'validation.kwargs' .*num_symbols must be in"),
+  ],
+)
+def test_bad_recipe_settings_name_the_key_and_the_arithmetic(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    load_run_config(None, overrides)
+
+
+def test_batch_sizes_reach_tunix_in_prompts():
+  run = load_run_config(
+    None, ["batch.mini_batch_size=16", "batch.gradient_accumulation_steps=2",
+           "batch.rollout_micro_batch_size=8", "batch.logps_micro_batch_size=32"]
+  )  # fmt: skip
+  sizes = recipe.resolve_batch(run.batch, run.train.batch_size, 4)
+  assert sizes == {
+    "mini_batch_size": 16,
+    "train_micro_batch_size": 8,
+    "rollout_micro_batch_size": 8,
+    "logps_micro_batch_size": 32,
+  }
+  assert recipe.tunix_batch_sizes(sizes, 4) == {
+    "mini_batch_size": 4,
+    "train_micro_batch_size": 2,
+    "rollout_micro_batch_size": 2,
+    "logps_micro_batch_size": 8,
+  }
+  assert recipe.resolve_batch(recipe.BatchSection(), 32, 4) == {}  # tunix's defaults
+
+
+STEPS = 4
+RECIPE = [
+  f"train.steps={STEPS}",
+  "train.eval_every=2",
+  "optim.actor.name=adamw",
+  "optim.actor.weight_decay=0.01",
+  "optim.actor.clip_grad_norm=1.0",
+  "optim.actor.schedule=linear",
+  "optim.actor.warmup_steps=2",
+  "optim.critic.schedule=cosine",
+  "optim.critic.min_lr_ratio=0.1",
+  "sampling.eval_temperature=0.5",
+  "train.batch_size=16",
+  "ppo.num_generations=2",
+  "batch.mini_batch_size=8",  # of 16 episodes: two updates per rollout batch
+  "batch.gradient_accumulation_steps=2",  # rollout chunks of 4 episodes = 2 groups
+  "filter.keep_ratio=0.5",  # the group with the larger score spread of each chunk
+  "shaping.grouping=batch",
+  "shaping.method=mean",
+]
+
+
+def test_a_short_run_shows_the_schedules_the_batching_and_the_eval_temperature(tmp_path):
+  run = load_run_config(str(SMOKE), [f"output_dir={tmp_path}", "wandb=disabled", *RECIPE])
+  summary = job.train(run)
+  rows = {r["step"]: r for r in read_jsonl(tmp_path / "metrics.jsonl")}
+  # tunix's steps are optimizer updates: 4 updates are 2 rollout batches of 2 mini-batches
+  assert summary["steps"] == STEPS // 2
+  assert sorted(s for s, r in rows.items() if "train/return/mean" in r) == [1, 2]
+  assert sorted(s for s, r in rows.items() if "actor/pg_loss" in r) == list(range(1, STEPS + 1))
+  lr, critic_lr = run.train.lr, run.train.critic_lr
+  for step in range(1, STEPS + 1):
+    # tunix 0.1.7 writes a step's trainer metrics after the next update and reads the
+    # learning rate then: step s shows update s's rate (0-based), the last step its own.
+    update = min(step, STEPS - 1)
+    actor = reference_lr("linear", lr, STEPS, 2, 0.0, update)
+    critic = reference_lr("cosine", critic_lr, STEPS, 0, 0.1, update)
+    assert rows[step]["actor/lr"] == pytest.approx(actor, rel=1e-5), step
+    assert rows[step]["critic/lr"] == pytest.approx(critic, rel=1e-5), step
+    assert math.isfinite(rows[step]["actor/grad_norm"])
+  assert len({rows[s]["actor/lr"] for s in range(1, STEPS + 1)}) == 2  # warm-up, then decay
+  assert len({rows[s]["critic/lr"] for s in range(1, STEPS + 1)}) == 3
+  for step in (1, 2):  # half the groups train; the kept ones spread at least as much
+    assert rows[step]["rollout/filter_kept_frac"] == 0.5
+    assert rows[step]["rollout/kept_in_group_std"] >= rows[step]["rollout/in_group_std"]
+  # the sampler's log-probs are at its temperature, the trainer's at train.temperature (1).
+  # The evaluation at step 0 comes before any update, so sampler and trainer hold the same
+  # weights and only the temperature separates them (at 1 the gap is ~1e-7); later
+  # training mini-batches are sampled before the step's weight sync, so not compared.
+  assert rows[0]["eval/rollout/logprob_diff"] > 0.1, rows[0]
+  # scores centred on the batch before the estimator: their mean is 0 whatever the returns
+  for step in (1, 2):
+    assert abs(rows[step]["train/score/mean"]) < 1e-6, rows[step]
+    returns = rows[step]["train/episode_return/max"] - rows[step]["train/episode_return/min"]
+    spread = rows[step]["train/score/max"] - rows[step]["train/score/min"]
+    assert spread <= returns + 1e-6  # centring within each rollout chunk never widens it
+
+
+def test_validation_plays_its_own_environment_seeds_and_groups(tmp_path):
+  overrides = ["validation.kwargs={num_symbols: 2}", "validation.seed=123"]
+  overrides += ["validation.group_size=1", "wandb=disabled", f"output_dir={tmp_path}"]
+  run = load_run_config(str(SMOKE), overrides)
+  learner, _, eval_batches, _ = job.build_run(run, tmp_path)
+  generations = run.ppo_config().num_generations
+  data = {k: np.repeat(v, generations, axis=0) for k, v in eval_batches[0].items()}
+  # tunix's cluster buffers an evaluation metric only after a training one (IndexError
+  # otherwise); in a run the training batch is always prepared first
+  learner.rl_cluster.buffer_metrics({"timing_s/step": (0.0, np.mean)}, mode=Mode.TRAIN)
+  batch = learner.trajectory_source(learner, data, Mode.EVAL)
+  learner.rl_cluster.close()
+  seeds = recipe.validation_seeds(run.validation, run.train.batch_size, 1)
+  assert len(set(seeds.tolist())) == len(set(batch.group_ids.tolist())) == run.train.batch_size
+  tokenizer = learner.rl_cluster.tokenizer
+  special = {tokenizer.pad_id(), tokenizer.bos_id()}
+  prompts = [tokenizer.decode([t for t in row if t not in special]) for row in batch.prompt_ids]
+  validation = [MemoryEnv(num_symbols=2).reset(int(s))[0] for s in seeds]
+  assert prompts == validation
+  assert prompts != [MemoryEnv().reset(int(s))[0] for s in seeds]  # not training's env

@@ -1,0 +1,80 @@
+"""Score normalization on trajectory batches: the segments of each grouping, and the
+normalized score landing on the last agent token with every turn reward kept."""
+
+import numpy as np
+import pytest
+
+from tests.ops.test_shaping import ref_normalize
+from tunix_ppo_ext.data import TrajectoryBatch
+from tunix_ppo_ext.data.shaping import filter_groups, normalize_batch_scores, segment_ids
+
+
+def batch() -> TrajectoryBatch:
+  """6 episodes in 3 groups of 2; groups 0 and 2 start from the same prompt (state)."""
+  prompts = np.array([[1, 5]] * 2 + [[1, 6]] * 2 + [[1, 5]] * 2)
+  loss = np.array(
+    [
+      [1, 1, 0, 1, 0],
+      [1, 0, 0, 1, 1],
+      [1, 1, 1, 0, 0],
+      [0, 0, 0, 0, 0],  # no agent token: left as it is
+      [1, 0, 0, 0, 0],
+      [1, 1, 0, 1, 1],
+    ]
+  )
+  rewards = np.zeros((6, 5), np.float32)
+  rewards[0, 1], rewards[0, 3] = 0.25, 1.0  # two turn rewards
+  rewards[1, 4] = -2.0
+  rewards[2, 2] = 0.5
+  rewards[4, 0] = 3.0
+  rewards[5, 1], rewards[5, 4] = 1.0, 1.0
+  return TrajectoryBatch(
+    prompt_ids=prompts,
+    completion_ids=np.ones((6, 5), int),
+    attention_mask=np.ones((6, 5), int),
+    loss_mask=loss,
+    token_rewards=rewards,
+    group_ids=np.array([0, 0, 1, 1, 2, 2]),
+  )
+
+
+def test_segments_of_each_grouping():
+  b = batch()
+  np.testing.assert_array_equal(segment_ids(b, "group"), [0, 0, 1, 1, 2, 2])
+  np.testing.assert_array_equal(segment_ids(b, "batch"), [0] * 6)
+  np.testing.assert_array_equal(segment_ids(b, "state"), [0, 0, 1, 1, 0, 0])
+  with pytest.raises(ValueError, match="'episode' unknown"):
+    segment_ids(b, "episode")
+
+
+@pytest.mark.parametrize("grouping", ["group", "batch", "state"])
+@pytest.mark.parametrize("method", ["mean", "mean_std", "asym_clip"])
+def test_normalized_score_sits_on_the_last_agent_token(grouping, method):
+  b = batch()
+  shaped = normalize_batch_scores(b, grouping, method)
+  scores = b.token_rewards.sum(-1)
+  expected = ref_normalize(scores, segment_ids(b, grouping), method, 0.0)
+  expected[3] = scores[3]  # no agent token: nowhere to put a change
+  np.testing.assert_allclose(shaped.token_rewards.sum(-1), expected, rtol=1e-5, atol=1e-5)
+  last = np.array([3, 4, 2, 0, 0, 4])
+  changed = shaped.token_rewards != b.token_rewards
+  for row in range(6):  # only the last agent token of a row may change
+    assert set(np.flatnonzero(changed[row])) <= {last[row]}, row
+  assert normalize_batch_scores(b, grouping, "identity") is b
+
+
+def test_filtering_keeps_the_groups_with_the_largest_spread():
+  b = batch()  # group scores: [1.25, -2], [0.5, 0], [3, 2] -> std 1.625, 0.25, 0.5
+  filtered, stats = filter_groups(b, 1 / 3)
+  kept_rows = filtered.loss_mask.any(1)
+  np.testing.assert_array_equal(kept_rows, [True, True, False, False, False, False])
+  np.testing.assert_array_equal(filtered.loss_mask[:2], b.loss_mask[:2])
+  assert stats["kept_frac"] == pytest.approx(1 / 3)
+  assert stats["in_group_std"] == pytest.approx((1.625 + 0.25 + 0.5) / 3)
+  assert stats["kept_in_group_std"] == pytest.approx(1.625)
+  reverse, _ = filter_groups(b, 1 / 3, reverse=True)
+  np.testing.assert_array_equal(reverse.loss_mask.any(1), [False, False, True, False, False, False])
+  same, stats = filter_groups(b, 1.0)
+  assert same is b and stats["kept_frac"] == 1.0
+  with pytest.raises(ValueError, match=r"keep_ratio=0.5 of 3 groups is 1.5 groups"):
+    filter_groups(b, 0.5)

@@ -1,0 +1,71 @@
+"""`StashEnv`: its rules against a reference formula, baselines, misuse and registration."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.envs.test_envs import play
+from tunix_ppo_ext.envs import Environment, make_env
+from tunix_ppo_ext.envs.stash import StashEnv
+from tunix_ppo_ext.plugins import registry
+from tunix_ppo_ext.tunix.tokenizer import DEFAULT_ALPHABET
+
+
+def reference_rewards(replies, take=0.2, stash=0.5):
+  """Per-turn rewards from the rules as written: take pays now, stashes pay at cash-in."""
+  choices, final = replies[:-1], replies[-1]
+  rewards = [take if r == "t" else 0.0 for r in choices]
+  return [*rewards, stash * choices.count("s") if final == "c" else 0.0]
+
+
+@given(st.integers(2, 6), st.data())
+def test_rewards_match_the_reference(num_turns, data):
+  replies = data.draw(
+    st.lists(
+      st.sampled_from(["t", "s", "c", "x", "ss", ""]), min_size=num_turns, max_size=num_turns
+    )
+  )
+  env = StashEnv(num_turns=num_turns)
+  turns = iter(replies)
+  observations, rewards, infos = play(env, 0, lambda env, observation: next(turns))
+  assert rewards == pytest.approx(reference_rewards(replies))
+  assert observations == ["take?"] * (num_turns - 1) + ["cash?", ""]
+  assert infos[-1] == {"stashed": replies[:-1].count("s"), "cashed": replies[-1] == "c"}
+
+
+def test_stashing_is_best_and_taking_is_tempting():
+  env = StashEnv()  # 3 turns: two choices, then cash in
+  assert env.max_return == 1.0
+  _, best, _ = play(env, 0, lambda env, observation: env.optimal_action())
+  assert best == [0.0, 0.0, 1.0]  # the best policy earns nothing until the last turn
+  _, greedy, _ = play(env, 0, lambda env, observation: "t")
+  assert sum(greedy) == pytest.approx(0.4)
+
+
+def test_random_policies_score_low():
+  env = StashEnv()
+  rng = np.random.default_rng(0)
+  alphabet, replies = list(DEFAULT_ALPHABET), ["t", "s", "c"]
+  char_return = np.mean(
+    [sum(play(env, s, lambda e, o: str(rng.choice(alphabet)))[1]) for s in range(2000)]
+  )
+  reply_return = np.mean(
+    [sum(play(env, s, lambda e, o: str(rng.choice(replies)))[1]) for s in range(2000)]
+  )
+  # a random reply among the three: 2 * 0.2 / 3 + (1/3) * 0.5 * (2/3) = 0.244 of max 1.0
+  assert reply_return == pytest.approx(2 * 0.2 / 3 + 0.5 * 2 / 9, abs=0.03)
+  assert char_return < 0.05 * env.max_return
+
+
+def test_misuse_raises_and_the_env_is_registered():
+  env = StashEnv()
+  with pytest.raises(RuntimeError, match="reset"):
+    env.step("t")
+  with pytest.raises(ValueError, match="num_turns must be >= 2"):
+    StashEnv(num_turns=1)
+  with pytest.raises(ValueError, match="take_reward < stash_reward"):
+    StashEnv(take_reward=0.6)
+  assert registry.RegistryView(registry.ENVIRONMENTS)["stash"] is StashEnv
+  made = make_env("stash", num_turns=4)
+  assert isinstance(made, Environment) and made.max_return == 1.5

@@ -1,0 +1,57 @@
+"""Sampling knobs reach tunix's sampler through the multi-turn rollout, per mode: training
+with top-k 1 plays every copy of an episode identically, evaluation with its own settings
+(no top-k, its own temperature) does not; real cluster, vanilla engine, toy Qwen3."""
+
+import numpy as np
+
+from tests.conftest import build_cluster, make_models
+from tunix_ppo_ext import PpoExtConfig
+from tunix_ppo_ext.data.trajectory import episode_batches
+from tunix_ppo_ext.tunix.learner import PpoExtLearner
+from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
+from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+
+ALPHABET = "abcehikstw!.? "
+P, T, G = 8, 16, 4  # max_prompt_length, max_completion_len, max_turn_tokens
+COPIES = 4  # rows playing the same episode seed
+
+
+def test_train_and_eval_rollouts_sample_with_their_own_settings(monkeypatch):
+  tokenizer = CharTokenizer(ALPHABET, pad_id=0, eos_id=2)
+  policy, critic, reference = make_models(tokenizer, seed=0)
+  cluster = build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    reference=reference,
+    max_steps=1,
+    batch=8,
+    max_prompt_length=P,
+    max_tokens_to_generate=T + G,
+    return_logprobs=True,
+    sampling={"top_p": 1.0, "top_k": 1},
+    eval_sampling={"temperature": 0.7, "top_k": None},
+  )
+  source = MultiTurnRollout(max_completion_len=T, max_turn_tokens=G)
+  learner = PpoExtLearner(cluster, PpoExtConfig(), trajectory_source=source)
+  seen = []
+  original = cluster.rollout.generate
+
+  def generate(prompts, config):  # the real engine, recording the config it was given
+    seen.append((config.temperature, config.top_p, config.top_k))
+    return original(prompts, config)
+
+  monkeypatch.setattr(cluster.rollout, "generate", generate)
+  data = {k: np.repeat(v, COPIES, axis=0) for k, v in next(episode_batches(1, 2)).items()}
+  rows = {}
+  for mode in (Mode.TRAIN, Mode.EVAL):
+    seen.clear()
+    batch = source(learner, data, mode)
+    rows[mode] = np.asarray(batch.completion_ids).reshape(2, COPIES, -1)
+    assert seen and len(set(seen)) == 1, seen  # every turn of the mode samples alike
+    rows[mode, "config"] = seen[0]
+  assert rows[Mode.TRAIN, "config"] == (1.0, 1.0, 1)
+  assert rows[Mode.EVAL, "config"] == (0.7, 1.0, None)
+  # top-k 1: the copies of an episode are identical; evaluation samples: they differ
+  assert all((group == group[:1]).all() for group in rows[Mode.TRAIN])
+  assert any((group != group[:1]).any() for group in rows[Mode.EVAL])

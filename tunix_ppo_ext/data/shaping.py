@@ -1,0 +1,92 @@
+"""Score normalization applied to a rollout's trajectories before any estimator (GAE
+included), as GRL / RAGEN do for multi-turn agents (`ops.shaping` holds the math).
+
+An episode's score is the sum of its token rewards. It is normalized within its segment:
+`group` (the samples of one prompt, `group_ids`), `batch` (all episodes) or `state` (all
+episodes with the same prompt tokens, i.e. the same start state, across groups). The
+difference `normalized - score` is added to the episode's last agent token, so every turn
+reward stays where it was and the episode's total becomes the normalized score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from tunix_ppo_ext.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext.ops.shaping import normalize_scores, top_spread_groups
+
+GROUPINGS = ("group", "batch", "state")
+
+
+def segment_ids(batch: TrajectoryBatch, grouping: str) -> np.ndarray:
+  """`[B]` segment index of each episode for `grouping` (see the module docstring)."""
+  size = batch.token_rewards.shape[0]
+  if grouping == "batch":
+    return np.zeros(size, np.int32)
+  if grouping == "state":
+    _, inverse = np.unique(np.asarray(batch.prompt_ids), axis=0, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int32)
+  if grouping == "group":
+    if batch.group_ids is None:
+      return np.arange(size, dtype=np.int32)  # no groups: each episode alone
+    _, inverse = np.unique(np.asarray(batch.group_ids), return_inverse=True)
+    return inverse.reshape(-1).astype(np.int32)
+  raise ValueError(f"score grouping {grouping!r} unknown (valid: {GROUPINGS})")
+
+
+def normalize_batch_scores(
+  batch: TrajectoryBatch, grouping: str, method: str, eps: float = 1e-6
+) -> TrajectoryBatch:
+  """`batch` with each episode's total reward replaced by its normalized score (the
+  change sits on the last agent token); `identity` returns `batch` unchanged."""
+  if method == "identity":
+    return batch
+  rewards = np.asarray(batch.token_rewards, np.float32)
+  scores = rewards.sum(-1)
+  ids = segment_ids(batch, grouping)
+  normalized = normalize_scores(jnp.asarray(scores), jnp.asarray(ids), len(scores), method, eps)
+  loss = np.asarray(batch.loss_mask) > 0
+  width = loss.shape[1]
+  last = width - 1 - np.argmax(loss[:, ::-1], axis=1)  # last agent token (0 if none)
+  shaped = rewards.copy()
+  rows = np.arange(len(scores))
+  shaped[rows, last] += np.where(loss.any(1), np.asarray(normalized) - scores, 0.0)
+  return dataclasses.replace(batch, token_rewards=shaped)
+
+
+def filter_groups(
+  batch: TrajectoryBatch, keep_ratio: float, reverse: bool = False
+) -> tuple[TrajectoryBatch, dict[str, float]]:
+  """Keeps `keep_ratio` of the batch's groups by in-group score spread (`top_spread_groups`):
+  the others' loss masks are zeroed, so neither actor nor critic trains on them, while the
+  batch keeps its shape for tunix. Returns the batch and `{kept_frac, in_group_std,
+  kept_in_group_std}` (means over groups)."""
+  ids = segment_ids(batch, "group")
+  num_groups = int(ids.max()) + 1 if len(ids) else 0
+  keep = int(round(keep_ratio * num_groups))
+  if keep_ratio * num_groups != keep or keep < 1:
+    raise ValueError(
+      f"rollout filter keep_ratio={keep_ratio} of {num_groups} groups is "
+      f"{keep_ratio * num_groups:g} groups: not a whole number >= 1"
+    )
+  scores = np.asarray(batch.token_rewards, np.float32).sum(-1)
+  kept, group_std = top_spread_groups(
+    jnp.asarray(scores), jnp.asarray(ids), num_groups, keep, reverse
+  )
+  kept, group_std = np.asarray(kept), np.asarray(group_std)
+  chosen = np.zeros(num_groups, bool)
+  chosen[ids[kept]] = True
+  stats = {
+    "kept_frac": keep / num_groups,
+    "in_group_std": float(group_std.mean()),
+    "kept_in_group_std": float(group_std[chosen].mean()),
+  }
+  if keep == num_groups:
+    return batch, stats
+  changes = {"loss_mask": np.where(kept[:, None], np.asarray(batch.loss_mask), 0)}
+  if getattr(batch, "sampler_logp_mask", None) is not None:  # stays within the loss mask
+    changes["sampler_logp_mask"] = np.where(kept[:, None], batch.sampler_logp_mask, 0)
+  return dataclasses.replace(batch, **changes), stats

@@ -1,0 +1,68 @@
+"""`StashEnv`: a multi-turn task where an early choice pays only at the last turn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunix_ppo_ext.plugins.protocols import StepOutput
+
+
+class StashEnv:
+  """Take a small reward now, or stash it for a larger one that only the last turn pays.
+
+  Episode (`num_turns=3`):
+    reset -> "take?"   agent "t" (take: `take_reward` now) or "s" (stash: 0 now)
+    step  -> "take?"   agent "t" or "s" again
+    step  -> "cash?"   agent "c": `stash_reward` per stash so far; terminated.
+  The first `num_turns - 1` turns choose; the last cashes in. The last turn's reward
+  depends on the earlier turns' replies, which by then are only in the history, and the
+  earlier turns' best reply earns nothing when it is made: credit has to cross turns.
+  Always taking returns `(n - 1) * take_reward` (0.4 of the maximum by default), always
+  stashing and cashing in `max_return = (n - 1) * stash_reward`. Replies are compared
+  exactly (one character, then EOS); any other reply earns nothing and changes nothing.
+  """
+
+  name = "stash"
+  TAKE, STASH, CASH = "t", "s", "c"
+
+  def __init__(self, num_turns: int = 3, take_reward: float = 0.2, stash_reward: float = 0.5):
+    if num_turns < 2:
+      raise ValueError(f"num_turns must be >= 2 (choose, then cash in), got {num_turns}")
+    if not 0.0 <= take_reward < stash_reward:
+      raise ValueError(
+        f"need 0 <= take_reward < stash_reward, got take_reward={take_reward}, "
+        f"stash_reward={stash_reward}"
+      )
+    self.num_turns = num_turns
+    self.take_reward = float(take_reward)
+    self.stash_reward = float(stash_reward)
+    self.max_return = (num_turns - 1) * self.stash_reward
+    self._turn: int | None = None
+    self._stashed = 0
+
+  def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+    """Starts an episode (the same for every seed); observation `"take?"`."""
+    del seed
+    self._turn, self._stashed = 0, 0
+    return "take?", {}
+
+  def step(self, action: str) -> StepOutput:
+    """Applies one reply; terminates after the cash-in turn."""
+    if self._turn is None:
+      raise RuntimeError("call reset() before step()")
+    self._turn += 1
+    if self._turn == self.num_turns:
+      reward = self.stash_reward * self._stashed if action == self.CASH else 0.0
+      info = {"stashed": self._stashed, "cashed": action == self.CASH}
+      self._turn = None
+      return "", reward, True, False, info
+    self._stashed += action == self.STASH
+    reward = self.take_reward if action == self.TAKE else 0.0
+    observation = "cash?" if self._turn == self.num_turns - 1 else "take?"
+    return observation, reward, False, False, {"stashed": self._stashed}
+
+  def optimal_action(self) -> str:
+    """The reply of the best policy at the current turn (stash, then cash in)."""
+    if self._turn is None:
+      raise RuntimeError("no episode in progress")
+    return self.CASH if self._turn + 1 == self.num_turns else self.STASH

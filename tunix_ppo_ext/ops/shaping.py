@@ -1,0 +1,86 @@
+"""Reward shaping before any advantage estimator (GAE included): episode scores normalized
+within segments (a group, the batch, or all episodes of one start state), as RAGEN / GRL
+do for multi-turn agents, plus a per-episode penalty (e.g. for a malformed action).
+
+For a segment S with population mean mu_S and standard deviation sigma_S of its scores:
+
+  identity:   x
+  mean:       x - mu_S
+  mean_std:   (x - mu_S) / (sigma_S + eps)   if sigma_S > eps, else 0
+  asym_clip:  clip(mean_std(x), -1, 3)
+
+then `+ penalty`. A segment of one has sigma 0 (mean_std, asym_clip: 0; mean: 0).
+Computed on `x / s` (`s` the largest finite |x| of the segment) and rescaled, so scores
+of 1e20 neither overflow the variance nor lose the result. Segment sums use
+`jax.ops.segment_sum`: no Python loop over groups.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+SCORE_NORMALIZATIONS = ("identity", "mean", "mean_std", "asym_clip")
+ASYM_CLIP = (-1.0, 3.0)
+
+
+def segment_mean_std(
+  x: jax.Array, segment_ids: jax.Array, num_segments: int
+) -> tuple[jax.Array, jax.Array]:
+  """Per-row population mean and std of its segment: `[B]` each (float32).
+
+  `x`: `[B]` scores; `segment_ids`: `[B]` ints in `[0, num_segments)`.
+  """
+  x = x.astype(jnp.float32)
+  ones = jnp.ones_like(x)
+  count = jax.ops.segment_sum(ones, segment_ids, num_segments)
+  mean = jax.ops.segment_sum(x, segment_ids, num_segments) / jnp.maximum(count, 1.0)
+  centered = x - mean[segment_ids]
+  var = jax.ops.segment_sum(centered**2, segment_ids, num_segments) / jnp.maximum(count, 1.0)
+  return mean[segment_ids], jnp.sqrt(var)[segment_ids]
+
+
+def normalize_scores(
+  scores: jax.Array,
+  segment_ids: jax.Array,
+  num_segments: int,
+  method: str = "identity",
+  eps: float = 1e-6,
+  penalty: jax.Array | None = None,
+) -> jax.Array:
+  """Episode scores `[B]` normalized within their segments by `method` (module
+  docstring), plus `penalty` (`[B]`, default 0). Returns float32 `[B]`."""
+  if method not in SCORE_NORMALIZATIONS:
+    raise ValueError(f"normalization method {method!r} unknown (valid: {SCORE_NORMALIZATIONS})")
+  x = scores.astype(jnp.float32)
+  extra = jnp.zeros_like(x) if penalty is None else penalty.astype(jnp.float32)
+  if method == "identity":
+    return x + extra
+  finite_abs = jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0)
+  scale = jax.ops.segment_max(finite_abs, segment_ids, num_segments)[segment_ids]
+  scale = jnp.where(scale > 0, scale, 1.0)  # per segment: one group's 1e20 spares the others
+  mean, std = segment_mean_std(x / scale, segment_ids, num_segments)
+  centered = x / scale - mean
+  if method == "mean":
+    return centered * scale + extra
+  spread = std * scale
+  z = jnp.where(spread > eps, centered / (std + eps / scale), 0.0)
+  if method == "asym_clip":
+    z = jnp.clip(z, *ASYM_CLIP)
+  return z + extra
+
+
+def top_spread_groups(
+  scores: jax.Array, group_ids: jax.Array, num_groups: int, keep: int, reverse: bool = False
+) -> tuple[jax.Array, jax.Array]:
+  """Rollout filtering (GRL's `rollout_filter_ratio`): the `keep` groups with the largest
+  in-group score std (`reverse`: the smallest), so the batch trains on informative groups.
+
+  `scores`: `[B]`; `group_ids`: `[B]` ints in `[0, num_groups)`, every id used. Returns
+  `(kept [B] bool, group_std [num_groups])` (population std; ties keep the lower id).
+  """
+  _, std = segment_mean_std(scores, group_ids, num_groups)
+  group_std = jax.ops.segment_max(std, group_ids, num_groups)  # equal within a group
+  _, chosen = jax.lax.top_k(-group_std if reverse else group_std, keep)
+  kept_groups = jnp.zeros(num_groups, bool).at[chosen].set(True)
+  return kept_groups[group_ids], group_std
