@@ -30,6 +30,7 @@ from tunix_ppo_ext.metrics import sinks as metrics
 from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.plugins import registry as plugin_registry
 from tunix_ppo_ext.tunix import checkpoints, hf_models, models
+from tunix_ppo_ext.tunix.chat import ChatFormat
 from tunix_ppo_ext.tunix.cluster import build_cluster
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.mesh import (
@@ -108,6 +109,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     max_turn_tokens=run.env.max_tokens_per_turn,
     on_samples=writer,
     num_samples=train.eval_samples,
+    chat=ChatFormat(tokenizer) if run.env.chat_template else None,
   )
   if run.env.loss_on_observations:
     source = _observations_in_loss(source)

@@ -59,8 +59,10 @@ class ModelSection:
 class EnvSection:
   """The environment by name, its keyword arguments and the trajectory limits.
 
-  `loss_on_observations=True` is an ablation that puts the environment's tokens under the
-  loss mask too (what a learner that conflates the two masks does).
+  `chat_template=True` formats episodes with the Hugging Face tokenizer's own chat template
+  (`tunix_ppo_ext.tunix.chat`). `loss_on_observations=True` is an ablation that puts the
+  environment's tokens under the loss mask too (what a learner that conflates the two masks
+  does).
   """
 
   name: str = "memory"
@@ -69,6 +71,7 @@ class EnvSection:
   max_completion_len: int = 16
   max_tokens_per_turn: int = 2
   loss_on_observations: bool = False  # ablation: train on environment tokens too
+  chat_template: bool = False  # format episodes with the tokenizer's chat template
 
 
 @dataclasses.dataclass
@@ -429,6 +432,11 @@ def _validate_run(run: RunConfig) -> None:
       f"config keys 'env.name'/'env.kwargs' ({run.env.name!r}, {run.env.kwargs!r}): {err}"
     ) from None
   _check_lengths(run, env)
+  if run.env.chat_template and tokenizer_directory(run.model) is None:
+    raise ValueError(
+      "config key 'env.chat_template'=True needs a Hugging Face tokenizer with a chat template "
+      "(model.tokenizer or a checkpoint's own); the built-in character tokenizer has none"
+    )
   for sink in run.sinks:  # `tunix_ppo_ext.metric_sinks` entry points (plugins), loaded here
     try:
       registry.get(registry.METRIC_SINKS, sink)

@@ -76,6 +76,7 @@ TAXONOMY: dict[str, str | None] = {
   "critic/perplexity": None,
   "rollout/logprob_diff": "rollout/logprob_diff",
   "rollout/tokens_per_s": "rollout/tokens_per_s",
+  "rollout/chat_template_mismatch": "rollout/chat_template_mismatch",  # tunix.chat
   # rollout correction (`tunix_ppo_ext.tunix.rollout_correction`)
   **{f"rollout/{name}": f"rollout/{name}" for name in ROLLOUT_CORRECTION},
   **{f"timing_s/{name}": f"timing_s/{name}" for name in _TIMING},

@@ -55,6 +55,7 @@ from tunix_ppo_ext.envs import (
 )
 from tunix_ppo_ext.metrics import episodes as episode_report
 from tunix_ppo_ext.tunix import compat
+from tunix_ppo_ext.tunix.chat import ChatFormat, assistant, user
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.mesh import check_multi_turn_rollout_mesh
 
@@ -72,6 +73,7 @@ class _Episode:
   known: list[int] = dataclasses.field(default_factory=list)
   logps: list[float] = dataclasses.field(default_factory=list)
   rewards: list[tuple[int, float]] = dataclasses.field(default_factory=list)
+  messages: list[dict[str, str]] = dataclasses.field(default_factory=list)  # with `chat`
   turns: int = 0
   seed: int = 0
   infos: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # one per step
@@ -129,6 +131,9 @@ class MultiTurnRollout:
     max_turn_tokens: sampling steps per agent turn (an EOS among them ends the turn).
     group_size: rows per group; `None` uses the learner's `num_generations`.
     context: "tokens" (exact ids, vanilla engine) or "text" (see the module docstring).
+    chat: format episodes with this `ChatFormat` (the tokenizer's chat template; see
+      `tunix_ppo_ext.tunix.chat`), tokens context only; `last_chat_mismatches` then counts
+      the episodes that differ from `apply_chat_template` of their whole conversation.
 
   After each call, `last_stats` holds the `RolloutStats`; their `metrics()` are also
   buffered into the cluster's metrics for the step.
@@ -146,6 +151,7 @@ class MultiTurnRollout:
     context: Literal["tokens", "text"] = "tokens",
     on_samples: Callable[[int, list[dict[str, Any]]], None] | None = None,
     num_samples: int = 4,
+    chat: ChatFormat | None = None,
   ):
     for name, value in (("max_completion_len", max_completion_len), ("max_turns", max_turns)):
       if value < 1:
@@ -154,6 +160,8 @@ class MultiTurnRollout:
       raise ValueError(f"max_turn_tokens must be >= 1, got {max_turn_tokens}")
     if context not in ("tokens", "text"):
       raise ValueError(f"context must be 'tokens' or 'text', got {context!r}")
+    if chat is not None and context != "tokens":
+      raise ValueError("a chat-templated rollout needs context='tokens' (exact template ids)")
     self.env = env
     self.env_kwargs = dict(env_kwargs or {})
     self.max_completion_len = max_completion_len
@@ -162,6 +170,8 @@ class MultiTurnRollout:
     self.group_size = group_size
     self.context = context
     self.on_samples, self.num_samples = on_samples, num_samples
+    self.chat = chat
+    self.last_chat_mismatches: int | None = None
     self.last_stats: RolloutStats | None = None
     self._calls = 0
 
@@ -190,6 +200,8 @@ class MultiTurnRollout:
           self._play_turn(episode, turn, output, row, ids, keep_nonfinite)
     self.last_stats = self._stats(episodes)
     self._report_episodes(cluster, episodes, group_ids, mode)
+    if self.chat is not None:
+      self._count_chat_mismatches(cluster, episodes, mode)
     has_logps = bool(config.return_logprobs)
     batch = self._assemble(episodes, group_ids, ids, config.max_prompt_length, has_logps)
     return dataclasses.replace(
@@ -244,14 +256,19 @@ class MultiTurnRollout:
         f"{type(err).__name__}: {err}"
       ) from err
     observation, _ = validate_reset_output(env_name(env), output)
-    prompt = _encode(env, 0, observation, ids.prompt)
+    encode = ids.prompt if self.chat is None else self.chat.prompt  # chat: + assistant header
+    prompt = _encode(env, 0, observation, encode)
     if len(prompt) > config.max_prompt_length:
       raise ValueError(
         f"environment {env_name(env)!r}: first observation is {len(prompt)} tokens, longer "
         f"than the rollout max_prompt_length {config.max_prompt_length}"
       )
     return _Episode(
-      env=env, prompt=prompt, seed=int(seed), transcript=[("observation", observation)]
+      env=env,
+      prompt=prompt,
+      seed=int(seed),
+      transcript=[("observation", observation)],
+      messages=[] if self.chat is None else [user(observation)],
     )
 
   def _play_turn(
@@ -275,6 +292,8 @@ class MultiTurnRollout:
       episode.extend([ids.eos], loss=1)
     name = env_name(episode.env)
     action = ids.tokenizer.decode(agent)
+    if self.chat is not None:
+      episode.messages.append(assistant(self.chat.content(agent)))
     try:
       result = episode.env.step(action)
     except Exception as err:
@@ -297,9 +316,29 @@ class MultiTurnRollout:
       return
     if turn == self.max_turns:  # turn-limited: no agent turn will answer this observation
       return
-    episode.extend(_encode(episode.env, turn, observation, ids.tokenizer.encode), loss=0)
+    episode.extend(self._observation_ids(episode, turn, observation, ids, agent), loss=0)
     episode.transcript.append(("observation", observation))
     episode.out_of_room = len(episode.tokens) >= self.max_completion_len
+
+  def _observation_ids(
+    self, episode: _Episode, turn: int, observation: str, ids: _Ids, agent: list[int]
+  ) -> list[int]:
+    """The observation's ids: plain, or the chat template's text up to the next assistant
+    header (with the EOT the template writes after a turn cut by `max_turn_tokens`)."""
+    if self.chat is None:
+      return _encode(episode.env, turn, observation, ids.tokenizer.encode)
+    ended = len(agent) < self.max_turn_tokens
+    chat_ids = self.chat.observation(episode.messages, observation, ended)
+    episode.messages.append(user(observation))
+    return chat_ids
+
+  def _count_chat_mismatches(
+    self, cluster: rl_cluster_lib.RLCluster, episodes: list[_Episode], mode: Mode
+  ) -> None:
+    """`rollout/chat_template_mismatch`: episodes whose ids differ from the template's."""
+    count = sum(self.chat.mismatch(e.messages, e.prompt + e.tokens) for e in episodes)
+    self.last_chat_mismatches = int(count)
+    cluster.buffer_metrics({"rollout/chat_template_mismatch": (float(count), np.sum)}, mode=mode)
 
   # ----- the engine call -----
 
