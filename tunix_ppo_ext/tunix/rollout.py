@@ -135,8 +135,9 @@ class MultiTurnRollout:
       `tunix_ppo_ext.tunix.chat`), tokens context only; `last_chat_mismatches` then counts
       the episodes that differ from `apply_chat_template` of their whole conversation.
 
-  After each call, `last_stats` holds the `RolloutStats`; their `metrics()` are also
-  buffered into the cluster's metrics for the step.
+  After each call, `last_stats` holds the `RolloutStats` (per-episode returns, turns,
+  truncation); the returned batch carries the same arrays, and the learner turns them into
+  the step's metrics.
   """
 
   def __init__(
