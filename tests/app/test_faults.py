@@ -132,10 +132,10 @@ def test_a_second_run_on_the_same_directory_is_refused(tmp_path, capsys):
 
 
 def test_allowed_changes_are_applied_and_recorded(finished):
-  assert cli.main(smoke_args(finished, "train.steps=3", "train.lr=0.001")) == 0
+  assert cli.main(smoke_args(finished, "train.steps=3", "train.lr=0.0005")) == 0
   history = [json.loads(line) for line in (finished / run_dir.HISTORY).read_text().splitlines()]
   changed = history[-1]["changed"]
-  assert changed["train.lr"]["to"] == 0.001 and changed["train.steps"] == {"from": 2, "to": 3}
+  assert changed["train.lr"]["to"] == 0.0005 and changed["train.steps"] == {"from": 2, "to": 3}
   assert json.loads((finished / "summary.json").read_text())["steps"] == 3
 
 
