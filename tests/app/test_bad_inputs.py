@@ -541,3 +541,13 @@ def test_bad_input(name, request):
     return
   with pytest.raises(case.error, match=case.match):
     case.run(model)
+
+
+def test_exponent_floats_without_a_dot_are_floats(tmp_path):
+  """PyYAML reads `1e-4` as a string; config files, overrides and a run's config.json
+  (which writes `1e-08`) give floats."""
+  file = tmp_path / "run.yaml"
+  file.write_text("train:\n  lr: 1e-4\noptim:\n  actor:\n    eps: 1e-08\n")
+  run = load_run_config(str(file), ["train.critic_lr=2E-3"])
+  assert (run.train.lr, run.train.critic_lr) == (1e-4, 2e-3)
+  assert run.optim.actor.eps == 1e-8

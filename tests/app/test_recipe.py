@@ -29,7 +29,7 @@ from tunix_ppo_ext.tunix.rollout import Mode
       r"'batch.train_micro_batch_size'=6 must divide the mini-batch=16: 16 / 6 = 2.66667",
     ),
     (
-      ["batch.mini_batch_size=16", "batch.gradient_accumulation_steps=8"],
+      ["batch.mini_batch_size=16", "batch.gradient_accumulation_steps=8", "ppo.num_generations=4"],
       r"'batch.train_micro_batch_size'=2 episodes must be a multiple of ppo.num_generations=4",
     ),
     (
@@ -45,7 +45,7 @@ from tunix_ppo_ext.tunix.rollout import Mode
     (["shaping.grouping=stat"], r"'shaping.grouping'='stat' unknown; did you mean 'state'"),
     (["shaping.eps=0"], r"'shaping.eps'=0.0 is invalid"),
     (
-      ["filter.keep_ratio=0.3"],
+      ["filter.keep_ratio=0.3", "ppo.num_generations=4"],
       r"'filter.keep_ratio'=0.3 keeps 0.3 x 8 groups = 2.4, not a whole number: .* chunks of "
       r"32 episodes",
     ),

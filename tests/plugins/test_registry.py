@@ -391,7 +391,7 @@ def test_readme_shows_the_minimal_plugin_and_it_works(use_plugins):
   source, _ = PLUGINS["minimal"]
   for name in ("pyproject.toml", "my_kl.py"):
     assert (source / name).read_text().strip() in readme, name
-  assert "pip install ./my-kl" in readme and "ppo.kl_method=cosh_kl" in readme
+  assert "pip install ./examples/my-kl" in readme and "ppo.kl_method=cosh_kl" in readme
   use_plugins("minimal")
   run = load_run_config(None, ["ppo.kl_method=cosh_kl"])
   assert run.ppo_config().kl_method == "cosh_kl"

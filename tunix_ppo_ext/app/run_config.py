@@ -13,6 +13,7 @@ import contextvars
 import dataclasses
 import os
 import pathlib
+import re
 import types
 import typing
 from typing import Any
@@ -222,6 +223,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         None, None, f"key {repeated[0]!r} given twice", node.start_mark
       )
     return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 (PyYAML) reads `1e-8` (no dot) as a string; YAML 1.2 and JSON read a float, and
+# `config.json` writes floats that way, so exponent floats without a dot are floats here too.
+_UniqueKeyLoader.add_implicit_resolver(
+  "tag:yaml.org,2002:float",
+  re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+  list("-+0123456789"),
+)
 
 
 def _load_yaml(source: pathlib.Path | str, where: str) -> Any:
