@@ -135,120 +135,32 @@ def _policy_loss(
   return loss * tunix_losses.per_step_scalar(train_example, "actor_scale", 1.0), metrics
 
 
-def gspo_policy_loss_fn(
-  model: nnx.Module,
-  train_example: Any,
-  algo_config: Any,
-  pad_id: int,
-  eos_id: int,
-  temperature: float = 1.0,
-  ref_model: tuple[Any, Any] | None = None,
-  **kwargs: Any,
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """verl's `gspo` policy loss (GSPO, Zheng et al. 2025) over one policy pass."""
-  del kwargs
-  return _policy_loss(
-    "gspo", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
-  )
+def _registered(name: str) -> Callable[..., tuple[jax.Array, dict[str, jax.Array]]]:
+  """Loss `name` in tunix's policy-loss signature (one function per entry point)."""
+
+  def policy_loss_fn(
+    model: nnx.Module,
+    train_example: Any,
+    algo_config: Any,
+    pad_id: int,
+    eos_id: int,
+    temperature: float = 1.0,
+    ref_model: tuple[Any, Any] | None = None,
+    **kwargs: Any,
+  ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """verl's policy loss of this name over one policy pass (see `_policy_loss`)."""
+    del kwargs
+    return _policy_loss(
+      name, model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
+    )
+
+  return policy_loss_fn
 
 
-def sapo_policy_loss_fn(
-  model: nnx.Module,
-  train_example: Any,
-  algo_config: Any,
-  pad_id: int,
-  eos_id: int,
-  temperature: float = 1.0,
-  ref_model: tuple[Any, Any] | None = None,
-  **kwargs: Any,
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """verl's `sapo` policy loss (SAPO, Gao et al. 2025) over one policy pass."""
-  del kwargs
-  return _policy_loss(
-    "sapo", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
-  )
-
-
-def geo_mean_policy_loss_fn(
-  model: nnx.Module,
-  train_example: Any,
-  algo_config: Any,
-  pad_id: int,
-  eos_id: int,
-  temperature: float = 1.0,
-  ref_model: tuple[Any, Any] | None = None,
-  **kwargs: Any,
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """verl's `geo_mean` policy loss (GMPO, Zhao et al. 2025) over one policy pass."""
-  del kwargs
-  return _policy_loss(
-    "geo_mean", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
-  )
-
-
-def cispo_policy_loss_fn(
-  model: nnx.Module,
-  train_example: Any,
-  algo_config: Any,
-  pad_id: int,
-  eos_id: int,
-  temperature: float = 1.0,
-  ref_model: tuple[Any, Any] | None = None,
-  **kwargs: Any,
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """verl's `cispo` policy loss (CISPO, MiniMax-M1 2025) over one policy pass."""
-  del kwargs
-  return _policy_loss(
-    "cispo", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
-  )
-
-
-def gpg_policy_loss_fn(
-  model: nnx.Module,
-  train_example: Any,
-  algo_config: Any,
-  pad_id: int,
-  eos_id: int,
-  temperature: float = 1.0,
-  ref_model: tuple[Any, Any] | None = None,
-  **kwargs: Any,
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """verl's `gpg` policy loss (GPG, Chu et al. 2025) over one policy pass."""
-  del kwargs
-  return _policy_loss(
-    "gpg", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
-  )
-
-
-def clip_cov_policy_loss_fn(
-  model: nnx.Module,
-  train_example: Any,
-  algo_config: Any,
-  pad_id: int,
-  eos_id: int,
-  temperature: float = 1.0,
-  ref_model: tuple[Any, Any] | None = None,
-  **kwargs: Any,
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """verl's `clip_cov` policy loss (Clip-Cov, Cui et al. 2025) over one policy pass."""
-  del kwargs
-  return _policy_loss(
-    "clip_cov", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
-  )
-
-
-def kl_cov_policy_loss_fn(
-  model: nnx.Module,
-  train_example: Any,
-  algo_config: Any,
-  pad_id: int,
-  eos_id: int,
-  temperature: float = 1.0,
-  ref_model: tuple[Any, Any] | None = None,
-  **kwargs: Any,
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """verl's `kl_cov` policy loss (KL-Cov, Cui et al. 2025) over one policy pass."""
-  del kwargs
-  return _policy_loss(
-    "kl_cov", model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
-  )
+gspo_policy_loss_fn = _registered("gspo")  # GSPO, Zheng et al. 2025
+sapo_policy_loss_fn = _registered("sapo")  # SAPO, Gao et al. 2025
+geo_mean_policy_loss_fn = _registered("geo_mean")  # GMPO, Zhao et al. 2025
+cispo_policy_loss_fn = _registered("cispo")  # CISPO, MiniMax-M1 2025
+gpg_policy_loss_fn = _registered("gpg")  # GPG, Chu et al. 2025
+clip_cov_policy_loss_fn = _registered("clip_cov")  # Clip-Cov, Cui et al. 2025
+kl_cov_policy_loss_fn = _registered("kl_cov")  # KL-Cov, Cui et al. 2025
