@@ -85,7 +85,10 @@ PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
   "tunix.sft.peft_trainer.PeftTrainer": (peft_trainer.PeftTrainer, ("_write_train_metrics",)),
   "tunix.models.qwen3.params": (qwen3_params, ("_get_key_and_transform_mapping",)),
   "tunix.models.qwen3.model": (qwen3_model, ("shard",)),
-  "tunix.generate.sampler.Sampler": (sampler_lib.Sampler, ("_prefill_fn", "_decode_fn")),
+  "tunix.generate.sampler.Sampler": (
+    sampler_lib.Sampler,
+    ("_prefill_fn", "_decode_fn", "_sample"),
+  ),
   "tunix.models.qwen2.model": (qwen2_model, ("_generate_pos_embeddings",)),
 }
 # Instance attributes set in constructors (checked on live objects by the tests).
@@ -273,6 +276,14 @@ def sampler_step_functions(
   stop ids set as `__call__` sets them first (`eos_ids`)."""
   sampler.eos_ids = jnp.array(list(eos_ids))
   return sampler._prefill_fn, sampler._decode_fn
+
+
+def sample_next_token(sampler: Any, logits: Any, cache: Any, state: Any) -> Any:
+  """tunix's `Sampler._sample`: the token after `logits` `[B, L, V]` (its last position)
+  drawn as the state's sampling mode says, written with its log-prob at slot
+  `decoding_step + 1`; `done` set on the sampler's `eos_ids`; `decoding_step` advanced.
+  `ContinuingSampler` prefills a turn's new tokens itself and samples with it."""
+  return sampler._sample(logits=logits, eos=sampler.eos_ids, cache=cache, sampler_state=state)
 
 
 _SHARD_LOCK = threading.Lock()

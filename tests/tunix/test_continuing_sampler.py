@@ -1,0 +1,142 @@
+"""ContinuingSampler on a real toy Qwen3 (float32): multi-turn sampling that continues from
+the KV cache samples what a full-history forward pass (no cache) gives, and greedy
+continuation samples the same tokens as re-encoding the history every turn."""
+
+import dataclasses
+
+import jax
+from flax import nnx
+import numpy as np
+import pytest
+from tunix.generate import sampler as sampler_lib
+
+from tunix_ppo_ext.tunix import models
+from tunix_ppo_ext.tunix.continuing_sampler import ContinuingSampler, TurnSampling
+from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+
+PAD, EOS = 0, 2
+G, TURNS, ROWS = 4, 5, 12
+ALPHABET = "abcdefghijklmnopqrstuvwx"
+CACHE = 48  # room for about four continued turns, then a re-encode
+
+
+@pytest.fixture(scope="module")
+def world():
+  """`(policy, sampler)`: a float32 toy Qwen3 and one `ContinuingSampler` on it (its
+  compilations shared by the tests)."""
+  tokenizer = CharTokenizer(ALPHABET, pad_id=PAD, eos_id=EOS)  # 27 ids: EOS ends some turns
+  config = models.tiny_qwen3_config(tokenizer.vocab_size, num_layers=2, embed_dim=32)
+  policy = models.make_policy(config, seed=3)
+  cache = sampler_lib.CacheConfig(CACHE, config.num_layers, config.num_kv_heads, config.head_dim)
+  return policy, ContinuingSampler(policy, tokenizer, cache)
+
+
+def play(sampler, continued, sampling, fresh_width=8, seed=0):
+  """`TURNS` turns of `ROWS` rows; each turn's context is the last one, the sampled ids,
+  EOS if the turn ended on one, and 1-4 random observation ids. Row 0 stops after turn 2.
+
+  Returns `(contexts, samples, outputs, conversation)`: every row's final context (the
+  last turn's samples included), per row `(index in the context, ids, log-probs)` of each
+  turn's samples, and each turn's `TurnOutput`."""
+  rng = np.random.default_rng(seed)
+  ids = np.arange(3, 27)
+  contexts = [[1, *rng.choice(ids, int(rng.integers(2, 7))).tolist()] for _ in range(ROWS)]
+  samples = [[] for _ in range(ROWS)]
+  active = np.ones(ROWS, bool)
+  conversation, outputs = sampler.conversation(continued), []
+  for turn in range(TURNS):
+    if turn == 2:
+      active[0] = False
+    turn_sampling = dataclasses.replace(sampling, seed=sampling.seed + turn)
+    out = conversation.turn(contexts, active, turn_sampling, fresh_width)
+    outputs.append(out)
+    for row in np.flatnonzero(active):
+      agent = out.tokens[row].tolist()
+      samples[row].append((len(contexts[row]), agent, out.logprobs and out.logprobs[row]))
+      contexts[row] += agent + [EOS] * (len(agent) < G)
+      if turn < TURNS - 1:
+        contexts[row] += rng.choice(ids, int(rng.integers(1, 5))).tolist()
+  return contexts, samples, outputs, conversation
+
+
+def full_history_logps(policy, contexts):
+  """`[rows, L, V]` log-softmax of the model's logits on each whole context at once (no
+  cache; contexts right-padded, which the causal mask keeps from earlier positions)."""
+  n = max(len(c) for c in contexts)
+  tokens = np.array([c + [PAD] * (n - len(c)) for c in contexts], np.int32)
+  positions = np.broadcast_to(np.arange(n, dtype=np.int32), tokens.shape)
+  mask = np.broadcast_to(np.tril(np.ones((n, n), bool)), (len(contexts), n, n))
+  graphdef, state = nnx.split(policy)
+  logits = jax.jit(lambda s, *a: nnx.merge(graphdef, s)(*a, None, mask)[0])(
+    state, tokens, positions
+  )
+  return np.asarray(jax.nn.log_softmax(logits.astype(np.float32), axis=-1))
+
+
+def replay_logps(policy, contexts, samples):
+  """`(sampler, reference)` log-probs of every sampled token before a row's first sampled
+  pad id (tunix's sampler masks pad ids, the full forward does not), and the number of
+  sampled ids that are the argmax of the reference."""
+  got, want, argmax = [], [], 0
+  references = full_history_logps(policy, contexts)
+  for reference, row_samples in zip(references, samples, strict=True):
+    for start, agent, logps in row_samples:
+      if PAD in agent:
+        break
+      for i, token in enumerate(agent):
+        got.append(logps[i])
+        want.append(reference[start + i - 1, token])
+        argmax += int(reference[start + i - 1].argmax() == token)
+  return np.array(got), np.array(want), argmax
+
+
+def test_continued_turns_sample_from_the_full_history(world):
+  """Temperature 1: each sampled token's log-prob equals the full-history forward pass's
+  to 1e-5 (float32), on continued turns and after the cache ran out of room."""
+  policy, sampler = world
+  sampling = TurnSampling(max_tokens=G, temperature=1.0, top_p=1.0, seed=5, return_logprobs=True)
+  contexts, samples, outputs, conversation = play(sampler, True, sampling)
+  got, want, _ = replay_logps(policy, contexts, samples)
+  print(
+    f"{len(got)} tokens, turns re-encoded {[o.reencoded for o in outputs]}, "
+    f"max |diff| {np.abs(got - want).max():.2e}"
+  )
+  assert len(got) >= ROWS * TURNS
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+  ended = sum(len(o.tokens[r]) < G for o in outputs for r in range(ROWS))
+  assert 0 < ended < ROWS * TURNS  # turns ended by EOS and cut at G both occur
+  reencoded = [o.reencoded for o in outputs]
+  assert reencoded[:3] == [True, False, False] and True in reencoded[3:]
+  assert conversation.reencodes == sum(reencoded)
+
+
+def test_greedy_continuation_samples_what_reencoding_samples(world):
+  policy, sampler = world
+  sampling = TurnSampling(max_tokens=G, temperature=0.0, top_p=None, return_logprobs=True)
+  runs = {
+    continued: play(sampler, continued, sampling, 8 if continued else 40)
+    for continued in (True, False)
+  }
+  assert runs[True][3].reencodes < TURNS - 2 and runs[False][3].reencodes == TURNS
+  assert runs[True][0] == runs[False][0]  # the same contexts, token for token
+  got, want, argmax = replay_logps(policy, runs[True][0], runs[True][1])
+  assert argmax == len(got)  # every sampled id is the full-history argmax
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+  for new, old in zip(runs[True][1], runs[False][1], strict=True):  # per row, per turn
+    for (start, ids, logps), (old_start, old_ids, old_logps) in zip(new, old, strict=True):
+      assert (start, ids) == (old_start, old_ids)
+      np.testing.assert_allclose(logps, old_logps, atol=1e-5, rtol=0)
+
+
+def test_contexts_that_do_not_extend_the_cache_are_reencoded(world):
+  _, sampler = world  # the greedy test's batch shape: no new compilation
+  sampling = TurnSampling(max_tokens=G, temperature=0.0, top_p=None, return_logprobs=True)
+  conversation, active = sampler.conversation(), [True] * ROWS
+  contexts = [[1, 5, 6, 7]] + [[1, 8]] * (ROWS - 1)
+  first = conversation.turn(contexts, active, sampling, fresh_width=8)
+  grown = [c + first.tokens[r].tolist() + [EOS, 9] for r, c in enumerate(contexts)]
+  assert not conversation.turn(grown, active, sampling, fresh_width=8).reencoded
+  edited = [[1, 5, 6, 9, 9]] + [c + [10] for c in grown[1:]]  # row 0 no longer extends it
+  assert conversation.turn(edited, active, sampling, fresh_width=8).reencoded
+  with pytest.raises(ValueError, match="does not fit the rollout KV cache of 48"):
+    conversation.turn([[1] * 50] * ROWS, active, sampling, fresh_width=8)
