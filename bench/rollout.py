@@ -1,63 +1,130 @@
-"""Multi-turn rollout throughput and where a training step's time goes, on the default run.
+"""Multi-turn rollout throughput against the number of turns: re-encoding vs continuing.
 
-Trains the embedded default (`tunix-ppo-ext train`'s model, environment and settings) for
-`--steps` steps and prints, over the steps after `--warmup` (compilation excluded): agent
-tokens per second of rollout, and the share of the step spent in the rollout, the old /
-reference / value passes, the advantages, and the rest (actor and critic updates, metrics).
+For 1, 2, 4, 8 and 16 turns at a fixed number of agent tokens per turn (`--turn-tokens`)
+and observation tokens per turn (`--obs-tokens`), plays `--batch` episodes with
+`MultiTurnRollout` on a real tunix cluster (vanilla engine, a toy Qwen3 of
+`--layers`/`--dim`, float32) whose KV cache is sized as a run's would be
+(`max_prompt_length + max_completion_len + max_turn_tokens`, the completion width
+`turns * (turn + observation tokens)`), and prints agent tokens per second with
+`kv_cache="reencode"` (every turn prefills the whole history: before) and
+`kv_cache="continue"` (each turn prefills only what the previous one added: after), and
+each one's throughput at 16 turns over its throughput at 1 turn. Agent tokens are the
+tokens sampled (a turn ends early where the policy samples EOS); the time is the median
+of `--repeats` rollouts after one warm-up rollout (compilation).
 
-  python bench/rollout.py [--steps 40 --warmup 8]
+  python bench/rollout.py [--batch 16 --turn-tokens 8 --obs-tokens 8 --layers 4 --dim 256]
 """
 
 from __future__ import annotations
 
 import argparse
-import pathlib
 import statistics
-import tempfile
+import time
 
 import jax
-import numpy as np
-from _timing import timed
 
-from tunix_ppo_ext.app.cli import build_run
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext import PpoExtConfig
+from tunix_ppo_ext.data.trajectory import episode_batches
+from tunix_ppo_ext.tunix.cluster import build_cluster, make_models
+from tunix_ppo_ext.tunix.learner import PpoExtLearner
+from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
+from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 
-PHASES = ["rollout", "old_logp", "ref_logp", "values", "advantages"]
+PROMPT = 16  # max_prompt_length
+TURNS = (1, 2, 4, 8, 16)
+
+
+class FixedEnv:
+  """Observations of a fixed length; ends after exactly `turns` agent turns."""
+
+  name = "fixed"
+  max_return = 0.0
+
+  def __init__(self, turns: int, obs_tokens: int):
+    self.turns, self.text = turns, ("look around " * obs_tokens)[:obs_tokens]
+
+  def reset(self, seed):
+    self.turn = 0
+    return "start " + str(seed % 10), {}
+
+  def step(self, action):
+    self.turn += 1
+    return self.text, 0.0, self.turn == self.turns, False, {}
+
+
+def rollout_seconds(args, turns: int, kv_cache: str) -> tuple[float, float, int]:
+  """`(median seconds, agent tokens per rollout, turns re-encoded)` for one setting."""
+  tokenizer = CharTokenizer()
+  policy, critic, _ = make_models(tokenizer, seed=0, num_layers=args.layers, embed_dim=args.dim)
+  width = turns * (args.turn_tokens + args.obs_tokens)
+  cluster = build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    max_steps=1,
+    batch=args.batch,
+    max_prompt_length=PROMPT,
+    max_tokens_to_generate=width + args.turn_tokens,
+    return_logprobs=True,
+  )
+  source = MultiTurnRollout(
+    FixedEnv,
+    {"turns": turns, "obs_tokens": args.obs_tokens},
+    max_completion_len=width,
+    max_turns=turns,
+    max_turn_tokens=args.turn_tokens,
+    group_size=1,
+    kv_cache=kv_cache,
+  )
+  learner = PpoExtLearner(
+    cluster, PpoExtConfig(beta=0.0, num_generations=1), trajectory_source=source
+  )
+  batches = episode_batches(args.repeats + 1, args.batch, seed=0)
+  seconds, tokens = [], []
+  for i, data in enumerate(batches):
+    start = time.perf_counter()
+    batch = source(learner, data, Mode.TRAIN)
+    if i:  # the first rollout compiles
+      seconds.append(time.perf_counter() - start)
+      tokens.append(int(batch.sampler_logp_mask.sum()))
+  return statistics.median(seconds), statistics.mean(tokens), int(source.last_reencodes)
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )
-  parser.add_argument("--steps", type=int, default=40)
-  parser.add_argument("--warmup", type=int, default=8)
+  parser.add_argument("--batch", type=int, default=16)
+  parser.add_argument("--turn-tokens", type=int, default=8)
+  parser.add_argument("--obs-tokens", type=int, default=8)
+  parser.add_argument("--layers", type=int, default=4)
+  parser.add_argument("--dim", type=int, default=256)
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--turns", type=int, nargs="+", default=list(TURNS))
   args = parser.parse_args()
-  with tempfile.TemporaryDirectory() as tmp:
-    out = pathlib.Path(tmp)
-    run = load_run_config(None, [f"train.steps={args.steps}", f"output_dir={tmp}"])
-    learner, batches, _, _ = build_run(run, out)
-    stamps: list[float] = []
-    learner.train(timed(batches, stamps))
-    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "timing_s/rollout" in r]
-  rows = rows[args.warmup : len(stamps) - 1]
-  step_s = statistics.median(np.diff(stamps)[args.warmup :])
-  phase_s = {p: statistics.median(r.get(f"timing_s/{p}", 0.0) for r in rows) for p in PHASES}
-  tokens = statistics.median(r["train/response_length/mean"] * run.train.batch_size for r in rows)
   print(
-    f"jax {jax.__version__} on {jax.default_backend()}; default run, batch "
-    f"{run.train.batch_size}, medians over {len(rows)} steps after {args.warmup}"
+    f"jax {jax.__version__} on {jax.default_backend()} ({jax.devices()[0].device_kind}); "
+    f"batch {args.batch}, {args.turn_tokens} agent + {args.obs_tokens} observation tokens "
+    f"per turn, toy Qwen3 {args.layers} layers x {args.dim}, median of {args.repeats}"
   )
-  print(
-    f"rollout throughput: {tokens / phase_s['rollout']:.0f} agent tokens/s "
-    f"({tokens:.0f} agent tokens per step)"
-  )
-  print(f"{'phase':12s} {'median s':>9s} {'share':>7s}")
-  for phase, seconds in phase_s.items():
-    print(f"{phase:12s} {seconds:9.4f} {seconds / step_s:7.1%}")
-  rest = step_s - sum(phase_s.values())
-  print(f"{'updates+rest':12s} {rest:9.4f} {rest / step_s:7.1%}")
-  print(f"{'step':12s} {step_s:9.4f} {1:7.1%}")
+  rates: dict[str, dict[int, float]] = {"reencode": {}, "continue": {}}
+  print("| turns | re-encode tok/s | continue tok/s | speed-up | re-encoded turns (continue) |")
+  print("| --- | --- | --- | --- | --- |")
+  for turns in args.turns:
+    row = {}
+    for kv_cache in rates:
+      seconds, tokens, reencodes = rollout_seconds(args, turns, kv_cache)
+      rates[kv_cache][turns] = row[kv_cache] = tokens / seconds
+    speedup = row["continue"] / row["reencode"]
+    print(
+      f"| {turns} | {row['reencode']:.0f} | {row['continue']:.0f} | {speedup:.2f}x | "
+      f"{reencodes} of {turns} |",
+      flush=True,
+    )
+  first, last = min(args.turns), max(args.turns)
+  for kv_cache, rate in rates.items():
+    ratio = rate[last] / rate[first]
+    print(f"{kv_cache}: {last}-turn / {first}-turn throughput = {ratio:.2f}")
 
 
 if __name__ == "__main__":

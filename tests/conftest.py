@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, settings
 
 from tunix_ppo_ext.tunix import models
 from tunix_ppo_ext.tunix.cluster import build_cluster, make_mesh, make_models  # noqa: F401
+from tunix_ppo_ext.tunix.continuing_sampler import Conversation
 
 settings.register_profile(
   "ci",
@@ -45,6 +46,20 @@ settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 TARGET_CHAR = "a"
+
+
+def record_turns(monkeypatch) -> list[tuple[list[list[int]], Any]]:
+  """Spies on the multi-turn rollout's real sampler: every turn's `(contexts, TurnOutput)`
+  (`output.tokens[row]`, `output.logprobs[row]`), in call order."""
+  original, turns = Conversation.turn, []
+
+  def turn(self, contexts, active, sampling, fresh_width):
+    output = original(self, contexts, active, sampling, fresh_width)
+    turns.append(([list(c) for c in contexts], output))
+    return output
+
+  monkeypatch.setattr(Conversation, "turn", turn)
+  return turns
 
 
 def flush_subnormals(x: Any) -> np.ndarray:

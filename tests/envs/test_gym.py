@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import build_cluster, make_models, param_leaf
+from tests.conftest import build_cluster, make_models, param_leaf, record_turns
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext.app.run_config import load_run_config
 from tunix_ppo_ext.data.trajectory import episode_batches
@@ -222,17 +222,12 @@ def test_ppo_trains_on_frozenlake_with_exact_masks(monkeypatch):
     "frozenlake", max_completion_len=T, max_turns=TURNS, max_turn_tokens=TURN
   )
   learner = PpoExtLearner(cluster, PpoExtConfig(num_generations=2), trajectory_source=source)
-  outputs, generate = [], cluster.rollout.generate
-
-  def recording_generate(prompts, config):  # the real engine, its outputs kept
-    outputs.append(generate(prompts, config))
-    return outputs[-1]
-
-  monkeypatch.setattr(cluster.rollout, "generate", recording_generate)
+  turns = record_turns(monkeypatch)  # the real sampler, its outputs kept
   data = {k: np.repeat(v, 2, axis=0) for k, v in next(episode_batches(1, 2, seed=5)).items()}
   batch = source(learner, data, Mode.TRAIN)
   monkeypatch.undo()
   batch.validate()
+  outputs = [output for _, output in turns]
   for row, seed in enumerate(data["seed"]):
     turns = int(source.last_stats.num_turns[row])
     agent_turns = [out.tokens[row].tolist() for out in outputs[:turns]]

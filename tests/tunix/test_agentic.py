@@ -11,7 +11,7 @@ from tunix.rl.agentic.environments.tool_environment import ToolEnvironment
 from tunix.rl.agentic.rewards import reward as tunix_rewards
 from tunix.rl.agentic.tools.calculator_tool import CalculatorTool
 
-from tests.conftest import build_cluster, make_models, param_leaf
+from tests.conftest import build_cluster, make_models, param_leaf, record_turns
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.envs import validate_reset_output, validate_step_output
@@ -140,17 +140,12 @@ def test_ppo_trains_on_a_tool_environment_with_exact_masks(monkeypatch):
     make_tool_env, env_kwargs, max_completion_len=T, max_turns=3, max_turn_tokens=TURN
   )
   learner = PpoExtLearner(cluster, PpoExtConfig(num_generations=2), trajectory_source=source)
-  outputs, generate = [], cluster.rollout.generate
-
-  def recording_generate(prompts, config):  # the real engine, its outputs kept
-    outputs.append(generate(prompts, config))
-    return outputs[-1]
-
-  monkeypatch.setattr(cluster.rollout, "generate", recording_generate)
+  turns = record_turns(monkeypatch)  # the real sampler, its outputs kept
   data = {k: np.repeat(v, 2, axis=0) for k, v in next(episode_batches(1, 2, seed=4)).items()}
   batch = source(learner, data, Mode.TRAIN)
   monkeypatch.undo()
   batch.validate()
+  outputs = [output for _, output in turns]
   for row, seed in enumerate(data["seed"]):
     turns = int(source.last_stats.num_turns[row])
     agent_turns = [out.tokens[row].tolist() for out in outputs[:turns]]

@@ -5,9 +5,9 @@ continuation samples the same tokens as re-encoding the history every turn."""
 import dataclasses
 
 import jax
-from flax import nnx
 import numpy as np
 import pytest
+from flax import nnx
 from tunix.generate import sampler as sampler_lib
 
 from tunix_ppo_ext.tunix import models
@@ -17,7 +17,7 @@ from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
 PAD, EOS = 0, 2
 G, TURNS, ROWS = 4, 5, 12
 ALPHABET = "abcdefghijklmnopqrstuvwx"
-CACHE = 48  # room for about four continued turns, then a re-encode
+CACHE = 48  # room for about four continued turns, then a compaction
 
 
 @pytest.fixture(scope="module")
@@ -92,22 +92,21 @@ def replay_logps(policy, contexts, samples):
 
 def test_continued_turns_sample_from_the_full_history(world):
   """Temperature 1: each sampled token's log-prob equals the full-history forward pass's
-  to 1e-5 (float32), on continued turns and after the cache ran out of room."""
+  to 1e-5 (float32), on continued turns and after the full cache was compacted."""
   policy, sampler = world
   sampling = TurnSampling(max_tokens=G, temperature=1.0, top_p=1.0, seed=5, return_logprobs=True)
   contexts, samples, outputs, conversation = play(sampler, True, sampling)
   got, want, _ = replay_logps(policy, contexts, samples)
   print(
-    f"{len(got)} tokens, turns re-encoded {[o.reencoded for o in outputs]}, "
+    f"{len(got)} tokens, compactions {conversation.compactions}, "
     f"max |diff| {np.abs(got - want).max():.2e}"
   )
   assert len(got) >= ROWS * TURNS
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
   ended = sum(len(o.tokens[r]) < G for o in outputs for r in range(ROWS))
   assert 0 < ended < ROWS * TURNS  # turns ended by EOS and cut at G both occur
-  reencoded = [o.reencoded for o in outputs]
-  assert reencoded[:3] == [True, False, False] and True in reencoded[3:]
-  assert conversation.reencodes == sum(reencoded)
+  assert [o.reencoded for o in outputs] == [True] + [False] * (TURNS - 1)
+  assert conversation.reencodes == 1 and conversation.compactions >= 1
 
 
 def test_greedy_continuation_samples_what_reencoding_samples(world):
@@ -117,7 +116,8 @@ def test_greedy_continuation_samples_what_reencoding_samples(world):
     continued: play(sampler, continued, sampling, 8 if continued else 40)
     for continued in (True, False)
   }
-  assert runs[True][3].reencodes < TURNS - 2 and runs[False][3].reencodes == TURNS
+  assert runs[True][3].reencodes == 1 and runs[False][3].reencodes == TURNS
+  assert runs[True][3].compactions >= 1
   assert runs[True][0] == runs[False][0]  # the same contexts, token for token
   got, want, argmax = replay_logps(policy, runs[True][0], runs[True][1])
   assert argmax == len(got)  # every sampled id is the full-history argmax

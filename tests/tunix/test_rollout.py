@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.conftest import build_cluster, make_models, param_leaf
+from tests.conftest import build_cluster, make_models, param_leaf, record_turns
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext.data import TrajectoryBatch
 from tunix_ppo_ext.data.trajectory import (
@@ -56,19 +56,6 @@ def repeated(batch, times):
   return {key: np.repeat(value, times, axis=0) for key, value in batch.items()}
 
 
-def record_engine_calls(monkeypatch, learner):
-  """Spies on the real engine: every `rollout.generate` output, in call order."""
-  rollout = learner.rl_cluster.rollout
-  original, outputs = rollout.generate, []
-
-  def generate(prompts, config):
-    outputs.append(original(prompts, config))
-    return outputs[-1]
-
-  monkeypatch.setattr(rollout, "generate", generate)
-  return outputs
-
-
 def replay(tokenizer, seed, outputs, row, env_kwargs):
   """The trajectory one row should have, rebuilt from the engine outputs and a fresh env.
 
@@ -104,13 +91,15 @@ def test_trajectories_are_the_engine_tokens_exactly(world, monkeypatch):
   source = MultiTurnRollout(
     "memory", env_kwargs, max_completion_len=T, max_turn_tokens=G, group_size=2
   )
-  outputs = record_engine_calls(monkeypatch, learner)
+  turns = record_turns(monkeypatch)
   data = repeated(next(episode_batches(1, 8, seed=0)), 2)
   batch = source(learner, data, Mode.TRAIN)
+  outputs = [output for _, output in turns]
 
   assert isinstance(batch, MultiTurnBatch)
   batch.validate()
-  assert len(outputs) == 3  # one engine call per turn, all 16 rows each time
+  assert len(outputs) == 3  # one sampler call per turn, all 16 rows each time
+  assert outputs[0].reencoded and not outputs[1].reencoded  # turn 2 continues turn 1
   np.testing.assert_array_equal(batch.group_ids, np.arange(16) // 2)
   np.testing.assert_array_equal(batch.prompt_ids[0::2], batch.prompt_ids[1::2])
   eos_turns = 0
@@ -134,10 +123,7 @@ def test_trajectories_are_the_engine_tokens_exactly(world, monkeypatch):
     assert batch.token_rewards[row].sum() == pytest.approx(source.last_stats.episode_return[row])
     eos_turns += sum(t == EOS for t, agent in zip(tokens, loss, strict=True) if agent)
     for turn, context in enumerate(contexts):  # the sampler saw the trajectory, EOS included
-      padded = outputs[turn].left_padded_prompt_tokens[row]
-      assert padded.shape == (P + T,)
-      np.testing.assert_array_equal(padded[padded != PAD], [t for t in context if t != PAD])
-      np.testing.assert_array_equal(padded[-len(context) :], context)
+      assert turns[turn][0][row] == context
   assert 0 < eos_turns < 16 * 3  # both turn ends occur
   np.testing.assert_array_equal(source.last_stats.num_turns, 3)
   assert source.last_stats.truncated_frac == 0.0
@@ -215,11 +201,12 @@ def sampled_pad_free(batch):
 
 
 def test_sampler_logps_match_the_trainer_only_with_exact_contexts(world):
-  """At temperature 1 the engine's log-probs equal the trainer's when the sampler saw the
-  trajectory's own ids (EOS included); given text, later turns lack the EOS tokens."""
+  """At temperature 1 the sampler's log-probs equal the trainer's when the sampler saw the
+  trajectory's own ids (EOS included), continued from the KV cache or re-encoded every turn;
+  given text, later turns lack the EOS tokens."""
   tokenizer, policy, learner = world
   gaps = {}
-  for context in ("tokens", "text"):
+  for context, kv_cache in (("tokens", "continue"), ("tokens", "reencode"), ("text", "continue")):
     source = MultiTurnRollout(
       "memory",
       {"num_turns": 3},
@@ -227,6 +214,7 @@ def test_sampler_logps_match_the_trainer_only_with_exact_contexts(world):
       max_turn_tokens=G,
       group_size=1,
       context=context,
+      kv_cache=kv_cache,
     )
     batch = source(learner, next(episode_batches(1, 16, seed=0)), Mode.TRAIN)
     old = passes.compute_per_token_logps(
@@ -240,15 +228,17 @@ def test_sampler_logps_match_the_trainer_only_with_exact_contexts(world):
     clean, known = sampled_pad_free(batch), batch.sampler_logp_mask > 0
     eos = (batch.completion_ids == EOS) & (batch.loss_mask > 0)
     after_eos = np.cumsum(eos, axis=1) > 0
-    print(context, "clean known tokens after an EOS:", after_eos[clean & known].sum())
+    print(context, kv_cache, "clean known tokens after an EOS:", after_eos[clean & known].sum())
+    print("turns that re-encoded:", source.last_reencodes)
     assert after_eos[clean & known].sum() >= 5
-    gaps[context] = (
+    gaps[kv_cache if context == "tokens" else context] = (
       sampler_logprob_gap(batch, old, clean),
       sampler_logprob_gap(batch, old, clean & after_eos),
       sampler_logprob_gap(batch, old, batch.loss_mask),
     )
   print("logprob gaps (clean, clean after an EOS, all agent tokens):", gaps)
-  assert gaps["tokens"][0] < 1e-5 and gaps["tokens"][1] < 1e-5
+  for exact in ("continue", "reencode"):
+    assert gaps[exact][0] < 1e-5 and gaps[exact][1] < 1e-5
   assert gaps["text"][1] > 1e-2
 
 

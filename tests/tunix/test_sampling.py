@@ -7,6 +7,7 @@ import numpy as np
 from tests.conftest import build_cluster, make_models
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext.data.trajectory import episode_batches
+from tunix_ppo_ext.tunix.continuing_sampler import Conversation
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
 from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
@@ -35,13 +36,13 @@ def test_train_and_eval_rollouts_sample_with_their_own_settings(monkeypatch):
   source = MultiTurnRollout(max_completion_len=T, max_turn_tokens=G)
   learner = PpoExtLearner(cluster, PpoExtConfig(), trajectory_source=source)
   seen = []
-  original = cluster.rollout.generate
+  original = Conversation.turn
 
-  def generate(prompts, config):  # the real engine, recording the config it was given
-    seen.append((config.temperature, config.top_p, config.top_k))
-    return original(prompts, config)
+  def turn(self, contexts, active, sampling, fresh_width):  # the real sampler, recording
+    seen.append((sampling.temperature, sampling.top_p, sampling.top_k))
+    return original(self, contexts, active, sampling, fresh_width)
 
-  monkeypatch.setattr(cluster.rollout, "generate", generate)
+  monkeypatch.setattr(Conversation, "turn", turn)
   data = {k: np.repeat(v, COPIES, axis=0) for k, v in next(episode_batches(1, 2)).items()}
   rows = {}
   for mode in (Mode.TRAIN, Mode.EVAL):

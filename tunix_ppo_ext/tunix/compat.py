@@ -20,12 +20,14 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   `lora_enabled` (as tunix's own save call passes it), `write_pending_metrics` (tunix
   0.1.7 closes the shared metrics logger with the actor trainer, before the critic
   trainer writes its last step).
-- rollout: `vanilla_sampler` and `exact_token_prompts` (the vanilla engine tokenises
-  prompt strings; to sample from exact token ids its sampler's `tokenize` is shadowed on
-  the instance for one call, under a lock).
+- rollout: `vanilla_sampler` (the vanilla engine's `Sampler`, whose model, weights and
+  cache size the multi-turn rollout's `ContinuingSampler` shares).
 - sampler: `sampler_step_functions` (tunix's `Sampler` jits its prefill and decode loop
   only inside `__call__`; `tunix-ppo-ext plan` compiles the unjitted `_prefill_fn` and
-  `_decode_fn` ahead of time on abstract inputs to read their memory).
+  `_decode_fn` ahead of time on abstract inputs to read their memory, and
+  `ContinuingSampler` jits them itself to run them on a state it keeps between turns),
+  `sample_next_token` (`_sample`: the token after a prefill, which `ContinuingSampler`
+  does itself for the tokens a turn adds).
 - models: `qwen3_activation_sharding` (tunix's `qwen3.shard()` skips its activation
   sharding constraints whenever `jax.devices()[0]` is a CPU, always the case when `plan`
   compiles for a TPU topology from a host without one: the module function is replaced
@@ -53,7 +55,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 from tunix.generate import sampler as sampler_lib
 from tunix.models.qwen2 import model as qwen2_model
@@ -246,26 +247,6 @@ def vanilla_sampler(rollout: Any) -> Any | None:
   if not isinstance(rollout, vanilla_rollout.VanillaRollout):
     return None
   return getattr(rollout, "_sampler", None)
-
-
-_TOKENIZE_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def exact_token_prompts(sampler: Any, contexts: Sequence[Sequence[int]]) -> Iterator[list[str]]:
-  """Makes `sampler` take `contexts` (token ids) as its prompts, verbatim, for one call.
-
-  tunix 0.1.7's `Sampler.__call__` tokenises each prompt string with `self.tokenize`;
-  this shadows that method on the instance (restored on exit, one caller at a time) with
-  a lookup, and yields the prompt keys ("0", "1", ...) to pass to `generate`.
-  """
-  arrays = [np.asarray(c, np.int32) for c in contexts]
-  with _TOKENIZE_LOCK:
-    sampler.tokenize = lambda key: arrays[int(key)]
-    try:
-      yield [str(i) for i in range(len(arrays))]
-    finally:
-      del sampler.tokenize
 
 
 def sampler_step_functions(

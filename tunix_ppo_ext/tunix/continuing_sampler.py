@@ -17,9 +17,13 @@ context, as when the context is re-encoded. The last token of a turn (EOS, or th
 sampled token of a turn cut at `max_tokens`) is fed again in the next block: the decode
 loop may stop before feeding it, so its cache entry is not relied on.
 
-When the buffer has no room for the next turn, a row's context does not extend what
-the cache holds, or the model's attention depends on slot distances (Gemma3's sliding
-windows), the turn re-encodes the whole context into a fresh state (`reencoded`).
+When the buffer has no room for the next turn's block and tokens, the state is first
+compacted: every row's kept slots (keys and values included: they depend on positions,
+not slots) are moved, in order, to the start of the buffer, which frees every hole (a
+gather, no model pass). When a row's context does not extend what the cache holds, the
+sampling settings change, the contexts still do not fit, or the model's attention depends
+on slot distances (Gemma3's sliding windows), the turn re-encodes the whole context into
+a fresh state (`reencoded`).
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class ContinuingSampler(sampler_lib.Sampler):
     self._start_jit = jax.jit(prefill, donate_argnums=(1,), static_argnames=("echo",))
     self._decode_jit = jax.jit(decode, donate_argnums=(1,))
     self._extend_jit = jax.jit(self._extend_fn, donate_argnums=(1,))
+    self._compact_jit = jax.jit(self._compact_fn, donate_argnums=(0,))
     self.continuable = isinstance(transformer, CONTINUABLE)
     self._last_token_only = (
       "decode_only_last_token" in inspect.signature(transformer.__call__).parameters
@@ -155,6 +160,22 @@ class ContinuingSampler(sampler_lib.Sampler):
     )
     return compat.sample_next_token(self, logits, cache, state)
 
+  def _compact_fn(self, state: Any, source: jax.Array, kept: jax.Array) -> Any:
+    """Slot j of row b takes slot `source[b, j]`'s token, keys and values where `kept[b, j]`
+    (`[B, S]`), else becomes pad: each row's kept slots moved, in order, to the front."""
+    pad = self.tokenizer.pad_id()
+    tokens = jnp.take_along_axis(state.token_buffer, source, axis=1)
+    index = source[:, :, None, None]
+    cache = {
+      name: {
+        **layer,
+        "k": jnp.take_along_axis(layer["k"], index, axis=1),
+        "v": jnp.take_along_axis(layer["v"], index, axis=1),
+      }
+      for name, layer in state.cache.items()
+    }
+    return dataclasses.replace(state, token_buffer=jnp.where(kept, tokens, pad), cache=cache)
+
 
 def _int32(x: int) -> jax.Array:
   return jnp.asarray(x, jnp.int32)
@@ -170,13 +191,16 @@ class Conversation:
 
   Each `turn(contexts, active, sampling, fresh_width)` samples one turn for every row:
   `contexts[b]` is row b's whole context so far (token ids); inactive rows (finished
-  episodes) are not sampled for. `reencodes` counts the turns that re-encoded.
+  episodes) are not sampled for. `reencodes` counts the turns that re-encoded,
+  `compactions` the times the state was compacted.
   """
 
   def __init__(self, sampler: ContinuingSampler, continued: bool):
     self.sampler = sampler
     self.continued = continued
     self.reencodes = 0
+    self.compactions = 0
+    self._tokens = np.zeros((0, 0), np.int32)  # the token buffer after the last turn
     self._state: Any = None
     self._mode: tuple[Any, ...] | None = None
     self._cached: list[np.ndarray] = []  # per row: the context ids the cache holds
@@ -198,6 +222,9 @@ class Conversation:
     contexts = [np.asarray(c, np.int32) for c in contexts]
     active_rows = np.asarray(active, bool)
     blocks = self._blocks(contexts, active_rows, sampling)
+    if blocks is not None and not self._fits(blocks, sampling):
+      self._compact()
+      blocks = blocks if self._fits(blocks, sampling) else None
     if blocks is None:
       width = self._fresh_width(contexts, sampling, fresh_width)
       start = self._start(contexts, active_rows, sampling, width)
@@ -238,11 +265,28 @@ class Conversation:
       if len(context) <= n or not np.array_equal(context[:n], cached):
         return None
       blocks.append(context[n:])
-    if not active.any():
-      return None
+    return blocks if active.any() else None
+
+  def _fits(self, blocks: list[np.ndarray], sampling: TurnSampling) -> bool:
+    """Whether the blocks and the turn's tokens fit after the next free slot."""
     width = _bucket(max(len(b) for b in blocks))
-    room = self.sampler.cache_config.cache_size
-    return blocks if self._next_slot + width + sampling.max_tokens <= room else None
+    return self._next_slot + width + sampling.max_tokens <= self.sampler.cache_config.cache_size
+
+  def _compact(self) -> None:
+    """Moves every row's kept slots (non-pad, before its hole), in order, to end at slot
+    `L` (the most any row keeps), left-padded: slots from `L` on are free."""
+    tokens = self._tokens
+    slots = np.arange(tokens.shape[1])
+    kept = (tokens != self.sampler.tokenizer.pad_id()) & (slots < self._hole_from[:, None])
+    longest = int(kept.sum(1).max())
+    source, moved = np.zeros(tokens.shape, np.int32), np.zeros(tokens.shape, bool)
+    for row, row_kept in enumerate(kept):
+      where = np.flatnonzero(row_kept)
+      source[row, longest - len(where) : longest] = where
+      moved[row, longest - len(where) : longest] = True
+    self._state = self.sampler._compact_jit(self._state, jnp.asarray(source), jnp.asarray(moved))
+    self._next_slot, self._hole_from = longest, np.full(len(tokens), longest, np.int32)
+    self.compactions += 1
 
   def _start(
     self, contexts: list[np.ndarray], active: np.ndarray, sampling: TurnSampling, width: int
@@ -338,5 +382,5 @@ class Conversation:
         kept = max(min(n + 1, len(sampled)) - 1, 0)  # every sampled token but the last
         hole_from[row] = first + kept
         self._cached[row] = np.concatenate([self._cached[row], sampled[:kept]])
-    self._hole_from, self._next_slot = hole_from, int(last_step)
+    self._hole_from, self._next_slot, self._tokens = hole_from, int(last_step), tokens_buffer
     return TurnOutput(tokens, logprobs if logps_buffer is not None else None, reencoded, width)

@@ -15,24 +15,28 @@ a turn cut by `max_turn_tokens` gets none). Observations are tokenised once.
 and a turn's reward sits on its last agent token.
 
 Context: tunix 0.1.7's engines only take string prompts and tokenise them. With
-`context="tokens"` (the default; vanilla engine only) the sampler is handed the exact
-ids of the trajectory so far (EOS included) by shadowing its `tokenize` on the
-instance for the duration of one call, so sampling and training see the same context.
-`context="text"` passes decoded text instead (any engine); every later turn is then
-sampled without the earlier EOS tokens in its context, which the trainer does see.
+`context="tokens"` (the default; vanilla engine only) the turns are sampled from the
+exact ids of the trajectory so far (EOS included) by a `ContinuingSampler` (a subclass
+of tunix's vanilla `Sampler`, on the engine's own model and weights), so sampling and
+training see the same context. With `kv_cache="continue"` (the default) each turn
+prefills only the tokens added since the previous turn and continues from its KV cache
+(`continuing_sampler`); `kv_cache="reencode"` prefills the whole history every turn
+(the cost grows with the square of the number of turns). `context="text"` passes decoded
+text to the engine's `generate` instead (any engine); every later turn is then sampled
+without the earlier EOS tokens in its context, which the trainer does see.
 
 Either way tunix's sampler masks every pad-id token of its context (attention, and
-positions in the prompt), while the trajectory's attention mask keeps every real token:
-earlier EOS tokens when `eos_id == pad_id`, and any pad-id token the agent sampled, are
-seen by the trainer only. `sampler_logprob_gap` measures the difference.
+positions), while the trajectory's attention mask keeps every real token: earlier EOS
+tokens when `eos_id == pad_id`, and any pad-id token the agent sampled, are seen by the
+trainer only. `sampler_logprob_gap` measures the difference.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -56,10 +60,13 @@ from tunix_ppo_ext.envs import (
 from tunix_ppo_ext.metrics import episodes as episode_report
 from tunix_ppo_ext.tunix import compat
 from tunix_ppo_ext.tunix.chat import ChatFormat, assistant, user
+from tunix_ppo_ext.tunix.continuing_sampler import ContinuingSampler, Conversation, TurnSampling
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.mesh import check_multi_turn_rollout_mesh
 
 Mode = rl_cluster_lib.Mode
+# The ContinuingSampler of each vanilla engine's sampler (alive as long as the engine is).
+_CONTINUING: weakref.WeakKeyDictionary[Any, ContinuingSampler] = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass
@@ -131,13 +138,16 @@ class MultiTurnRollout:
     max_turn_tokens: sampling steps per agent turn (an EOS among them ends the turn).
     group_size: rows per group; `None` uses the learner's `num_generations`.
     context: "tokens" (exact ids, vanilla engine) or "text" (see the module docstring).
+    kv_cache: with tokens, "continue" (each turn continues from the previous turn's KV
+      cache) or "reencode" (each turn prefills the whole history: the old path).
     chat: format episodes with this `ChatFormat` (the tokenizer's chat template; see
       `tunix_ppo_ext.tunix.chat`), tokens context only; `last_chat_mismatches` then counts
       the episodes that differ from `apply_chat_template` of their whole conversation.
 
-  After each call, `last_stats` holds the `RolloutStats` (per-episode returns, turns,
-  truncation); the returned batch carries the same arrays, and the learner turns them into
-  the step's metrics.
+  After each call, `last_reencodes` counts the turns that prefilled whole histories (the
+  first, and with "continue" those after the KV cache ran out of room); `last_stats` holds
+  the `RolloutStats` (per-episode returns, turns, truncation); the returned batch carries
+  the same arrays, and the learner turns them into the step's metrics.
   """
 
   def __init__(
@@ -150,6 +160,7 @@ class MultiTurnRollout:
     max_turn_tokens: int = 2,
     group_size: int | None = None,
     context: Literal["tokens", "text"] = "tokens",
+    kv_cache: Literal["continue", "reencode"] = "continue",
     on_samples: Callable[[int, list[dict[str, Any]]], None] | None = None,
     num_samples: int = 4,
     chat: ChatFormat | None = None,
@@ -161,6 +172,8 @@ class MultiTurnRollout:
       raise ValueError(f"max_turn_tokens must be >= 1, got {max_turn_tokens}")
     if context not in ("tokens", "text"):
       raise ValueError(f"context must be 'tokens' or 'text', got {context!r}")
+    if kv_cache not in ("continue", "reencode"):
+      raise ValueError(f"kv_cache must be 'continue' or 'reencode', got {kv_cache!r}")
     if chat is not None and context != "tokens":
       raise ValueError("a chat-templated rollout needs context='tokens' (exact template ids)")
     self.env = env
@@ -170,6 +183,8 @@ class MultiTurnRollout:
     self.max_turn_tokens = max_turn_tokens
     self.group_size = group_size
     self.context = context
+    self.kv_cache = kv_cache
+    self.last_reencodes: int | None = None
     self.on_samples, self.num_samples = on_samples, num_samples
     self.chat = chat
     self.last_chat_mismatches: int | None = None
@@ -189,17 +204,19 @@ class MultiTurnRollout:
     ids = _Ids.of(cluster)
     config = self._checked_config(cluster, mode)
     episodes = [self._start(seed, ids, config) for seed in seeds]
+    conversation = self._conversation(cluster)
     self._calls += 1
     # NaN/inf environment rewards: an error naming the episode, or kept for the learner to drop
     keep_nonfinite = getattr(learner.algo_config, "nonfinite_rewards", "error") == "drop"
     for turn in range(1, self.max_turns + 1):
       if all(e.done for e in episodes):
         break
-      output = self._generate(cluster, episodes, ids, config, turn)
+      output = self._generate(cluster, conversation, episodes, ids, config, turn)
       for row, episode in enumerate(episodes):
         if not episode.done:
           self._play_turn(episode, turn, output, row, ids, keep_nonfinite)
     self.last_stats = self._stats(episodes)
+    self.last_reencodes = None if conversation is None else conversation.reencodes
     self._report_episodes(cluster, episodes, group_ids, mode)
     if self.chat is not None:
       self._count_chat_mismatches(cluster, episodes, mode)
@@ -343,28 +360,64 @@ class MultiTurnRollout:
 
   # ----- the engine call -----
 
+  def _conversation(self, cluster: rl_cluster_lib.RLCluster) -> Conversation | None:
+    """The batch's `Conversation` on a `ContinuingSampler` that follows the engine's model
+    and weights (one per engine, shared by every rollout on it: its compilations too);
+    None with `context="text"`."""
+    if self.context == "text":
+      return None
+    engine = compat.vanilla_sampler(cluster.rollout)
+    if engine is None:
+      raise NotImplementedError(
+        f"exact token contexts need tunix's vanilla engine, got {type(cluster.rollout).__name__}; "
+        "use MultiTurnRollout(context='text')"
+      )
+    sampler = _CONTINUING.get(engine)
+    if sampler is None:
+      sampler = _CONTINUING[engine] = ContinuingSampler.like(engine)
+    sampler.follow(engine)
+    return sampler.conversation(continued=self.kv_cache == "continue")
+
   def _generate(
     self,
     cluster: rl_cluster_lib.RLCluster,
+    conversation: Conversation | None,
     episodes: list[_Episode],
     ids: _Ids,
     config: base_rollout.RolloutConfig,
     turn: int,
-  ) -> base_rollout.RolloutOutput:
-    """One agent turn for every row (finished rows get their prompt, output ignored)."""
+  ) -> base_rollout.RolloutOutput | Any:
+    """One agent turn for every row (finished rows get their prompt, output ignored).
+
+    With token contexts, a continued turn starts where the previous one left off; a
+    re-encoded one left-pads the contexts to `max_prompt_length` (or the longest context's
+    power of two) when continuing, else to `max_prompt_length + max_completion_len` (the
+    old path's one shape).
+    """
     contexts = [e.prompt if e.done else e.prompt + e.tokens for e in episodes]
-    turn_config = dataclasses.replace(
-      config,
-      max_prompt_length=config.max_prompt_length + self.max_completion_len,
-      max_tokens_to_generate=self.max_turn_tokens,
-      seed=self._turn_seed(config, turn),
-    )
-    rollout = cluster.rollout
+    seed = self._turn_seed(config, turn)
     with cluster.cluster_config.role_to_mesh[rl_cluster_lib.Role.ROLLOUT]:
-      if self.context == "text":
-        return rollout.generate([_context_text(ids, c) for c in contexts], turn_config)
-      with exact_prompt_ids(rollout, contexts) as prompts:
-        return rollout.generate(prompts, turn_config)
+      if conversation is None:
+        turn_config = dataclasses.replace(
+          config,
+          max_prompt_length=config.max_prompt_length + self.max_completion_len,
+          max_tokens_to_generate=self.max_turn_tokens,
+          seed=seed,
+        )
+        texts = [_context_text(ids, c) for c in contexts]
+        return cluster.rollout.generate(texts, turn_config)
+      sampling = TurnSampling(
+        max_tokens=self.max_turn_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        top_k=config.top_k,
+        seed=seed,
+        return_logprobs=bool(config.return_logprobs),
+      )
+      width = config.max_prompt_length
+      if not conversation.continued:
+        width += self.max_completion_len
+      return conversation.turn(contexts, [not e.done for e in episodes], sampling, width)
 
   def _turn_seed(self, config: base_rollout.RolloutConfig, turn: int) -> int:
     """A fresh int sampling seed per (call, turn), derived from the config's int seed.
@@ -500,22 +553,3 @@ def _encode(
 def _context_text(ids: _Ids, context: Sequence[int]) -> str:
   """Text of a context for string-only engines (special ids, EOS included, are dropped)."""
   return ids.tokenizer.decode([i for i in context if i not in (ids.bos, ids.pad, ids.eos)])
-
-
-@contextlib.contextmanager
-def exact_prompt_ids(
-  rollout: base_rollout.BaseRollout, contexts: Sequence[Sequence[int]]
-) -> Iterator[list[str]]:
-  """Makes the vanilla engine take `contexts` (token ids) as its prompts, verbatim.
-
-  Yields the prompt keys ("0", "1", ...) to pass to `rollout.generate`; the sampler then
-  left-pads the ids to `max_prompt_length` as usual (see `compat.exact_token_prompts`).
-  """
-  sampler = compat.vanilla_sampler(rollout)
-  if sampler is None:
-    raise NotImplementedError(
-      f"exact token contexts need tunix's vanilla engine, got {type(rollout).__name__}; "
-      "use MultiTurnRollout(context='text')"
-    )
-  with compat.exact_token_prompts(sampler, contexts) as keys:
-    yield keys
