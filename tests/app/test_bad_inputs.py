@@ -430,6 +430,9 @@ CASES: dict[str, Case] = {
   ),
   "run_unknown_environment": Case(run_config("env.name=mazee"), match="env.name"),
   "run_wandb_mode": Case(run_config("wandb=sometimes"), match="'wandb' must be one of"),
+  "run_kv_cache": Case(
+    run_config("env.kv_cache=reencod"), match="got 'reencod'; did you mean 'reencode'"
+  ),
   "run_batch_not_multiple_of_group": Case(
     run_config("ppo.num_generations=4", "train.batch_size=6"),
     match="multiple of ppo.num_generations=4",

@@ -107,6 +107,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
+    kv_cache=run.env.kv_cache,
     on_samples=writer,
     num_samples=train.eval_samples,
     chat=ChatFormat(tokenizer) if run.env.chat_template else None,
@@ -134,6 +135,7 @@ def _validation_rollout(run: RunConfig, on_samples: Any) -> MultiTurnRollout:
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
     group_size=val.group_size,
+    kv_cache=run.env.kv_cache,
     on_samples=on_samples,
     num_samples=run.train.eval_samples,
   )

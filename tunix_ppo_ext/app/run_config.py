@@ -60,7 +60,9 @@ class ModelSection:
 class EnvSection:
   """The environment by name, its keyword arguments and the trajectory limits.
 
-  `chat_template=True` formats episodes with the Hugging Face tokenizer's own chat template
+  `kv_cache` is `continue` (each turn continues from the previous turn's KV cache) or
+  `reencode` (each turn prefills the whole history, the old path). `chat_template=True`
+  formats episodes with the Hugging Face tokenizer's own chat template
   (`tunix_ppo_ext.tunix.chat`). `loss_on_observations=True` is an ablation that puts the
   environment's tokens under the loss mask too (what a learner that conflates the two masks
   does).
@@ -73,6 +75,7 @@ class EnvSection:
   max_tokens_per_turn: int = 2
   loss_on_observations: bool = False  # ablation: train on environment tokens too
   chat_template: bool = False  # format episodes with the tokenizer's chat template
+  kv_cache: str = "continue"  # each turn continues from the KV cache; "reencode": old path
 
 
 @dataclasses.dataclass
@@ -175,6 +178,7 @@ class RunConfig:
 
 
 _WANDB_MODES = ("disabled", "offline", "online")
+_KV_CACHE_MODES = ("continue", "reencode")
 
 
 def load_run_config(
@@ -403,6 +407,11 @@ def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
   if run.wandb not in _WANDB_MODES:
     raise ValueError(f"config key 'wandb' must be one of {_WANDB_MODES}, got {run.wandb!r}")
+  if run.env.kv_cache not in _KV_CACHE_MODES:
+    hint = did_you_mean(str(run.env.kv_cache), _KV_CACHE_MODES, n=1)
+    raise ValueError(
+      f"config key 'env.kv_cache' must be one of {_KV_CACHE_MODES}, got {run.env.kv_cache!r}{hint}"
+    )
   if not run.output_dir or pathlib.Path(run.output_dir).is_file():
     raise ValueError(
       f"config key 'output_dir' (--output-dir) must name a directory, got {run.output_dir!r}"
