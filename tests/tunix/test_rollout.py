@@ -338,3 +338,15 @@ def test_ppo_trains_on_multi_turn_episodes():
   assert source.last_stats is not None and len(source.last_stats.episode_return) == 4
   returns = cluster._rl_metrics_logger.get_metric_history("batch", "episode_return/mean", "train")
   assert len(returns) >= 1 and np.all(np.isfinite(returns))
+  # after the updates, the sampler samples from the trained weights: its log-probs are the
+  # trainer's on every agent token before a sampled pad id
+  batch = source(learner, repeated(next(episode_batches(1, 2, seed=3)), 2), Mode.TRAIN)
+  old = passes.compute_per_token_logps(
+    policy,
+    batch.prompt_ids,
+    batch.completion_ids,
+    pad_id=PAD,
+    eos_id=EOS,
+    attention_mask=batch.attention_mask,
+  )
+  assert sampler_logprob_gap(batch, old, sampled_pad_free(batch)) < 1e-5

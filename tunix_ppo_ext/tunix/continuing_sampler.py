@@ -104,11 +104,15 @@ class ContinuingSampler(sampler_lib.Sampler):
 
   @classmethod
   def like(cls, sampler: sampler_lib.Sampler) -> ContinuingSampler:
-    """A `ContinuingSampler` on `sampler`'s model (weights shared), tokenizer and cache."""
-    return cls(sampler.transformer, sampler.tokenizer, sampler.cache_config)
+    """A `ContinuingSampler` on `sampler`'s model, tokenizer and cache, sharing its weights
+    (the same variables: a trainer that updates them in place updates both)."""
+    continuing = cls(sampler.transformer, sampler.tokenizer, sampler.cache_config)
+    continuing.follow(sampler)
+    return continuing
 
   def follow(self, sampler: sampler_lib.Sampler) -> None:
-    """Samples with `sampler`'s current weights (tunix updates the engine's after a step)."""
+    """Samples with `sampler`'s variables (tunix replaces the engine's when it syncs
+    weights to a rollout model that is not the actor's)."""
     if self.transformer_state is not sampler.transformer_state:
       self.transformer_state = sampler.transformer_state
 
