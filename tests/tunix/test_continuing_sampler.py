@@ -74,19 +74,19 @@ def full_history_logps(policy, contexts):
 
 
 def replay_logps(policy, contexts, samples):
-  """`(sampler, reference)` log-probs of every sampled token before a row's first sampled
-  pad id (tunix's sampler masks pad ids, the full forward does not), and the number of
-  sampled ids that are the argmax of the reference."""
+  """`(sampler, reference)` log-probs of every sampled token but those after a sampled pad
+  id in the same turn (tunix's decode loop masks pad ids; from the next turn on the pad id
+  is attended, as by the full forward), and how many sampled ids are the reference argmax."""
   got, want, argmax = [], [], 0
   references = full_history_logps(policy, contexts)
   for reference, row_samples in zip(references, samples, strict=True):
     for start, agent, logps in row_samples:
-      if PAD in agent:
-        break
       for i, token in enumerate(agent):
         got.append(logps[i])
         want.append(reference[start + i - 1, token])
         argmax += int(reference[start + i - 1].argmax() == token)
+        if token == PAD:
+          break
   return np.array(got), np.array(want), argmax
 
 

@@ -98,6 +98,7 @@ class ContinuingSampler(sampler_lib.Sampler):
     self._extend_jit = jax.jit(self._extend_fn, donate_argnums=(1,))
     self._compact_jit = jax.jit(self._compact_fn, donate_argnums=(0,))
     self.continuable = isinstance(transformer, CONTINUABLE)
+    self.placeholder = 1 if self.tokenizer.pad_id() == 0 else 0  # a non-pad id, never fed
     self._last_token_only = (
       "decode_only_last_token" in inspect.signature(transformer.__call__).parameters
     )
@@ -127,6 +128,7 @@ class ContinuingSampler(sampler_lib.Sampler):
     params: Any,
     state: Any,
     blocks: jax.Array,
+    real: jax.Array,
     start: jax.Array,
     hole_from: jax.Array,
   ) -> Any:
@@ -142,7 +144,10 @@ class ContinuingSampler(sampler_lib.Sampler):
     slots = jnp.arange(state.token_buffer.shape[1], dtype=jnp.int32)[None, :]
     hole = (slots >= hole_from[:, None]) & (slots < start)
     tokens = jnp.where(hole, pad, state.token_buffer)
-    tokens = jax.lax.dynamic_update_slice(tokens, blocks, (jnp.int32(0), start))
+    # a pad id among a block's real ids (one the agent sampled, fed again) stands in the
+    # buffer as `placeholder`: attended and counted from now on, as in the trainer's context
+    written = jnp.where(real, jnp.where(blocks == pad, self.placeholder, blocks), pad)
+    tokens = jax.lax.dynamic_update_slice(tokens, written, (jnp.int32(0), start))
     positions = generate_utils.build_positions_from_mask((tokens != pad) | (slots >= start + width))
     block_positions = jax.lax.dynamic_slice(positions, (jnp.int32(0), start), (batch, width))
     queries = start + jnp.arange(width, dtype=jnp.int32)
@@ -183,6 +188,15 @@ class ContinuingSampler(sampler_lib.Sampler):
 
 def _int32(x: int) -> jax.Array:
   return jnp.asarray(x, jnp.int32)
+
+
+def _kept(sampled: np.ndarray, pad: int) -> int:
+  """How many of a turn's sampled ids (EOS included) the cache keeps: all but the last
+  (the decode loop may stop before feeding it), and none from a sampled pad id on (tunix's
+  decode loop masked it, even from its own query, so the keys and values it and the ids
+  after it got are not those of the trainer's context): those are fed again next turn."""
+  pads = np.flatnonzero(sampled == pad)
+  return int(min(len(sampled) - 1, pads[0])) if len(pads) else len(sampled) - 1
 
 
 def _bucket(width: int) -> int:
@@ -334,11 +348,17 @@ class Conversation:
     sampler, pad = self.sampler, self.sampler.tokenizer.pad_id()
     start = self._next_slot
     padded = np.stack([generate_utils.pad_to_length(b, width, pad, left=True) for b in blocks])
+    real = np.arange(width)[None, :] >= width - np.array([len(b) for b in blocks])[:, None]
     state = dataclasses.replace(self._state, seed=jax.random.PRNGKey(sampling.seed))
     state = self._for_turn(state, active, start + width, sampling)
     _, params = sampler.model_def_and_state()
     state = sampler._extend_jit(
-      params, state, jnp.asarray(padded), _int32(start), jnp.asarray(self._hole_from)
+      params,
+      state,
+      jnp.asarray(padded),
+      jnp.asarray(real),
+      _int32(start),
+      jnp.asarray(self._hole_from),
     )
     self._state = sampler._decode_jit(params, state)
     self._cached = [
@@ -383,7 +403,7 @@ class Conversation:
       if logps_buffer is not None:
         logprobs.append(logps_buffer[row, first : first + n].tolist())
       if live:
-        kept = max(min(n + 1, len(sampled)) - 1, 0)  # every sampled token but the last
+        kept = _kept(sampled[: min(n + 1, len(sampled))], self.sampler.tokenizer.pad_id())
         hole_from[row] = first + kept
         self._cached[row] = np.concatenate([self._cached[row], sampled[:kept]])
     self._hole_from, self._next_slot, self._tokens = hole_from, int(last_step), tokens_buffer
