@@ -298,7 +298,7 @@ def validate_validation(
   if section.group_size is not None:
     check_integer("config key 'validation.group_size'", section.group_size, low=1)
     batch = f"batch of train.batch_size={batch_size}"
-    for what, rows in ((batch, batch_size), ("chunk of", chunk)):
+    for what, rows in ((batch, batch_size), (f"chunk of {chunk}", chunk)):
       if rows % section.group_size:
         raise ValueError(
           f"config key 'validation.group_size'={section.group_size} must divide the evaluation "
