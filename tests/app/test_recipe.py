@@ -76,13 +76,19 @@ from tunix_ppo_ext.tunix.rollout import Mode
       r"'validation.envs' and 'validation.env'/'validation.kwargs' .* give one",
     ),
     (
-      ["envs=[{name: memory, groups: 5}, {name: stash, groups: 3}]", "ppo.num_generations=4",
-       "validation.group_size=8"],
+      [
+        "envs=[{name: memory, groups: 5}, {name: stash, groups: 3}]",
+        "ppo.num_generations=4",
+        "validation.group_size=8",
+      ],
       r"'validation.group_size'=8 must divide envs\[0\]'s 5 x 4 = 20 episodes per batch",
     ),  # fmt: skip
     (
-      ["batch.rollout_micro_batch_size=8", "batch.logps_micro_batch_size=8",
-       "validation.group_size=16"],
+      [
+        "batch.rollout_micro_batch_size=8",
+        "batch.logps_micro_batch_size=8",
+        "validation.group_size=16",
+      ],
       r"'validation.group_size'=16 must divide the evaluation chunk of 8 episodes",
     ),  # fmt: skip
   ],
