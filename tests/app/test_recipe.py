@@ -82,7 +82,7 @@ from tunix_ppo_ext.tunix.rollout import Mode
         "validation.group_size=8",
       ],
       r"'validation.group_size'=8 must divide envs\[0\]'s 5 x 4 = 20 episodes per batch",
-    ),  # fmt: skip
+    ),
     (
       [
         "batch.rollout_micro_batch_size=8",
@@ -90,7 +90,7 @@ from tunix_ppo_ext.tunix.rollout import Mode
         "validation.group_size=16",
       ],
       r"'validation.group_size'=16 must divide the evaluation chunk of 8 episodes",
-    ),  # fmt: skip
+    ),
   ],
 )
 def test_bad_recipe_settings_name_the_key_and_the_arithmetic(overrides, message):
@@ -249,12 +249,14 @@ def test_a_mixed_run_reports_each_environment_and_the_format_penalty(tmp_path):
   np.testing.assert_array_equal(
     sorted(s["seed"] for s in samples), sorted(recipe.validation_seeds(run.validation, 8, 1))
   )
-  malformed = [  # reference: sokoban's replies that are not one of its moves
-    sum(t["role"] == "agent" and t["text"].strip() not in "ldru" or t["text"].strip() == ""
-        for t in s["turns"] if t["role"] == "agent")
-    if s["turns"][0]["text"] != "take?" else 0
-    for s in samples
-  ]  # fmt: skip
+  moves = ("l", "d", "r", "u")
+
+  def malformed_turns(sample):  # reference: sokoban's replies that are not one of its moves
+    if sample["turns"][0]["text"] == "take?":  # stash: never malformed
+      return 0
+    return sum(t["text"].strip() not in moves for t in sample["turns"] if t["role"] == "agent")
+
+  malformed = [malformed_turns(s) for s in samples]
   returns = [s["return"] for s in samples]
   assert evaluation["eval/rollout/malformed_turns"] == pytest.approx(np.mean(malformed))
   shaped = np.mean(returns) - 0.5 * np.mean(malformed)
