@@ -99,11 +99,11 @@ DEFAULT_PPO: dict[str, Any] = {
   "advantage_estimator": "gae",
   "num_generations": 1,
   "num_iterations": 2,
-  "entropy_coef": 0.003,
+  "entropy_coef": 0.01,
   "kl_penalty": "loss",
   "kl_loss_coef": 0.01,
   "kl_ctrl": "adaptive",
-  "kl_target": 2.0,
+  "kl_target": 4.0,
   "kl_horizon": 1000.0,
 }
 
