@@ -210,6 +210,9 @@ def test_explained_variance_matches_its_formula_and_is_skipped_when_undefined():
   want = 1 - np.var(r - v) / np.var(r)
   assert batch_stats.explained_variance(values, returns, mask) == pytest.approx(want)
   assert batch_stats.explained_variance(values, np.ones((3, 4)), mask) is None  # Var = 0
+  nearly = 1.25 + 1e-6 * np.arange(12.0).reshape(3, 4)  # a solved task: rounding noise only
+  assert batch_stats.explained_variance(values, nearly, mask) is None
+  assert batch_stats.explained_variance(values, 1e-3 * returns, mask) is not None  # small scale
   assert batch_stats.explained_variance(values, returns, np.zeros((3, 4))) is None
 
 
