@@ -1,9 +1,10 @@
 """Multi-turn episodes through tunix's own rollout engine, as token-exact PPO trajectories.
 
 `MultiTurnRollout` is a `TrajectorySource`: for each batch of training input it plays one
-episode per row, turn by turn, sampling every agent turn with the cluster's rollout
-engine (`rl_cluster.rollout.generate`, the engine `RLCluster.generate` calls), and
-returns the episodes as one `MultiTurnBatch` row each:
+episode per row, turn by turn, sampling every agent turn with the cluster's vanilla
+rollout engine's model and weights (through `ContinuingSampler`, see "Context" below; with
+`context="text"`, the engine's own `generate`), and returns the episodes as one
+`MultiTurnBatch` row each:
 
   prompt_ids      BOS + first observation, left-padded to the rollout `max_prompt_length`
   completion_ids  agent turn 1 | EOS | observation 2 | agent turn 2 | EOS | ... | padding
