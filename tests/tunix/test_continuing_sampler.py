@@ -74,9 +74,8 @@ def full_history_logps(policy, contexts):
 
 
 def replay_logps(policy, contexts, samples):
-  """`(sampler, reference)` log-probs of every sampled token but those after a sampled pad
-  id in the same turn (tunix's decode loop masks pad ids; from the next turn on the pad id
-  is attended, as by the full forward), and how many sampled ids are the reference argmax."""
+  """`(sampler, reference)` log-probs of every sampled token (sampled pad ids included: the
+  sampler attends to them, as the full forward does), and how many are the reference argmax."""
   got, want, argmax = [], [], 0
   references = full_history_logps(policy, contexts)
   for reference, row_samples in zip(references, samples, strict=True):
@@ -85,8 +84,6 @@ def replay_logps(policy, contexts, samples):
         got.append(logps[i])
         want.append(reference[start + i - 1, token])
         argmax += int(reference[start + i - 1].argmax() == token)
-        if token == PAD:
-          break
   return np.array(got), np.array(want), argmax
 
 

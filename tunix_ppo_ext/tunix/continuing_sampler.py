@@ -29,6 +29,7 @@ a fresh state (`reencoded`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Sequence
 from typing import Any
@@ -92,9 +93,9 @@ class ContinuingSampler(sampler_lib.Sampler):
 
   def __init__(self, transformer: nnx.Module, tokenizer: Any, cache_config: Any):
     super().__init__(transformer, tokenizer, cache_config)
-    prefill, decode = compat.sampler_step_functions(self, [self.tokenizer.eos_id()])
+    prefill, _ = compat.sampler_step_functions(self, [self.tokenizer.eos_id()])
     self._start_jit = jax.jit(prefill, donate_argnums=(1,), static_argnames=("echo",))
-    self._decode_jit = jax.jit(decode, donate_argnums=(1,))
+    self._decode_jits: dict[int, Any] = {}  # per number of tokens a turn samples
     self._extend_jit = jax.jit(self._extend_fn, donate_argnums=(1,))
     self._compact_jit = jax.jit(self._compact_fn, donate_argnums=(0,))
     self.continuable = isinstance(transformer, CONTINUABLE)
@@ -122,6 +123,40 @@ class ContinuingSampler(sampler_lib.Sampler):
     return Conversation(self, continued and self.continuable)
 
   # ----- the jitted pieces -----
+
+  def decode(self, params: Any, state: Any, max_tokens: int) -> Any:
+    """tunix's decode loop on `state`, for a turn sampling `max_tokens` tokens (jitted)."""
+    if max_tokens not in self._decode_jits:
+      step = functools.partial(self._decode_fn_for_turn, max_tokens=max_tokens)
+      self._decode_jits[max_tokens] = jax.jit(step, donate_argnums=(1,))
+    return self._decode_jits[max_tokens](params, state)
+
+  def _decode_fn_for_turn(self, params: Any, state: Any, max_tokens: int) -> Any:
+    """tunix's `Sampler._decode_fn` and `_sample_step` (a `while_loop` feeding one token a
+    step), except that a pad id the agent samples in this turn is attended, as in the
+    trainer's context: only pad ids before the turn's first sampled slot are masked."""
+    pad = self.tokenizer.pad_id()
+    first = state.total_sampling_steps - (max_tokens - 1)
+    graphdef, _ = self.model_def_and_state()
+
+    def step(s: Any) -> Any:
+      d = s.decoding_step
+      slots = jnp.arange(s.token_buffer.shape[1])[None, :]
+      masked = (s.token_buffer == pad) & (slots < first)
+      mask = generate_utils.compute_attention_masks(d, self.cache_config.cache_size, masked)
+      transformer = nnx.merge(graphdef, params)
+      logits, cache = transformer(
+        s.token_buffer[:, d][:, None],
+        positions=s.positions[:, d][:, None],
+        cache=s.cache,
+        attention_mask=mask,
+      )
+      return compat.sample_next_token(self, logits, cache, s)
+
+    def more(s: Any) -> Any:
+      return (s.decoding_step < s.total_sampling_steps) & jnp.any(~s.done)
+
+    return jax.lax.while_loop(more, step, state)
 
   def _extend_fn(
     self,
@@ -192,9 +227,9 @@ def _int32(x: int) -> jax.Array:
 
 def _kept(sampled: np.ndarray, pad: int) -> int:
   """How many of a turn's sampled ids (EOS included) the cache keeps: all but the last
-  (the decode loop may stop before feeding it), and none from a sampled pad id on (tunix's
-  decode loop masked it, even from its own query, so the keys and values it and the ids
-  after it got are not those of the trainer's context): those are fed again next turn."""
+  (the decode loop may stop before feeding it), and none from a sampled pad id on: those
+  are fed again next turn, where the pad id is written as the placeholder that keeps it
+  attended (in the buffer a pad id is masked)."""
   pads = np.flatnonzero(sampled == pad)
   return int(min(len(sampled) - 1, pads[0])) if len(pads) else len(sampled) - 1
 
@@ -335,7 +370,8 @@ class Conversation:
     _, params = sampler.model_def_and_state()
     state = sampler._start_jit(params, state, None, echo=False)
     # `num_input_tokens` is static (a compilation key) and read only by tunix's prefill
-    self._state = sampler._decode_jit(params, dataclasses.replace(state, num_input_tokens=0))
+    state = dataclasses.replace(state, num_input_tokens=0)
+    self._state = sampler.decode(params, state, sampling.max_tokens)
     self._mode = sampling.mode()
     self._cached = list(contexts)
     return width
@@ -360,7 +396,7 @@ class Conversation:
       _int32(start),
       jnp.asarray(self._hole_from),
     )
-    self._state = sampler._decode_jit(params, state)
+    self._state = sampler.decode(params, state, sampling.max_tokens)
     self._cached = [
       c if not live else np.concatenate([c, b])
       for c, b, live in zip(self._cached, blocks, active, strict=True)
