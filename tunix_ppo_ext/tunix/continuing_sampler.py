@@ -6,7 +6,8 @@ way re-encodes its whole history at every turn, a cost that grows with the squar
 the number of turns. `ContinuingSampler` subclasses it and keeps the sampling state (the
 token buffer, positions, KV cache) of one batch of episodes between turns
 (`Conversation`): a turn prefills only the tokens each row's context gained since the
-previous turn, then decodes with tunix's own decode loop.
+previous turn, then decodes with tunix's decode loop (its step, except that a pad id the
+agent samples is attended, as in the trainer's context).
 
 Layout of the state (`[B, S]` buffers, `S` the cache size; one slot is one token, as in
 tunix): the first turn's left-padded prompts, then per turn the generated slots and the

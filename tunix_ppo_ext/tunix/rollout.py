@@ -26,10 +26,11 @@ prefills only the tokens added since the previous turn and continues from its KV
 text to the engine's `generate` instead (any engine); every later turn is then sampled
 without the earlier EOS tokens in its context, which the trainer does see.
 
-Either way tunix's sampler masks every pad-id token of its context (attention, and
+tunix's sampler masks the pad-id tokens of the context it prefills (attention, and
 positions), while the trajectory's attention mask keeps every real token: earlier EOS
-tokens when `eos_id == pad_id`, and any pad-id token the agent sampled, are seen by the
-trainer only. `sampler_logprob_gap` measures the difference.
+tokens when `eos_id == pad_id`, and, re-encoding (and with text), any pad-id token the
+agent sampled, are seen by the trainer only; a continued turn attends to sampled pad ids
+as the trainer does. `sampler_logprob_gap` measures the difference.
 """
 
 from __future__ import annotations
