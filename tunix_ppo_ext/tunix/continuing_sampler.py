@@ -133,7 +133,7 @@ class ContinuingSampler(sampler_lib.Sampler):
     return self._decode_jits[max_tokens](params, state)
 
   def _decode_fn_for_turn(self, params: Any, state: Any, max_tokens: int) -> Any:
-    """tunix's `Sampler._decode_fn` and `_sample_step` (a `while_loop` feeding one token a
+    """tunix's `Sampler` decode loop and sample step (a `while_loop` feeding one token a
     step), except that a pad id the agent samples in this turn is attended, as in the
     trainer's context: only pad ids before the turn's first sampled slot are masked."""
     pad = self.tokenizer.pad_id()
