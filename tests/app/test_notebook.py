@@ -98,11 +98,9 @@ def _run_install_cell(tmp_path: pathlib.Path, source: str | None) -> str:
 def test_install_cell_says_what_to_set_instead_of_failing_on_pypi(tmp_path):
   (line,) = _run_install_cell(tmp_path, None).splitlines()
   assert "not installed and not on PyPI: set TUNIX_PPO_EXT_SOURCE" in line
-  (line,) = _run_install_cell(tmp_path, str(tmp_path / "missing")).splitlines()
-  assert (
-    line
-    == f"TUNIX_PPO_EXT_SOURCE={str(tmp_path / 'missing')!r} is neither an existing path nor a Git URL"
-  )
+  missing = str(tmp_path / "missing")
+  (line,) = _run_install_cell(tmp_path, missing).splitlines()
+  assert line == f"TUNIX_PPO_EXT_SOURCE={missing!r} is neither an existing path nor a Git URL"
 
 
 def test_notebook_is_published_without_outputs():
