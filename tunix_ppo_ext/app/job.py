@@ -22,7 +22,8 @@ import numpy as np
 
 from tunix_ppo_ext import envs
 from tunix_ppo_ext.app import distributed, recipe, resume, run_dir
-from tunix_ppo_ext.app.run_config import RunConfig, tokenizer_directory
+from tunix_ppo_ext.app.dapo import dapo_source
+from tunix_ppo_ext.app.run_config import RunConfig, episode_budget, tokenizer_directory
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.metrics import keys as metric_keys
 from tunix_ppo_ext.metrics import samples as sample_log
@@ -115,6 +116,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     source = _observations_in_loss(source)
   validation = _validation_rollout(run, writer)
   source = recipe.validation_source(source, run.validation, validation)
+  source = dapo_source(source, run.dapo, episode_budget(run))
   source = recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
   prompts_per_batch = train.batch_size // ppo.num_generations

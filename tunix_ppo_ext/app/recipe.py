@@ -51,9 +51,16 @@ class WrappedSource:
 
 @dataclasses.dataclass
 class OptimSection:
-  """The actor's and the critic's optimizers (see `OptimizerSpec`)."""
+  """The actor's and the critic's optimizers (see `OptimizerSpec`).
 
-  actor: OptimizerSpec = dataclasses.field(default_factory=OptimizerSpec)
+  The embedded default's actor decays its learning rate along a cosine to a tenth of
+  `train.lr` over `train.steps` (with the constant rate, 2 of 5 seeds of the default reached
+  0.9 of the maximum; with the decay, 4 of 5 and no drop from the peak: README, "Measured").
+  """
+
+  actor: OptimizerSpec = dataclasses.field(
+    default_factory=lambda: OptimizerSpec(schedule="cosine", min_lr_ratio=0.1)
+  )
   critic: OptimizerSpec = dataclasses.field(default_factory=OptimizerSpec)
 
 

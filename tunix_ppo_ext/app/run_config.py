@@ -1,10 +1,10 @@
 """The main job's configuration: YAML file + dotted `KEY=VALUE` overrides, checked eagerly.
 
 Sections: `model`, `env`, `train`, `metrics`, `mesh`, `optim`, `batch`, `sampling`,
-`shaping`, `filter`, `validation` (`app.recipe`), `ppo` (fields of `PpoExtConfig`, merged over
-`DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`, `sinks`. Unknown keys, wrong types and
-impossible values raise `ValueError` naming the key (with the closest valid names) before
-any compilation.
+`shaping`, `filter`, `validation` (`app.recipe`), `dapo` (`app.dapo`), `ppo` (fields of
+`PpoExtConfig`, merged over `DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`,
+`sinks`. Unknown keys, wrong types and impossible values raise `ValueError` naming the key
+(with the closest valid names) before any compilation.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import yaml
 
 from tunix_ppo_ext import envs
 from tunix_ppo_ext.app import recipe
+from tunix_ppo_ext.app.dapo import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
 from tunix_ppo_ext.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext.plugins import registry
@@ -98,11 +99,11 @@ DEFAULT_PPO: dict[str, Any] = {
   "advantage_estimator": "gae",
   "num_generations": 1,
   "num_iterations": 2,
-  "entropy_coef": 0.003,
+  "entropy_coef": 0.01,
   "kl_penalty": "loss",
   "kl_loss_coef": 0.01,
   "kl_ctrl": "adaptive",
-  "kl_target": 2.0,
+  "kl_target": 4.0,
   "kl_horizon": 1000.0,
 }
 
@@ -166,6 +167,7 @@ class RunConfig:
   shaping: recipe.ShapingSection = dataclasses.field(default_factory=recipe.ShapingSection)
   filter: recipe.FilterSection = dataclasses.field(default_factory=recipe.FilterSection)
   validation: recipe.ValidationSection = dataclasses.field(default_factory=recipe.ValidationSection)
+  dapo: DapoSection = dataclasses.field(default_factory=DapoSection)
   ppo: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PPO))
 
   def ppo_config(self) -> PpoExtConfig:
@@ -466,3 +468,10 @@ def _validate_run(run: RunConfig) -> None:
   chunk = recipe.rollout_chunk(sizes, run.train.batch_size)
   recipe.validate_filter(run.filter, chunk, num_generations)
   recipe.validate_validation(run.validation, run.train.batch_size, run.env.name)
+  validate_dapo(run.dapo, episode_budget(run), num_generations)
+
+
+def episode_budget(run: RunConfig) -> int:
+  """The most agent tokens an episode of `run` can hold (`app.dapo.agent_token_budget`)."""
+  env = run.env
+  return agent_token_budget(env.max_completion_len, env.max_turns, env.max_tokens_per_turn)
