@@ -1,10 +1,10 @@
-"""Role meshes and log-prob micro-batches change nothing: same losses as one shared mesh.
+"""Role meshes, host offloading and log-prob micro-batches change nothing: same losses as
+one shared mesh.
 
-Each variant runs `parity_run.py` in its own process on 4 simulated CPU devices.
-(`offload_to_cpu=True` is not among them: on CPU, tunix 0.1.7's own `PPOLearner` fails
-in its sampler with a host/device memory-space mismatch, before any pass of ours runs; on a
-GPU the whole run matches, `bench/gpu_offload_parity.sh`. What can run on CPU, the value
-pass on an offloaded critic, is checked below.)
+Each variant runs `parity_run.py` in its own process on 4 simulated CPU devices. tunix 0.1.7's
+own `PPOLearner` cannot run the `offload` variant (its `get_values` reads the offloaded critic
+from host memory, see `test_values_pass_loads_an_offloaded_critic`); ours can. The same runs
+on a GPU: `bench/gpu_offload_parity.sh`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def losses(variant: str) -> dict[str, list[float]]:
   return json.loads(line.removeprefix("PARITY "))
 
 
-@pytest.mark.parametrize("variant", ["role_meshes", "micro1", "micro2", "micro4"])
+@pytest.mark.parametrize("variant", ["role_meshes", "offload", "micro1", "micro2", "micro4"])
 def test_losses_match_the_shared_mesh_run(variant):
   shared, other = losses("shared"), losses(variant)
   for role in ("actor", "critic"):

@@ -1,8 +1,8 @@
 """The main job's configuration: YAML file + dotted `KEY=VALUE` overrides, checked eagerly.
 
-Sections: `model`, `env`, `train`, `metrics`, `mesh`, `optim`, `batch`, `sampling`,
-`shaping`, `filter`, `validation` (`app.recipe`), `dapo` (`app.dapo`), `ppo` (fields of
-`PpoExtConfig`, merged over `DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`,
+Sections: `model`, `env` (or several: `envs`), `train`, `metrics`, `mesh`, `optim`, `batch`,
+`sampling`, `shaping`, `filter`, `validation` (`app.recipe`), `dapo` (`app.dapo`), `ppo` (fields
+of `PpoExtConfig`, merged over `DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`,
 `sinks`. Unknown keys, wrong types and impossible values raise `ValueError` naming the key
 (with the closest valid names) before any compilation.
 """
@@ -158,6 +158,7 @@ class RunConfig:
   sinks: list[str] = dataclasses.field(default_factory=list)  # extra metric sinks, by name
   model: ModelSection = dataclasses.field(default_factory=ModelSection)
   env: EnvSection = dataclasses.field(default_factory=EnvSection)
+  envs: list[recipe.EnvEntry] = dataclasses.field(default_factory=list)  # mixed environments
   train: TrainSection = dataclasses.field(default_factory=TrainSection)
   metrics: MetricsSection = dataclasses.field(default_factory=MetricsSection)
   mesh: MeshSection = dataclasses.field(default_factory=MeshSection)
@@ -401,6 +402,29 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
     )
 
 
+def run_env_entries(run: RunConfig) -> list[recipe.EnvEntry]:
+  """The run's training environments: `envs`, else `env.name` / `env.kwargs` with every
+  group."""
+  if run.envs:
+    return list(run.envs)
+  groups = run.train.batch_size // max(1, run.ppo.get("num_generations", 1))
+  return [recipe.EnvEntry(run.env.name, dict(run.env.kwargs), max(1, groups))]
+
+
+def _validate_env_mix(run: RunConfig) -> None:
+  """`envs` instead of `env.name` / `env.kwargs` (not both), its groups filling the batch."""
+  if not run.envs:
+    return
+  default = EnvSection()
+  if run.env.name != default.name or run.env.kwargs:
+    raise ValueError(
+      "config keys 'envs' and 'env.name'/'env.kwargs' both name the training environment: "
+      "give one ('env' keeps the limits: max_turns, max_completion_len, max_tokens_per_turn)"
+    )
+  num_generations = run.ppo.get("num_generations", 1)
+  recipe.validate_env_entries("envs", run.envs, num_generations, run.train.batch_size)
+
+
 def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
   if run.wandb not in _WANDB_MODES:
@@ -461,13 +485,21 @@ def _validate_run(run: RunConfig) -> None:
       f"config key 'train.batch_size'={run.train.batch_size} must be a multiple of "
       f"ppo.num_generations={num_generations}"
     )
+  _validate_env_mix(run)
+  for entry in run.envs:
+    _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
   recipe.validate_optim(run.optim)
   recipe.validate_sampling(run.sampling)
   recipe.validate_shaping(run.shaping)
   sizes = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
   chunk = recipe.rollout_chunk(sizes, run.train.batch_size)
   recipe.validate_filter(run.filter, chunk, num_generations)
-  recipe.validate_validation(run.validation, run.train.batch_size, run.env.name)
+  recipe.validate_validation(
+    run.validation, run.train.batch_size, run.env.name, chunk, num_generations
+  )
+  recipe.validation_entries(run.validation, run.envs, num_generations)
+  for entry in run.validation.envs:
+    _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
   validate_dapo(run.dapo, episode_budget(run), num_generations)
 
 

@@ -6,6 +6,10 @@ An episode's score is the sum of its token rewards. It is normalized within its 
 episodes with the same prompt tokens, i.e. the same start state, across groups). The
 difference `normalized - score` is added to the episode's last agent token, so every turn
 reward stays where it was and the episode's total becomes the normalized score.
+
+The format penalty comes after the normalization (as RAGEN / GRL add it to the normalized
+score): each malformed turn's reward token gets `penalty`, so a group-wide penalty is not
+normalized away and the turn that was malformed carries it.
 """
 
 from __future__ import annotations
@@ -102,3 +106,30 @@ def filter_groups(
   if keep == num_groups:
     return batch, stats
   return mask_episodes(batch, kept), stats
+
+
+def penalize_malformed_turns(
+  batch: TrajectoryBatch, penalty: float
+) -> tuple[TrajectoryBatch, dict[str, float]]:
+  """The format penalty (GRL's `format_penalty`): `penalty` (<= 0) added to the reward of
+  every turn the environment called malformed, on that turn's reward token:
+
+    token_rewards' = token_rewards + penalty * malformed_turns        ([B, T])
+
+  `malformed_turns` (the rollout's `[B, T]` counts) absent or `penalty` 0: `batch` as it is.
+  Returns the batch and `{malformed_turns: mean malformed turns per episode,
+  format_penalty: mean penalty per episode}`.
+  """
+  malformed = getattr(batch, "malformed_turns", None)
+  if malformed is None:
+    return batch, {}
+  counts = np.asarray(malformed, np.float32)
+  per_episode = counts.sum(-1)
+  stats = {
+    "malformed_turns": float(per_episode.mean()) if len(per_episode) else 0.0,
+    "format_penalty": float(penalty * per_episode.mean()) if len(per_episode) else 0.0,
+  }
+  if penalty == 0.0:
+    return batch, stats
+  shaped = np.asarray(batch.token_rewards, np.float32) + np.float32(penalty) * counts
+  return dataclasses.replace(batch, token_rewards=shaped), stats
