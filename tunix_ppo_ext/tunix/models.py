@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +18,7 @@ from tunix.models.llama3 import model as llama3
 from tunix.models.qwen2 import model as qwen2
 from tunix.models.qwen3 import model as qwen3
 
-from tunix_ppo_ext.tunix import compat
+from tunix_ppo_ext.tunix import compat, lora
 
 
 def tiny_qwen3_config(
@@ -62,6 +63,11 @@ def named_qwen3_config(name: str) -> qwen3.ModelConfig:
 def make_policy(config: qwen3.ModelConfig, seed: int = 0) -> qwen3.Qwen3:
   """Randomly initialised tunix `Qwen3`; the same `(config, seed)` gives identical weights."""
   return qwen3.Qwen3(config, rngs=nnx.Rngs(seed))
+
+
+def abstract_model(config: Any, model_class: type = qwen3.Qwen3) -> nnx.Module:
+  """`model_class(config)` with shapes and no weights (`nnx.eval_shape`): its module tree."""
+  return nnx.eval_shape(lambda: model_class(config, rngs=nnx.Rngs(0)))
 
 
 def causal_mask(batch: int, length: int) -> jax.Array:
@@ -164,12 +170,15 @@ def make_critic(config: qwen3.ModelConfig, seed: int = 0) -> ValueModel:
   return ValueModel(backbone, rngs=rngs)
 
 
-def critic_from_policy(policy: nnx.Module, seed: int = 0) -> ValueModel:
+def critic_from_policy(
+  policy: nnx.Module, seed: int = 0, share_weights: bool = False
+) -> ValueModel:
   """`ValueModel` whose backbone is a copy of `policy`'s (embedder, layers, final norm), for
   any family in `BACKBONE_FAMILIES`; the copy keeps each array's sharding, so a sharded
   policy gives a sharded critic. Only the value head is new (from `seed`); the policy's
-  `lm_head`, if any, is not copied."""
-  backbone = copy_model(policy)
+  `lm_head`, if any, is not copied. `share_weights`: the backbone holds the policy's own
+  arrays instead of copies (for a critic that trains only adapters, `lora_models`)."""
+  backbone = nnx.clone(policy) if share_weights else copy_model(policy)
   if hasattr(backbone, "lm_head"):
     del backbone.lm_head
   # the head's key is the one `make_critic(config, seed)` draws after initialising its
@@ -189,3 +198,19 @@ def with_critic_and_reference(policy: nnx.Module, seed: int = 0):
   """`(policy, critic, reference)`: the critic's backbone initialised from the policy (common
   PPO practice, seed `seed + 1` for its head) and the reference a copy of the policy."""
   return policy, critic_from_policy(policy, seed + 1), copy_model(policy)
+
+
+def lora_models(policy: nnx.Module, spec: lora.LoraSpec, seed: int = 0, critic_lora: bool = False):
+  """`(actor, critic, reference)` for LoRA training of a base `policy`, as tunix's own CLI
+  builds them: the reference is `policy` itself (frozen), the actor `policy` with adapters
+  (`lora.apply_lora`, seed `seed`) holding the very same base arrays, so tunix's cluster
+  shares one copy of the base weights between actor, rollout and reference. The critic is
+  a full copy of the backbone with a value head (seed `seed + 1`), or with `critic_lora` the
+  base's own arrays plus adapters, its value head made trainable (`LoRAParam`)."""
+  actor = lora.apply_lora(policy, spec, seed)
+  if not critic_lora:
+    return actor, critic_from_policy(policy, seed + 1), policy
+  critic = lora.apply_lora(critic_from_policy(policy, seed + 1, share_weights=True), spec, seed + 1)
+  critic.value_head.kernel = lora.trainable(critic.value_head.kernel)
+  critic.value_head.bias = lora.trainable(critic.value_head.bias)
+  return actor, critic, policy
