@@ -123,20 +123,21 @@ def array_bytes(tree: Any) -> int:
 
 
 def merged(model: nnx.Module, spec: LoraSpec) -> nnx.Module:
-  """A clone of `model` with each adapter folded into its weight (`W + alpha/rank * A B`,
-  laid out as the weight), the adapters removed and qwix's interception undone: an ordinary
-  tunix model computing what `model` computes (`model` itself is left as it is)."""
-  plain = nnx.clone(model)
-  for _, module in list(plain.iter_modules()):
+  """A new model of `model`'s tunix class (qwix's interception undone) and config whose weights
+  are `model`'s with each adapter folded in (`W + alpha/rank * A B`, laid out as the weight),
+  and no adapters: an ordinary tunix model computing what `model` computes."""
+  values = {path: v[...] for path, v in nnx.to_flat_state(nnx.state(model))}
+  for path, module in model.iter_modules():
     for attr in [n for n in vars(module) if n.endswith("_lora_a")]:
       name = attr[: -len("_lora_a")]
-      weight = getattr(module, name)
       a, b = getattr(module, attr)[...], getattr(module, f"{name}_lora_b")[...]
+      weight = values[(*path, name)]
       delta = lora_delta(a, b, weight.shape, module, name)
-      weight.set_value((weight[...] + spec.scale * delta).astype(weight[...].dtype))
-      delattr(module, attr)
-      delattr(module, f"{name}_lora_b")
-  plain.__class__ = getattr(type(plain), "_unquantized_type", type(plain))
+      values[(*path, name)] = (weight + spec.scale * delta).astype(weight.dtype)
+  cls = getattr(type(model), "_unquantized_type", type(model))
+  plain = nnx.eval_shape(lambda: cls(model.config, rngs=nnx.Rngs(0)))
+  paths = [path for path, _ in nnx.to_flat_state(nnx.state(plain))]
+  nnx.update(plain, nnx.State.from_flat_path({p: values[p] for p in paths}))
   return plain
 
 

@@ -83,7 +83,7 @@ class ValueModel(nnx.Module):
   shape `tunix.rl.common.compute_score` expects. The backbone carries no `lm_head`.
   """
 
-  def __init__(self, backbone: nnx.Module, *, rngs: nnx.Rngs):
+  def __init__(self, backbone: nnx.Module, *, rngs: nnx.Rngs, trainable_head: bool = False):
     if hasattr(backbone, "lm_head"):
       raise ValueError("ValueModel's backbone must have no lm_head (see critic_from_policy)")
     self.config = backbone.config
@@ -101,6 +101,9 @@ class ValueModel(nnx.Module):
       bias_metadata={"sharding": (None,)},
       rngs=rngs,
     )
+    if trainable_head:  # next to frozen LoRA-adapted weights: trained as the adapters are
+      self.value_head.kernel = lora.trainable(self.value_head.kernel)
+      self.value_head.bias = lora.trainable(self.value_head.bias)
 
   def hidden_states(
     self,
@@ -171,13 +174,14 @@ def make_critic(config: qwen3.ModelConfig, seed: int = 0) -> ValueModel:
 
 
 def critic_from_policy(
-  policy: nnx.Module, seed: int = 0, share_weights: bool = False
+  policy: nnx.Module, seed: int = 0, share_weights: bool = False, trainable_head: bool = False
 ) -> ValueModel:
   """`ValueModel` whose backbone is a copy of `policy`'s (embedder, layers, final norm), for
   any family in `BACKBONE_FAMILIES`; the copy keeps each array's sharding, so a sharded
   policy gives a sharded critic. Only the value head is new (from `seed`); the policy's
   `lm_head`, if any, is not copied. `share_weights`: the backbone holds the policy's own
-  arrays instead of copies (for a critic that trains only adapters, `lora_models`)."""
+  arrays instead of copies (for a critic that trains only adapters, `lora_models`), and
+  `trainable_head` makes the head `LoRAParam`s, what a LoRA-enabled tunix trainer trains."""
   backbone = nnx.clone(policy) if share_weights else copy_model(policy)
   if hasattr(backbone, "lm_head"):
     del backbone.lm_head
@@ -185,7 +189,7 @@ def critic_from_policy(
   # backbone (one draw per parameter), so a Qwen3 critic starts as it always did
   rngs = nnx.Rngs(seed)
   rngs.default.count[...] = len(jax.tree.leaves(nnx.state(backbone, nnx.Param)))
-  return ValueModel(backbone, rngs=rngs)
+  return ValueModel(backbone, rngs=rngs, trainable_head=trainable_head)
 
 
 def copy_model(model: nnx.Module) -> nnx.Module:
@@ -210,7 +214,5 @@ def lora_models(policy: nnx.Module, spec: lora.LoraSpec, seed: int = 0, critic_l
   actor = lora.apply_lora(policy, spec, seed)
   if not critic_lora:
     return actor, critic_from_policy(policy, seed + 1), policy
-  critic = lora.apply_lora(critic_from_policy(policy, seed + 1, share_weights=True), spec, seed + 1)
-  critic.value_head.kernel = lora.trainable(critic.value_head.kernel)
-  critic.value_head.bias = lora.trainable(critic.value_head.bias)
-  return actor, critic, policy
+  critic = critic_from_policy(policy, seed + 1, share_weights=True, trainable_head=True)
+  return actor, lora.apply_lora(critic, spec, seed + 1), policy
