@@ -12,6 +12,8 @@ from tests.tunix.test_optimizers import reference_lr
 from tunix_ppo_ext.app import job, recipe
 from tunix_ppo_ext.app.run_config import load_run_config
 from tunix_ppo_ext.envs import MemoryEnv
+from tunix_ppo_ext.envs.sokoban import SokobanEnv
+from tunix_ppo_ext.metrics.samples import read_samples
 from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.tunix.rollout import Mode
 
@@ -54,6 +56,41 @@ from tunix_ppo_ext.tunix.rollout import Mode
     (["validation.group_size=3"], r"'validation.group_size'=3 must divide .* 32 / 3 = 10.6667"),
     (["validation.env=memroy"], r"'validation.env'/'validation.kwargs' .*did you mean 'memory'"),
     (["validation.kwargs={num_symbols: 1}"], r"'validation.kwargs' .*num_symbols must be in"),
+    (["shaping.format_penalty=0.1"], r"'shaping.format_penalty'=0.1 must be <= 0"),
+    (["envs=[{name: memroy, groups: 32}]"], r"'envs\[0\].name'/.*did you mean 'memory'"),
+    (["envs=[{groups: 32}]"], r"'envs\[0\].name' is required"),
+    (["envs=[{name: memory, grups: 32}]"], r"unknown config key 'envs\[0\].grups'; did you mean"),
+    (["envs=[{name: memory, groups: 0}]"], r"'envs\[0\].groups'=0 is invalid"),
+    (
+      ["envs=[{name: memory, groups: 4}, {name: stash, groups: 3}]", "ppo.num_generations=4"],
+      r"'envs': 4 \+ 3 = 7 groups x 4 episodes = 28 episodes, but a batch holds 32 .* 32 / 4 = 8",
+    ),
+    (
+      ["envs=[{name: memory, groups: 16}, {name: memory, groups: 16}]"],
+      r"'envs\[1\].tag'='memory' is also envs\[0\]'s",
+    ),
+    (["env.name=stash", "envs=[{name: memory, groups: 32}]"], r"'envs' and 'env.name'.* give one"),
+    (["validation.envs=[{name: stash, groups: 3}]"], r"'validation.envs': 3 = 3 groups x 1"),
+    (
+      ["validation.env=stash", "validation.envs=[{name: stash, groups: 32}]"],
+      r"'validation.envs' and 'validation.env'/'validation.kwargs' .* give one",
+    ),
+    (
+      [
+        "envs=[{name: memory, groups: 5}, {name: stash, groups: 3}]",
+        "ppo.num_generations=4",
+        "validation.group_size=8",
+      ],
+      r"'validation.group_size'=8 must divide envs\[0\]'s 5 x 4 = 20 episodes per batch",
+    ),
+    (
+      [
+        "batch.rollout_micro_batch_size=8",
+        "batch.logps_micro_batch_size=8",
+        "validation.group_size=16",
+      ],
+      r"'validation.group_size'=16 must divide the evaluation chunk of 8 episodes",
+    ),
   ],
 )
 def test_bad_recipe_settings_name_the_key_and_the_arithmetic(overrides, message):
@@ -160,3 +197,67 @@ def test_validation_plays_its_own_environment_seeds_and_groups(tmp_path):
   validation = [MemoryEnv(num_symbols=2).reset(int(s))[0] for s in seeds]
   assert prompts == validation
   assert prompts != [MemoryEnv().reset(int(s))[0] for s in seeds]  # not training's env
+
+
+MIXED = [
+  "train.steps=2",
+  "train.batch_size=8",
+  "ppo.num_generations=2",
+  "model.alphabet='abcehikstw!?. #gBpPldru'",  # memory's, sokoban's and stash's characters
+  "train.max_prompt_length=24",
+  "env.max_turns=3",
+  "env.max_completion_len=48",
+  "envs=[{name: memory, groups: 2}, {name: sokoban, groups: 2, kwargs: {max_steps: 3}}]",
+  "shaping.format_penalty=-0.5",
+  "validation.envs=[{name: sokoban, groups: 4, tag: sokoban_val, kwargs: {max_steps: 3}},"
+  " {name: stash, groups: 4}]",
+  "validation.group_size=1",
+  "validation.seed=7",
+  "train.eval_samples=8",  # every evaluation episode to samples.jsonl: the reference below
+]
+
+
+def test_a_mixed_run_reports_each_environment_and_the_format_penalty(tmp_path):
+  run = load_run_config(str(SMOKE), [f"output_dir={tmp_path}", "wandb=disabled", *MIXED])
+  summary = job.train(run)
+  rows = {r["step"]: r for r in read_jsonl(tmp_path / "metrics.jsonl")}
+  sokoban_max = SokobanEnv(max_steps=3).max_return
+  assert summary["max_return"] == pytest.approx((MemoryEnv().max_return + sokoban_max) / 2)
+  for step in (1, 2):  # both environments in every batch, each with its own metrics
+    row = rows[step]
+    mine = [row[f"train/env/{tag}/episode_return"] for tag in ("memory", "sokoban")]
+    assert row["train/episode_return/mean"] == pytest.approx(np.mean(mine), abs=1e-6)
+    assert 0.0 <= row["train/env/memory/success_rate"] <= 1.0
+    assert 0.0 <= row["train/env/sokoban/invalid_action"] <= 1.0
+    assert "train/env/memory/invalid_action" not in row  # memory reports no such thing
+    # the penalty: -0.5 per malformed turn, on top of the environments' returns
+    assert row["rollout/format_penalty"] == pytest.approx(-0.5 * row["rollout/malformed_turns"])
+    shaped = row["train/episode_return/mean"] + row["rollout/format_penalty"]
+    assert row["train/score/mean"] == pytest.approx(shaped, abs=1e-5)
+  assert rows[1]["rollout/malformed_turns"] > 0  # the untrained model's sokoban replies
+  # evaluation plays the validation environments only, on its own seeds
+  evaluation = rows[0]
+  assert {k for k in evaluation if k.startswith("eval/env/")} >= {
+    "eval/env/sokoban_val/episode_return",
+    "eval/env/stash/episode_return",
+    "eval/env/sokoban_val/invalid_action",
+  }
+  assert not any(k.startswith(("eval/env/memory", "eval/env/sokoban/")) for k in evaluation)
+  samples = [s for s in read_samples(tmp_path / "samples.jsonl") if s["step"] == 0]
+  assert len(samples) == 8
+  assert sum(s["turns"][0]["text"] == "take?" for s in samples) == 4  # stash's groups
+  np.testing.assert_array_equal(
+    sorted(s["seed"] for s in samples), sorted(recipe.validation_seeds(run.validation, 8, 1))
+  )
+  moves = ("l", "d", "r", "u")
+
+  def malformed_turns(sample):  # reference: sokoban's replies that are not one of its moves
+    if sample["turns"][0]["text"] == "take?":  # stash: never malformed
+      return 0
+    return sum(t["text"].strip() not in moves for t in sample["turns"] if t["role"] == "agent")
+
+  malformed = [malformed_turns(s) for s in samples]
+  returns = [s["return"] for s in samples]
+  assert evaluation["eval/rollout/malformed_turns"] == pytest.approx(np.mean(malformed))
+  shaped = np.mean(returns) - 0.5 * np.mean(malformed)
+  assert evaluation["eval/score/mean"] == pytest.approx(shaped, abs=1e-5)

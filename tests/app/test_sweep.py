@@ -54,7 +54,7 @@ def test_sweep_runs_seeds_without_a_critic_and_they_resume(tmp_path, monkeypatch
   for key, value in subprocess_env(tmp_path).items():
     monkeypatch.setenv(key, value)
   out = tmp_path / "sweep"
-  command = [sys.executable, "-m", "tunix_ppo_ext.app.cli", "sweep", "--seeds", "2"]
+  command = [sys.executable, "-m", "tunix_ppo_ext.app.cli", "sweep", "--seeds", "2", "--jobs", "2"]
   command += ["--config", str(SMOKE), "--output-dir", str(out), "ppo.advantage_estimator=grpo"]
   done = subprocess.run(command, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr[-2000:]

@@ -1,12 +1,18 @@
 """Score normalization on trajectory batches: the segments of each grouping, and the
-normalized score landing on the last agent token with every turn reward kept."""
+normalized score landing on the last agent token with every turn reward kept; the format
+penalty on each malformed turn's token, after it."""
 
 import numpy as np
 import pytest
 
 from tests.ops.test_shaping import ref_normalize
-from tunix_ppo_ext.data import TrajectoryBatch
-from tunix_ppo_ext.data.shaping import filter_groups, normalize_batch_scores, segment_ids
+from tunix_ppo_ext.data import MultiTurnBatch, TrajectoryBatch
+from tunix_ppo_ext.data.shaping import (
+  filter_groups,
+  normalize_batch_scores,
+  penalize_malformed_turns,
+  segment_ids,
+)
 
 
 def batch() -> TrajectoryBatch:
@@ -78,3 +84,37 @@ def test_filtering_keeps_the_groups_with_the_largest_spread():
   assert same is b and stats["kept_frac"] == 1.0
   with pytest.raises(ValueError, match=r"keep_ratio=0.5 of 3 groups is 1.5 groups"):
     filter_groups(b, 0.5)
+
+
+def ref_penalize(rewards: np.ndarray, malformed: np.ndarray, penalty: float) -> np.ndarray:
+  """Loop reference: every malformed turn counted on a token takes `penalty` there."""
+  out = np.array(rewards, np.float64)
+  for row, col in np.argwhere(malformed > 0):
+    for _ in range(int(malformed[row, col])):
+      out[row, col] += penalty
+  return out
+
+
+def test_format_penalty_lands_on_each_malformed_turn_after_normalization():
+  b = batch()
+  malformed = np.zeros((6, 5), np.int32)
+  malformed[0, 1] = malformed[0, 3] = 1  # both turns malformed
+  malformed[1, 4] = 2  # two turns whose rewards were moved to one token by a cut
+  malformed[4, 0] = 1
+  mtb = MultiTurnBatch(**vars(b), malformed_turns=malformed)
+  mtb.validate()
+  normalized = normalize_batch_scores(mtb, "group", "mean_std")
+  shaped, stats = penalize_malformed_turns(normalized, -0.1)
+  expected = ref_penalize(normalized.token_rewards, malformed, -0.1)
+  np.testing.assert_allclose(shaped.token_rewards, expected, rtol=1e-6, atol=1e-7)
+  assert stats["malformed_turns"] == pytest.approx(5 / 6)
+  assert stats["format_penalty"] == pytest.approx(-0.1 * 5 / 6)
+  # a group-wide penalty survives mean_std (it comes after the normalization)
+  assert shaped.token_rewards[0].sum() - normalized.token_rewards[0].sum() == pytest.approx(-0.2)
+  huge, _ = penalize_malformed_turns(MultiTurnBatch(**vars(b), malformed_turns=malformed), -1e30)
+  np.testing.assert_allclose(huge.token_rewards, ref_penalize(b.token_rewards, malformed, -1e30))
+  assert penalize_malformed_turns(b, -0.1) == (b, {})  # no counts: nothing to do
+  same, stats = penalize_malformed_turns(mtb, 0.0)
+  assert same is mtb and stats["format_penalty"] == 0.0
+  with pytest.raises(ValueError, match="malformed_turns shape"):
+    MultiTurnBatch(**vars(b), malformed_turns=malformed[:, :3]).validate()

@@ -82,6 +82,31 @@ def test_metrics_match_the_reference_and_are_finite(batch):
     assert math.isfinite(value) and value == pytest.approx(want[key], rel=1e-12, abs=1e-300)
 
 
+@given(
+  st.lists(
+    st.tuples(st.sampled_from(["memory", "sokoban", "gym:A/B"]), st.floats(-3, 3), _info),
+    min_size=1,
+    max_size=8,
+  )
+)
+def test_per_environment_metrics_match_the_reference_per_tag(rows):
+  tags = [tag for tag, _, _ in rows]
+  returns = [ret for _, ret, _ in rows]
+  batch = [[info] for _, _, info in rows]
+  got = episodes.env_metrics(tags, returns, batch)
+  want = {}
+  for tag in set(tags):
+    mine = [i for i, t in enumerate(tags) if t == tag]
+    want[f"env/{tag}/episode_return"] = np.mean([returns[i] for i in mine])
+    for key, value in reference([batch[i] for i in mine]).items():
+      want[f"env/{tag}/{key.split('/', 1)[1]}"] = value
+  assert got.keys() == want.keys()
+  for key, value in got.items():
+    assert value == pytest.approx(want[key], rel=1e-12, abs=1e-12)
+  with pytest.raises(ValueError, match="2 tags, 1 returns"):
+    episodes.env_metrics(["a", "b"], [1.0], [[], []])
+
+
 def test_conversation_roles_are_checked():
   turns = [("observation", "see b!"), ("agent", "k")]
   assert episodes.conversation(turns) == [
@@ -100,6 +125,7 @@ def test_conversation_roles_are_checked():
     ("env/train/attempt", 0, "train/env/attempt", 1),
     ("env/eval/attempt", 2, "eval/env/attempt", 2),
     ("env/train/game/moves", 3, "train/env/game/moves", 4),
+    ("env/train/sokoban/episode_return", 0, "train/env/sokoban/episode_return", 1),
   ],
 )
 def test_episode_keys_in_the_taxonomy(event, step, key, published_step):

@@ -1,12 +1,12 @@
-"""verl's other policy losses and rollout correction: through the CLI and on a real model.
+"""verl's other policy losses, rollout correction and DAPO: through the CLI and on a real model.
 
-`test_cli_trains_with_a_loss_and_rollout_correction`: the smoke config (tunix's learner,
-cluster and toy Qwen3), one update with `gspo` and rollout correction on (a sampling
-temperature of 0.7 against log-probs at 1.0: a real sampler-trainer gap); the metrics are
-finite and the `rollout/` ones there and in range. Each CLI case costs ~25-45 s of CPU, so
-the other losses run here through their registered entry points on a real toy Qwen3
-(`test_registered_loss_is_the_ops_loss_of_the_policy_pass`); add names to `CASES` to train
-them through the CLI too (all eight passed so, see the README).
+`test_cli_trains_with_every_registered_loss`: the smoke config (tunix's learner, cluster and
+toy Qwen3), one update with each registered loss in one process; `gspo` with rollout
+correction on (a sampling temperature of 0.7 against log-probs at 1.0: a real
+sampler-trainer gap), `cispo` with DAPO's overlong penalty and dynamic sampling; the metrics
+are finite and the conditional `rollout/` ones there and in range.
+`test_registered_loss_is_the_ops_loss_of_the_policy_pass` checks each entry point's loss
+value against the ops function on a real toy Qwen3.
 """
 
 import json
@@ -27,30 +27,42 @@ from tunix_ppo_ext.tunix.policy_losses import NAMES, clip_cov_key
 from tunix_ppo_ext.tunix.ppo_config import PpoExtConfig
 
 CORRECTION = ["ppo.rollout_is=token", "ppo.rollout_rs=token_k1", "ppo.rollout_rs_threshold=1.5"]
-CASES = [["ppo.policy_loss_fn=gspo", *CORRECTION]]  # token-level TIS and IcePop-style rejection
+# a sampling temperature of 0.7 against log-probs at 1.0: a real sampler-trainer gap
+CORRECTION += ["train.temperature=0.7", "ppo.logps_temperature=1.0", "ppo.kl_penalty=loss"]
+DAPO = ["dapo.overlong_buffer.enable=true", "dapo.overlong_buffer.len=6"]
+DAPO += ["dapo.filter_groups.enable=true", "dapo.filter_groups.max_num_gen_batches=2"]
+EXTRA = {"gspo": CORRECTION, "cispo": DAPO}  # one loss with each, to keep the test short
+CHEAP = ["train.steps=1", "train.batch_size=4", "train.eval_batches=0", "train.eval_every=100"]
+CHEAP += ["ppo.advantage_estimator=grpo", "ppo.num_generations=2", "ppo.kl_penalty=none"]
 
 
-@pytest.mark.parametrize("overrides", CASES, ids=lambda o: "+".join(v.split("=")[1] for v in o))
-def test_cli_trains_with_a_loss_and_rollout_correction(overrides, tmp_path):
-  out = tmp_path / "run"
-  args = ["train", "--config", str(SMOKE), "--output-dir", str(out), "train.steps=1"]
-  args += ["train.batch_size=4", "train.eval_batches=0", "train.temperature=0.7"]
-  args += ["ppo.logps_temperature=1.0", *overrides]
-  assert cli.main(args) == 0
-  rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-  values = {k: v for row in rows for k, v in row.items() if k != "step"}
-  assert all(math.isfinite(v) for v in values.values()), values
-  assert {"actor/pg_loss", "actor/ppo_kl", "actor/entropy", "actor/grad_norm"} <= set(values)
-  correction = {k for k in values if k in metric_keys.CONDITIONAL_KEYS}
-  if not any("rollout_is" in o for o in overrides):
-    assert not correction
-    return
-  assert correction == metric_keys.CONDITIONAL_KEYS
-  assert values["rollout/logprob_diff"] > 0  # the temperature gap is real
-  assert 0 < values["rollout/is_ess"] <= 1 and values["rollout/is_max"] > 0
-  assert (
-    0 <= values["rollout/rs_masked_frac"] <= 1 and 0 <= values["rollout/rs_seq_masked_frac"] <= 1
-  )
+def test_cli_trains_with_every_registered_loss(tmp_path):
+  """One update of the smoke config per registered loss (one process, one after the other;
+  group estimator, no critic, no KL: ~8 s of CPU each); finite metrics. `gspo` runs with
+  rollout correction on (token-level TIS and IcePop-style rejection), `cispo` with DAPO's
+  overlong penalty and dynamic sampling: their metrics are there and in range."""
+  runs = {}
+  for name in NAMES:
+    out = tmp_path / name
+    args = ["train", "--config", str(SMOKE), "--output-dir", str(out), *CHEAP]
+    args += [f"ppo.policy_loss_fn={name}", *EXTRA.get(name, [])]
+    assert cli.main(args) == 0, name
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    values = {k: v for row in rows for k, v in row.items() if k != "step"}
+    assert all(math.isfinite(v) for v in values.values()), (name, values)
+    assert {"actor/pg_loss", "actor/ppo_kl", "actor/entropy", "actor/grad_norm"} <= set(values)
+    conditional = {k for k in values if k in metric_keys.CONDITIONAL_KEYS}
+    expected = {"gspo": metric_keys.ROLLOUT_CORRECTION_KEYS, "cispo": metric_keys.DAPO_KEYS}
+    assert conditional == expected.get(name, set()), name
+    runs[name] = values
+  gspo, cispo = runs["gspo"], runs["cispo"]
+  assert gspo["rollout/logprob_diff"] > 0  # the temperature gap is real
+  assert 0 < gspo["rollout/is_ess"] <= 1 and gspo["rollout/is_max"] > 0
+  assert 0 <= gspo["rollout/rs_masked_frac"] <= 1 and 0 <= gspo["rollout/rs_seq_masked_frac"] <= 1
+  assert -1 <= cispo["rollout/overlong_penalty"] <= 0 <= cispo["rollout/overlong_frac"] <= 1
+  assert cispo["rollout/dynamic_sampling_rounds"] in (1, 2)
+  for key in ("kept_frac", "masked_frac"):
+    assert 0 <= cispo[f"rollout/dynamic_sampling_{key}"] <= 1, key
 
 
 def _example(weights=None):

@@ -18,8 +18,9 @@ from tunix_ppo_ext.data.trajectory import (
   episode_batches,
   episode_seeds,
   sampler_logprob_gap,
+  spread_env_ids,
 )
-from tunix_ppo_ext.envs import MemoryEnv
+from tunix_ppo_ext.envs import EnvSpec, MemoryEnv
 from tunix_ppo_ext.tunix import passes
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
 from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
@@ -188,6 +189,47 @@ def test_long_episodes_are_cut_and_counted(world, width):
     assert lengths[row] == width or stats.num_turns[row] == 1
   np.testing.assert_array_equal(batch.truncated, stats.truncated)  # handed to the metrics
   np.testing.assert_array_equal(batch.num_turns, stats.num_turns)
+
+
+class FlaggingEnv:
+  """Reward `2**turn` (so a token's reward says which turns landed on it); turns 1 and 2
+  are malformed (`info["invalid_action"]`); three turns with the observation "wait."."""
+
+  name = "flagging"
+  max_return = 14.0
+
+  def reset(self, seed):
+    self.turn = 0
+    return "see b!", {}
+
+  def step(self, action):
+    self.turn += 1
+    info = {"invalid_action": self.turn < 3}
+    return "wait.", float(2**self.turn), self.turn == 3, False, info
+
+
+@pytest.mark.parametrize("width", [T, 8])
+def test_malformed_turns_sit_on_their_reward_tokens_in_a_mixed_batch(world, width):
+  _, _, learner = world
+  envs = [EnvSpec(MemoryEnv, tag="memory"), EnvSpec(FlaggingEnv, tag="flag")]
+  source = MultiTurnRollout(envs=envs, max_completion_len=width, max_turns=3, group_size=1)
+  data = next(episode_batches(1, 16, seed=3, env_ids=spread_env_ids([8, 8])))
+  batch = source(learner, data, Mode.TRAIN)
+  batch.validate()
+  flagging = data["env"] == 1
+  tokenizer = learner.rl_cluster.tokenizer
+  starts = [tokenizer.decode([t for t in row if t > EOS]) for row in batch.prompt_ids]
+  memory = [MemoryEnv().reset(int(s))[0] for s in data["seed"]]
+  assert starts == [m if not f else "see b!" for f, m in zip(flagging, memory, strict=True)]
+  # reference: the turns whose reward landed on a token, read from the reward's bits
+  rewards = np.where(flagging[:, None], batch.token_rewards, 0).astype(np.int64)
+  expected = ((rewards >> 1) & 1) + ((rewards >> 2) & 1)  # turns 1 and 2 are malformed
+  np.testing.assert_array_equal(batch.malformed_turns, expected)
+  assert expected[flagging].sum(-1).min() >= 1  # turn 1 is always played
+  if width < T:  # episodes cut in turn 2: its reward (and count) moved to a kept token
+    assert np.any(batch.truncated[flagging] & (batch.attention_mask[flagging].sum(-1) == width))
+  with pytest.raises(ValueError, match=r"'env' must hold one index in \[0, 2\)"):
+    source(learner, {**data, "env": data["env"] + 1}, Mode.TRAIN)
 
 
 def test_turn_limit_is_counted(world):

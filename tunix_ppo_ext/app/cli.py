@@ -3,7 +3,7 @@
   tunix-ppo-ext train [--config PATH] [--output-dir DIR] [KEY=VALUE ...]
   tunix-ppo-ext plan [--config PATH] [--topology v5e:2x4] [KEY=VALUE ...]
   tunix-ppo-ext plot RUN_DIR
-  tunix-ppo-ext sweep --seeds N [--config PATH] [--output-dir DIR] [KEY=VALUE[,VALUE...] ...]
+  tunix-ppo-ext sweep --seeds N [--jobs J] [--config PATH] [--output-dir DIR] [KEY=VALUE[,...] ...]
   tunix-ppo-ext export RUN_DIR OUT_DIR
   tunix-ppo-ext plugins
 
@@ -81,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
 def _add_sweep_parser(commands) -> None:
   sweep = commands.add_parser("sweep", help="train N seeds of one or more configs; a table")
   sweep.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 per variant (5)")
+  sweep.add_argument("--jobs", type=int, default=1, help="seeds trained at a time (1)")
   sweep.add_argument("--config", help="YAML run config (default: the embedded default)")
   sweep.add_argument("--output-dir", default="runs/sweep", help="where runs and table go")
   sweep.add_argument("overrides", nargs="*", metavar="KEY=VALUE[,VALUE...]")
@@ -165,7 +166,7 @@ def _sweep_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext sweep`: prints the table (`tunix_ppo_ext.app.sweep`)."""
   from tunix_ppo_ext.app import sweep  # noqa: PLC0415
 
-  rows = sweep.sweep(args.seeds, args.output_dir, overrides, args.config)
+  rows = sweep.sweep(args.seeds, args.output_dir, overrides, args.config, args.jobs)
   print(sweep.markdown_table(rows), end="")
   return 0
 

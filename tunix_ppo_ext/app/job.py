@@ -22,7 +22,14 @@ import numpy as np
 
 from tunix_ppo_ext import envs
 from tunix_ppo_ext.app import distributed, recipe, resume, run_dir
-from tunix_ppo_ext.app.run_config import RunConfig, lora_section, tokenizer_directory
+from tunix_ppo_ext.app.dapo import dapo_source
+from tunix_ppo_ext.app.run_config import (
+  RunConfig,
+  episode_budget,
+  lora_section,
+  run_env_entries,
+  tokenizer_directory,
+)
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.metrics import keys as metric_keys
 from tunix_ppo_ext.metrics import samples as sample_log
@@ -55,7 +62,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   """`(learner, train_batches, eval_batches, env_max_return)` for a validated run config."""
   meshes = run_meshes(run)
   ppo = run.ppo_config()
-  env = envs.make_env(run.env.name, **run.env.kwargs)
+  entries = run_env_entries(run)
   tokenizer = _tokenizer(run)
   policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
   if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
@@ -104,6 +111,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   source = MultiTurnRollout(
     run.env.name,
     run.env.kwargs,
+    envs=recipe.env_specs(entries) if run.envs else None,
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
@@ -115,22 +123,45 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     source = _observations_in_loss(source)
   validation = _validation_rollout(run, writer)
   source = recipe.validation_source(source, run.validation, validation)
+  source = dapo_source(source, run.dapo, episode_budget(run))
   source = recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
   lora.keep_base_shared(cluster)  # LoRA: one copy of the base weights between steps
   prompts_per_batch = train.batch_size // ppo.num_generations
-  train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed)
-  eval_batches = list(episode_batches(train.eval_batches, prompts_per_batch, seed=run.seed + 1))
-  return learner, train_batches, eval_batches, env.max_return
+  env_ids = recipe.entry_env_ids(run.envs)
+  train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed, env_ids=env_ids)
+  if run.validation.is_default():
+    eval_batches = list(
+      episode_batches(train.eval_batches, prompts_per_batch, seed=run.seed + 1, env_ids=env_ids)
+    )
+  else:
+    eval_batches = recipe.validation_batches(
+      run.validation,
+      recipe.validation_entries(run.validation, run.envs, ppo.num_generations),
+      train.eval_batches,
+      train.batch_size,
+      ppo.num_generations,
+      run.seed + 1,
+    )
+  return learner, train_batches, eval_batches, _max_return(entries)
+
+
+def _max_return(entries: list[recipe.EnvEntry]) -> float:
+  """The best mean episode return of a batch: the environments' `max_return`, weighted by
+  their groups."""
+  total = sum(e.groups * envs.make_env(e.name, **e.kwargs).max_return for e in entries)
+  return total / sum(e.groups for e in entries)
 
 
 def _validation_rollout(run: RunConfig, on_samples: Any) -> MultiTurnRollout:
-  """The multi-turn rollout of the `validation` section (environment, group size); its
+  """The multi-turn rollout of the `validation` section (environment(s), group size); its
   evaluation samples go to `on_samples` like the training environment's."""
   val = run.validation
+  specs = recipe.validation_entries(val, run.envs, run.ppo_config().num_generations)
   return MultiTurnRollout(
     val.env or run.env.name,
     val.kwargs if val.kwargs is not None else (run.env.kwargs if val.env is None else {}),
+    envs=recipe.env_specs(specs) if specs else None,
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,

@@ -7,8 +7,10 @@ sections, their checks, and what they become for tunix.
 - `batch`: mini-batch and micro-batch sizes in *episodes* (the unit of `train.batch_size`);
   tunix counts prompts, so each must be a multiple of `ppo.num_generations` and is divided
   by it (`tunix_batch_sizes`). PPO epochs are `ppo.num_iterations`.
-- `validation`: evaluation's own environment, seeds and group size.
-- `shaping`: episode-score normalization before any estimator (`data.shaping`).
+- `envs`: several environments in one run, each with its number of groups (`EnvEntry`).
+- `validation`: evaluation's own environment(s), seeds and group size.
+- `shaping`: episode-score normalization and the format penalty before any estimator
+  (`data.shaping`).
 - `sampling`: top-p / top-k of training rollouts and the temperature, top-p and top-k of
   evaluation rollouts (None: as in training).
 """
@@ -23,8 +25,14 @@ import numpy as np
 import optax
 
 from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
-from tunix_ppo_ext.data.shaping import GROUPINGS, filter_groups, normalize_batch_scores
-from tunix_ppo_ext.envs import make_env
+from tunix_ppo_ext.data.shaping import (
+  GROUPINGS,
+  filter_groups,
+  normalize_batch_scores,
+  penalize_malformed_turns,
+)
+from tunix_ppo_ext.data.trajectory import ENV_KEY, SEED_KEY, spread_env_ids
+from tunix_ppo_ext.envs import EnvSpec, make_env
 from tunix_ppo_ext.ops.shaping import SCORE_NORMALIZATIONS
 from tunix_ppo_ext.tunix.optimizers import OptimizerSpec, build_optimizer
 from tunix_ppo_ext.tunix.rollout import Mode
@@ -51,9 +59,16 @@ class WrappedSource:
 
 @dataclasses.dataclass
 class OptimSection:
-  """The actor's and the critic's optimizers (see `OptimizerSpec`)."""
+  """The actor's and the critic's optimizers (see `OptimizerSpec`).
 
-  actor: OptimizerSpec = dataclasses.field(default_factory=OptimizerSpec)
+  The embedded default's actor decays its learning rate along a cosine to a tenth of
+  `train.lr` over `train.steps` (with the constant rate, 2 of 5 seeds of the default reached
+  0.9 of the maximum; with the decay, 4 of 5 and no drop from the peak: README, "Measured").
+  """
+
+  actor: OptimizerSpec = dataclasses.field(
+    default_factory=lambda: OptimizerSpec(schedule="cosine", min_lr_ratio=0.1)
+  )
   critic: OptimizerSpec = dataclasses.field(default_factory=OptimizerSpec)
 
 
@@ -92,11 +107,14 @@ class SamplingSection:
 @dataclasses.dataclass
 class ShapingSection:
   """Episode scores normalized before the estimator: `method` (`identity`, `mean`,
-  `mean_std`, `asym_clip`) within `grouping` (`group`, `batch`, `state`)."""
+  `mean_std`, `asym_clip`) within `grouping` (`group`, `batch`, `state`); then
+  `format_penalty` (<= 0, GRL's sign) added to the reward of every turn the environment
+  flagged malformed (`info["invalid_action"]`)."""
 
   grouping: str = "group"
   method: str = "identity"
   eps: float = 1e-6
+  format_penalty: float = 0.0
 
 
 def validate_shaping(section: ShapingSection) -> None:
@@ -107,19 +125,95 @@ def validate_shaping(section: ShapingSection) -> None:
       hint = did_you_mean(value, choices)
       raise ValueError(f"config key 'shaping.{key}'={value!r} unknown{hint} (valid: {choices})")
   check_number("config key 'shaping.eps'", section.eps, low=0.0, low_open=True)
+  if section.format_penalty > 0:
+    raise ValueError(
+      f"config key 'shaping.format_penalty'={section.format_penalty} must be <= 0: it is added "
+      f"to a malformed turn's reward (GRL's sign: -0.1 takes 0.1 off)"
+    )
+  check_number("config key 'shaping.format_penalty'", section.format_penalty)
 
 
 def shaped_source(source: Any, section: ShapingSection) -> Any:
-  """The trajectory source `source` with its batches' scores normalized (`identity`:
-  `source` itself); keeps the source's checkpointed state methods."""
-  if section.method == "identity":
+  """The trajectory source `source` with its batches' scores normalized, then the format
+  penalty added to malformed turns' rewards, logging `rollout/malformed_turns` and
+  `rollout/format_penalty` (means per episode); `source` itself when neither is on. Keeps
+  the source's checkpointed state methods."""
+  if section.method == "identity" and section.format_penalty == 0.0:
     return source
 
   def shaped(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
     batch = source(learner, training_input, mode)
-    return normalize_batch_scores(batch, section.grouping, section.method, section.eps)
+    batch = normalize_batch_scores(batch, section.grouping, section.method, section.eps)
+    if section.format_penalty == 0.0:
+      return batch
+    batch, stats = penalize_malformed_turns(batch, section.format_penalty)
+    metrics = {f"rollout/{k}": (v, np.mean) for k, v in stats.items()}
+    learner.rl_cluster.buffer_metrics(metrics, mode=mode)
+    return batch
 
   return WrappedSource(source, shaped)
+
+
+@dataclasses.dataclass
+class EnvEntry:
+  """One environment of a mixed run (GRL's `agent_group_num` per agent, RAGEN's
+  `n_groups` per tag): `name` (as `env.name`), `kwargs`, `groups` of `ppo.num_generations`
+  episodes each (in `validation.envs`: of `validation.group_size`), and `tag`, the name of
+  its metrics `{train,eval}/env/<tag>/...` (default: `name`; needed when two entries share
+  one). The groups of all entries make up the batch exactly."""
+
+  name: str | None = None
+  kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+  groups: int = 1
+  tag: str | None = None
+
+
+def validate_env_entries(key: str, entries: list[EnvEntry], group_size: int, rows: int) -> None:
+  """Each entry named, buildable, with `groups` >= 1 and a unique tag; the groups of
+  `group_size` episodes filling the `rows` episodes of a batch. ValueError naming
+  `key[i].<field>` and the sum."""
+  tags: dict[str, int] = {}
+  for i, entry in enumerate(entries):
+    where = f"{key}[{i}]"
+    if entry.name is None:
+      raise ValueError(f"config key '{where}.name' is required (an environment name)")
+    check_integer(f"config key '{where}.groups'", entry.groups, low=1)
+    try:
+      make_env(entry.name, **entry.kwargs)
+    except (TypeError, ValueError) as err:
+      raise ValueError(
+        f"config keys '{where}.name'/'{where}.kwargs' ({entry.name!r}, {entry.kwargs!r}): {err}"
+      ) from None
+    tag = entry_tag(entry)
+    if tag in tags:
+      raise ValueError(
+        f"config key '{where}.tag'={tag!r} is also {key}[{tags[tag]}]'s: each environment needs "
+        "its own tag (its metrics' name)"
+      )
+    tags[tag] = i
+  groups = sum(entry.groups for entry in entries)
+  if entries and groups * group_size != rows:
+    counts = " + ".join(str(entry.groups) for entry in entries)
+    raise ValueError(
+      f"config key '{key}': {counts} = {groups} groups x {group_size} episodes = "
+      f"{groups * group_size} episodes, but a batch holds {rows} (train.batch_size): the "
+      f"groups must add up to {rows} / {group_size} = {rows / group_size:g}"
+    )
+
+
+def entry_tag(entry: EnvEntry) -> str:
+  """The entry's metric tag: `tag`, else `name`."""
+  return entry.tag or str(entry.name)
+
+
+def env_specs(entries: list[EnvEntry]) -> list[EnvSpec]:
+  """The rollout's `EnvSpec`s of `entries`."""
+  return [EnvSpec(str(e.name), dict(e.kwargs), tag=entry_tag(e)) for e in entries]
+
+
+def entry_env_ids(entries: list[EnvEntry]) -> np.ndarray | None:
+  """`[sum(groups)]` environment index per group (`spread_env_ids`); None for no entries."""
+  return spread_env_ids([e.groups for e in entries]) if entries else None
 
 
 FILTER_BY = ("std", "std_rev")
@@ -186,30 +280,44 @@ def filtered_source(source: Any, section: FilterSection) -> Any:
 @dataclasses.dataclass
 class ValidationSection:
   """Evaluation episodes of their own (GRL's validation agents): `env` / `kwargs` (None:
-  the training environment and its kwargs), a fixed set of episode seeds drawn from
-  `seed` (None: evaluation's usual `seed + 1` batches), and `group_size` episodes per
-  seed (None: `ppo.num_generations`). Sampling: the `sampling.eval_*` keys; how often:
-  `train.eval_every`; how many: `train.eval_batches` x `train.batch_size` episodes."""
+  the training environment and its kwargs) or several `envs` (`EnvEntry`s, groups of
+  `group_size`), a fixed set of episode seeds drawn from `seed` (None: the run's
+  `seed + 1`), and `group_size` episodes per seed (None: `ppo.num_generations`). Sampling:
+  the `sampling.eval_*` keys; how often: `train.eval_every`; how many:
+  `train.eval_batches` x `train.batch_size` episodes, each batch with its own seeds."""
 
   env: str | None = None
   kwargs: dict[str, Any] | None = None
   seed: int | None = None
   group_size: int | None = None
+  envs: list[EnvEntry] = dataclasses.field(default_factory=list)
 
   def is_default(self) -> bool:
     return self == ValidationSection()
 
 
-def validate_validation(section: ValidationSection, batch_size: int, train_env: str) -> None:
-  """`group_size` dividing the evaluation batch, `seed` >= 0, the environment buildable."""
+def validate_validation(
+  section: ValidationSection, batch_size: int, train_env: str, chunk: int, num_generations: int
+) -> None:
+  """`group_size` dividing the evaluation batch and its rollout chunks, `seed` >= 0, the
+  environment(s) buildable, `envs` filling the batch."""
+  group = section.group_size or num_generations
   if section.group_size is not None:
     check_integer("config key 'validation.group_size'", section.group_size, low=1)
-    if batch_size % section.group_size:
-      raise ValueError(
-        f"config key 'validation.group_size'={section.group_size} must divide the evaluation "
-        f"batch of train.batch_size={batch_size} episodes: {batch_size} / "
-        f"{section.group_size} = {batch_size / section.group_size:g} groups"
-      )
+    batch = f"batch of train.batch_size={batch_size}"
+    for what, rows in ((batch, batch_size), (f"chunk of {chunk}", chunk)):
+      if rows % section.group_size:
+        raise ValueError(
+          f"config key 'validation.group_size'={section.group_size} must divide the evaluation "
+          f"{what} episodes: {rows} / {section.group_size} = {rows / section.group_size:g} "
+          "groups (chunks: the batch section's rollout / log-prob micro-batches)"
+        )
+  if section.envs and (section.env is not None or section.kwargs is not None):
+    raise ValueError(
+      "config keys 'validation.envs' and 'validation.env'/'validation.kwargs' both name the "
+      "validation environment: give one"
+    )
+  validate_env_entries("validation.envs", section.envs, group, batch_size)
   if section.seed is not None:
     check_integer("config key 'validation.seed'", section.seed, low=0)
   if section.env is not None or section.kwargs is not None:
@@ -230,22 +338,78 @@ def validation_seeds(section: ValidationSection, rows: int, group_size: int) -> 
   return np.repeat(seeds, group_size)
 
 
+VAL_SEED_KEY, VAL_ENV_KEY = "validation_seed", "validation_env"
+
+
+def validation_entries(
+  section: ValidationSection, train_entries: list[EnvEntry], num_generations: int
+) -> list[EnvEntry]:
+  """The validation environments: `validation.envs`; else, when validation keeps a mixed
+  run's training environments (`train_entries`, the `envs` key), those with their episodes
+  in groups of `validation.group_size`; else none (one environment). ValueError when a
+  training environment's episodes do not divide into such groups."""
+  if section.envs or section.env is not None or section.kwargs is not None:
+    return list(section.envs)
+  group = section.group_size or num_generations
+  regrouped = []
+  for i, entry in enumerate(train_entries):
+    episodes = entry.groups * num_generations
+    if episodes % group:
+      raise ValueError(
+        f"config key 'validation.group_size'={group} must divide envs[{i}]'s {entry.groups} "
+        f"x {num_generations} = {episodes} episodes per batch (or give validation.envs)"
+      )
+    regrouped.append(dataclasses.replace(entry, groups=episodes // group))
+  return regrouped
+
+
+def validation_batches(
+  section: ValidationSection,
+  entries: list[EnvEntry],
+  num_batches: int,
+  batch_size: int,
+  num_generations: int,
+  seed: int,
+) -> list[dict[str, np.ndarray]]:
+  """The evaluation dataset of a custom `validation`: `num_batches` inputs of
+  `batch_size / num_generations` prompts (tunix repeats each `num_generations` times), each
+  carrying its copies' validation episodes as `[P, num_generations]` leaves: `validation_seed`
+  (`validation_seeds` from `section.seed`, else `seed`; groups of `group_size`) and
+  `validation_env` (which of `entries`, `spread_env_ids` within each batch). tunix's rollout
+  chunks hold whole prompts, so a chunk's row `i` is copy `i % num_generations`."""
+  group = section.group_size or num_generations
+  base = section.seed if section.seed is not None else seed
+  rows = num_batches * batch_size
+  seeds = validation_seeds(dataclasses.replace(section, seed=base), rows, group)
+  envs = entry_env_ids(entries)
+  per_batch = np.zeros(batch_size, np.int64) if envs is None else np.repeat(envs, group)
+  shape = (batch_size // num_generations, num_generations)
+  return [
+    {
+      "prompts": seeds[b * batch_size : (b + 1) * batch_size : num_generations].astype(str),
+      SEED_KEY: seeds[b * batch_size : (b + 1) * batch_size : num_generations],
+      VAL_SEED_KEY: seeds[b * batch_size : (b + 1) * batch_size].reshape(shape),
+      VAL_ENV_KEY: per_batch.reshape(shape),
+    }
+    for b in range(num_batches)
+  ]
+
+
 def validation_source(source: Any, section: ValidationSection, evaluation: Any) -> Any:
   """`source` in training; in evaluation the `evaluation` rollout (the validation
-  environment and group size) on `validation_seeds` when `section.seed` is set, else on
-  the evaluation batch's own seeds."""
+  environment(s) and group size) on the rows' `validation_batches` episodes."""
   if section.is_default():
     return source
 
   def validated(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
     if mode == Mode.TRAIN:
       return source(learner, training_input, mode)
-    group = section.group_size or learner.algo_config.num_generations
-    seeds = np.asarray(training_input["seed"])
-    if section.seed is not None or group != learner.algo_config.num_generations:
-      base = section.seed if section.seed is not None else int(seeds[0])
-      seeds = validation_seeds(dataclasses.replace(section, seed=base), len(seeds), group)
-    return evaluation(learner, {"prompts": seeds.astype(str), "seed": seeds}, mode)
+    rows = np.arange(len(training_input[VAL_SEED_KEY]))
+    copies = rows % np.shape(training_input[VAL_SEED_KEY])[1]
+    seeds = np.asarray(training_input[VAL_SEED_KEY])[rows, copies]
+    envs = np.asarray(training_input[VAL_ENV_KEY])[rows, copies]
+    inputs = {"prompts": seeds.astype(str), SEED_KEY: seeds, ENV_KEY: envs}
+    return evaluation(learner, inputs, mode)
 
   return WrappedSource(source, validated)
 

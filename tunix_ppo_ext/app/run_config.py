@@ -1,10 +1,10 @@
 """The main job's configuration: YAML file + dotted `KEY=VALUE` overrides, checked eagerly.
 
-Sections: `model`, `env`, `train`, `metrics`, `mesh`, `optim`, `batch`, `sampling`,
-`shaping`, `filter`, `validation` (`app.recipe`), `ppo` (fields of `PpoExtConfig`, merged over
-`DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`, `sinks`. Unknown keys, wrong types and
-impossible values raise `ValueError` naming the key (with the closest valid names) before
-any compilation.
+Sections: `model`, `env` (or several: `envs`), `train`, `metrics`, `mesh`, `optim`, `batch`,
+`sampling`, `shaping`, `filter`, `validation` (`app.recipe`), `dapo` (`app.dapo`), `ppo` (fields
+of `PpoExtConfig`, merged over `DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`,
+`sinks`. Unknown keys, wrong types and impossible values raise `ValueError` naming the key
+(with the closest valid names) before any compilation.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import yaml
 
 from tunix_ppo_ext import envs
 from tunix_ppo_ext.app import recipe
+from tunix_ppo_ext.app.dapo import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
 from tunix_ppo_ext.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext.plugins import registry
@@ -127,11 +128,11 @@ DEFAULT_PPO: dict[str, Any] = {
   "advantage_estimator": "gae",
   "num_generations": 1,
   "num_iterations": 2,
-  "entropy_coef": 0.003,
+  "entropy_coef": 0.01,
   "kl_penalty": "loss",
   "kl_loss_coef": 0.01,
   "kl_ctrl": "adaptive",
-  "kl_target": 2.0,
+  "kl_target": 4.0,
   "kl_horizon": 1000.0,
 }
 
@@ -186,6 +187,7 @@ class RunConfig:
   sinks: list[str] = dataclasses.field(default_factory=list)  # extra metric sinks, by name
   model: ModelSection = dataclasses.field(default_factory=ModelSection)
   env: EnvSection = dataclasses.field(default_factory=EnvSection)
+  envs: list[recipe.EnvEntry] = dataclasses.field(default_factory=list)  # mixed environments
   train: TrainSection = dataclasses.field(default_factory=TrainSection)
   metrics: MetricsSection = dataclasses.field(default_factory=MetricsSection)
   mesh: MeshSection = dataclasses.field(default_factory=MeshSection)
@@ -195,6 +197,7 @@ class RunConfig:
   shaping: recipe.ShapingSection = dataclasses.field(default_factory=recipe.ShapingSection)
   filter: recipe.FilterSection = dataclasses.field(default_factory=recipe.FilterSection)
   validation: recipe.ValidationSection = dataclasses.field(default_factory=recipe.ValidationSection)
+  dapo: DapoSection = dataclasses.field(default_factory=DapoSection)
   ppo: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PPO))
 
   def ppo_config(self) -> PpoExtConfig:
@@ -461,6 +464,29 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
     )
 
 
+def run_env_entries(run: RunConfig) -> list[recipe.EnvEntry]:
+  """The run's training environments: `envs`, else `env.name` / `env.kwargs` with every
+  group."""
+  if run.envs:
+    return list(run.envs)
+  groups = run.train.batch_size // max(1, run.ppo.get("num_generations", 1))
+  return [recipe.EnvEntry(run.env.name, dict(run.env.kwargs), max(1, groups))]
+
+
+def _validate_env_mix(run: RunConfig) -> None:
+  """`envs` instead of `env.name` / `env.kwargs` (not both), its groups filling the batch."""
+  if not run.envs:
+    return
+  default = EnvSection()
+  if run.env.name != default.name or run.env.kwargs:
+    raise ValueError(
+      "config keys 'envs' and 'env.name'/'env.kwargs' both name the training environment: "
+      "give one ('env' keeps the limits: max_turns, max_completion_len, max_tokens_per_turn)"
+    )
+  num_generations = run.ppo.get("num_generations", 1)
+  recipe.validate_env_entries("envs", run.envs, num_generations, run.train.batch_size)
+
+
 def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
   if run.wandb not in _WANDB_MODES:
@@ -521,10 +547,25 @@ def _validate_run(run: RunConfig) -> None:
       f"config key 'train.batch_size'={run.train.batch_size} must be a multiple of "
       f"ppo.num_generations={num_generations}"
     )
+  _validate_env_mix(run)
+  for entry in run.envs:
+    _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
   recipe.validate_optim(run.optim)
   recipe.validate_sampling(run.sampling)
   recipe.validate_shaping(run.shaping)
   sizes = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
   chunk = recipe.rollout_chunk(sizes, run.train.batch_size)
   recipe.validate_filter(run.filter, chunk, num_generations)
-  recipe.validate_validation(run.validation, run.train.batch_size, run.env.name)
+  recipe.validate_validation(
+    run.validation, run.train.batch_size, run.env.name, chunk, num_generations
+  )
+  recipe.validation_entries(run.validation, run.envs, num_generations)
+  for entry in run.validation.envs:
+    _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
+  validate_dapo(run.dapo, episode_budget(run), num_generations)
+
+
+def episode_budget(run: RunConfig) -> int:
+  """The most agent tokens an episode of `run` can hold (`app.dapo.agent_token_budget`)."""
+  env = run.env
+  return agent_token_budget(env.max_completion_len, env.max_turns, env.max_tokens_per_turn)

@@ -1,11 +1,13 @@
 """`tunix-ppo-ext sweep`: a seed study of one or more configs.
 
-  tunix-ppo-ext sweep --seeds 5 [--config PATH] [--output-dir DIR] [KEY=VALUE[,VALUE...] ...]
+  tunix-ppo-ext sweep --seeds 5 [--jobs J] [--config PATH] [--output-dir DIR] [KEY=VALUE[,...] ...]
 
 Each `KEY=V1,V2` override (commas outside brackets) makes one variant per value; several
-such keys make their product. Every variant runs seeds `0 .. N-1` one after the other, each
-a normal `tunix-ppo-ext train` in `DIR/<variant>/seed<k>` (a subprocess, so a killed sweep
-resumes where it stopped; a seed whose `summary.json` exists is not run again). Then
+such keys make their product. Every variant runs seeds `0 .. N-1`, each a normal
+`tunix-ppo-ext train` in `DIR/<variant>/seed<k>` (a subprocess, so a killed sweep resumes
+where it stopped; a seed whose `summary.json` exists is not run again), `J` of them at a
+time (default 1: one after the other; each process uses every core XLA finds, so on a
+many-core machine limit its threads, e.g. `XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`). Then
 `DIR/table.md`, `DIR/table.json` and `DIR/curves.png` (mean training return per variant,
 with its min-max band over seeds) are written.
 
@@ -27,6 +29,7 @@ import pathlib
 import subprocess
 import sys
 from collections.abc import Sequence
+from concurrent import futures
 from typing import Any
 
 import numpy as np
@@ -169,19 +172,27 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def sweep(
-  seeds: int, output_dir: str | pathlib.Path, overrides: Sequence[str], config: str | None = None
+  seeds: int,
+  output_dir: str | pathlib.Path,
+  overrides: Sequence[str],
+  config: str | None = None,
+  jobs: int = 1,
 ) -> list[dict[str, Any]]:
-  """Runs every variant's seeds (skipping finished ones) and writes the table and plot."""
+  """Runs every variant's seeds (skipping finished ones), `jobs` at a time, and writes the
+  table and plot. The first failed seed is raised once the running ones have finished."""
   check_integer("--seeds", seeds, low=1)
+  check_integer("--jobs", jobs, low=1)
   out = pathlib.Path(output_dir)
   study = variants(overrides)
   _check_configs(config, study)
+  runs = [(v, seed, out / v.name / f"seed{seed}") for v in study for seed in range(seeds)]
+  with futures.ThreadPoolExecutor(jobs) as pool:
+    pending = [pool.submit(run_seed, config, d, v.overrides, seed) for v, seed, d in runs]
+    for done in pending:
+      done.result()
   results: dict[str, list[dict[str, Any]]] = {}
-  for variant in study:
-    for seed in range(seeds):
-      run_dir = out / variant.name / f"seed{seed}"
-      run_seed(config, run_dir, variant.overrides, seed)
-      results.setdefault(variant.name, []).append(seed_result(run_dir))
+  for variant, _, run_dir in runs:
+    results.setdefault(variant.name, []).append(seed_result(run_dir))
   rows = [variant_row(name, seed_results) for name, seed_results in results.items()]
   write_atomically(out / "table.json", json.dumps(rows, indent=2))
   write_atomically(out / "table.md", markdown_table(rows))

@@ -10,7 +10,7 @@ is wrong. `MultiTurnBatch` adds which sampler log-probs are real. `episode_batch
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ import numpy as np
 from tunix_ppo_ext.data.rewards import nonfinite_rows
 
 SEED_KEY = "seed"
+ENV_KEY = "env"  # which environment of a mixed run plays the row (index into the run's list)
 
 
 @dataclasses.dataclass
@@ -92,13 +93,24 @@ class MultiTurnBatch(TrajectoryBatch):
     sampler_logp_mask: optional `[B, T]` 1 where `sampler_logps` holds the engine's
       log-prob (agent tokens it sampled); 0 elsewhere, including the end-of-turn EOS
       tokens put back after the sampler stripped them (their log-prob is not returned).
+    malformed_turns: optional `[B, T]` count of the turns whose reply the environment
+      called malformed (`info["invalid_action"]`) and whose reward sits on that token (the
+      format penalty's place, `data.shaping.penalize_malformed_turns`).
   """
 
   sampler_logp_mask: np.ndarray | None = None
+  malformed_turns: np.ndarray | None = None
 
   def validate(self, allow_nonfinite_rewards: bool = False) -> None:
-    """`TrajectoryBatch.validate`, plus: the sampler mask is `[B, T]` and within `loss_mask`."""
+    """`TrajectoryBatch.validate`, plus: the sampler mask is `[B, T]` and within `loss_mask`,
+    `malformed_turns` `[B, T]`."""
     super().validate(allow_nonfinite_rewards)
+    malformed = self.malformed_turns
+    if malformed is not None and np.shape(malformed) != self.completion_ids.shape:
+      raise ValueError(
+        f"malformed_turns shape {np.shape(malformed)} must equal completion_ids' "
+        f"{self.completion_ids.shape}"
+      )
     mask = self.sampler_logp_mask
     if mask is None:
       return
@@ -139,18 +151,53 @@ class RolloutStats:
 
 
 def episode_batches(
-  num_batches: int, batch_size: int, seed: int = 0
+  num_batches: int, batch_size: int, seed: int = 0, env_ids: np.ndarray | None = None
 ) -> Iterator[dict[str, np.ndarray]]:
   """Yields `num_batches` training inputs of `batch_size` episode seeds each.
 
   Each is `{"prompts": [batch_size] str array of the seeds, "seed": [batch_size] int64}`:
   NumPy arrays, since tunix `np.repeat`s every leaf `num_generations` times (the copies
   of a row then form one group playing the same episode). Deterministic given `seed`.
+  `env_ids` (`[batch_size]` ints, a mixed run's `spread_env_ids`) adds `"env"`: which
+  environment each row plays.
   """
   rng = np.random.default_rng(seed)
   for _ in range(num_batches):
     seeds = rng.integers(0, 2**31 - 1, size=batch_size, dtype=np.int64)
-    yield {"prompts": seeds.astype(str), SEED_KEY: seeds}
+    batch = {"prompts": seeds.astype(str), SEED_KEY: seeds}
+    if env_ids is not None:
+      batch[ENV_KEY] = np.asarray(env_ids, np.int64).copy()
+    yield batch
+
+
+def spread_env_ids(groups: Sequence[int]) -> np.ndarray:
+  """`[sum(groups)]` environment index of each group of a mixed batch: environment `i`
+  holds `groups[i]` groups, spread evenly through the batch (group `k` of environment `i`
+  sits at fraction `(k + 1/2) / groups[i]`; ties keep list order), so a mini-batch or
+  rollout chunk of `1/n` of the batch holds `1/n` of each environment's groups when that
+  divides. `[2, 2]` -> `[0, 1, 0, 1]`; `[3, 1]` -> `[0, 0, 1, 0]`."""
+  counts = [int(g) for g in groups]
+  if not counts or min(counts) < 1:
+    raise ValueError(f"every environment needs at least one group, got {counts}")
+  positions = np.concatenate([(np.arange(g) + 0.5) / g for g in counts])
+  owners = np.repeat(np.arange(len(counts)), counts)
+  return owners[np.argsort(positions, kind="stable")]
+
+
+def episode_env_ids(training_input: dict[str, Any], num_envs: int) -> np.ndarray:
+  """`[B]` environment index of each row: `training_input["env"]`, else all 0. ValueError
+  when an index is outside `[0, num_envs)`."""
+  rows = len(episode_seeds(training_input))
+  if ENV_KEY not in training_input:
+    return np.zeros(rows, np.int64)
+  ids = np.asarray(training_input[ENV_KEY]).astype(np.int64).reshape(-1)
+  bad = ids[(ids < 0) | (ids >= num_envs)]
+  if len(ids) != rows or bad.size:
+    raise ValueError(
+      f"training input {ENV_KEY!r} must hold one index in [0, {num_envs}) per row ({rows} "
+      f"rows), got {len(ids)} values{f', e.g. {int(bad[0])}' if bad.size else ''}"
+    )
+  return ids
 
 
 def episode_seeds(training_input: dict[str, Any]) -> np.ndarray:

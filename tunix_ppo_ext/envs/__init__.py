@@ -7,7 +7,10 @@ embedded default) and the Countdown tasks (`tunix_ppo_ext.envs.countdown`).
 """
 
 from tunix_ppo_ext.envs.base import (
+  MALFORMED_KEY,
+  EnvSpec,
   env_name,
+  is_malformed,
   make_env,
   validate_reset_output,
   validate_step_output,
@@ -16,10 +19,13 @@ from tunix_ppo_ext.envs.memory import MemoryEnv
 from tunix_ppo_ext.plugins.protocols import Environment, StepOutput
 
 __all__ = [
+  "MALFORMED_KEY",
+  "EnvSpec",
   "Environment",
   "MemoryEnv",
   "StepOutput",
   "env_name",
+  "is_malformed",
   "make_env",
   "validate_reset_output",
   "validate_step_output",

@@ -9,6 +9,7 @@ environment and the turn.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from collections.abc import Callable
@@ -108,3 +109,26 @@ def make_env(env: str | Callable[..., Environment], **kwargs: Any) -> Environmen
 def env_name(env: Any) -> str:
   """`env.name`, else its class name (for error messages and metrics)."""
   return str(getattr(env, "name", type(env).__name__))
+
+
+MALFORMED_KEY = "invalid_action"  # a step's `info` flag: the reply was not a valid action
+
+
+def is_malformed(info: dict[str, Any]) -> bool:
+  """Whether a step's `info` says the agent's reply was malformed (`info["invalid_action"]`
+  true; the games report it, `gym.GymEnv` for every Gymnasium environment)."""
+  return bool(info.get(MALFORMED_KEY, False))
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+  """One environment of a rollout: `env` (a name for `make_env` or a factory), its
+  `kwargs`, and `tag`, the name its per-environment metrics go under (`env/<tag>/...`)."""
+
+  env: str | Callable[..., Environment]
+  kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+  tag: str = ""
+
+  def make(self) -> Environment:
+    """A fresh environment."""
+    return make_env(self.env, **self.kwargs)

@@ -9,6 +9,9 @@ Every other entry of a step's `info` that is a number or a bool becomes `env/<ke
 episode the value of the last step that reported it, then the mean over the episodes
 that reported it (non-finite values are skipped, so no NaN reaches a metric).
 
+In a run with several environments (`envs`), `env_metrics` reports the same per
+environment, under `env/<tag>/` (with `env/<tag>/episode_return`).
+
 `conversation` turns an episode's turns into a sample: `[{"role": "observation" | "agent",
 "text": ...}, ...]`, as written to `samples.jsonl` and W&B (`metrics.samples`).
 """
@@ -79,3 +82,24 @@ def conversation(turns: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
     if role not in (OBSERVATION, AGENT):
       raise ValueError(f"a turn's role must be {OBSERVATION!r} or {AGENT!r}, got {role!r}")
   return [{"role": role, "text": text} for role, text in turns]
+
+
+def env_metrics(
+  tags: Sequence[str],
+  returns: Sequence[float],
+  episodes: Sequence[Sequence[Mapping[str, Any]]],
+) -> dict[str, float]:
+  """Per-environment metrics of a mixed batch (`B` episodes): for each tag `t` present,
+  `env/<t>/episode_return` (mean of its episodes' returns) and `episode_metrics` of its
+  episodes under `env/<t>/` (`env/<t>/success_rate`, `env/<t>/<info key>`)."""
+  if not len(tags) == len(returns) == len(episodes):
+    raise ValueError(f"{len(tags)} tags, {len(returns)} returns, {len(episodes)} episodes")
+  metrics: dict[str, float] = {}
+  for tag in dict.fromkeys(tags):  # first-seen order
+    rows = [i for i, t in enumerate(tags) if t == tag]
+    prefix = f"{ENV_PREFIX}/{tag}/"
+    metrics[prefix + "episode_return"] = math.fsum(float(returns[i]) for i in rows) / len(rows)
+    for key, value in episode_metrics([episodes[i] for i in rows]).items():
+      name = "success_rate" if key == SUCCESS_METRIC else key.removeprefix(f"{ENV_PREFIX}/")
+      metrics[prefix + name] = value
+  return metrics

@@ -55,8 +55,13 @@ _TIMING = (
 
 ROLLOUT_CORRECTION = ("is_mean", "is_std", "is_max", "is_ess", "is_frac_high", "is_frac_low")
 ROLLOUT_CORRECTION += ("rs_masked_frac", "rs_seq_masked_frac")
-# published only while the feature that makes them is configured (`ppo.rollout_is/rs`)
-CONDITIONAL_KEYS = frozenset(f"rollout/{name}" for name in ROLLOUT_CORRECTION)
+ROLLOUT_CORRECTION_KEYS = frozenset(f"rollout/{name}" for name in ROLLOUT_CORRECTION)
+# DAPO's reward shaping and dynamic sampling (`tunix_ppo_ext.app.dapo`)
+DAPO = ("overlong_penalty", "overlong_frac", "dynamic_sampling_rounds")
+DAPO += ("dynamic_sampling_kept_frac", "dynamic_sampling_masked_frac")
+DAPO_KEYS = frozenset(f"rollout/{name}" for name in DAPO)
+# published only while the feature that makes them is configured (`ppo.rollout_is/rs`, `dapo`)
+CONDITIONAL_KEYS = ROLLOUT_CORRECTION_KEYS | DAPO_KEYS
 
 # internal name -> published key (`{mode}`: train/eval); `None` drops the metric by default.
 TAXONOMY: dict[str, str | None] = {
@@ -78,7 +83,7 @@ TAXONOMY: dict[str, str | None] = {
   "rollout/tokens_per_s": "rollout/tokens_per_s",
   "rollout/chat_template_mismatch": "rollout/chat_template_mismatch",  # tunix.chat
   # rollout correction (`tunix_ppo_ext.tunix.rollout_correction`)
-  **{f"rollout/{name}": f"rollout/{name}" for name in ROLLOUT_CORRECTION},
+  **{f"rollout/{name}": f"rollout/{name}" for name in ROLLOUT_CORRECTION + DAPO},
   **{f"timing_s/{name}": f"timing_s/{name}" for name in _TIMING},
 }
 # tunix 0.1.7 `PPOLearner`'s own batch metrics, published under their names as well.

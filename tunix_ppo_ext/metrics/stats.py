@@ -25,11 +25,19 @@ def min_mean_max(name: str, values: Any) -> dict[str, float]:
   return {f"{name}/{s}": float(_REDUCERS[s](array)) for s in STATS}
 
 
+VARIANCE_FLOOR = 1e-8  # relative to the returns' mean square (at least 1)
+
+
 def explained_variance(values: Any, returns: Any, mask: Any) -> float | None:
-  """`1 - Var[returns - values] / Var[returns]` over the mask; None when undefined."""
+  """`1 - Var[returns - values] / Var[returns]` over the mask.
+
+  None when undefined: fewer than 2 masked tokens, or returns (nearly) constant, `Var[returns]
+  <= VARIANCE_FLOOR * max(1, mean(returns^2))`, where the ratio would be float noise (a
+  solved task's returns differ by rounding only, and the quotient runs to -1e6).
+  """
   mask = np.asarray(mask) > 0
   ret = np.asarray(returns, np.float64)[mask]
-  if ret.size < 2 or np.var(ret) == 0:
+  if ret.size < 2 or np.var(ret) <= VARIANCE_FLOOR * max(1.0, float(np.mean(ret**2))):
     return None
   residual = ret - np.asarray(values, np.float64)[mask]
   return float(1.0 - np.var(residual) / np.var(ret))

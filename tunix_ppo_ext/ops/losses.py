@@ -145,15 +145,36 @@ def policy_loss(
     "pg_clipfrac_lower": masked_mean(lower_clipped, mask),
     "ppo_kl": masked_mean(-log_ratio, mask),
   }
+  if per_token_kl is None and ref_per_token_logps is not None:
+    per_token_kl = kl_lib.compute_kl_divergence(
+      logp, ref_per_token_logps, kl_estimator, kl_straight_through, kl_clamp_value
+    )
+  return add_regularizers(
+    pg_loss, metrics, mask, loss_agg_mode, entropy, entropy_coef, per_token_kl, kl_loss_coef
+  )
+
+
+def add_regularizers(
+  pg_loss: jax.Array,
+  metrics: dict[str, jax.Array],
+  mask: jax.Array,
+  loss_agg_mode: str,
+  entropy: jax.Array | None,
+  entropy_coef: float | jax.Array,
+  per_token_kl: jax.Array | None,
+  kl_loss_coef: float | jax.Array,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """`pg_loss - entropy_coef * agg(entropy) + kl_loss_coef * agg(kl)`, any policy loss.
+
+  `mask`, `entropy`, `per_token_kl`: `[B, T]` (either term is skipped when None); `agg` is
+  `aggregate_loss` with `loss_agg_mode`. Adds `entropy` / `kl_loss` to `metrics` (in place)
+  and returns `(loss, metrics)`.
+  """
   loss = pg_loss
   if entropy is not None:
     chex.assert_equal_shape([entropy, mask])
     metrics["entropy"] = aggregate_loss(entropy, mask, loss_agg_mode)
     loss = loss - entropy_coef * metrics["entropy"]
-  if per_token_kl is None and ref_per_token_logps is not None:
-    per_token_kl = kl_lib.compute_kl_divergence(
-      logp, ref_per_token_logps, kl_estimator, kl_straight_through, kl_clamp_value
-    )
   if per_token_kl is not None:
     chex.assert_equal_shape([per_token_kl, mask])
     metrics["kl_loss"] = aggregate_loss(per_token_kl, mask, loss_agg_mode)

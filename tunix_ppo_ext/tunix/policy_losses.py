@@ -22,7 +22,7 @@ from flax import nnx
 
 from tunix_ppo_ext.ops import kl as kl_lib
 from tunix_ppo_ext.ops import policy_losses as pl
-from tunix_ppo_ext.ops.losses import aggregate_loss
+from tunix_ppo_ext.ops.losses import add_regularizers
 from tunix_ppo_ext.tunix import losses as tunix_losses
 
 # verl's defaults (`ActorConfig`, `PolicyLossConfig`) for configs without these fields.
@@ -117,8 +117,6 @@ def _policy_loss(
     c=algo_config,
     e=train_example,
   )
-  metrics["entropy"] = aggregate_loss(terms["entropy"], mask, agg)
-  loss = loss - (algo_config.entropy_coef or 0.0) * metrics["entropy"]
   per_token_kl = terms["per_token_kl"]
   if per_token_kl is None and terms["ref_logps"] is not None:
     kw = tunix_losses.kl_estimator_kwargs(algo_config, True)
@@ -129,9 +127,10 @@ def _policy_loss(
       kw["kl_straight_through"],
       algo_config.kl_clamp_value,
     )
-  if per_token_kl is not None:
-    metrics["kl_loss"] = aggregate_loss(per_token_kl, mask, agg)
-    loss = loss + terms["kl_coef"] * metrics["kl_loss"]
+  entropy_coef = algo_config.entropy_coef or 0.0
+  loss, metrics = add_regularizers(
+    loss, metrics, mask, agg, terms["entropy"], entropy_coef, per_token_kl, terms["kl_coef"]
+  )
   return loss * tunix_losses.per_step_scalar(train_example, "actor_scale", 1.0), metrics
 
 

@@ -130,21 +130,17 @@ class RolePasses:
 
   def values(self, inputs: ModelInputs) -> jax.Array:
     """Critic values `[B, P+T]`."""
+    model = self.cluster.critic_trainer.model
     if inputs.tunix_mask:
-      return self._at_home(
-        self.cluster.get_values(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
-      )
-    return self._at_home(self._scores(inputs, Role.CRITIC, self.cluster.critic_trainer.model))
+      return self._stock_scores(inputs, Role.CRITIC, model, self.cluster.get_values)
+    return self._at_home(self._scores(inputs, Role.CRITIC, model))
 
   def rewards(self, inputs: ModelInputs) -> jax.Array:
     """Reward-model scores `[B, P+T]`."""
+    model = self.cluster.inference_worker.get_model("reward")
     if inputs.tunix_mask:
-      return self._at_home(
-        self.cluster.get_rewards(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
-      )
-    return self._at_home(
-      self._scores(inputs, Role.REWARD, self.cluster.inference_worker.get_model("reward"))
-    )
+      return self._stock_scores(inputs, Role.REWARD, model, self.cluster.get_rewards)
+    return self._at_home(self._scores(inputs, Role.REWARD, model))
 
   def logits(self, inputs: ModelInputs, role: Any) -> jax.Array:
     """Completion logits `[B, T, V]` of the rollout policy or the reference (exact KL)."""
@@ -163,6 +159,17 @@ class RolePasses:
           ),
         )
       )
+
+  def _stock_scores(self, inputs: ModelInputs, role: Any, model: Any, tunix_pass: Callable):
+    """tunix's `get_values` / `get_rewards`, with the model loaded from host memory first.
+
+    tunix 0.1.7 offloads the critic and reward model at start-up with `offload_to_cpu` but
+    its two score passes never load them back, so stock `PPOLearner` fails there on a GPU
+    (gather across memory spaces); `on_role` loads and offloads as tunix's other passes do.
+    """
+    with compat.on_role(self.cluster, role, model):
+      scores = tunix_pass(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
+    return self._at_home(scores)
 
   def _scores(self, inputs: ModelInputs, role: Any, model: Any) -> jax.Array:
     with compat.on_role(self.cluster, role, model):

@@ -44,12 +44,14 @@ from tunix_ppo_ext.data.trajectory import (
   MultiTurnBatch,
   RolloutStats,
   contiguous_group_ids,
+  episode_env_ids,
   episode_seeds,
 )
 from tunix_ppo_ext.envs import (
   Environment,
+  EnvSpec,
   env_name,
-  make_env,
+  is_malformed,
   validate_reset_output,
   validate_step_output,
 )
@@ -77,6 +79,8 @@ class _Episode:
   turns: int = 0
   seed: int = 0
   infos: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # one per step
+  malformed: list[int] = dataclasses.field(default_factory=list)  # malformed turns' positions
+  tag: str = ""  # the environment's metric tag (mixed runs)
   transcript: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (role, text)
   env_done: bool = False
   out_of_room: bool = False
@@ -117,7 +121,8 @@ class MultiTurnRollout:
   """A `TrajectorySource` playing text environments with the cluster's rollout engine.
 
   Training input (see `episode_batches`): `"seed"` (or integer `"prompts"`) holds one
-  episode seed per row; consecutive `group_size` rows share a seed and form a group
+  episode seed per row, and with several environments `"env"` the index of the one each
+  row plays; consecutive `group_size` rows share a seed (and environment) and form a group
   (`group_ids`). Every turn samples at most `max_turn_tokens` tokens for all rows at
   once (finished rows are fed their prompt and ignored, which keeps shapes fixed: one
   compilation). The rollout config's `kv_cache_size` must be at least
@@ -126,6 +131,8 @@ class MultiTurnRollout:
 
   Args:
     env: a name in `envs.ENVIRONMENTS` or a factory called with `env_kwargs`.
+    envs: several environments instead (`EnvSpec`s; a row plays `envs[training_input["env"]]`);
+      each episode's metrics then also go under `env/<tag>/` (`metrics.episodes.env_metrics`).
     max_completion_len: `T`, the completion width; longer episodes are cut there.
     max_turns: agent turns per episode at most.
     max_turn_tokens: sampling steps per agent turn (an EOS among them ends the turn).
@@ -134,6 +141,9 @@ class MultiTurnRollout:
     chat: format episodes with this `ChatFormat` (the tokenizer's chat template; see
       `tunix_ppo_ext.tunix.chat`), tokens context only; `last_chat_mismatches` then counts
       the episodes that differ from `apply_chat_template` of their whole conversation.
+
+  A turn whose `info` flags a malformed reply (`info["invalid_action"]`) is counted on its
+  reward token in the batch's `malformed_turns` (the format penalty's place).
 
   After each call, `last_stats` holds the `RolloutStats` (per-episode returns, turns,
   truncation); the returned batch carries the same arrays, and the learner turns them into
@@ -153,6 +163,7 @@ class MultiTurnRollout:
     on_samples: Callable[[int, list[dict[str, Any]]], None] | None = None,
     num_samples: int = 4,
     chat: ChatFormat | None = None,
+    envs: Sequence[EnvSpec] | None = None,
   ):
     for name, value in (("max_completion_len", max_completion_len), ("max_turns", max_turns)):
       if value < 1:
@@ -165,6 +176,7 @@ class MultiTurnRollout:
       raise ValueError("a chat-templated rollout needs context='tokens' (exact template ids)")
     self.env = env
     self.env_kwargs = dict(env_kwargs or {})
+    self.envs = list(envs) if envs else [EnvSpec(env, self.env_kwargs, tag=str(env))]
     self.max_completion_len = max_completion_len
     self.max_turns = max_turns
     self.max_turn_tokens = max_turn_tokens
@@ -185,10 +197,15 @@ class MultiTurnRollout:
     cluster = learner.rl_cluster
     check_multi_turn_rollout_mesh(cluster.cluster_config.role_to_mesh)
     seeds = episode_seeds(training_input)
-    group_ids = self._group_ids(seeds, self.group_size or learner.algo_config.num_generations)
+    env_ids = episode_env_ids(training_input, len(self.envs))
+    group_size = self.group_size or learner.algo_config.num_generations
+    group_ids = self._group_ids(seeds, group_size)
+    if np.any(env_ids.reshape(-1, group_size) != env_ids.reshape(-1, group_size)[:, :1]):
+      raise ValueError(f"rows of a group (consecutive {group_size}) must share one environment")
     ids = _Ids.of(cluster)
     config = self._checked_config(cluster, mode)
-    episodes = [self._start(seed, ids, config) for seed in seeds]
+    pairs = zip(seeds, env_ids, strict=True)
+    episodes = [self._start(seed, self.envs[e], ids, config) for seed, e in pairs]
     self._calls += 1
     # NaN/inf environment rewards: an error naming the episode, or kept for the learner to drop
     keep_nonfinite = getattr(learner.algo_config, "nonfinite_rewards", "error") == "drop"
@@ -246,9 +263,11 @@ class MultiTurnRollout:
       )
     return config
 
-  def _start(self, seed: int, ids: _Ids, config: base_rollout.RolloutConfig) -> _Episode:
+  def _start(
+    self, seed: int, spec: EnvSpec, ids: _Ids, config: base_rollout.RolloutConfig
+  ) -> _Episode:
     """Makes and resets one environment; its first observation becomes the prompt."""
-    env = make_env(self.env, **self.env_kwargs)
+    env = spec.make()
     try:
       output = env.reset(seed=int(seed))
     except Exception as err:
@@ -270,6 +289,7 @@ class MultiTurnRollout:
       seed=int(seed),
       transcript=[("observation", observation)],
       messages=[] if self.chat is None else [user(observation)],
+      tag=spec.tag,
     )
 
   def _play_turn(
@@ -309,6 +329,8 @@ class MultiTurnRollout:
     except ValueError as err:
       raise ValueError(f"{err} (episode row {row})") from None
     episode.rewards.append((len(episode.tokens) - 1, reward))
+    if is_malformed(info):
+      episode.malformed.append(len(episode.tokens) - 1)
     episode.turns = turn
     episode.infos.append(info)
     episode.transcript.append(("agent", action))
@@ -391,6 +413,10 @@ class MultiTurnRollout:
     """Buffers the success rate and `env/<key>` info means (`metrics.episodes`); in an
     evaluation, hands `on_samples` up to `num_samples` conversations (one per group first)."""
     report = episode_report.episode_metrics([e.infos for e in episodes])
+    if len(self.envs) > 1:
+      returns = [sum(r for _, r in e.rewards) for e in episodes]
+      tags = [e.tag for e in episodes]
+      report |= episode_report.env_metrics(tags, returns, [e.infos for e in episodes])
     cluster.buffer_metrics({k: (v, np.mean) for k, v in report.items()}, mode=mode)
     if mode != Mode.EVAL or self.on_samples is None or self.num_samples < 1:
       return
@@ -409,7 +435,7 @@ class MultiTurnRollout:
       num_turns=np.array([e.turns for e in episodes], np.int32),
       truncated=truncated,
       turn_limited=np.array([not e.done for e in episodes]),
-      max_return=float(getattr(episodes[0].env, "max_return", 0.0)),
+      max_return=float(np.mean([getattr(e.env, "max_return", 0.0) for e in episodes])),
     )
 
   def _assemble(
@@ -438,6 +464,7 @@ class MultiTurnRollout:
       token_rewards=stack["token_rewards"],
       sampler_logps=stack["sampler_logps"] if has_logps else None,
       sampler_logp_mask=stack["sampler_logp_mask"] if has_logps else None,
+      malformed_turns=stack["malformed_turns"],
       group_ids=group_ids,
       texts=texts,
     )
@@ -447,7 +474,7 @@ def _row(episode: _Episode, width: int, pad_id: int) -> dict[str, np.ndarray]:
   """One episode as `[width]` arrays; cut at `width`, rewards past the cut moved back.
 
   A reward whose token was cut lands on the last kept agent token, so the row's rewards
-  always sum to the episode return.
+  always sum to the episode return (and a malformed turn's count goes with its reward).
   """
   n = min(len(episode.tokens), width)
   loss = np.zeros(width, np.int32)
@@ -456,6 +483,9 @@ def _row(episode: _Episode, width: int, pad_id: int) -> dict[str, np.ndarray]:
   rewards = np.zeros(width, np.float32)
   for position, reward in episode.rewards:
     rewards[position if position < n else last_agent] += reward
+  malformed = np.zeros(width, np.int32)
+  for position in episode.malformed:
+    malformed[position if position < n else last_agent] += 1
   completion = np.full(width, pad_id, np.int32)
   completion[:n] = episode.tokens[:n]
   attention = np.zeros(width, np.int32)
@@ -471,6 +501,7 @@ def _row(episode: _Episode, width: int, pad_id: int) -> dict[str, np.ndarray]:
     "token_rewards": rewards,
     "sampler_logps": logps * known,
     "sampler_logp_mask": known,
+    "malformed_turns": malformed,
   }
 
 
