@@ -74,20 +74,15 @@ def test_gemma3_s_stacked_kv_einsum_merges_too():
   merged = lora.merged(adapted, spec)
   expected = np.asarray(kv.w[...]) + spec.scale * np.einsum("dr,rckh->ckdh", a, b)
   np.testing.assert_allclose(merged.layers[0].attn.kv_einsum.w[...], expected, rtol=1e-5, atol=1e-5)
-  tokens = jnp.array([[1, 4, 7, 2, 9, 6]])
-  np.testing.assert_allclose(_logits(merged, tokens), _logits(adapted, tokens), atol=1e-4)
 
 
 def test_lora_models_share_the_base_arrays_instead_of_copying_them():
   base = toy_policy(12)
   spec = lora.LoraSpec(rank=2, alpha=4.0)
-  actor, critic, reference = models.lora_models(base, spec, seed=0)
+  actor, critic, reference = models.lora_models(base, spec, seed=0, critic_lora=True)
   assert reference is base and lora.shares_base(actor, base)
-  assert not lora.shares_base(critic.backbone, base)  # a full critic trains its own copy
-  tokens = jnp.array([[1, 4, 7, 2]])
-  np.testing.assert_allclose(_logits(actor, tokens), _logits(base, tokens), atol=1e-6)  # B = 0
-  actor, critic, _ = models.lora_models(base, spec, seed=0, critic_lora=True)
   assert lora.shares_base(critic.backbone, base)
+  assert not lora.shares_base(models.critic_from_policy(base).backbone, base)  # a full copy
   trained = {str(p[-1]) for p, _ in nnx.to_flat_state(nnx.state(critic, nnx.LoRAParam))}
   assert {"kernel", "bias"} <= trained  # the value head is trained whole
   counts = lora.parameter_counts(actor)
@@ -97,6 +92,8 @@ def test_lora_models_share_the_base_arrays_instead_of_copying_them():
   assert lora.array_bytes(held) == 4 * counts["total"] + 4 * sum(
     x.size for x in jax.tree.leaves(nnx.state(critic, nnx.LoRAParam))
   )
+  tokens = jnp.array([[1, 4, 7, 2]])  # (a graph-mode nnx.jit call hands back new buffers)
+  np.testing.assert_allclose(_logits(actor, tokens), _logits(base, tokens), atol=1e-6)  # B = 0
 
 
 def test_a_pattern_that_adapts_nothing_is_one_line_naming_the_key():
