@@ -188,13 +188,15 @@ FROZEN = nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam))
 
 
 class SharedBase(hooks.TrainingHooks):
-  """A trainer's hooks (`inner`, called as before) that after every train step point the
-  frozen weights of `part(trainer.model)` back at the base model's own arrays.
+  """A trainer's hooks (`inner`, called as before) that before and after every train step
+  point the frozen weights of `part(trainer.model)` back at the base model's own arrays.
 
-  tunix 0.1.7's train step (`nnx.jit` over the whole model) returns every array of the
-  model, the frozen ones too, as new buffers of the same values: after its first update a
-  LoRA actor would no longer share the base with the reference, and two copies would stay.
-  With this hook the new copy lives only during the update step."""
+  Every graph-mode `nnx.jit` call over the model in tunix 0.1.7 (its train step; also a pass
+  between two updates: measured, the actor and critic no longer shared the base at the
+  second step's start) hands back every array of the model, the frozen ones too, as new
+  buffers of the same values: a LoRA actor would stop sharing the base with the reference,
+  and two copies would stay. With this hook a second copy lives only from such a call to
+  the next train step's start or end, not across steps."""
 
   def __init__(self, inner: Any, base: nnx.Module, part: Callable[[nnx.Module], nnx.Module]):
     self.inner, self.part = inner, part
@@ -221,6 +223,7 @@ class SharedBase(hooks.TrainingHooks):
       self.inner.on_train_end(train_ctx)
 
   def on_train_step_start(self, train_ctx: Any) -> None:
+    self.repoint(train_ctx.model)
     if self.inner is not None:
       self.inner.on_train_step_start(train_ctx)
 
