@@ -19,7 +19,9 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   trainer's constructor), `restored_metadata` (the custom metadata tunix restored),
   `lora_enabled` (as tunix's own save call passes it), `write_pending_metrics` (tunix
   0.1.7 closes the shared metrics logger with the actor trainer, before the critic
-  trainer writes its last step).
+  trainer writes its last step), `silence_progress_bar` (tunix's trainer opens its own
+  tqdm bar whenever it runs under IPython or a terminal, with no setting to turn it off;
+  the actor's and critic's bars interleave with the run's own bar).
 - rollout: `vanilla_sampler` and `exact_token_prompts` (the vanilla engine tokenises
   prompt strings; to sample from exact token ids its sampler's `tokenize` is shadowed on
   the instance for one call, under a lock).
@@ -95,7 +97,7 @@ PINNED_INSTANCE_ATTRIBUTES = {
     "_rollout_micro_batch_size",
     "_compute_logps_micro_batch_size",
   ),
-  "PeftTrainer": ("_lora_enabled",),
+  "PeftTrainer": ("_lora_enabled", "_pbar"),
   "RLCluster": ("_buffered_train_metrics",),
   "VanillaRollout": ("_sampler",),
 }
@@ -236,6 +238,29 @@ def lora_enabled(trainer: Any) -> bool:
 def write_pending_metrics(trainer: Any) -> None:
   """Writes the trainer's buffered metrics (tunix writes them only at its next step)."""
   trainer._write_train_metrics()
+
+
+class SilentProgressBar:
+  """Stands in for tunix's `ProgressBar` on a trainer: takes its calls, shows nothing."""
+
+  def update_metrics(self, metric_names: list[str], mode: Any, ndigits: int = 3) -> None:
+    del metric_names, mode, ndigits
+
+  def update(self, n: int = 1) -> None:
+    del n
+
+  def close(self) -> None:
+    pass
+
+
+def silence_progress_bar(trainer: Any) -> None:
+  """Keeps tunix's trainer from opening its own tqdm bar (the run shows one bar of its own).
+
+  tunix 0.1.7's `PeftTrainer.train` creates `tunix.sft.progress_bar.ProgressBar` when its
+  `_pbar` is None (enabled under IPython or a terminal, no setting to disable it) and keeps
+  it across `train` calls until `close()`; a bar already in place is used instead.
+  """
+  trainer._pbar = SilentProgressBar()
 
 
 def vanilla_sampler(rollout: Any) -> Any | None:
