@@ -70,7 +70,9 @@ def test_quickstart_notebook_runs_and_shows_the_curves(tmp_path, monkeypatch):
   own = tmp_path / "own_model"
   config = json.loads((own / "config.json").read_text())
   assert config["model"]["checkpoint"] == str(checkpoint) and config["env"]["chat_template"]
-  assert config["env"]["name"] == "countdown_multiturn"
+  assert config["env"]["name"] == "countdown_multiturn" and config["model"]["lora"]["rank"] == 16
+  memory = json.loads((own / "summary.json").read_text())["memory"]
+  assert 0 < memory["actor"]["params"]["trainable"] < memory["actor"]["params"]["total"]
   rows = read_jsonl(own / "metrics.jsonl")
   mismatches = [
     r["rollout/chat_template_mismatch"] for r in rows if "rollout/chat_template_mismatch" in r
