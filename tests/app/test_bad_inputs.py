@@ -416,6 +416,38 @@ CASES: dict[str, Case] = {
     run_config("model.alphabet=abca"), match=r"'model.alphabet'.*repeated: \['a'\]"
   ),
   "run_output_dir_empty": Case(run_config("output_dir=''"), match="'output_dir'"),
+  "run_lora_rank_zero": Case(
+    run_config("model.lora={rank: 0}"), match=r"'model.lora.rank'=0 is invalid"
+  ),
+  "run_lora_rank_float": Case(
+    run_config("model.lora={rank: 1.5}"), match=r"'model.lora.rank' must be int, got 1.5"
+  ),
+  "run_lora_alpha_zero": Case(
+    run_config("model.lora={alpha: 0}"), match=r"'model.lora.alpha'=0.0 is invalid"
+  ),
+  "run_lora_alpha_inf": Case(
+    run_config("model.lora={alpha: .inf}"), match=r"'model.lora.alpha'=inf is invalid"
+  ),
+  "run_lora_unknown_key": Case(
+    run_config("model.lora={rnak: 4}"), match=r"'model.lora.rnak'.*did you mean 'rank'"
+  ),
+  "run_lora_targets_empty": Case(
+    run_config("model.lora={target_modules: ''}"), match=r"'model.lora.target_modules'='' is empty"
+  ),
+  "run_lora_targets_not_a_regex": Case(
+    run_config("model.lora={target_modules: 'q_proj('}"),
+    match=r"'model.lora.target_modules'='q_proj\(' is not a regular expression",
+  ),
+  "run_lora_targets_match_nothing": Case(
+    run_config("model.lora={target_modules: 'q_proj'}"),
+    match=r"'model.lora.target_modules'='q_proj' matches no module of the Qwen3 policy .*"
+    r"'layers/N/attn/q_proj'",
+  ),
+  "run_lora_critic_targets_match_nothing": Case(
+    run_config("model.lora={target_modules: 'layers/.*', critic: true}"),
+    match=r"'model.lora.target_modules'='layers/.\*' matches no module of the Qwen3 policy's "
+    r"critic \(lora.critic\)",
+  ),
   "run_prompt_length_below_first_observation": Case(
     run_config("train.max_prompt_length=3"), match=r"'train.max_prompt_length'=3 is below"
   ),

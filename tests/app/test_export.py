@@ -18,7 +18,7 @@ from tests.conftest import SMOKE, save_hf_tokenizer
 from tests.tunix.hf_fixtures import FAMILIES, hf_logits, write_checkpoint
 from tunix_ppo_ext.app import cli, job, run_dir
 from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.tunix import hf_export, hf_models, models
+from tunix_ppo_ext.tunix import hf_export, hf_models, lora, models
 
 pytest.importorskip("torch")
 
@@ -31,7 +31,7 @@ def _logits(model, tokens):
   return model(tokens, positions, None, models.causal_mask(*tokens.shape))[0]
 
 
-def _train(tmp_path: pathlib.Path, *overrides: str, keep_model: bool = True):
+def _train(tmp_path: pathlib.Path, *overrides: str, keep_model: bool = True, steps: int = 2):
   """Trains 2 steps of the smoke config (its `model` section dropped when `overrides` name a
   checkpoint) as `train` does, checkpointing step 2; returns `(run_dir, trained policy)`."""
   data = yaml.safe_load(SMOKE.read_text())
@@ -40,14 +40,15 @@ def _train(tmp_path: pathlib.Path, *overrides: str, keep_model: bool = True):
   file = tmp_path / "run.yaml"
   file.write_text(yaml.safe_dump(data))
   out = tmp_path / "run"
-  fast = ["train.steps=2", "train.batch_size=4", "train.eval_batches=0", "train.checkpoint_every=2"]
+  fast = [f"train.steps={steps}", "train.batch_size=4", "train.eval_batches=0"]
+  fast.append("train.checkpoint_every=2")
   run = load_run_config(str(file), [f"output_dir={out}", *fast, *overrides])
   out.mkdir()
   run_dir.check_rerun(out, dataclasses.asdict(run), None)  # the run's config.json
   learner, batches, eval_batches, _ = job.build_run(run, out)
   learner.train(batches, eval_ds=eval_batches)
   learner.rl_cluster.close()
-  return out, learner.rl_cluster.actor_trainer.model
+  return out, learner.rl_cluster
 
 
 def _export(run: pathlib.Path, out: pathlib.Path) -> None:
@@ -59,7 +60,8 @@ def test_an_exported_checkpoint_loads_in_transformers_with_the_trained_logits(tm
   family = "qwen3"
   source = write_checkpoint(tmp_path / "ckpt", family, seed=5)
   save_hf_tokenizer(source, "abcehikstw!?. ")
-  run, policy = _train(tmp_path, f"model.checkpoint={source}", keep_model=False)
+  run, cluster = _train(tmp_path, f"model.checkpoint={source}", keep_model=False)
+  policy = cluster.actor_trainer.model
   _export(run, tmp_path / "hf")
   np.testing.assert_allclose(
     hf_logits(tmp_path / "hf", TOKENS), np.asarray(_logits(policy, jnp.asarray(TOKENS))), atol=1e-4
@@ -80,6 +82,57 @@ def test_an_exported_checkpoint_loads_in_transformers_with_the_trained_logits(tm
   )
 
 
+def _saved_names(role_dir: pathlib.Path, step: int) -> set[str]:
+  """The parameter names in an orbax checkpoint tunix's trainer wrote (its tree metadata)."""
+  metadata = json.loads((role_dir / str(step) / "model_params" / "_METADATA").read_text())
+  return {"/".join(eval(key)[:-1]) for key in metadata["tree_metadata"]}  # noqa: S307 (tuples)
+
+
+def test_a_lora_run_trains_and_saves_only_adapters_resumes_and_exports_merged(tmp_path):
+  """One LoRA run (actor and critic adapters) on the tiny Qwen3 checkpoint: the base weights
+  stay the checkpoint's and stay shared with the reference, the adapters move, checkpoints
+  hold only what is trained, a rebuild restores the adapters, and the export merges them."""
+  source = write_checkpoint(tmp_path / "ckpt", "qwen3", seed=5)
+  save_hf_tokenizer(source, "abcehikstw!?. ")
+  spec = "model.lora={rank: 4, alpha: 8.0, critic: true}"
+  run, cluster = _train(tmp_path, f"model.checkpoint={source}", spec, keep_model=False)
+  actor, base = cluster.actor_trainer.model, hf_models.load_checkpoint(source)
+  reference = cluster.inference_worker.get_model("reference")
+  frozen = dict(nnx.to_flat_state(nnx.state(actor, lora.FROZEN)))
+  for path, value in nnx.to_flat_state(nnx.state(base, nnx.Param)):
+    np.testing.assert_array_equal(frozen[path][...], value[...], err_msg=str(path))
+  adapters = dict(nnx.to_flat_state(nnx.state(actor, nnx.LoRAParam)))
+  assert all(np.abs(v[...]).max() > 0 for p, v in adapters.items() if p[-1].endswith("lora_b"))
+  assert lora.shares_base(actor, reference)  # after the updates too (`lora.SharedBase`)
+  assert lora.shares_base(cluster.critic_trainer.model.backbone, reference)
+
+  report = lora.memory_report(cluster)
+  adapter_count = report["actor"]["params"]["trainable"]
+  assert adapter_count == sum(v[...].size for v in adapters.values())
+  assert adapter_count < report["actor"]["params"]["total"] / 4
+  assert report["actor"]["optimizer_state_bytes"] < 3 * 4 * adapter_count  # Adam: 2 per param
+  trained_bytes = 4 * (adapter_count + report["critic"]["params"]["trainable"])
+  assert report["model_bytes"] == lora.array_bytes(nnx.state(base, nnx.Param)) + trained_bytes
+
+  checkpoints = run / "checkpoints"
+  assert all(n.endswith(("_lora_a", "_lora_b")) for n in _saved_names(checkpoints / "actor", 2))
+  assert len(_saved_names(checkpoints / "actor", 2)) == len(adapters)
+  critic_saved = _saved_names(checkpoints / "critic", 2)
+  assert {n for n in critic_saved if "lora" not in n} == {"value_head/kernel", "value_head/bias"}
+
+  rerun = load_run_config(str(run / "config.json"), [f"output_dir={run}", "train.steps=3"])
+  resumed = job.build_run(rerun, run)[0].rl_cluster
+  assert resumed.actor_trainer.train_steps == 2
+  for path, value in nnx.to_flat_state(nnx.state(resumed.actor_trainer.model, nnx.LoRAParam)):
+    np.testing.assert_array_equal(value[...], adapters[path][...], err_msg=str(path))
+  resumed.close()
+
+  _export(run, tmp_path / "hf")
+  trained = np.asarray(_logits(actor, jnp.asarray(TOKENS)))
+  np.testing.assert_allclose(hf_logits(tmp_path / "hf", TOKENS), trained, atol=1e-4)
+  assert np.abs(trained - np.asarray(_logits(base, jnp.asarray(TOKENS)))).max() > 1e-3
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_family_s_tunix_model_exports_to_transformers_unchanged(family, tmp_path):
   """tunix's loader, then the export: the same tensors and `transformers` logits as the
@@ -97,7 +150,8 @@ def test_each_family_s_tunix_model_exports_to_transformers_unchanged(family, tmp
 
 
 def test_the_built_in_toy_model_exports_as_a_qwen3(tmp_path):
-  run, policy = _train(tmp_path)
+  run, cluster = _train(tmp_path)
+  policy = cluster.actor_trainer.model
   _export(run, tmp_path / "hf")
   config = json.loads((tmp_path / "hf" / "config.json").read_text())
   assert config["model_type"] == "qwen3" and config["rope_theta"] == 1e6  # what tunix computes

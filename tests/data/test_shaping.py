@@ -59,7 +59,7 @@ def test_normalized_score_sits_on_the_last_agent_token(grouping, method):
   b = batch()
   shaped = normalize_batch_scores(b, grouping, method)
   scores = b.token_rewards.sum(-1)
-  expected = ref_normalize(scores, segment_ids(b, grouping), method, 0.0)
+  expected = ref_normalize(scores, segment_ids(b, grouping), method)
   expected[3] = scores[3]  # no agent token: nowhere to put a change
   np.testing.assert_allclose(shaped.token_rewards.sum(-1), expected, rtol=1e-5, atol=1e-5)
   last = np.array([3, 4, 2, 0, 0, 4])

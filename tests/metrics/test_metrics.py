@@ -315,8 +315,11 @@ def test_jsonl_holds_the_taxonomy_at_every_step(smoke_run):
   out, run = smoke_run
   _check_taxonomy(_series_of_rows(read_jsonl(out / "metrics.jsonl")), run.train.steps, "jsonl")
   summary = json.loads((out / "summary.json").read_text())
-  assert set(summary) == {"first_return", "final_return", "max_return", "steps", "wall_s"}
+  assert set(summary) == {"first_return", "final_return", "max_return", "steps", "wall_s", "memory"}
   assert summary["steps"] == run.train.steps
+  memory = summary["memory"]  # full fine-tuning: all trained, the reference a separate copy
+  assert memory["actor"]["params"]["trainable"] == memory["actor"]["params"]["total"]
+  assert memory["model_bytes"] == memory["model_bytes_if_separate"]
   assert 0 <= summary["final_return"] <= summary["max_return"]
   assert list((out / "checkpoints" / "actor").iterdir())
 

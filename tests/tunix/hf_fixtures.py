@@ -52,8 +52,11 @@ def hf_config(family: str, **overrides: Any):
   return cls(**settings)
 
 
-def write_checkpoint(directory: pathlib.Path, family: str, seed: int = 0, **overrides: Any):
-  """Saves a randomly initialised tiny `family` causal LM (float32) in `directory`."""
+def write_checkpoint(
+  directory: pathlib.Path, family: str, seed: int = 0, bfloat16: bool = False, **overrides: Any
+):
+  """Saves a randomly initialised tiny `family` causal LM (float32, or bfloat16 as real
+  instruct checkpoints are) in `directory`."""
   import torch
   import transformers
 
@@ -63,6 +66,8 @@ def write_checkpoint(directory: pathlib.Path, family: str, seed: int = 0, **over
     for name, param in model.named_parameters():
       if "norm" in name:
         param.add_(0.1 * torch.randn_like(param))
+  if bfloat16:
+    model = model.to(torch.bfloat16)
   model.save_pretrained(directory)
   return directory
 

@@ -86,13 +86,15 @@ STYLES = {
 }
 
 
-def save_chat_tokenizer(directory: pathlib.Path, style: Style, eos: str | None = None):
+def save_chat_tokenizer(
+  directory: pathlib.Path, style: Style, eos: str | None = None, alphabet: str = ALPHABET
+):
   """A character-level `transformers` tokenizer with `style`'s special tokens and template."""
   from tokenizers import Tokenizer, decoders, pre_tokenizers
   from tokenizers import models as tok_models
   from transformers import PreTrainedTokenizerFast
 
-  names = ["<pad>", *style.specials, *ALPHABET]
+  names = ["<pad>", *style.specials, *alphabet]
   tokenizer = Tokenizer(tok_models.WordLevel({n: i for i, n in enumerate(names)}, "<pad>"))
   tokenizer.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
   tokenizer.decoder = decoders.Fuse()

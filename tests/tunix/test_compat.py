@@ -120,3 +120,17 @@ def test_qwen2_rope_tables_are_the_rotary_sinusoids():
   angle = positions[..., None] / (1e6 ** (np.arange(4) * 2 / 8))
   np.testing.assert_allclose(np.asarray(sin).reshape(angle.shape), np.sin(angle), atol=1e-5)
   np.testing.assert_allclose(np.asarray(cos).reshape(angle.shape), np.cos(angle), atol=1e-5)
+
+
+def test_tunix_opens_its_progress_bar_only_where_none_is_in_place():
+  """`silence_progress_bar` relies on `PeftTrainer.train` keeping a bar already in place and
+  calling nothing on it but what the stand-in has."""
+  source = inspect.getsource(peft_trainer.PeftTrainer)
+  guard = r"if self\.config\.max_steps is not None and self\._pbar is None:\n\s+self\._pbar = "
+  assert re.search(guard, source) and source.count("progress_bar.ProgressBar(") == 1
+  called = set(re.findall(r"self\._pbar\.(\w+)\(", source))
+  assert called == {"update_metrics", "update", "close"}
+  assert all(callable(getattr(compat.SilentProgressBar, name)) for name in called)
+  trainer = peft_trainer.PeftTrainer.__new__(peft_trainer.PeftTrainer)
+  compat.silence_progress_bar(trainer)
+  trainer._pbar.update_metrics(["loss"], "train", ndigits=3)  # as tunix calls it

@@ -123,7 +123,9 @@ def _param(model, path):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_ppo_steps_train_each_family_through_the_job(family, tmp_path):
   layers = {"num_hidden_layers": 2}  # Gemma's global layer is checked by the logits test
-  directory = write_checkpoint(tmp_path / "ckpt", family, seed=3, **layers)
+  # qwen2 in bfloat16, as real instruct checkpoints are (GAE's guarded optimizers included)
+  bf16 = family == "qwen2"
+  directory = write_checkpoint(tmp_path / "ckpt", family, seed=3, bfloat16=bf16, **layers)
   if family == "qwen2":  # a tokenizer in the checkpoint directory is used by default
     save_hf_tokenizer(directory, "abcehikstw!?. ")
   run, out = _run_config(tmp_path, directory)
@@ -134,6 +136,7 @@ def test_ppo_steps_train_each_family_through_the_job(family, tmp_path):
   assert type(actor) is hf_models.family_of(hf_models.read_hf_config(directory)).model_class
   embedding = "embedder.input_embedding"
   before = _param(actor, embedding)
+  assert before.dtype == (jnp.bfloat16 if bf16 else np.float32)
   np.testing.assert_array_equal(before, _param(critic, "backbone." + embedding))
   learner.train(batches, eval_ds=eval_batches)
   assert cluster.actor_trainer.train_steps == 2

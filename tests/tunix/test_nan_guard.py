@@ -146,6 +146,26 @@ def test_guarded_adam_skips_non_finite_gradients_and_keeps_the_learning_rate():
   assert skip_counts(state).consecutive == 0 and skip_counts(state).total == 2
 
 
+def test_guarded_adam_trains_bfloat16_leaves_like_plain_adam():
+  """A bfloat16 checkpoint (float32 value head beside it) trains: the guarded update equals
+  optax's Adam in the gradient's dtype, and a NaN gradient is still skipped."""
+  params = {"w": jnp.linspace(-1, 1, 5).astype(jnp.bfloat16), "head": jnp.ones(2)}
+  grads = {"w": jnp.array([0.5, -1, 2, 0, 3], jnp.bfloat16), "head": jnp.array([1.0, -2])}
+  optimizer, plain = jax.jit(guarded_adam(0.01).update), optax.adam(0.01)
+  updates, state = optimizer(grads, guarded_adam(0.01).init(params), params)
+  want, _ = plain.update(grads, plain.init(params), params)
+  for key in params:
+    assert updates[key].dtype == grads[key].dtype, key
+    np.testing.assert_allclose(
+      np.asarray(updates[key], np.float32),
+      np.asarray(want[key].astype(grads[key].dtype), np.float32),
+      rtol=1e-2,
+    )
+  nan = {"w": grads["w"].at[1].set(jnp.nan), "head": grads["head"]}
+  skipped, state = optimizer(nan, state, params)
+  assert not np.any(np.asarray(skipped["w"], np.float32)) and skip_counts(state).total == 1
+
+
 def test_skips_are_counted_and_the_run_stops_with_a_checkpoint_of_the_last_good_state(tmp_path):
   pattern = ".x.xxx.."  # clean, skip, clean, then three skips in a row: stop after step 6
   cluster, config = setup(tmp_path, steps=len(pattern), max_nonfinite_steps=3)

@@ -6,8 +6,9 @@ and written to `OUT_DIR` as `config.json` + `model.safetensors`, loadable by
 `transformers.AutoModelForCausalLM.from_pretrained(OUT_DIR)`. The tokenizer files are
 copied when the run used a Hugging Face tokenizer (`model.tokenizer` or the checkpoint's own);
 the built-in character tokenizer has none. A run from a checkpoint keeps its family and
-`config.json`; a built-in toy or named-size model is written as a Qwen3. LoRA merging is out
-of scope: the package trains no LoRA adapters yet.
+`config.json`; a built-in toy or named-size model is written as a Qwen3. A LoRA run's
+checkpoint holds only the adapters: they are restored onto the base weights and merged into
+them (`W + alpha/rank * A B`, `tunix.lora.merged`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,13 @@ from __future__ import annotations
 import pathlib
 
 from tunix_ppo_ext.app import job, resume
-from tunix_ppo_ext.app.run_config import RunConfig, load_run_config, tokenizer_directory
-from tunix_ppo_ext.tunix import hf_export, hf_models
+from tunix_ppo_ext.app.run_config import (
+  RunConfig,
+  load_run_config,
+  lora_section,
+  tokenizer_directory,
+)
+from tunix_ppo_ext.tunix import hf_export, hf_models, lora
 
 RUN_CONFIG = "config.json"
 
@@ -48,11 +54,14 @@ def latest_actor_step(run_dir: pathlib.Path) -> int:
 def trained_policy(run_dir: pathlib.Path) -> tuple[RunConfig, object, int]:
   """`(run, policy, step)`: the run's config, its policy with the latest actor checkpoint's
   parameters, and that step. The policy is built as `train` builds it (with its critic and
-  reference copies, then dropped)."""
+  reference, then dropped); a LoRA policy comes back with its adapters merged."""
   step = latest_actor_step(run_dir)
   run = load_run_config(str(run_dir / RUN_CONFIG), [f"output_dir={run_dir}"])
   policy = job._models(run, job._tokenizer(run))[0]  # noqa: SLF001 (the job's own builder)
   hf_export.restore_params(policy, run_dir / "checkpoints" / "actor", step)
+  section = lora_section(run.model)
+  if section is not None:
+    policy = lora.merged(policy, section.spec())
   return run, policy, step
 
 

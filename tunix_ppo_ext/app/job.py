@@ -26,6 +26,7 @@ from tunix_ppo_ext.app.dapo import dapo_source
 from tunix_ppo_ext.app.run_config import (
   RunConfig,
   episode_budget,
+  lora_section,
   run_env_entries,
   tokenizer_directory,
 )
@@ -35,7 +36,7 @@ from tunix_ppo_ext.metrics import samples as sample_log
 from tunix_ppo_ext.metrics import sinks as metrics
 from tunix_ppo_ext.metrics.sinks import read_jsonl
 from tunix_ppo_ext.plugins import registry as plugin_registry
-from tunix_ppo_ext.tunix import checkpoints, hf_models, models
+from tunix_ppo_ext.tunix import checkpoints, hf_models, lora, models
 from tunix_ppo_ext.tunix.chat import ChatFormat
 from tunix_ppo_ext.tunix.cluster import build_cluster
 from tunix_ppo_ext.tunix.learner import PpoExtLearner
@@ -126,6 +127,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   source = dapo_source(source, run.dapo, episode_budget(run))
   source = recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
+  lora.keep_base_shared(cluster)  # LoRA: one copy of the base weights between steps
   prompts_per_batch = train.batch_size // ppo.num_generations
   env_ids = recipe.entry_env_ids(run.envs)
   train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed, env_ids=env_ids)
@@ -231,12 +233,24 @@ def _models(run: RunConfig, tokenizer, mesh=None):
   family, else a toy or named-size Qwen3), its critic on the same backbone, a copy.
 
   A checkpoint is loaded straight onto `mesh` (the actor's), sharded, so a real model
-  never sits whole on one chip; the reference copy keeps that sharding.
+  never sits whole on one chip; the reference copy keeps that sharding. With `model.lora`
+  the actor is the policy with adapters and the reference the policy itself (one copy of
+  the base weights, `models.lora_models`).
   """
+  policy = _base_policy(run, tokenizer, mesh)
+  section = lora_section(run.model)
+  if section is not None:
+    return models.lora_models(policy, section.spec(), run.seed, critic_lora=section.critic)
+  return models.with_critic_and_reference(policy, run.seed)
+
+
+def _base_policy(run: RunConfig, tokenizer, mesh=None):
+  """The policy's base model: the checkpoint's (its own family), else a toy or named-size
+  Qwen3, loaded from the checkpoint's safetensors or randomly initialised (`run.seed`)."""
   if run.model.checkpoint is not None and hf_models.read_hf_config(run.model.checkpoint):
     policy = hf_models.load_checkpoint(run.model.checkpoint, mesh)  # family from config.json
     hf_models.check_vocabulary(hf_models.vocab_size(policy), len(tokenizer))
-    return models.with_critic_and_reference(policy, run.seed)
+    return policy
   if run.model.config_name is not None:
     config = models.named_qwen3_config(run.model.config_name)
   else:
@@ -250,10 +264,8 @@ def _models(run: RunConfig, tokenizer, mesh=None):
       num_kv_heads=run.model.num_kv_heads,
     )
   if run.model.checkpoint is not None:
-    policy = checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config, mesh)
-  else:
-    policy = models.make_policy(config, run.seed)
-  return models.with_critic_and_reference(policy, run.seed)
+    return checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config, mesh)
+  return models.make_policy(config, run.seed)
 
 
 def checkpoint_roles(run: RunConfig) -> tuple[str, ...]:
@@ -356,6 +368,7 @@ def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any
   metrics.compact_jsonl(out / "metrics.jsonl")  # one line per step, also after a resume
   return_key = run.metrics.keys().final(RETURN_KEY)  # never dropped: the config check says so
   summary = summarize(out / "metrics.jsonl", max_return, time.perf_counter() - start, return_key)
+  summary["memory"] = lora.memory_report(learner.rl_cluster)
   metrics.write_atomically(out / "summary.json", json.dumps(summary, indent=2))
   print(json.dumps(summary))
   return summary

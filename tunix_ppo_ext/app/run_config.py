@@ -26,7 +26,7 @@ from tunix_ppo_ext.app.dapo import DapoSection, agent_token_budget, validate_dap
 from tunix_ppo_ext.checks import check_integer, check_number, did_you_mean
 from tunix_ppo_ext.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.tunix import hf_models, models
+from tunix_ppo_ext.tunix import hf_models, lora, models
 from tunix_ppo_ext.tunix.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext.tunix.ppo_config import PpoExtConfig
 
@@ -42,7 +42,8 @@ class ModelSection:
   given as well must agree) and its tokenizer, if saved there, is the default; without one
   it is a Qwen3 of `ModelConfig.<config_name>()` (e.g. `qwen3_0p6b`) or of the toy sizes
   below. The critic starts from the policy's backbone either way. `tokenizer`: a Hugging
-  Face tokenizer directory, used instead of the built-in character tokenizer.
+  Face tokenizer directory, used instead of the built-in character tokenizer. `lora`: train
+  LoRA adapters instead of the weights (`LoraSection`; None: full fine-tuning).
   """
 
   alphabet: str | None = "abcehikstw!?. "
@@ -55,6 +56,34 @@ class ModelSection:
   num_heads: int = 2
   head_dim: int = 32
   num_kv_heads: int = 1
+  lora: dict[str, Any] | None = None  # a LoraSection's keys
+
+
+@dataclasses.dataclass
+class LoraSection:
+  """`model.lora`: qwix LoRA adapters of rank `rank` on the policy's modules whose path
+  (`layers/0/attn/q_proj`, `/`-joined) fully matches the regex `target_modules`, scaled by
+  `alpha / rank` (`tunix_ppo_ext.tunix.lora`). The frozen base weights serve as the reference
+  model too (no copy). `critic: true` adapts the critic's backbone the same way (its paths
+  start with `backbone/`) and shares the base weights too, training only its adapters and
+  value head; false: the critic is a full copy of the backbone, trained whole.
+  """
+
+  rank: int = 8
+  alpha: float = 16.0
+  target_modules: str = lora.DEFAULT_TARGET_MODULES
+  critic: bool = False
+
+  def spec(self) -> lora.LoraSpec:
+    """The adapters' `LoraSpec`."""
+    return lora.LoraSpec(self.rank, self.alpha, self.target_modules)
+
+
+def lora_section(model: ModelSection) -> LoraSection | None:
+  """The validated `model.lora` section (None: no LoRA)."""
+  if model.lora is None:
+    return None
+  return _build(LoraSection, model.lora, prefix=f"{lora.KEY}.")
 
 
 @dataclasses.dataclass
@@ -347,6 +376,39 @@ def _validate_model(model: ModelSection) -> None:
     if model.config_name not in names:
       hint = did_you_mean(model.config_name, names, n=3)
       raise ValueError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
+  _validate_lora(model)
+
+
+def _validate_lora(model: ModelSection) -> None:
+  """`model.lora`: rank an integer >= 1, alpha a finite number > 0, and a `target_modules`
+  regex that matches a projection of the policy (and of the critic's backbone with `critic`),
+  checked on the policy's structure without weights."""
+  section = lora_section(model)
+  if section is None:
+    return
+  check_integer(f"config key '{lora.KEY}.rank'", section.rank, low=1)
+  check_number(f"config key '{lora.KEY}.alpha'", section.alpha, low=0.0, low_open=True)
+  policy = _abstract_policy(model)
+  paths = lora.projection_paths(policy)
+  what = f"the {type(policy).__name__} policy"
+  lora.check_targets(section.target_modules, paths, what)
+  if section.critic:
+    critic_paths = [f"backbone/{p}" for p in paths if not p.startswith("lm_head")]
+    lora.check_targets(section.target_modules, critic_paths, f"{what}'s critic (lora.critic)")
+
+
+def _abstract_policy(model: ModelSection) -> Any:
+  """The policy's modules and shapes without weights (`nnx.eval_shape`): the checkpoint's
+  family and sizes from its `config.json`, else a Qwen3 of `config_name` or the toy sizes."""
+  hf = hf_models.read_hf_config(model.checkpoint) if model.checkpoint is not None else None
+  if hf is not None:
+    return models.abstract_model(hf_models.tunix_config(hf), hf_models.family_of(hf).model_class)
+  if model.config_name is not None:
+    config = models.named_qwen3_config(model.config_name)
+  else:
+    sizes = {k: getattr(model, k) for k in hf_models.SIZE_KEYS}
+    config = models.tiny_qwen3_config(2, **sizes)  # the vocabulary leaves the paths alone
+  return models.abstract_model(config)
 
 
 def _validate_checkpoint_config(model: ModelSection) -> None:

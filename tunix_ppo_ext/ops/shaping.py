@@ -1,6 +1,7 @@
 """Reward shaping before any advantage estimator (GAE included): episode scores normalized
 within segments (a group, the batch, or all episodes of one start state), as RAGEN / GRL
-do for multi-turn agents, plus a per-episode penalty (e.g. for a malformed action).
+do for multi-turn agents (a malformed turn's format penalty is added per turn afterwards,
+`data.shaping`).
 
 For a segment S with population mean mu_S and standard deviation sigma_S of its scores:
 
@@ -9,7 +10,7 @@ For a segment S with population mean mu_S and standard deviation sigma_S of its 
   mean_std:   (x - mu_S) / (sigma_S + eps)   if sigma_S > eps, else 0
   asym_clip:  clip(mean_std(x), -1, 3)
 
-then `+ penalty`. A segment of one has sigma 0 (mean_std, asym_clip: 0; mean: 0).
+A segment of one has sigma 0 (mean_std, asym_clip: 0; mean: 0).
 Computed on `x / s` (`s` the largest finite |x| of the segment) and rescaled, so scores
 of 1e20 neither overflow the variance nor lose the result. Segment sums use
 `jax.ops.segment_sum`: no Python loop over groups.
@@ -46,28 +47,26 @@ def normalize_scores(
   num_segments: int,
   method: str = "identity",
   eps: float = 1e-6,
-  penalty: jax.Array | None = None,
 ) -> jax.Array:
   """Episode scores `[B]` normalized within their segments by `method` (module
-  docstring), plus `penalty` (`[B]`, default 0). Returns float32 `[B]`."""
+  docstring). Returns float32 `[B]`."""
   if method not in SCORE_NORMALIZATIONS:
     raise ValueError(f"normalization method {method!r} unknown (valid: {SCORE_NORMALIZATIONS})")
   x = scores.astype(jnp.float32)
-  extra = jnp.zeros_like(x) if penalty is None else penalty.astype(jnp.float32)
   if method == "identity":
-    return x + extra
+    return x
   finite_abs = jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0)
   scale = jax.ops.segment_max(finite_abs, segment_ids, num_segments)[segment_ids]
   scale = jnp.where(scale > 0, scale, 1.0)  # per segment: one group's 1e20 spares the others
   mean, std = segment_mean_std(x / scale, segment_ids, num_segments)
   centered = x / scale - mean
   if method == "mean":
-    return centered * scale + extra
+    return centered * scale
   spread = std * scale
   z = jnp.where(spread > eps, centered / (std + eps / scale), 0.0)
   if method == "asym_clip":
     z = jnp.clip(z, *ASYM_CLIP)
-  return z + extra
+  return z
 
 
 def top_spread_groups(

@@ -21,7 +21,7 @@ from tunix.sft import metrics_logger
 
 from tunix_ppo_ext.metrics.keys import MetricKeys
 from tunix_ppo_ext.metrics.sinks import KeyedBackend
-from tunix_ppo_ext.tunix import models
+from tunix_ppo_ext.tunix import compat, models
 from tunix_ppo_ext.tunix.guards import guarded_adam
 
 Role = rl_cluster_lib.Role
@@ -277,7 +277,8 @@ def build_cluster(
   `optimizers`: `(actor, critic)` optax transformations (default: guarded Adam at `lr` /
   `critic_lr`). `sampling`: `top_p` / `top_k` of training rollouts; `eval_sampling`:
   `temperature` / `top_p` / `top_k` of evaluation rollouts (tunix's per-mode rollout
-  configs), each defaulting to training's.
+  configs), each defaulting to training's. tunix's trainers open no tqdm bars of their own
+  (the actor's and critic's would interleave with the run's: `metrics.sinks.ProgressBackend`).
   """
   mesh = mesh or make_mesh()
   meshes = {role: mesh for role in (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.ROLLOUT)}
@@ -319,10 +320,14 @@ def build_cluster(
       return_logprobs=return_logprobs,
     ),
   )
-  return rl_cluster_lib.RLCluster(
+  cluster = rl_cluster_lib.RLCluster(
     actor=policy,
     critic=critic,
     reference=reference,
     tokenizer=tokenizer,
     cluster_config=cluster_config,
   )
+  for trainer in (cluster.actor_trainer, getattr(cluster, "critic_trainer", None)):
+    if trainer is not None:  # no critic trainer without a critic
+      compat.silence_progress_bar(trainer)
+  return cluster

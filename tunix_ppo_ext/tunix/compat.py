@@ -19,15 +19,17 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   trainer's constructor), `restored_metadata` (the custom metadata tunix restored),
   `lora_enabled` (as tunix's own save call passes it), `write_pending_metrics` (tunix
   0.1.7 closes the shared metrics logger with the actor trainer, before the critic
-  trainer writes its last step).
+  trainer writes its last step), `silence_progress_bar` (tunix's trainer opens its own
+  tqdm bar whenever it runs under IPython or a terminal, with no setting to turn it off;
+  the actor's and critic's bars interleave with the run's own bar).
 - rollout: `vanilla_sampler` (the vanilla engine's `Sampler`, whose model, weights and
   cache size the multi-turn rollout's `ContinuingSampler` shares).
 - sampler: `sampler_step_functions` (tunix's `Sampler` jits its prefill and decode loop
   only inside `__call__`; `tunix-ppo-ext plan` compiles the unjitted `_prefill_fn` and
   `_decode_fn` ahead of time on abstract inputs to read their memory, and
-  `ContinuingSampler` jits them itself to run them on a state it keeps between turns),
-  `sample_next_token` (`_sample`: the token after a prefill, which `ContinuingSampler`
-  does itself for the tokens a turn adds).
+  `ContinuingSampler` jits the prefill itself to run it on a state it keeps between
+  turns), `sample_next_token` (`_sample`: the next token from logits, which
+  `ContinuingSampler`'s own prefill of a turn's new tokens and decode step call).
 - models: `qwen3_activation_sharding` (tunix's `qwen3.shard()` skips its activation
   sharding constraints whenever `jax.devices()[0]` is a CPU, always the case when `plan`
   compiles for a TPU topology from a host without one: the module function is replaced
@@ -99,7 +101,7 @@ PINNED_INSTANCE_ATTRIBUTES = {
     "_rollout_micro_batch_size",
     "_compute_logps_micro_batch_size",
   ),
-  "PeftTrainer": ("_lora_enabled",),
+  "PeftTrainer": ("_lora_enabled", "_pbar"),
   "RLCluster": ("_buffered_train_metrics",),
   "VanillaRollout": ("_sampler",),
 }
@@ -240,6 +242,29 @@ def lora_enabled(trainer: Any) -> bool:
 def write_pending_metrics(trainer: Any) -> None:
   """Writes the trainer's buffered metrics (tunix writes them only at its next step)."""
   trainer._write_train_metrics()
+
+
+class SilentProgressBar:
+  """Stands in for tunix's `ProgressBar` on a trainer: takes its calls, shows nothing."""
+
+  def update_metrics(self, metric_names: list[str], mode: Any, ndigits: int = 3) -> None:
+    del metric_names, mode, ndigits
+
+  def update(self, n: int = 1) -> None:
+    del n
+
+  def close(self) -> None:
+    pass
+
+
+def silence_progress_bar(trainer: Any) -> None:
+  """Keeps tunix's trainer from opening its own tqdm bar (the run shows one bar of its own).
+
+  tunix 0.1.7's `PeftTrainer.train` creates `tunix.sft.progress_bar.ProgressBar` when its
+  `_pbar` is None (enabled under IPython or a terminal, no setting to disable it) and keeps
+  it across `train` calls until `close()`; a bar already in place is used instead.
+  """
+  trainer._pbar = SilentProgressBar()
 
 
 def vanilla_sampler(rollout: Any) -> Any | None:

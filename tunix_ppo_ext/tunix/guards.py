@@ -67,6 +67,21 @@ def skip_nonfinite_results(inner: optax.GradientTransformation) -> optax.Gradien
   return optax.GradientTransformation(inner.init, update)
 
 
+def in_gradient_dtype(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+  """`inner` whose updates come out in each gradient leaf's dtype.
+
+  Adam's update of a bfloat16 leaf comes out float32 (the injected learning rate is a
+  float32 array) while `apply_if_finite` skips with zeros in the gradient's dtype; its
+  `lax.cond` needs both the same, so bfloat16 checkpoints could not train without this.
+  """
+
+  def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+    new_updates, new_state = inner.update(updates, state, params)
+    return jax.tree.map(lambda u, g: u.astype(g.dtype), new_updates, updates), new_state
+
+  return optax.GradientTransformation(inner.init, update)
+
+
 def guarded(
   make: Callable[[Any], optax.GradientTransformation], learning_rate: float | optax.Schedule
 ) -> optax.GradientTransformation:
@@ -80,7 +95,7 @@ def guarded(
 
   def if_finite(learning_rate: Any) -> optax.GradientTransformation:
     guarded_inner = optax.apply_if_finite(
-      make(learning_rate), max_consecutive_errors=_NEVER_GIVE_UP
+      in_gradient_dtype(make(learning_rate)), max_consecutive_errors=_NEVER_GIVE_UP
     )
     return skip_nonfinite_results(guarded_inner)
 

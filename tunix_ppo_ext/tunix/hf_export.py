@@ -4,8 +4,8 @@
 `transformers` does and lays it out as `transformers` stores it (`[out, in]` matrices, flat
 heads); `hf_config(model, source)` is the checkpoint's `config.json` (the run's own file when
 the model came from one, else a Qwen3 config for a built-in toy / named-size Qwen3);
-`save_hf_checkpoint` writes both. A model whose LoRA adapters would need merging is out of
-scope (the package has no LoRA yet).
+`save_hf_checkpoint` writes both. A LoRA model is merged first (`lora.merged`); its
+checkpoints hold only the adapters, which `restore_params` restores onto the base weights.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from flax import nnx
 from safetensors.numpy import save_file
 from tunix.models.qwen3 import model as qwen3
 from tunix.sft import checkpoint_manager
+from tunix.sft import utils as sft_utils
 
 from tunix_ppo_ext.tunix import hf_models
 
@@ -177,9 +178,12 @@ def save_hf_checkpoint(
 def restore_params(model: nnx.Module, role_dir: str | pathlib.Path, step: int) -> nnx.Module:
   """`model` with the parameters of the orbax checkpoint `role_dir/<step>` that tunix's
   trainer wrote (e.g. a run's `checkpoints/actor`), restored in place by tunix's own
-  checkpoint manager; RuntimeError when that step cannot be restored."""
+  checkpoint manager (only the `LoRAParam`s of a model with adapters: all such a trainer
+  saves); RuntimeError when that step cannot be restored."""
   manager = checkpoint_manager.CheckpointManager(str(pathlib.Path(role_dir).resolve()))
-  restored, _ = manager.maybe_restore(model, step=step)
+  restored, _ = manager.maybe_restore(
+    model, step=step, restore_only_lora_params=sft_utils.is_lora_enabled(model)
+  )
   if restored != step:
     raise RuntimeError(f"checkpoint step {step} in {str(role_dir)!r} was not restored")
   return model

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +18,7 @@ from tunix.models.llama3 import model as llama3
 from tunix.models.qwen2 import model as qwen2
 from tunix.models.qwen3 import model as qwen3
 
-from tunix_ppo_ext.tunix import compat
+from tunix_ppo_ext.tunix import compat, lora
 
 
 def tiny_qwen3_config(
@@ -64,6 +65,11 @@ def make_policy(config: qwen3.ModelConfig, seed: int = 0) -> qwen3.Qwen3:
   return qwen3.Qwen3(config, rngs=nnx.Rngs(seed))
 
 
+def abstract_model(config: Any, model_class: type = qwen3.Qwen3) -> nnx.Module:
+  """`model_class(config)` with shapes and no weights (`nnx.eval_shape`): its module tree."""
+  return nnx.eval_shape(lambda: model_class(config, rngs=nnx.Rngs(0)))
+
+
 def causal_mask(batch: int, length: int) -> jax.Array:
   """`[B, L, L]` boolean lower-triangular attention mask (no padding)."""
   return jnp.broadcast_to(jnp.tril(jnp.ones((length, length), jnp.bool_)), (batch, length, length))
@@ -77,7 +83,7 @@ class ValueModel(nnx.Module):
   shape `tunix.rl.common.compute_score` expects. The backbone carries no `lm_head`.
   """
 
-  def __init__(self, backbone: nnx.Module, *, rngs: nnx.Rngs):
+  def __init__(self, backbone: nnx.Module, *, rngs: nnx.Rngs, trainable_head: bool = False):
     if hasattr(backbone, "lm_head"):
       raise ValueError("ValueModel's backbone must have no lm_head (see critic_from_policy)")
     self.config = backbone.config
@@ -95,6 +101,9 @@ class ValueModel(nnx.Module):
       bias_metadata={"sharding": (None,)},
       rngs=rngs,
     )
+    if trainable_head:  # next to frozen LoRA-adapted weights: trained as the adapters are
+      self.value_head.kernel = lora.trainable(self.value_head.kernel)
+      self.value_head.bias = lora.trainable(self.value_head.bias)
 
   def hidden_states(
     self,
@@ -164,19 +173,23 @@ def make_critic(config: qwen3.ModelConfig, seed: int = 0) -> ValueModel:
   return ValueModel(backbone, rngs=rngs)
 
 
-def critic_from_policy(policy: nnx.Module, seed: int = 0) -> ValueModel:
+def critic_from_policy(
+  policy: nnx.Module, seed: int = 0, share_weights: bool = False, trainable_head: bool = False
+) -> ValueModel:
   """`ValueModel` whose backbone is a copy of `policy`'s (embedder, layers, final norm), for
   any family in `BACKBONE_FAMILIES`; the copy keeps each array's sharding, so a sharded
   policy gives a sharded critic. Only the value head is new (from `seed`); the policy's
-  `lm_head`, if any, is not copied."""
-  backbone = copy_model(policy)
+  `lm_head`, if any, is not copied. `share_weights`: the backbone holds the policy's own
+  arrays instead of copies (for a critic that trains only adapters, `lora_models`), and
+  `trainable_head` makes the head `LoRAParam`s, what a LoRA-enabled tunix trainer trains."""
+  backbone = nnx.clone(policy) if share_weights else copy_model(policy)
   if hasattr(backbone, "lm_head"):
     del backbone.lm_head
   # the head's key is the one `make_critic(config, seed)` draws after initialising its
   # backbone (one draw per parameter), so a Qwen3 critic starts as it always did
   rngs = nnx.Rngs(seed)
   rngs.default.count[...] = len(jax.tree.leaves(nnx.state(backbone, nnx.Param)))
-  return ValueModel(backbone, rngs=rngs)
+  return ValueModel(backbone, rngs=rngs, trainable_head=trainable_head)
 
 
 def copy_model(model: nnx.Module) -> nnx.Module:
@@ -189,3 +202,17 @@ def with_critic_and_reference(policy: nnx.Module, seed: int = 0):
   """`(policy, critic, reference)`: the critic's backbone initialised from the policy (common
   PPO practice, seed `seed + 1` for its head) and the reference a copy of the policy."""
   return policy, critic_from_policy(policy, seed + 1), copy_model(policy)
+
+
+def lora_models(policy: nnx.Module, spec: lora.LoraSpec, seed: int = 0, critic_lora: bool = False):
+  """`(actor, critic, reference)` for LoRA training of a base `policy`, as tunix's own CLI
+  builds them: the reference is `policy` itself (frozen), the actor `policy` with adapters
+  (`lora.apply_lora`, seed `seed`) holding the very same base arrays, so tunix's cluster
+  shares one copy of the base weights between actor, rollout and reference. The critic is
+  a full copy of the backbone with a value head (seed `seed + 1`), or with `critic_lora` the
+  base's own arrays plus adapters, its value head made trainable (`LoRAParam`)."""
+  actor = lora.apply_lora(policy, spec, seed)
+  if not critic_lora:
+    return actor, critic_from_policy(policy, seed + 1), policy
+  critic = critic_from_policy(policy, seed + 1, share_weights=True, trainable_head=True)
+  return actor, lora.apply_lora(critic, spec, seed + 1), policy

@@ -1,0 +1,101 @@
+"""LoRA through qwix: adapters on the matched projections only, the base arrays shared (not
+copied), and the merge `W + alpha/rank * A B` against a NumPy reference written per layout."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tests.conftest import toy_policy
+from tests.tunix.hf_fixtures import hf_config
+from tunix_ppo_ext.tunix import hf_models, lora, models
+
+SPEC = lora.LoraSpec(rank=3, alpha=5.0, target_modules=".*")
+
+
+def _randomised(model: nnx.Module, seed: int = 0) -> nnx.Module:
+  """`model` with every adapter drawn at random (B starts at zero: the merge would be a no-op)."""
+  state = nnx.state(model, nnx.LoRAParam)
+  leaves, tree = jax.tree.flatten(state)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  drawn = [0.5 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves, strict=True)]
+  nnx.update(model, jax.tree.unflatten(tree, drawn))
+  return model
+
+
+@nnx.jit
+def _logits(model, tokens):
+  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+  return model(tokens, positions, None, models.causal_mask(*tokens.shape))[0]
+
+
+def _reference_delta(path: tuple, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """`A B` in the weight's layout, from the formula for each tunix projection."""
+  name = path[-2]
+  if name in ("q_proj", "k_proj", "v_proj", "lm_head"):  # W[D, N, H] (lm_head: W[D, V])
+    return np.tensordot(a, b, axes=([1], [0]))  # sum_r A[d, r] B[r, ...]
+  if name == "o_proj":  # W[N, H, D]: A[N, H, r], B[r, D]
+    return np.tensordot(a, b, axes=([2], [0]))
+  return a @ b  # MLP kernels [in, out]
+
+
+def test_the_merge_is_w_plus_alpha_over_rank_a_b_and_keeps_the_logits():
+  base = toy_policy(12)
+  adapted = _randomised(lora.apply_lora(base, SPEC, seed=1))
+  merged = lora.merged(adapted, SPEC)
+  flat = dict(nnx.to_flat_state(nnx.state(adapted, nnx.Param)))
+  merged_flat = dict(nnx.to_flat_state(nnx.state(merged, nnx.Param)))
+  assert not jax.tree.leaves(nnx.state(merged, nnx.LoRAParam)) and type(merged) is type(base)
+  adapted_weights = [p for p in flat if str(p[-1]).endswith("_lora_a")]
+  assert len(adapted_weights) == 7 + 1  # q, k, v, o, gate, up, down of the layer; lm_head
+  for path in adapted_weights:
+    weight = (*path[:-1], str(path[-1])[: -len("_lora_a")])
+    a, b = np.asarray(flat[path][...]), np.asarray(flat[(*path[:-1], f"{weight[-1]}_lora_b")][...])
+    delta = _reference_delta(weight, a, b)
+    expected = np.asarray(flat[weight][...]) + SPEC.alpha / SPEC.rank * delta
+    np.testing.assert_allclose(merged_flat[weight][...], expected, rtol=1e-5, atol=1e-5)
+  tokens = jnp.array([[1, 4, 7, 2, 9], [3, 3, 11, 0, 5]])
+  np.testing.assert_allclose(_logits(merged, tokens), _logits(adapted, tokens), atol=1e-4)
+  assert jax.tree.leaves(nnx.state(adapted, nnx.LoRAParam))  # the adapted model keeps its own
+
+
+def test_gemma3_s_stacked_kv_einsum_merges_too():
+  """Gemma 3's `kv_einsum` weight `[2, K, D, H]` contracts its third axis: A is `[D, r]`,
+  B `[r, 2, K, H]`, so `A B` must be laid out back around D (qwix's own einsum)."""
+  config = hf_models.tunix_config(hf_config("gemma3", num_hidden_layers=1).to_dict())
+  base = hf_models.FAMILIES["gemma3_text"].model_class(config, rngs=nnx.Rngs(0))
+  spec = lora.LoraSpec(SPEC.rank, SPEC.alpha, ".*(einsum|proj)")  # the tied decode: no adapter
+  adapted = _randomised(lora.apply_lora(base, spec, seed=2), seed=3)
+  kv = adapted.layers[0].attn.kv_einsum
+  a, b = np.asarray(kv.w_lora_a[...]), np.asarray(kv.w_lora_b[...])
+  merged = lora.merged(adapted, spec)
+  expected = np.asarray(kv.w[...]) + spec.scale * np.einsum("dr,rckh->ckdh", a, b)
+  np.testing.assert_allclose(merged.layers[0].attn.kv_einsum.w[...], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_lora_models_share_the_base_arrays_instead_of_copying_them():
+  base = toy_policy(12)
+  spec = lora.LoraSpec(rank=2, alpha=4.0)
+  actor, critic, reference = models.lora_models(base, spec, seed=0, critic_lora=True)
+  assert reference is base and lora.shares_base(actor, base)
+  assert lora.shares_base(critic.backbone, base)
+  assert not lora.shares_base(models.critic_from_policy(base).backbone, base)  # a full copy
+  trained = {str(p[-1]) for p, _ in nnx.to_flat_state(nnx.state(critic, nnx.LoRAParam))}
+  assert {"kernel", "bias"} <= trained  # the value head is trained whole
+  counts = lora.parameter_counts(actor)
+  adapters = sum(x.size for x in jax.tree.leaves(nnx.state(actor, nnx.LoRAParam)))
+  assert counts == {"total": lora.parameter_counts(base)["total"] + adapters, "trainable": adapters}
+  held = [nnx.state(m, nnx.Param) for m in (actor, critic, base)]
+  assert lora.array_bytes(held) == 4 * counts["total"] + 4 * sum(
+    x.size for x in jax.tree.leaves(nnx.state(critic, nnx.LoRAParam))
+  )
+  tokens = jnp.array([[1, 4, 7, 2]])  # (a graph-mode nnx.jit call hands back new buffers)
+  np.testing.assert_allclose(_logits(actor, tokens), _logits(base, tokens), atol=1e-6)  # B = 0
+
+
+def test_a_pattern_that_adapts_nothing_is_one_line_naming_the_key():
+  with pytest.raises(ValueError, match=r"'model.lora.target_modules'='embedder' put no adapter"):
+    lora.apply_lora(toy_policy(12), lora.LoraSpec(2, 4.0, "embedder"))
