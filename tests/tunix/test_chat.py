@@ -128,7 +128,7 @@ def _play(chat: ChatFormat, tokenizer, replies: list[list[int]], seed: int = 5):
   adapter = TokenizerAdapter(tokenizer)
   ids = rollout_lib._Ids(adapter, adapter.pad_id(), adapter.eos_id(), adapter.bos_id())
   config = base_rollout.RolloutConfig(max_prompt_length=48)
-  episode = rollout._start(seed, ids, config)
+  episode = rollout._start(seed, rollout.envs[0], ids, config)
   for turn, reply in enumerate(replies, start=1):
     output = base_rollout.RolloutOutput(
       text=[""], logits=[], tokens=[np.array(reply)], left_padded_prompt_tokens=None, logprobs=None
