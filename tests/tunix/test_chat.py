@@ -115,13 +115,17 @@ def styled(request, tmp_path_factory):
   return style, save_chat_tokenizer(tmp_path_factory.mktemp(request.param), style)
 
 
-def _play(chat: ChatFormat, tokenizer, replies: list[list[int]], seed: int = 5):
-  """One memory episode through `MultiTurnRollout`'s own turn logic, the agent's turns given."""
+def _play(
+  chat: ChatFormat, tokenizer, replies: list[list[int]], seed: int = 5, turns: int = 0, room=96
+):
+  """One memory episode of `turns` (default: one per reply) through `MultiTurnRollout`'s own
+  turn logic, the agent's turns given, `room` completion tokens."""
+  turns = turns or len(replies)
   rollout = rollout_lib.MultiTurnRollout(
     "memory",
-    {"num_turns": len(replies)},
-    max_completion_len=96,
-    max_turns=len(replies),
+    {"num_turns": turns},
+    max_completion_len=room,
+    max_turns=turns,
     max_turn_tokens=MAX_TURN_TOKENS,
     chat=chat,
   )
@@ -200,6 +204,18 @@ def test_a_changed_token_is_counted_as_a_mismatch(styled):
   assert not chat.mismatch(episode.messages, sequence)
   sequence[len(episode.prompt) + 2] = tokenizer.convert_tokens_to_ids("z")  # an observation id
   assert chat.mismatch(episode.messages, sequence)
+
+
+def test_an_episode_out_of_room_after_an_observation_is_no_mismatch(styled):
+  """It ends with the observation and the assistant header, with no agent turn after."""
+  _, tokenizer = styled
+  chat = ChatFormat(tokenizer)
+  k = tokenizer.convert_tokens_to_ids("k")
+  episode = _play(chat, tokenizer, [[k]], turns=2, room=2)
+  assert episode.out_of_room and episode.messages[-1]["role"] == "user"
+  sequence = episode.prompt + episode.tokens
+  assert not chat.mismatch(episode.messages, sequence)
+  assert chat.mismatch(episode.messages, sequence[:-1])
 
 
 def test_a_template_whose_turns_do_not_end_with_eos_is_refused(tmp_path):

@@ -104,8 +104,13 @@ class ChatFormat:
     `apply_chat_template(messages)` up to the last end-of-turn token.
 
     The template's text after the last EOT (e.g. ChatML's newline) is not part of an
-    episode; neither is the last EOT when the last agent turn was cut (no EOT sampled).
+    episode; neither is the last EOT when the last agent turn was cut (no EOT sampled). An
+    episode that ran out of room after an observation ends with it (`messages` end with the
+    user message) and the assistant header: the whole `apply_chat_template(messages,
+    add_generation_prompt=True)`.
     """
+    if messages and messages[-1]["role"] == "user":
+      return [int(t) for t in episode] != self.tokens(messages, generation_prompt=True)
     reference = self.tokens(messages)
     ends = [i for i, t in enumerate(reference) if t == self.eot]
     stop = ends[-1] + 1 if ends else len(reference)
