@@ -15,6 +15,7 @@ import pathlib
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -69,18 +70,8 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     critic = None
   train = run.train
   keys = run.metrics.keys()
-  shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
-  backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
-    lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
-    lambda: metrics.ProgressBackend(train.steps, shown),
-  ]
   wandb_sinks: list[metrics.WandbSink] = []  # tunix's logger builds it; samples use it too
-  if run.wandb != "disabled":
-    config = dataclasses.asdict(run)
-    backends.append(lambda: _kept(wandb_sinks, metrics.WandbSink(run.wandb, output_dir, config)))
-  for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
-    build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
-    backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
+  backends = _metric_backends(run, output_dir, wandb_sinks)
   batch = recipe.resolve_batch(run.batch, train.batch_size, ppo.num_generations)
   sampling, eval_sampling = recipe.sampling_kwargs(run.sampling)
   cluster = build_cluster(
@@ -107,8 +98,39 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     eval_every=train.eval_every,
     return_logprobs=True,
   )
-  writer = _sample_writer(output_dir, wandb_sinks)
-  source = MultiTurnRollout(
+  source = _trajectory_source(run, tokenizer, entries, _sample_writer(output_dir, wandb_sinks))
+  learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
+  lora.keep_base_shared(cluster)  # LoRA: one copy of the base weights between steps
+  train_batches, eval_batches = _prompt_batches(run, ppo.num_generations)
+  return learner, train_batches, eval_batches, _max_return(entries)
+
+
+def _metric_backends(
+  run: RunConfig, output_dir: pathlib.Path, wandb_sinks: list[metrics.WandbSink]
+) -> list[Callable[[], Any]]:
+  """The run's metric sinks as factories (`metrics.jsonl`, the progress bar, W&B unless
+  disabled, which lands in `wandb_sinks` when built, and the configured plugin sinks)."""
+  keys = run.metrics.keys()
+  shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
+  backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
+    lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
+    lambda: metrics.ProgressBackend(run.train.steps, shown),
+  ]
+  if run.wandb != "disabled":
+    config = dataclasses.asdict(run)
+    backends.append(lambda: _kept(wandb_sinks, metrics.WandbSink(run.wandb, output_dir, config)))
+  for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
+    build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
+    backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
+  return backends
+
+
+def _trajectory_source(
+  run: RunConfig, tokenizer: Any, entries: list[recipe.EnvEntry], writer: Any
+) -> Any:
+  """The multi-turn rollout wrapped, in order, by: observations in the loss (if asked),
+  validation's own rollout, DAPO, score shaping and group filtering."""
+  source: Any = MultiTurnRollout(
     run.env.name,
     run.env.kwargs,
     envs=recipe.env_specs(entries) if run.envs else None,
@@ -117,7 +139,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     max_turn_tokens=run.env.max_tokens_per_turn,
     kv_cache=run.env.kv_cache,
     on_samples=writer,
-    num_samples=train.eval_samples,
+    num_samples=run.train.eval_samples,
     chat=ChatFormat(tokenizer) if run.env.chat_template else None,
   )
   if run.env.loss_on_observations:
@@ -125,10 +147,14 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   validation = _validation_rollout(run, writer)
   source = recipe.validation_source(source, run.validation, validation)
   source = dapo_source(source, run.dapo, episode_budget(run))
-  source = recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
-  learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
-  lora.keep_base_shared(cluster)  # LoRA: one copy of the base weights between steps
-  prompts_per_batch = train.batch_size // ppo.num_generations
+  return recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
+
+
+def _prompt_batches(run: RunConfig, num_generations: int) -> tuple[Any, list[Any]]:
+  """`(train_batches, eval_batches)`: the training prompts' iterator and the evaluation
+  batches (the run's own episodes, or the validation section's)."""
+  train = run.train
+  prompts_per_batch = train.batch_size // num_generations
   env_ids = recipe.entry_env_ids(run.envs)
   train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed, env_ids=env_ids)
   if run.validation.is_default():
@@ -138,13 +164,13 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   else:
     eval_batches = recipe.validation_batches(
       run.validation,
-      recipe.validation_entries(run.validation, run.envs, ppo.num_generations),
+      recipe.validation_entries(run.validation, run.envs, num_generations),
       train.eval_batches,
       train.batch_size,
-      ppo.num_generations,
+      num_generations,
       run.seed + 1,
     )
-  return learner, train_batches, eval_batches, _max_return(entries)
+  return train_batches, eval_batches
 
 
 def _max_return(entries: list[recipe.EnvEntry]) -> float:
