@@ -504,6 +504,24 @@ def _validate_run(run: RunConfig) -> None:
     raise ValueError(
       f"config key 'output_dir' (--output-dir) must name a directory, got {run.output_dir!r}"
     )
+  _validate_numbers(run)
+  _validate_model(run.model)
+  _validate_mesh(run.mesh)
+  keys = run.metrics.keys()  # unknown metrics in rename/drop fail here, with suggestions
+  if keys.final(SUMMARY_KEY) is None:
+    raise ValueError(f"config key 'metrics.drop' must keep {SUMMARY_KEY!r}: the summary uses it")
+  _validate_envs(run)
+  for sink in run.sinks:  # `tunix_ppo_ext.metric_sinks` entry points (plugins), loaded here
+    try:
+      registry.get(registry.METRIC_SINKS, sink)
+    except ValueError as err:
+      raise ValueError(f"config key 'sinks' ({sink!r}): {err}") from None
+  run.ppo_config()  # PpoExtConfig validation: names the field, the value and what is allowed
+  _validate_recipe(run)
+
+
+def _validate_numbers(run: RunConfig) -> None:
+  """Counts and sizes are positive integers, rates positive and finite."""
   positive = {
     "train.steps": run.train.steps,
     "train.batch_size": run.train.batch_size,
@@ -527,11 +545,10 @@ def _validate_run(run: RunConfig) -> None:
   check_integer("config key 'train.eval_samples'", run.train.eval_samples, low=0)
   for key in ("lr", "critic_lr", "temperature"):  # finite: inf passes a "> 0" check
     check_number(f"config key 'train.{key}'", getattr(run.train, key), low=0.0, low_open=True)
-  _validate_model(run.model)
-  _validate_mesh(run.mesh)
-  keys = run.metrics.keys()  # unknown metrics in rename/drop fail here, with suggestions
-  if keys.final(SUMMARY_KEY) is None:
-    raise ValueError(f"config key 'metrics.drop' must keep {SUMMARY_KEY!r}: the summary uses it")
+
+
+def _validate_envs(run: RunConfig) -> None:
+  """The environment builds, fits the lengths, and can be chat-templated."""
   try:  # builds the environment once: unknown names and bad kwargs fail here, by key
     env = envs.make_env(run.env.name, **run.env.kwargs)
   except (TypeError, ValueError) as err:
@@ -544,12 +561,11 @@ def _validate_run(run: RunConfig) -> None:
       "config key 'env.chat_template'=True needs a Hugging Face tokenizer with a chat template "
       "(model.tokenizer or a checkpoint's own); the built-in character tokenizer has none"
     )
-  for sink in run.sinks:  # `tunix_ppo_ext.metric_sinks` entry points (plugins), loaded here
-    try:
-      registry.get(registry.METRIC_SINKS, sink)
-    except ValueError as err:
-      raise ValueError(f"config key 'sinks' ({sink!r}): {err}") from None
-  run.ppo_config()  # PpoExtConfig validation: names the field, the value and what is allowed
+
+
+def _validate_recipe(run: RunConfig) -> None:
+  """The environment mix and the recipe sections against the batch arithmetic (`app.recipe`,
+  `app.dapo`)."""
   num_generations = run.ppo.get("num_generations", 1)
   if run.train.batch_size % num_generations:
     raise ValueError(
