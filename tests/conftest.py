@@ -23,6 +23,7 @@ import pathlib
 import string
 import struct
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -144,6 +145,8 @@ def _records(data: bytes) -> Iterator[bytes]:
     if kind == 0:  # zero padding up to the end of the block
       pos += left
       continue
+    if pos + _HEADER.size + length > len(data):
+      return  # a record still being written (the reader waits for the run's exit record)
     chunk = data[pos + _HEADER.size : pos + _HEADER.size + length]
     pos += _HEADER.size + length
     if kind == 1:
@@ -161,13 +164,27 @@ def _key(item: Any) -> str:
   return item.key or "/".join(item.nested_key)
 
 
-def read_wandb_run(path: str | pathlib.Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-  """`(history rows, config)` of an offline run file (config values JSON-decoded)."""
+def read_wandb_run(
+  path: str | pathlib.Path, timeout_s: float = 120.0
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+  """`(history rows, config)` of an offline run file (config values JSON-decoded).
+
+  Waits until the run's `exit` record is in the file: `run.finish()` can return before
+  W&B's service process has written the last records (seen under load); after `timeout_s`
+  it reads what is there.
+  """
   from wandb.proto import wandb_internal_pb2  # noqa: PLC0415
 
+  deadline = time.monotonic() + timeout_s
+  while True:
+    records = [
+      wandb_internal_pb2.Record.FromString(raw) for raw in _records(pathlib.Path(path).read_bytes())
+    ]
+    if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+      break
+    time.sleep(0.05)
   history, config = [], {}
-  for raw in _records(pathlib.Path(path).read_bytes()):
-    record = wandb_internal_pb2.Record.FromString(raw)
+  for record in records:
     kind = record.WhichOneof("record_type")
     if kind == "history":
       history.append({_key(item): json.loads(item.value_json) for item in record.history.item})
