@@ -164,6 +164,34 @@ def _key(item: Any) -> str:
   return item.key or "/".join(item.nested_key)
 
 
+def rollout_cluster(
+  tokenizer: Any,
+  seed: int,
+  *,
+  prompt_len: int,
+  tokens_per_call: int,
+  max_steps: int = 2,
+  batch: int = 4,
+  **kwargs: Any,
+) -> Any:
+  """A tunix cluster of toy models (`make_models(tokenizer, seed)`) for multi-turn rollouts:
+  `tokens_per_call` generated tokens per engine call, the sampler's log-probs returned;
+  the policy is `cluster.actor_trainer.model`. `kwargs` go to `build_cluster`."""
+  policy, critic, reference = make_models(tokenizer, seed=seed)
+  return build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    reference=reference,
+    max_steps=max_steps,
+    batch=batch,
+    max_prompt_length=prompt_len,
+    max_tokens_to_generate=tokens_per_call,
+    return_logprobs=True,
+    **kwargs,
+  )
+
+
 def read_wandb_run(
   path: str | pathlib.Path, timeout_s: float = 120.0
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:

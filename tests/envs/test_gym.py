@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import build_cluster, make_models, param_leaf, record_turns
+from tests.conftest import param_leaf, record_turns, rollout_cluster
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext.app.run_config import load_run_config
 from tunix_ppo_ext.data.trajectory import episode_batches
@@ -206,18 +206,13 @@ def expected_row(tokenizer, seed: int, agent_turns: list[list[int]]):
 
 def test_ppo_trains_on_frozenlake_with_exact_masks(monkeypatch):
   tokenizer = CharTokenizer(FROZENLAKE_ALPHABET, pad_id=PAD, eos_id=EOS)
-  policy, critic, reference = make_models(tokenizer, seed=3)
-  cluster = build_cluster(
-    policy,
-    critic,
+  cluster = rollout_cluster(
     tokenizer,
-    reference=reference,
-    max_steps=2,
-    batch=4,
-    max_prompt_length=P,
-    max_tokens_to_generate=T + TURN,
-    return_logprobs=True,
+    3,
+    prompt_len=P,
+    tokens_per_call=T + TURN,
   )
+  policy = cluster.actor_trainer.model
   source = MultiTurnRollout(
     "frozenlake", max_completion_len=T, max_turns=TURNS, max_turn_tokens=TURN
   )

@@ -11,7 +11,7 @@ from tunix.rl.agentic.environments.tool_environment import ToolEnvironment
 from tunix.rl.agentic.rewards import reward as tunix_rewards
 from tunix.rl.agentic.tools.calculator_tool import CalculatorTool
 
-from tests.conftest import build_cluster, make_models, param_leaf, record_turns
+from tests.conftest import param_leaf, record_turns, rollout_cluster
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.envs import validate_reset_output, validate_step_output
@@ -123,18 +123,13 @@ def expected_row(tokenizer, seed: int, agent_turns: list[list[int]], max_turns: 
 
 def test_ppo_trains_on_a_tool_environment_with_exact_masks(monkeypatch):
   tokenizer = CharTokenizer(pad_id=PAD, eos_id=EOS)  # every printable character
-  policy, critic, reference = make_models(tokenizer, seed=2)
-  cluster = build_cluster(
-    policy,
-    critic,
+  cluster = rollout_cluster(
     tokenizer,
-    reference=reference,
-    max_steps=2,
-    batch=4,
-    max_prompt_length=P,
-    max_tokens_to_generate=T + TURN,
-    return_logprobs=True,
+    2,
+    prompt_len=P,
+    tokens_per_call=T + TURN,
   )
+  policy = cluster.actor_trainer.model
   env_kwargs = {"tool_prompt": False}
   source = MultiTurnRollout(
     make_tool_env, env_kwargs, max_completion_len=T, max_turns=3, max_turn_tokens=TURN

@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.conftest import build_cluster, make_models, param_leaf, record_turns
+from tests.conftest import param_leaf, record_turns, rollout_cluster
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext.data import TrajectoryBatch
 from tunix_ppo_ext.data.trajectory import (
@@ -35,18 +35,13 @@ P, T, G = 8, 28, 4  # max_prompt_length, max_completion_len, max_turn_tokens
 def world():
   """`(tokenizer, policy, learner)` on a cluster sized for T + G tokens per call."""
   tokenizer = CharTokenizer(ALPHABET, pad_id=PAD, eos_id=EOS)
-  policy, critic, reference = make_models(tokenizer, seed=0)
-  cluster = build_cluster(
-    policy,
-    critic,
+  cluster = rollout_cluster(
     tokenizer,
-    reference=reference,
-    max_steps=2,
-    batch=4,
-    max_prompt_length=P,
-    max_tokens_to_generate=T + G,
-    return_logprobs=True,
+    0,
+    prompt_len=P,
+    tokens_per_call=T + G,
   )
+  policy = cluster.actor_trainer.model
   source = MultiTurnRollout(max_completion_len=T, max_turn_tokens=G)
   learner = PpoExtLearner(cluster, PpoExtConfig(), trajectory_source=source)
   return tokenizer, policy, learner
@@ -357,19 +352,14 @@ def test_bad_environments_and_inputs_are_named(world):
 
 def test_ppo_trains_on_multi_turn_episodes():
   tokenizer = CharTokenizer(ALPHABET, pad_id=PAD, eos_id=EOS)
-  policy, critic, reference = make_models(tokenizer, seed=1)
   width, turn_tokens = 12, 2
-  cluster = build_cluster(
-    policy,
-    critic,
+  cluster = rollout_cluster(
     tokenizer,
-    reference=reference,
-    max_steps=2,
-    batch=4,
-    max_prompt_length=P,
-    max_tokens_to_generate=width + turn_tokens,
-    return_logprobs=True,
+    1,
+    prompt_len=P,
+    tokens_per_call=width + turn_tokens,
   )
+  policy = cluster.actor_trainer.model
   source = MultiTurnRollout("memory", max_completion_len=width, max_turn_tokens=turn_tokens)
   config = PpoExtConfig(num_generations=2)
   learner = PpoExtLearner(cluster, config, trajectory_source=source)

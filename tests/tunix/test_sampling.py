@@ -4,7 +4,7 @@ with top-k 1 plays every copy of an episode identically, evaluation with its own
 
 import numpy as np
 
-from tests.conftest import build_cluster, make_models
+from tests.conftest import rollout_cluster
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext.data.trajectory import episode_batches
 from tunix_ppo_ext.tunix.continuing_sampler import Conversation
@@ -19,17 +19,13 @@ COPIES = 4  # rows playing the same episode seed
 
 def test_train_and_eval_rollouts_sample_with_their_own_settings(monkeypatch):
   tokenizer = CharTokenizer(ALPHABET, pad_id=0, eos_id=2)
-  policy, critic, reference = make_models(tokenizer, seed=0)
-  cluster = build_cluster(
-    policy,
-    critic,
+  cluster = rollout_cluster(
     tokenizer,
-    reference=reference,
+    0,
+    prompt_len=P,
+    tokens_per_call=T + G,
     max_steps=1,
     batch=8,
-    max_prompt_length=P,
-    max_tokens_to_generate=T + G,
-    return_logprobs=True,
     sampling={"top_p": 1.0, "top_k": 1},
     eval_sampling={"temperature": 0.7, "top_k": None},
   )
