@@ -33,6 +33,7 @@ from tunix.rl import function_registry
 from tunix_ppo_ext.config import names
 from tunix_ppo_ext.data.trajectory import contiguous_group_ids
 from tunix_ppo_ext.ops import advantages, losses
+from tunix_ppo_ext.ops.kl import compute_kl_divergence
 from tunix_ppo_ext.ops.logits import full_kl_divergence, logps_and_entropy
 from tunix_ppo_ext.plugins import protocols, registry
 from tunix_ppo_ext.tunix import passes
@@ -58,8 +59,9 @@ def policy_pass(
   ref_model: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
   """One policy pass, shared by every policy loss: `logps`, `entropy` `[B, T]`, `loss_mask`,
-  `ref_logps` (KL in the loss, else None), `per_token_kl` (the exact full-vocabulary KL
-  when `ref_model` is given with `kl_method="full"`, else None), `kl_coef` and
+  `per_token_kl` (KL in the loss: the exact full-vocabulary KL when `ref_model` is given with
+  `kl_method="full"`, else the configured estimator on the example's reference log-probs;
+  None without KL in the loss), `kl_coef` and
   `is_weights` (the rollout-correction weights on the example, or None).
 
   `ref_model`, `(graphdef, pure state dict)` of the reference, runs here with no gradient.
@@ -81,11 +83,12 @@ def policy_pass(
       nnx.merge(*ref_model), prompt, completion, **pass_kw
     )
     per_token_kl = full_kl_divergence(logits, ref_logits, temperature, chunk_size)
+  elif kl_in_loss and train_example.ref_per_token_logps is not None:
+    per_token_kl = _estimated_kl(algo_config, logps, train_example.ref_per_token_logps)
   return {
     "logps": logps,
     "entropy": entropy,
     "loss_mask": loss_mask,
-    "ref_logps": train_example.ref_per_token_logps if kl_in_loss else None,
     "per_token_kl": per_token_kl,
     "kl_coef": per_step_scalar(train_example, "kl_coef", getattr(algo_config, "kl_loss_coef", 0.0)),
     "is_weights": getattr(train_example, "rollout_is_weights", None),
@@ -110,7 +113,6 @@ def ppo_ext_policy_loss_fn(
   """
   del kwargs
   terms = policy_pass(model, train_example, algo_config, pad_id, eos_id, temperature, ref_model)
-  ref_logps, per_token_kl = terms["ref_logps"], terms["per_token_kl"]
   loss, metrics = losses.policy_loss(
     terms["logps"],
     train_example.old_per_token_logps,
@@ -122,22 +124,23 @@ def ppo_ext_policy_loss_fn(
     loss_agg_mode=getattr(algo_config, "loss_agg_mode", "token-mean"),
     entropy=terms["entropy"],
     entropy_coef=algo_config.entropy_coef or 0.0,
-    ref_per_token_logps=ref_logps,
     kl_loss_coef=terms["kl_coef"],
-    **kl_estimator_kwargs(algo_config, ref_logps is not None and per_token_kl is None),
-    kl_clamp_value=algo_config.kl_clamp_value,
-    per_token_kl=per_token_kl,
+    per_token_kl=terms["per_token_kl"],
     is_weights=terms["is_weights"],
   )
   return loss * per_step_scalar(train_example, "actor_scale", 1.0), metrics
 
 
-def kl_estimator_kwargs(algo_config: Any, needed: bool) -> dict[str, Any]:
-  """`policy_loss`'s KL keywords for the configured per-token method (resolved once)."""
-  if not needed:
-    return {}
+def _estimated_kl(algo_config: Any, logps: jax.Array, ref_logps: jax.Array) -> jax.Array:
+  """Per-token KL `[B, T]` by the configured method (`kl_method`, `kl_clamp_value`)."""
   method = names.resolve_kl_method(algo_config.kl_method)
-  return {"kl_estimator": method.estimator, "kl_straight_through": method.straight_through}
+  return compute_kl_divergence(
+    logps,
+    ref_logps,
+    method.estimator,
+    method.straight_through,
+    getattr(algo_config, "kl_clamp_value", None),
+  )
 
 
 def per_step_scalar(train_example: Any, name: str, default: float) -> jax.Array | float:

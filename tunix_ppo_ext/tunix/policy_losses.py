@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tunix_ppo_ext.ops import kl as kl_lib
 from tunix_ppo_ext.ops import policy_losses as pl
 from tunix_ppo_ext.ops.losses import add_regularizers
 from tunix_ppo_ext.tunix import losses as tunix_losses
@@ -117,19 +116,16 @@ def _policy_loss(
     c=algo_config,
     e=train_example,
   )
-  per_token_kl = terms["per_token_kl"]
-  if per_token_kl is None and terms["ref_logps"] is not None:
-    kw = tunix_losses.kl_estimator_kwargs(algo_config, True)
-    per_token_kl = kl_lib.compute_kl_divergence(
-      terms["logps"],
-      terms["ref_logps"],
-      kw["kl_estimator"],
-      kw["kl_straight_through"],
-      algo_config.kl_clamp_value,
-    )
   entropy_coef = algo_config.entropy_coef or 0.0
   loss, metrics = add_regularizers(
-    loss, metrics, mask, agg, terms["entropy"], entropy_coef, per_token_kl, terms["kl_coef"]
+    loss,
+    metrics,
+    mask,
+    agg,
+    terms["entropy"],
+    entropy_coef,
+    terms["per_token_kl"],
+    terms["kl_coef"],
   )
   return loss * tunix_losses.per_step_scalar(train_example, "actor_scale", 1.0), metrics
 
