@@ -12,11 +12,11 @@ from tunix_ppo_ext.plugins import registry
 from tunix_ppo_ext.tunix.tokenizer import DEFAULT_ALPHABET
 
 
-def reference_rewards(replies, take=0.2, stash=0.5):
+def reference_rewards(replies, take=0.2, stash=0.5, cash=0.1):
   """Per-turn rewards from the rules as written: take pays now, stashes pay at cash-in."""
   choices, final = replies[:-1], replies[-1]
   rewards = [take if r == "t" else 0.0 for r in choices]
-  return [*rewards, stash * choices.count("s") if final == "c" else 0.0]
+  return [*rewards, cash + stash * choices.count("s") if final == "c" else 0.0]
 
 
 @given(st.integers(2, 6), st.data())
@@ -36,11 +36,15 @@ def test_rewards_match_the_reference(num_turns, data):
 
 def test_stashing_is_best_and_taking_is_tempting():
   env = StashEnv()  # 3 turns: two choices, then cash in
-  assert env.max_return == 1.0
+  assert env.max_return == pytest.approx(1.1)
   _, best, _ = play(env, 0, lambda env, observation: env.optimal_action())
-  assert best == [0.0, 0.0, 1.0]  # the best policy earns nothing until the last turn
+  assert best == pytest.approx([0.0, 0.0, 1.1])  # the best policy earns nothing until the end
   _, greedy, _ = play(env, 0, lambda env, observation: "t")
-  assert sum(greedy) == pytest.approx(0.4)
+  assert sum(greedy) == pytest.approx(0.4)  # taking, then no cash-in reply
+  _, take_cash, _ = play(
+    env, 0, lambda env, observation: env.optimal_action() if observation == "cash?" else "t"
+  )
+  assert sum(take_cash) == pytest.approx(0.5)
 
 
 def test_random_policies_score_low():
@@ -53,8 +57,8 @@ def test_random_policies_score_low():
   reply_return = np.mean(
     [sum(play(env, s, lambda e, o: str(rng.choice(replies)))[1]) for s in range(2000)]
   )
-  # a random reply among the three: 2 * 0.2 / 3 + (1/3) * 0.5 * (2/3) = 0.244 of max 1.0
-  assert reply_return == pytest.approx(2 * 0.2 / 3 + 0.5 * 2 / 9, abs=0.03)
+  # a random reply among the three: 2 * 0.2 / 3 + (1/3) * (0.1 + 0.5 * 2/3) = 0.278 of 1.1
+  assert reply_return == pytest.approx(2 * 0.2 / 3 + (0.1 + 0.5 * 2 / 3) / 3, abs=0.03)
   assert char_return < 0.05 * env.max_return
 
 
@@ -66,6 +70,8 @@ def test_misuse_raises_and_the_env_is_registered():
     StashEnv(num_turns=1)
   with pytest.raises(ValueError, match="take_reward < stash_reward"):
     StashEnv(take_reward=0.6)
+  with pytest.raises(ValueError, match="cash_reward >= 0"):
+    StashEnv(cash_reward=-0.1)
   assert registry.RegistryView(registry.ENVIRONMENTS)["stash"] is StashEnv
   made = make_env("stash", num_turns=4)
-  assert isinstance(made, Environment) and made.max_return == 1.5
+  assert isinstance(made, Environment) and made.max_return == pytest.approx(1.6)

@@ -13,19 +13,29 @@ class StashEnv:
   Episode (`num_turns=3`):
     reset -> "take?"   agent "t" (take: `take_reward` now) or "s" (stash: 0 now)
     step  -> "take?"   agent "t" or "s" again
-    step  -> "cash?"   agent "c": `stash_reward` per stash so far; terminated.
+    step  -> "cash?"   agent "c": `cash_reward` plus `stash_reward` per stash so far;
+                       terminated.
   The first `num_turns - 1` turns choose; the last cashes in. The last turn's reward
   depends on the earlier turns' replies, which by then are only in the history, and the
   earlier turns' best reply earns nothing when it is made: credit has to cross turns.
-  Always taking returns `(n - 1) * take_reward` (0.4 of the maximum by default), always
-  stashing and cashing in `max_return = (n - 1) * stash_reward`. Replies are compared
+  Cashing in pays `cash_reward` even with nothing stashed, so the last turn's reply can be
+  learned from its own reward (without it a policy that always takes never sees `c` pay
+  and never finds out what a stash is worth). Always taking and cashing in returns `(n - 1)
+  * take_reward + cash_reward` (0.5 of the maximum 1.1 by default), always stashing and
+  cashing in `max_return = (n - 1) * stash_reward + cash_reward`. Replies are compared
   exactly (one character, then EOS); any other reply earns nothing and changes nothing.
   """
 
   name = "stash"
   TAKE, STASH, CASH = "t", "s", "c"
 
-  def __init__(self, num_turns: int = 3, take_reward: float = 0.2, stash_reward: float = 0.5):
+  def __init__(
+    self,
+    num_turns: int = 3,
+    take_reward: float = 0.2,
+    stash_reward: float = 0.5,
+    cash_reward: float = 0.1,
+  ):
     if num_turns < 2:
       raise ValueError(f"num_turns must be >= 2 (choose, then cash in), got {num_turns}")
     if not 0.0 <= take_reward < stash_reward:
@@ -33,10 +43,13 @@ class StashEnv:
         f"need 0 <= take_reward < stash_reward, got take_reward={take_reward}, "
         f"stash_reward={stash_reward}"
       )
+    if cash_reward < 0.0:
+      raise ValueError(f"need cash_reward >= 0, got {cash_reward}")
     self.num_turns = num_turns
     self.take_reward = float(take_reward)
     self.stash_reward = float(stash_reward)
-    self.max_return = (num_turns - 1) * self.stash_reward
+    self.cash_reward = float(cash_reward)
+    self.max_return = (num_turns - 1) * self.stash_reward + self.cash_reward
     self._turn: int | None = None
     self._stashed = 0
 
@@ -52,8 +65,9 @@ class StashEnv:
       raise RuntimeError("call reset() before step()")
     self._turn += 1
     if self._turn == self.num_turns:
-      reward = self.stash_reward * self._stashed if action == self.CASH else 0.0
-      info = {"stashed": self._stashed, "cashed": action == self.CASH}
+      cashed = action == self.CASH
+      reward = self.cash_reward + self.stash_reward * self._stashed if cashed else 0.0
+      info = {"stashed": self._stashed, "cashed": cashed}
       self._turn = None
       return "", reward, True, False, info
     self._stashed += action == self.STASH
