@@ -97,6 +97,21 @@ def ref_rloo(scores, ids, m):
 
 
 def ref_rpp(r, m, gamma):
+  """REINFORCE++ returns-to-go over each row's agent tokens only (observations removed),
+  scattered back; 0 elsewhere."""
+  r, m = np.asarray(r, np.float64), np.asarray(m, np.float64)
+  returns = np.zeros_like(r)
+  for b in range(r.shape[0]):
+    agent = np.flatnonzero(m[b] > 0)
+    running = 0.0
+    for t in agent[::-1]:
+      running = r[b, t] + gamma * running
+      returns[b, t] = running
+  return ref_whiten(returns, m) * m, returns
+
+
+def verl_rpp_returns(r, m, gamma):
+  """verl's recursion as written: the running return restarts at every masked position."""
   r, m = np.asarray(r, np.float64), np.asarray(m, np.float64)
   returns = np.zeros_like(r)
   for b in range(r.shape[0]):
@@ -105,7 +120,7 @@ def ref_rpp(r, m, gamma):
       running = r[b, t] + gamma * running
       returns[b, t] = running
       running = running * m[b, t]
-  return ref_whiten(returns, m) * m, returns
+  return returns
 
 
 # ------------------------------------------------------------------------------------
@@ -360,12 +375,32 @@ def test_reinforce_plus_plus_matches_reference(seed, gamma):
   np.testing.assert_allclose(ret, ref_ret, **TOL)
 
 
-def test_reinforce_plus_plus_hand_computed_reset():
+def test_reinforce_plus_plus_hand_computed_across_an_observation():
   r = np.array([[1.0, 2.0, 4.0, 8.0]], np.float32)
   m = np.array([[1, 1, 0, 1]], np.float32)
   _, ret = compute_reinforce_plus_plus_advantages(r, m, 0.5)
-  # t=3: 8; t=2: 4 + 0.5*8 = 8 (then reset); t=1: 2; t=0: 1 + 0.5*2 = 2.
-  np.testing.assert_allclose(ret, [[2.0, 2.0, 8.0, 8.0]])
+  # t=3: 8; t=2 (observation): skipped, its 4 ignored; t=1: 2 + 0.5*8 = 6; t=0: 1 + 0.5*6 = 4.
+  np.testing.assert_allclose(ret, [[4.0, 6.0, 0.0, 8.0]])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_reinforce_plus_plus_is_verls_on_single_turn_rows(seed):
+  rng = np.random.default_rng(seed)
+  r = rng.normal(size=(B, T)).astype(np.float32)
+  m = np.zeros((B, T), np.float32)
+  for b in range(B):  # verl's layout: agent tokens, then padding
+    m[b, : rng.integers(0, T + 1)] = 1.0
+  _, ret = compute_reinforce_plus_plus_advantages(r, m, 0.9)
+  np.testing.assert_allclose(ret * m, verl_rpp_returns(r, m, 0.9) * m, **TOL)
+
+
+def test_reinforce_plus_plus_carries_a_last_turn_reward_to_the_first_turn():
+  # two turns of two agent tokens, an observation between; only the last token is rewarded
+  r = np.array([[0.0, 0.0, 0.0, 0.0, 1.0]], np.float32)
+  m = np.array([[1, 1, 0, 1, 1]], np.float32)
+  _, ret = compute_reinforce_plus_plus_advantages(r, m, 1.0)
+  np.testing.assert_allclose(ret, [[1.0, 1.0, 0.0, 1.0, 1.0]])
+  assert verl_rpp_returns(r, m, 1.0)[0, 0] == 0.0  # verl's would give the first turn nothing
 
 
 # ------------------------------------------------------------------------------------
@@ -418,9 +453,7 @@ def test_all_zero_mask_gives_zeros():
   for i, out in enumerate(outs):
     out = np.asarray(out)
     assert np.all(np.isfinite(out))
-    if i != 7:  # REINFORCE++ returns are verl's unmasked returns (= r_t there)
-      assert np.all(out == 0.0), i
-  np.testing.assert_allclose(outs[7], r, rtol=1e-6)
+    assert np.all(out == 0.0), i
 
 
 @HYP

@@ -220,8 +220,9 @@ def _reinforce_plus_plus(
 
   def step(running, xs):
     r_t, m_t = xs
-    running = r_t + gamma * running
-    return running * m_t, running  # reset after masked positions (EOS / observations)
+    agent = m_t > 0  # mask == 0 (observation, padding): skipped, the return carried across
+    running = jnp.where(agent, r_t + gamma * running, running)
+    return running, jnp.where(agent, running, 0.0)
 
   init = jnp.zeros((rewards.shape[0],), jnp.float32)
   _, returns_t = jax.lax.scan(step, init, (rewards.T, mask.T), reverse=True)
@@ -232,19 +233,23 @@ def _reinforce_plus_plus(
 def compute_reinforce_plus_plus_advantages(
   rewards: jax.Array, mask: jax.Array, gamma: float | jax.Array
 ) -> tuple[jax.Array, jax.Array]:
-  """REINFORCE++ (verl `compute_reinforce_plus_plus_outcome_advantage`, arXiv:2501.03262).
+  """REINFORCE++ (verl `compute_reinforce_plus_plus_outcome_advantage`, arXiv:2501.03262),
+  over the agent tokens of multi-turn rows.
 
-  Reverse over T: `R = r_t + gamma * R; returns[:, t] = R; R = R * mask[:, t]` (the running
-  return restarts from 0 before every masked position). `advantages =
-  masked_whiten(returns, mask) * mask` (batch-wide masked mean, unbiased masked variance).
+  Reverse over T, agent tokens only (`mask == 1`): `R = r_t + gamma * R; returns[:, t] =
+  R`; positions with `mask == 0` are skipped (their rewards ignored, `R` carried across
+  them), as GAE skips them. `advantages = masked_whiten(returns, mask) * mask` (batch-wide
+  masked mean, unbiased masked variance). verl's recursion instead restarts `R` from 0 at
+  every masked position; on verl's single-turn rows (agent tokens, then padding) the two
+  agree on every agent token, but in a multi-turn row verl's would end each turn's return
+  at that turn, so no reward would reach an earlier turn.
 
   Args:
     rewards: `[B, T]` token-level rewards (any float dtype); mask: `[B, T]` 0/1.
-    gamma: discount in [0, 1] (ValueError for python numbers out of range).
+    gamma: discount per agent token, in [0, 1] (ValueError for python numbers out of range).
 
   Returns:
-    `(advantages, returns)`, float32 `[B, T]`. Advantages are 0 where `mask == 0`; returns
-    are exactly verl's (not masked: at a masked position they hold `r_t + gamma * R_{t+1}`).
+    `(advantages, returns)`, float32 `[B, T]`, both 0 where `mask == 0`.
   """
   _check_unit_interval("gamma", gamma)
   return _reinforce_plus_plus(rewards, mask, gamma)
