@@ -127,10 +127,23 @@ class ContinuingSampler(sampler_lib.Sampler):
 
   def decode(self, params: Any, state: Any, max_tokens: int) -> Any:
     """tunix's decode loop on `state`, for a turn sampling `max_tokens` tokens (jitted)."""
+    return self.programs(max_tokens)["decode"](params, state)
+
+  def programs(self, max_tokens: int) -> dict[str, Any]:
+    """The jitted programs a conversation runs, by name, for turns of `max_tokens` tokens:
+    `prefill` (tunix's, a fresh or re-encoded turn: `(params, state, None, echo=False)`),
+    `decode` (`(params, state)`), `extend` (`(params, state, blocks [B, W], real [B, W],
+    start, hole_from [B])`) and `compact` (`(state, source [B, S], kept [B, S])`); the
+    sampling state is donated in each (what `tunix-ppo-ext plan` compiles)."""
     if max_tokens not in self._decode_jits:
       step = functools.partial(self._decode_fn_for_turn, max_tokens=max_tokens)
       self._decode_jits[max_tokens] = jax.jit(step, donate_argnums=(1,))
-    return self._decode_jits[max_tokens](params, state)
+    return {
+      "prefill": self._start_jit,
+      "decode": self._decode_jits[max_tokens],
+      "extend": self._extend_jit,
+      "compact": self._compact_jit,
+    }
 
   def _decode_fn_for_turn(self, params: Any, state: Any, max_tokens: int) -> Any:
     """tunix's `Sampler` decode loop and sample step (a `while_loop` feeding one token a
@@ -235,7 +248,7 @@ def _kept(sampled: np.ndarray, pad: int) -> int:
   return int(min(len(sampled) - 1, pads[0])) if len(pads) else len(sampled) - 1
 
 
-def _bucket(width: int) -> int:
+def prefill_bucket(width: int) -> int:
   """The prefill width for `width` new tokens: the next power of two (few compilations)."""
   return 1 << max(width - 1, 0).bit_length()
 
@@ -284,7 +297,7 @@ class Conversation:
       start = self._start(contexts, active_rows, sampling, width)
       self.reencodes += 1
     else:
-      width = _bucket(max(len(b) for b in blocks))
+      width = prefill_bucket(max(len(b) for b in blocks))
       start = self._extend(blocks, active_rows, sampling, width)
     return self._read(contexts, active_rows, sampling, start, blocks is None, width)
 
@@ -296,7 +309,7 @@ class Conversation:
     longest = max(len(c) for c in contexts)
     if longest <= fresh_width:
       return fresh_width
-    bucket = _bucket(longest)
+    bucket = prefill_bucket(longest)
     fits = bucket + sampling.max_tokens <= self.sampler.cache_config.cache_size
     return bucket if fits else longest
 
@@ -323,7 +336,7 @@ class Conversation:
 
   def _fits(self, blocks: list[np.ndarray], sampling: TurnSampling) -> bool:
     """Whether the blocks and the turn's tokens fit after the next free slot."""
-    width = _bucket(max(len(b) for b in blocks))
+    width = prefill_bucket(max(len(b) for b in blocks))
     return self._next_slot + width + sampling.max_tokens <= self.sampler.cache_config.cache_size
 
   def _compact(self) -> None:
