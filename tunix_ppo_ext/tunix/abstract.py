@@ -379,7 +379,7 @@ def compile_continuing_sampler(
     head_dim=policy.config.head_dim,
   )
   sampler = ContinuingSampler(policy, tokenizer, config)
-  programs = sampler.programs(max_tokens)
+  programs = sampler.programs(max_tokens, keep_unused=True)  # every input counted
   params = shard_abstract(nnx.variables(policy), mesh)
   state = sampling_state(sampler, mesh, batch, prefill_width, with_logprobs=with_logprobs)
 
