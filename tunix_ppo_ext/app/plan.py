@@ -1,15 +1,20 @@
 """`tunix-ppo-ext plan`: does a run config fit the chips, answered by the compiler, no TPU.
 
-The run's models are built abstractly (`tunix.abstract`: no weights), every jitted piece
-of a step is compiled for the config's batch, lengths and mesh on the devices of a TPU
-topology (`jax.experimental.topologies`, deviceless ahead-of-time compilation with the
-TPU compiler of `libtpu`: `pip install 'tunix-ppo-ext[plan]'`), and the compiler's
-per-device memory figures are added up: the state every role keeps on the device all
-step (weights, Adam state) plus the largest piece's transient memory (its batch or
-sampling state, temporaries, outputs not written in place). Without `libtpu` the pieces
-compile for simulated CPU devices instead; argument and output bytes are the same, but
-the temporaries are the CPU compiler's (measured on Qwen3-0.6B: twice the TPU's for the
-train step, 12% below for the log-prob pass), so the verdict is rough.
+The run's models are built abstractly (`tunix.abstract`: no weights) as the job builds
+them (`job.role_models`: LoRA adapters, the critic only when the estimator uses one, the
+reference sharing a LoRA actor's base), with the run's optimizers (`recipe.optimizers`,
+in tunix's `optax.MultiSteps` under a train micro-batch). Every jitted piece of a step
+(the multi-turn rollout's sampler programs, the log-prob and value passes, the train
+steps) is compiled for the rows tunix feeds it (`StepRows`) and the config's lengths and
+mesh on the devices of a TPU topology (`jax.experimental.topologies`, deviceless
+ahead-of-time compilation with the TPU compiler of `libtpu`: `pip install
+'tunix-ppo-ext[plan]'`), and the compiler's per-device memory figures are added up: the
+state every role keeps on the device all step (weights, optimizer state) plus the largest
+piece's transient memory (its batch or sampling state, temporaries, outputs not written
+in place). Without `libtpu` the pieces compile for simulated CPU devices instead;
+argument and output bytes are the same, but the temporaries are the CPU compiler's
+(measured on Qwen3-0.6B: twice the TPU's for the train step, 12% below for the log-prob
+pass), so the verdict is rough.
 """
 
 from __future__ import annotations
@@ -471,4 +476,6 @@ def _verdict(p: Plan) -> str:
 
 
 def _size(n: int) -> str:
-  return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / MIB:.1f} MiB"
+  if n >= GIB // 10:
+    return f"{n / GIB:.2f} GiB"
+  return f"{n / MIB:.1f} MiB" if n >= MIB // 10 else f"{n / 2**10:.1f} KiB"

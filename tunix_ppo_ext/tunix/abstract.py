@@ -1,7 +1,8 @@
 """Weightless models and the jitted pieces of a PPO step, compiled ahead of time.
 
 What a run would hold on each device is answered without weights and without the devices:
-the models are built with `nnx.eval_shape` (shapes and dtypes only), every array becomes a
+the models are built with `nnx.eval_shape` (shapes and dtypes only; `tunix-ppo-ext plan`
+builds them with the job's own `role_models`, LoRA adapters included), every array becomes a
 `jax.ShapeDtypeStruct` carrying its `NamedSharding` on the role's mesh (a mesh of real
 devices or of a TPU topology's compile-only devices), and each jitted piece of a step is
 lowered and compiled on those; `compiled.memory_analysis()` then gives the compiler's own
@@ -9,14 +10,16 @@ per-device figures (arguments, outputs, donated aliases, temporaries).
 
 The pieces are the code a run executes:
 - `train_step`: the body of the train step tunix's `PeftTrainer` jits
-  (`nnx.value_and_grad` of the loss, `optax.global_norm`, `optimizer.update`) on an
-  `nnx.Optimizer` of the run's optimizer (`guards.guarded_adam`), with the optimizer
-  donated as tunix's `nnx.jit(..., donate_argnames=("optimizer",))` does; the loss is this package's
-  (`losses.ppo_ext_policy_loss_fn`, `losses.ppo_ext_value_loss_fn`).
+  (`nnx.value_and_grad` of the loss with respect to `nnx.Param`, or `nnx.LoRAParam` for a
+  LoRA model, `optax.global_norm`, `optimizer.update`) on the `nnx.Optimizer` the trainer
+  builds (the run's optimizer, in `optax.MultiSteps` when it accumulates gradients), with
+  the optimizer donated as tunix's `nnx.jit(..., donate_argnames=("optimizer",))` does;
+  the loss is this package's (`losses.ppo_ext_policy_loss_fn`, `losses.ppo_ext_value_loss_fn`).
 - `logps_pass`, `values_pass`: `passes.compute_per_token_logps` and `passes.compute_score`.
-- `sampler_prefill`, `sampler_decode`: tunix's own `Sampler` functions (`compat.
-  sampler_step_functions`) on an abstract sampling state with its KV cache, donated as
-  tunix does.
+- `sampler_prefill`, `sampler_decode`, `sampler_extend`, `sampler_compact`: the programs
+  the multi-turn rollout's `ContinuingSampler` jits (`programs()`: tunix's prefill, its
+  per-turn decode loop, the prefill of a turn's new tokens into the kept KV cache, and the
+  cache compaction) on an abstract sampling state with its KV cache, donated as there.
 
 tunix's `qwen3.shard()` is a no-op whenever the host's first device is a CPU, so every
 piece is traced under `compat.qwen3_activation_sharding` (tunix's own activation specs
@@ -40,7 +43,7 @@ from jax.sharding import PartitionSpec as P
 from tunix.generate import sampler as sampler_lib
 from tunix.models.qwen3 import model as qwen3
 
-from tunix_ppo_ext.tunix import compat, models, passes
+from tunix_ppo_ext.tunix import compat, passes
 from tunix_ppo_ext.tunix.continuing_sampler import ContinuingSampler
 from tunix_ppo_ext.tunix.learner import TrainExample
 
@@ -115,16 +118,6 @@ def batch_struct(
   trainers shard each batch (`data_sharding_axis=("fsdp",)`); scalars are replicated."""
   spec = P("fsdp") if shape else P()
   return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
-
-
-def abstract_policy(config: qwen3.ModelConfig) -> qwen3.Qwen3:
-  """tunix's `Qwen3` for `config` with `ShapeDtypeStruct`s for weights (nothing allocated)."""
-  return nnx.eval_shape(lambda: models.make_policy(config))
-
-
-def abstract_critic(config: qwen3.ModelConfig) -> models.ValueModel:
-  """The critic (`models.ValueModel`: Qwen3 backbone + float32 value head), abstract."""
-  return nnx.eval_shape(lambda: models.make_critic(config))
 
 
 def params(module: nnx.Module) -> nnx.State:
