@@ -338,8 +338,21 @@ def sampling_state(
   )
   state = jax.tree.map(lambda x: _on_mesh(x, mesh, rows_on_fsdp=x.shape[:1] == (batch,)), state)
   scalar = _on_mesh(jax.ShapeDtypeStruct((), jnp.int32), mesh, rows_on_fsdp=False)
+  # keys and values `[B, S, KV, H]` as the model writes them (its `act_btnh` sharding:
+  # rows on fsdp, KV heads on tp), so a donated cache is updated in place
+  shd = getattr(sampler.transformer.config, "shd_config", None)
+  kv = NamedSharding(mesh, P(*getattr(shd, "act_btnh", ("fsdp", None, "tp", None))))
+
+  def on_heads(x: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=kv)
+
+  cache = {
+    name: {**layer, "k": on_heads(layer["k"]), "v": on_heads(layer["v"])}
+    for name, layer in state.cache.items()
+  }
   return dataclasses.replace(
     state,
+    cache=cache,
     seed=_on_mesh(state.seed, mesh, rows_on_fsdp=False),
     decoding_step=scalar,
     total_sampling_steps=scalar,
