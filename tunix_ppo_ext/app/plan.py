@@ -242,12 +242,15 @@ def step_rows(run: RunConfig) -> StepRows:
   return StepRows(rollout=rollout, logps=logps, train=train, accumulation=accumulation)
 
 
-def _check_rows(rows: StepRows, meshes: dict[Role, Any]) -> None:
-  """ValueError naming the batch key whose rows do not split on a role's `fsdp` axis (tunix
-  would replicate them; `plan` shards rows on `fsdp` and cannot model that)."""
+def _check_rows(rows: StepRows, meshes: dict[Role, Any], critic: bool) -> None:
+  """ValueError naming the batch key whose rows do not split on the `fsdp` axis of a role
+  that takes them (tunix would replicate them; `plan` shards rows on `fsdp` and cannot
+  model that); `critic`: whether the run has one."""
+  trainers = (Role.ACTOR, Role.CRITIC) if critic else (Role.ACTOR,)
+  passes = (Role.ACTOR, Role.REFERENCE, Role.CRITIC) if critic else (Role.ACTOR, Role.REFERENCE)
   checks = [
-    ("batch.train_micro_batch_size", rows.train, (Role.ACTOR, Role.CRITIC)),
-    ("batch.logps_micro_batch_size / ppo.num_generations", rows.logps, (Role.REFERENCE,)),
+    ("batch.train_micro_batch_size", rows.train, trainers),
+    ("batch.logps_micro_batch_size / ppo.num_generations", rows.logps, passes),
     ("batch.rollout_micro_batch_size", rows.rollout, (Role.ROLLOUT,)),
   ]
   for key, count, roles in checks:
@@ -268,7 +271,7 @@ class _Built:
     self.ppo = run.ppo_config()
     self.lora = lora_section(run.model)
     self.rows = step_rows(run)
-    _check_rows(self.rows, meshes)
+    _check_rows(self.rows, meshes, self.ppo.uses_critic)
     self.actor, self.critic, self.reference = nnx.eval_shape(
       lambda: role_models(run, models.make_policy(config, run.seed))
     )
