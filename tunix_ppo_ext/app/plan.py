@@ -48,6 +48,7 @@ CPU_CAVEAT = (
 HBM_GIB = {"v2": 8, "v3": 16, "v4": 32, "v5e": 16, "v5litepod": 16, "v5p": 95, "v6e": 32}
 _TOPOLOGY = re.compile(r"^(v2|v3|v4|v5e|v5litepod|v5p|v6e):(\d+(?:x\d+){1,2})$")
 DEFAULT_TOPOLOGY = "v5e:2x4"
+MEGACORE = ("v4", "v5p")  # one JAX device per chip of two TensorCores
 COMPILERS = ("auto", "tpu", "cpu")
 
 
@@ -84,7 +85,9 @@ def plan_devices(topology: str, compiler: str = "auto") -> PlanDevices:
     try:
       from jax.experimental import topologies  # noqa: PLC0415
 
-      desc = topologies.get_topology_desc(platform="tpu", topology_name=topology)
+      # v4 and v5p chips run their two cores as one device ("megacore"), as JAX sees them
+      megacore = {"chip_config_name": "megacore"} if generation in MEGACORE else {}
+      desc = topologies.get_topology_desc(platform="tpu", topology_name=topology, **megacore)
       return PlanDevices(topology, list(desc.devices), "tpu", hbm)
     except RuntimeError as err:
       if "not installed" not in str(err) or compiler == "tpu":
