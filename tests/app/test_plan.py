@@ -153,6 +153,15 @@ def test_plan_temporaries_grow_when_the_sequence_doubles(tmp_path):
   assert temps[1] > temps[0] > 0
 
 
+def test_tpu_topologies_have_one_device_per_chip():
+  """With `libtpu`, a v4 slice's compile-only devices are its chips (megacore, as JAX sees
+  a real v4), so `v4:2x2x1` gives 4 devices, like `v5e:2x2` (one core per chip)."""
+  pytest.importorskip("libtpu")
+  for topology in ("v4:2x2x1", "v5e:2x2"):
+    devices = plan.plan_devices(topology, "tpu")
+    assert devices.compiler == "tpu" and len(devices.devices) == 4, topology
+
+
 def test_topology_names_and_chip_counts():
   assert plan.parse_topology("v5e:2x4") == ("v5e", 8)
   assert plan.parse_topology("v4:2x2x1") == ("v4", 4)
