@@ -17,14 +17,17 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tunix_ppo_ext.app import cli, plan
+from tunix_ppo_ext.app.run_config import load_run_config
 from tunix_ppo_ext.tunix import abstract, compat, models
 from tunix_ppo_ext.tunix.guards import guarded_adam
+from tunix_ppo_ext.tunix.optimizers import build_optimizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 QWEN3_0P6B = ROOT / "configs" / "qwen3_0p6b_tpu.yaml"
@@ -60,17 +63,26 @@ def qwen3_elements(config) -> tuple[int, int]:
   return sharded, config.num_layers * (2 * d + 2 * k) + d
 
 
-def adam_scalar_bytes(dtype) -> int:
-  """Bytes of the optimizer state besides Adam's two moments: a one-parameter model's
-  `nnx.Optimizer(guarded_adam)` state minus its two moments (one scalar has the weights'
-  dtype, so the model's dtype matters)."""
+def actor_tx(*overrides: str, config: str | None = None) -> optax.GradientTransformation:
+  """The actor's optimizer of a run config (its `optim.actor` section)."""
+  run = load_run_config(config, list(overrides), need_files=False)
+  return build_optimizer(run.optim.actor, run.train.lr, run.train.steps)
+
+
+def scalar_bytes(dtype, tx=None, copies: int = 2) -> int:
+  """Bytes of an optimizer state besides its per-parameter buffers: a one-parameter model's
+  `nnx.Optimizer(tx)` state minus `copies` parameter-sized buffers (Adam's two moments; a
+  third for `optax.MultiSteps`' accumulated gradients). One scalar has the weights' dtype,
+  so the model's dtype matters; a learning-rate schedule adds a step count."""
+  tx = guarded_adam(0.1) if tx is None else tx
 
   def optimizer():
     linear = nnx.Linear(1, 1, use_bias=False, param_dtype=dtype, rngs=nnx.Rngs(0))
-    return nnx.Optimizer(linear, guarded_adam(0.1), wrt=nnx.Param)
+    return nnx.Optimizer(linear, tx, wrt=nnx.Param)
 
   leaves = jax.tree.leaves(nnx.state(nnx.eval_shape(optimizer)))
-  return sum(x.size * jnp.dtype(x.dtype).itemsize for x in leaves) - 2 * jnp.dtype(dtype).itemsize
+  size = sum(x.size * jnp.dtype(x.dtype).itemsize for x in leaves)
+  return size - copies * jnp.dtype(dtype).itemsize
 
 
 CASES = {  # name: (plan arguments, model config, weight dtype, fsdp, rows, prompt, width, fields)
@@ -113,7 +125,8 @@ def test_plan_train_step_bytes_are_the_arithmetic(tmp_path, case):
     assert figures["parameters"] == 596_049_920
   assert figures["mesh"] == {"fsdp": fsdp, "tp": 1}
   weights = jnp.dtype(dtype).itemsize * (sharded // fsdp + replicated)
-  optimizer = 2 * weights + adam_scalar_bytes(dtype)  # mu and nu keep the weights' dtype
+  tx = actor_tx(config=str(QWEN3_0P6B) if case.startswith("qwen3") else None)
+  optimizer = 2 * weights + scalar_bytes(dtype, tx)  # mu and nu keep the weights' dtype
   b = batch // fsdp  # rows per device; 2 prompt-wide, `fields` completion-wide, 2 per-row
   batch_bytes = 4 * (2 * b * prompt + fields * b * width + 2 * b)
   (step,) = figures["pieces"]
@@ -140,6 +153,15 @@ def test_plan_temporaries_grow_when_the_sequence_doubles(tmp_path):
   assert temps[1] > temps[0] > 0
 
 
+def test_tpu_topologies_have_one_device_per_chip():
+  """With `libtpu`, a v4 slice's compile-only devices are its chips (megacore, as JAX sees
+  a real v4), so `v4:2x2x1` gives 4 devices, like `v5e:2x2` (one core per chip)."""
+  pytest.importorskip("libtpu")
+  for topology in ("v4:2x2x1", "v5e:2x2"):
+    devices = plan.plan_devices(topology, "tpu")
+    assert devices.compiler == "tpu" and len(devices.devices) == 4, topology
+
+
 def test_topology_names_and_chip_counts():
   assert plan.parse_topology("v5e:2x4") == ("v5e", 8)
   assert plan.parse_topology("v4:2x2x1") == ("v4", 4)
@@ -154,6 +176,7 @@ def test_topology_names_and_chip_counts():
     (["plan", "--topology", "v5e-8"], "--topology"),
     (["plan", "--compiler", "gpu"], "--compiler"),
     (["plan", "train.batch_size=0"], "train.batch_size"),
+    (["plan", "--pieces", "critic/train_step", "ppo.advantage_estimator=grpo"], "--pieces"),
   ],
 )
 def test_bad_plan_arguments_are_one_line_naming_the_option(argv, named, capsys):
@@ -206,3 +229,131 @@ def test_hf_config_gives_the_named_sizes():
     assert getattr(config, field) == getattr(named, field), field
   assert config.num_kv_heads == named.num_kv_heads and config.use_tied_embedding
   assert dtype == jnp.bfloat16
+
+
+TOY = ["--topology", "v5e:2x2", "wandb=disabled"]  # the toy default on fsdp=4
+TOY_CONFIG = CASES["toy_v5e_2x2"][1]
+
+
+def toy_weights() -> int:
+  """Bytes per device of the toy default's float32 weights on fsdp=4."""
+  sharded, replicated = qwen3_elements(TOY_CONFIG())
+  return 4 * (sharded // 4 + replicated)
+
+
+def toy_batch_bytes(rows: int) -> int:
+  """One device's share of a toy train example of `rows` episodes (fsdp=4, prompt 8,
+  completion 16, KL in the loss: 9 completion-wide fields, 2 prompt-wide, 2 per-row)."""
+  b = rows // 4
+  return 4 * (2 * b * 8 + 9 * b * 16 + 2 * b)
+
+
+def test_group_estimator_plans_no_critic(tmp_path):
+  """GRPO builds no critic: no critic piece is compiled and nothing of a critic is resident."""
+  figures = run_plan(
+    tmp_path,
+    "--config",
+    str(ROOT / "configs" / "smoke.yaml"),
+    "--topology",
+    "v5e:2x2",
+    "ppo.advantage_estimator=grpo",
+    "ppo.num_generations=4",
+  )
+  roles = {piece["role"] for piece in figures["pieces"]}
+  assert roles == {"rollout", "actor", "reference"}
+  assert set(figures["resident"]) == {"actor weights", "actor optimizer", "reference weights"}
+
+
+def test_optimizer_state_follows_the_optim_and_batch_sections(tmp_path):
+  """The donated optimizer state is the run's: AdamW's decoupled decay and gradient clipping
+  keep no state (same bytes as Adam), a micro-batch adds tunix's `optax.MultiSteps`
+  accumulator (one more weights-sized buffer), and the train step then takes the micro-
+  batch's rows (8 episodes, 2 per device), not the whole batch (32)."""
+  weights = toy_weights()
+  step = "actor/train_step"
+  adamw_keys = ["optim.actor.name=adamw", "optim.actor.weight_decay=0.01"]
+  adamw_keys.append("optim.actor.clip_grad_norm=1.0")
+  adamw = run_plan(tmp_path, *TOY, "--pieces", step, *adamw_keys)
+  micro = run_plan(tmp_path, *TOY, "--pieces", step, "batch.train_micro_batch_size=8")
+  adam = 2 * weights + scalar_bytes(jnp.float32, actor_tx())  # the default optim section
+  assert adamw["pieces"][0]["alias_bytes"] == 2 * weights + scalar_bytes(
+    jnp.float32, actor_tx(*adamw_keys)
+  )
+  assert adamw["pieces"][0]["alias_bytes"] == adam
+  multi = optax.MultiSteps(actor_tx(), 4)  # mini-batch 32 / micro-batch 8
+  accumulated = 3 * weights + scalar_bytes(jnp.float32, multi, copies=3)
+  (micro_step,) = micro["pieces"]
+  assert micro_step["alias_bytes"] == micro["resident"]["actor optimizer"] == accumulated
+  assert micro_step["argument_bytes"] == weights + accumulated + toy_batch_bytes(8)
+  assert adamw["pieces"][0]["argument_bytes"] == weights + adam + toy_batch_bytes(32)
+  # tunix's rollout and log-prob micro-batches default to the train micro-batch
+  assert micro["rows"] == {"rollout": 8, "logps": 8, "train": 8, "accumulation": 4}
+
+
+def toy_adapter_bytes(rank: int) -> int:
+  """Bytes per device of qwix's LoRA adapters on every projection of the toy Qwen3 (fsdp=4,
+  tp=1, float32). Per layer, A takes the weight's input dims and B its output dims, each
+  sharded as that side of the weight: the model dimension D on fsdp, heads N/KV x head_dim
+  H and the MLP width F not. q, k, v: A [D, r] (sharded), B [r, N*H], [r, KV*H] twice;
+  o: A [N*H, r], B [r, D] (sharded); gate, up: A [D, r] (sharded), B [r, F]; down: A [F, r],
+  B [r, D] (sharded)."""
+  c = TOY_CONFIG()
+  d, nh, kvh, f = c.embed_dim, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.hidden_dim
+  sharded = 7 * d * rank
+  replicated = rank * (nh + 2 * kvh + nh + 2 * f + f)
+  return 4 * c.num_layers * (sharded // 4 + replicated)
+
+
+def test_lora_plan_trains_and_keeps_only_the_adapters(tmp_path):
+  """With `model.lora`, the actor's optimizer state is Adam over the adapters alone, the
+  base weights are held once (the reference pass runs on them, no second copy), and the
+  train step donates exactly that state."""
+  rank = 4
+  figures = run_plan(
+    tmp_path, *TOY, "--pieces", "actor/train_step,reference/logps_pass", f"model.lora.rank={rank}"
+  )
+  weights, adapters = toy_weights(), toy_adapter_bytes(rank)
+  resident = figures["resident"]
+  assert resident["base weights (actor, reference)"] == weights
+  assert resident["actor adapters"] == adapters
+  assert "reference weights" not in resident and "actor weights" not in resident
+  optimizer = 2 * adapters + scalar_bytes(jnp.float32, actor_tx())
+  assert resident["actor optimizer"] == optimizer
+  pieces = {piece["role"]: piece for piece in figures["pieces"]}
+  assert pieces["actor"]["alias_bytes"] == optimizer
+  assert pieces["actor"]["argument_bytes"] == weights + adapters + optimizer + toy_batch_bytes(32)
+  assert pieces["reference"]["resident_bytes"] == weights
+
+
+def sampling_state_bytes(rows: int, cache: int, layers: int, kv_heads: int, head_dim: int) -> int:
+  """One device's share of a float32 model's sampling state: token buffer and positions
+  (int32) and log-prob buffer (float32), `[rows, cache]` each; per layer the KV cache's k
+  and v `[rows, cache, kv_heads, head_dim]` and its end index `[rows]` (int32); `done`
+  `[rows]` (bool); decoding step and total steps (int32 scalars); the PRNG key (2 uint32)."""
+  kv_cache = layers * (2 * rows * cache * kv_heads * head_dim * 4 + 4 * rows)
+  return 3 * 4 * rows * cache + kv_cache + rows + 2 * 4 + 2 * 4
+
+
+def test_continuing_sampler_pieces_take_the_kv_cache(tmp_path):
+  """The toy default (4 turns, `kv_cache: continue`) compiles the ContinuingSampler's
+  prefill, decode, extend and compact programs; their arguments are the weights plus the
+  sampling state with its KV cache of 8 + 16 + 2 slots for 32 / 4 rows per device, plus
+  each program's own inputs; with `reencode` only prefill and decode are built."""
+  figures = run_plan(tmp_path, *TOY, "--pieces", "rollout/sampler")
+  pieces = {piece["name"]: piece for piece in figures["pieces"]}
+  names = ["sampler_prefill", "sampler_decode", "sampler_extend", "sampler_compact"]
+  assert list(pieces) == names
+  c = TOY_CONFIG()
+  rows, cache, width = 32 // 4, 8 + 16 + 2, 16  # extend: the completion budget's bucket
+  state = sampling_state_bytes(rows, cache, c.num_layers, c.num_kv_heads, c.head_dim)
+  weights = figures["resident"]["actor weights"]
+  assert weights == toy_weights()
+  assert pieces["sampler_prefill"]["argument_bytes"] == weights + state
+  assert pieces["sampler_decode"]["argument_bytes"] == weights + state
+  extend_inputs = rows * width * (4 + 1) + 4 + 4 * rows  # blocks, real, start, hole_from
+  assert pieces["sampler_extend"]["argument_bytes"] == weights + state + extend_inputs
+  compact = pieces["sampler_compact"]
+  assert compact["argument_bytes"] == state + rows * cache * (4 + 1)  # + source, kept
+  assert compact["resident_bytes"] == 0
+  reencode = run_plan(tmp_path, *TOY, "--pieces", "rollout/sampler", "env.kv_cache=reencode")
+  assert [piece["name"] for piece in reencode["pieces"]] == names[:2]

@@ -63,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
   plan_parser.add_argument(
     "--compiler", default="auto", help="auto (TPU with libtpu, else CPU), tpu or cpu"
   )
-  plan_parser.add_argument("--pieces", help="comma-separated pieces to compile (default: all)")
+  plan_parser.add_argument(
+    "--pieces", help="comma-separated pieces to compile (default: all the run builds)"
+  )
   plan_parser.add_argument("--json", help="also write the figures to this JSON file")
   plan_parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
   plot_parser = commands.add_parser("plot", help="draw a run's main curves into RUN_DIR")

@@ -263,7 +263,14 @@ def _models(run: RunConfig, tokenizer, mesh=None):
   the actor is the policy with adapters and the reference the policy itself (one copy of
   the base weights, `models.lora_models`).
   """
-  policy = _base_policy(run, tokenizer, mesh)
+  return role_models(run, _base_policy(run, tokenizer, mesh))
+
+
+def role_models(run: RunConfig, policy: Any) -> tuple[Any, Any, Any]:
+  """`(actor, critic, reference)` around a base `policy` as the run builds them: with
+  `model.lora` the adapted actor, its critic (`model.lora.critic`) and the base itself as
+  the reference (`models.lora_models`); else the policy, a critic from its backbone and a
+  copy (`tunix-ppo-ext plan` calls this under `nnx.eval_shape`)."""
   section = lora_section(run.model)
   if section is not None:
     return models.lora_models(policy, section.spec(), run.seed, critic_lora=section.critic)

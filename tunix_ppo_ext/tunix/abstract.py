@@ -1,7 +1,8 @@
 """Weightless models and the jitted pieces of a PPO step, compiled ahead of time.
 
 What a run would hold on each device is answered without weights and without the devices:
-the models are built with `nnx.eval_shape` (shapes and dtypes only), every array becomes a
+the models are built with `nnx.eval_shape` (shapes and dtypes only; `tunix-ppo-ext plan`
+builds them with the job's own `role_models`, LoRA adapters included), every array becomes a
 `jax.ShapeDtypeStruct` carrying its `NamedSharding` on the role's mesh (a mesh of real
 devices or of a TPU topology's compile-only devices), and each jitted piece of a step is
 lowered and compiled on those; `compiled.memory_analysis()` then gives the compiler's own
@@ -9,14 +10,16 @@ per-device figures (arguments, outputs, donated aliases, temporaries).
 
 The pieces are the code a run executes:
 - `train_step`: the body of the train step tunix's `PeftTrainer` jits
-  (`nnx.value_and_grad` of the loss, `optax.global_norm`, `optimizer.update`) on an
-  `nnx.Optimizer` of the run's optimizer (`guards.guarded_adam`), with the optimizer
-  donated as tunix's `nnx.jit(..., donate_argnames=("optimizer",))` does; the loss is this package's
-  (`losses.ppo_ext_policy_loss_fn`, `losses.ppo_ext_value_loss_fn`).
+  (`nnx.value_and_grad` of the loss with respect to `nnx.Param`, or `nnx.LoRAParam` for a
+  LoRA model, `optax.global_norm`, `optimizer.update`) on the `nnx.Optimizer` the trainer
+  builds (the run's optimizer, in `optax.MultiSteps` when it accumulates gradients), with
+  the optimizer donated as tunix's `nnx.jit(..., donate_argnames=("optimizer",))` does;
+  the loss is this package's (`losses.ppo_ext_policy_loss_fn`, `losses.ppo_ext_value_loss_fn`).
 - `logps_pass`, `values_pass`: `passes.compute_per_token_logps` and `passes.compute_score`.
-- `sampler_prefill`, `sampler_decode`: tunix's own `Sampler` functions (`compat.
-  sampler_step_functions`) on an abstract sampling state with its KV cache, donated as
-  tunix does.
+- `sampler_prefill`, `sampler_decode`, `sampler_extend`, `sampler_compact`: the programs
+  the multi-turn rollout's `ContinuingSampler` jits (`programs()`: tunix's prefill, its
+  per-turn decode loop, the prefill of a turn's new tokens into the kept KV cache, and the
+  cache compaction) on an abstract sampling state with its KV cache, donated as there.
 
 tunix's `qwen3.shard()` is a no-op whenever the host's first device is a CPU, so every
 piece is traced under `compat.qwen3_activation_sharding` (tunix's own activation specs
@@ -40,7 +43,8 @@ from jax.sharding import PartitionSpec as P
 from tunix.generate import sampler as sampler_lib
 from tunix.models.qwen3 import model as qwen3
 
-from tunix_ppo_ext.tunix import compat, models, passes
+from tunix_ppo_ext.tunix import compat, passes
+from tunix_ppo_ext.tunix.continuing_sampler import ContinuingSampler
 from tunix_ppo_ext.tunix.learner import TrainExample
 
 
@@ -116,16 +120,6 @@ def batch_struct(
   return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
 
 
-def abstract_policy(config: qwen3.ModelConfig) -> qwen3.Qwen3:
-  """tunix's `Qwen3` for `config` with `ShapeDtypeStruct`s for weights (nothing allocated)."""
-  return nnx.eval_shape(lambda: models.make_policy(config))
-
-
-def abstract_critic(config: qwen3.ModelConfig) -> models.ValueModel:
-  """The critic (`models.ValueModel`: Qwen3 backbone + float32 value head), abstract."""
-  return nnx.eval_shape(lambda: models.make_critic(config))
-
-
 def params(module: nnx.Module) -> nnx.State:
   """The module's `nnx.Param` state (abstract for an abstract module)."""
   return nnx.state(module, nnx.Param)
@@ -137,20 +131,28 @@ def optimizer_state(optimizer: nnx.Optimizer) -> nnx.State:
 
 
 def abstract_optimizer(
-  build_model: Callable[[], nnx.Module], tx: optax.GradientTransformation
+  model: nnx.Module,
+  tx: optax.GradientTransformation,
+  *,
+  wrt: Any = nnx.Param,
+  accumulation_steps: int | None = None,
 ) -> nnx.Optimizer:
-  """`nnx.Optimizer(model, tx, wrt=nnx.Param)` (what tunix's trainers build), abstract: its
-  moments carry the parameters' sharding metadata."""
-  return nnx.eval_shape(lambda: nnx.Optimizer(build_model(), tx, wrt=nnx.Param))
+  """The optimizer tunix's `PeftTrainer` builds over `model` (abstract), abstract: `tx`
+  wrapped in `optax.MultiSteps(tx, accumulation_steps)` when the trainer accumulates
+  gradients (a micro-batch), then `nnx.Optimizer(model, tx, wrt=wrt)` (`nnx.LoRAParam`
+  for a LoRA model); its state carries the parameters' sharding metadata."""
+  if accumulation_steps is not None:
+    tx = optax.MultiSteps(tx, accumulation_steps)
+  return nnx.eval_shape(lambda model: nnx.Optimizer(model, tx, wrt=wrt), model)
 
 
-def _compile(lowerable, *args, role: str, name: str, resident: Any) -> CompiledPiece:
+def _compile(lowerable, *args, role: str, name: str, resident: Any, **static: Any) -> CompiledPiece:
   """Lowers (with tunix's Qwen3 activation shardings on the mesh of the first argument)
-  and compiles `lowerable(*args)`, and reads its per-device memory analysis."""
+  and compiles `lowerable(*args, **static)`, and reads its per-device memory analysis."""
   start = time.perf_counter()
   mesh = jax.tree.leaves(args[0])[0].sharding.mesh
   with compat.qwen3_activation_sharding(mesh):
-    lowered = lowerable.lower(*args)
+    lowered = lowerable.lower(*args, **static)
   compiled = lowered.compile()
   seconds = time.perf_counter() - start
   stats = compiled.memory_analysis()
@@ -176,12 +178,15 @@ def compile_train_step(
   mesh: jax.sharding.Mesh,
   *,
   role: str,
+  wrt: Any = nnx.Param,
 ) -> CompiledPiece:
   """Compiles one train step of `model` (tunix's PeftTrainer step body) on abstract inputs.
 
   `inputs`: the loss's array arguments (sharded `ShapeDtypeStruct`s); `static_inputs`: the
-  rest (config objects, ids). Model and optimizer state are sharded by their metadata; the
-  optimizer state is donated (as tunix's trainer does), the weights are not.
+  rest (config objects, ids); `wrt`: what is differentiated and updated (`nnx.LoRAParam`
+  for a LoRA model, as tunix's `nnx.DiffState(0, nnx.LoRAParam)`). Model and optimizer
+  state are sharded by their metadata; the optimizer state is donated (as tunix's trainer
+  does), the weights are not.
   """
   model_def, model_state = nnx.split(model)
   opt_def, opt_state = nnx.split(optimizer)
@@ -189,7 +194,7 @@ def compile_train_step(
 
   def step(model_state, opt_state, inputs):
     model, opt = nnx.merge(model_def, model_state), nnx.merge(opt_def, opt_state)
-    grad_fn = nnx.value_and_grad(loss_fn, argnums=0, has_aux=True)
+    grad_fn = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt), has_aux=True)
     (loss, aux), grads = grad_fn(model, **inputs, **static_inputs)
     grad_norm = optax.global_norm(grads)
     opt.update(model, grads)
@@ -302,29 +307,20 @@ def train_example(
   )
 
 
-def compile_sampler(
-  policy: nnx.Module,
-  tokenizer: Any,
+def sampling_state(
+  sampler: ContinuingSampler,
   mesh: jax.sharding.Mesh,
   batch: int,
-  prompt_len: int,
-  generate_steps: int,
+  width: int,
   *,
   with_logprobs: bool = True,
-) -> list[CompiledPiece]:
-  """Compiles tunix's `Sampler` prefill and decode loop for one `generate` call: `[batch,
-  prompt_len]` prompts, `generate_steps` new tokens, KV cache of `prompt_len +
-  generate_steps` positions (in the model's compute dtype), sampling state donated."""
-  cache_size = prompt_len + generate_steps
-  config = sampler_lib.CacheConfig(
-    cache_size=cache_size,
-    num_layers=policy.config.num_layers,
-    num_kv_heads=policy.config.num_kv_heads,
-    head_dim=policy.config.head_dim,
-  )
-  sampler = sampler_lib.Sampler(policy, tokenizer, config)
-  params = shard_abstract(nnx.variables(policy), mesh)
-  ids = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32)
+) -> Any:
+  """The abstract sampling state a `Conversation` hands its programs: `[batch, width]`
+  left-padded contexts in a `[batch, cache_size]` token buffer and KV cache (tunix's
+  `init_sample_state`, top-p mode), rows on `fsdp`, the turn's counters int32 scalars and
+  `num_input_tokens = width` (static: what tunix's prefill reads; 0 after it)."""
+  cache_size = sampler.cache_config.cache_size
+  ids = jax.ShapeDtypeStruct((batch, width), jnp.int32)
   state = jax.eval_shape(
     lambda ids: sampler.init_sample_state(
       ids,
@@ -341,29 +337,78 @@ def compile_sampler(
     ids,
   )
   state = jax.tree.map(lambda x: _on_mesh(x, mesh, rows_on_fsdp=x.shape[:1] == (batch,)), state)
-  state = state.replace(  # the prompt length is static in tunix's sampling state
+  scalar = _on_mesh(jax.ShapeDtypeStruct((), jnp.int32), mesh, rows_on_fsdp=False)
+  # keys and values `[B, S, KV, H]` as the model writes them (its `act_btnh` sharding:
+  # rows on fsdp, KV heads on tp), so a donated cache is updated in place
+  shd = getattr(sampler.transformer.config, "shd_config", None)
+  kv = NamedSharding(mesh, P(*getattr(shd, "act_btnh", ("fsdp", None, "tp", None))))
+
+  def on_heads(x: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=kv)
+
+  cache = {
+    name: {**layer, "k": on_heads(layer["k"]), "v": on_heads(layer["v"])}
+    for name, layer in state.cache.items()
+  }
+  return dataclasses.replace(
+    state,
+    cache=cache,
     seed=_on_mesh(state.seed, mesh, rows_on_fsdp=False),
-    num_input_tokens=jnp.array(prompt_len, jnp.int32),
+    decoding_step=scalar,
+    total_sampling_steps=scalar,
+    num_input_tokens=width,
   )
-  prefill, decode = compat.sampler_step_functions(sampler, [tokenizer.eos_id()])
-  return [
-    _compile(
-      jax.jit(prefill, donate_argnums=(1,)),
-      params,
-      state,
-      role="rollout",
-      name="sampler_prefill",
-      resident=params,
-    ),
-    _compile(
-      jax.jit(decode, donate_argnums=(1,)),
-      params,
-      state,
-      role="rollout",
-      name="sampler_decode",
-      resident=params,
-    ),
-  ]
+
+
+def compile_continuing_sampler(
+  policy: nnx.Module,
+  tokenizer: Any,
+  mesh: jax.sharding.Mesh,
+  batch: int,
+  *,
+  prefill_width: int,
+  cache_size: int,
+  max_tokens: int,
+  extend_width: int | None,
+  with_logprobs: bool = True,
+) -> list[CompiledPiece]:
+  """Compiles the programs the multi-turn rollout's `ContinuingSampler` jits (its
+  `programs(max_tokens)`, sampling state donated) for `batch` rows and a KV cache of
+  `cache_size` slots: tunix's `prefill` of `[batch, prefill_width]` contexts and the
+  turn's `decode` loop; with `extend_width` (turns continued from the cache) also `extend`
+  (a `[batch, extend_width]` block of new tokens) and `compact` (`[batch, cache_size]`
+  slot moves, no weights)."""
+  config = sampler_lib.CacheConfig(
+    cache_size=cache_size,
+    num_layers=policy.config.num_layers,
+    num_kv_heads=policy.config.num_kv_heads,
+    head_dim=policy.config.head_dim,
+  )
+  sampler = ContinuingSampler(policy, tokenizer, config)
+  programs = sampler.programs(max_tokens, keep_unused=True)  # every input counted
+  params = shard_abstract(nnx.variables(policy), mesh)
+  state = sampling_state(sampler, mesh, batch, prefill_width, with_logprobs=with_logprobs)
+
+  def piece(name: str, *args: Any, resident: Any = params, **static: Any) -> CompiledPiece:
+    return _compile(
+      programs[name], *args, role="rollout", name=f"sampler_{name}", resident=resident, **static
+    )
+
+  pieces = [piece("prefill", params, state, None, echo=False)]
+  state = dataclasses.replace(state, num_input_tokens=0)
+  pieces.append(piece("decode", params, state))
+  if extend_width is not None:
+
+    def rows(shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
+      return batch_struct(mesh, shape, dtype)
+
+    scalar = _on_mesh(jax.ShapeDtypeStruct((), jnp.int32), mesh, rows_on_fsdp=False)
+    blocks = rows((batch, extend_width), jnp.int32)
+    real, hole_from = rows((batch, extend_width), jnp.bool_), rows((batch,), jnp.int32)
+    pieces.append(piece("extend", params, state, blocks, real, scalar, hole_from))
+    source, kept = rows((batch, cache_size), jnp.int32), rows((batch, cache_size), jnp.bool_)
+    pieces.append(piece("compact", state, source, kept, resident=()))
+  return pieces
 
 
 _HF_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16, "float32": jnp.float32}

@@ -25,11 +25,11 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
 - rollout: `vanilla_sampler` (the vanilla engine's `Sampler`, whose model, weights and
   cache size the multi-turn rollout's `ContinuingSampler` shares).
 - sampler: `sampler_step_functions` (tunix's `Sampler` jits its prefill and decode loop
-  only inside `__call__`; `tunix-ppo-ext plan` compiles the unjitted `_prefill_fn` and
-  `_decode_fn` ahead of time on abstract inputs to read their memory, and
-  `ContinuingSampler` jits the prefill itself to run it on a state it keeps between
-  turns), `sample_next_token` (`_sample`: the next token from logits, which
-  `ContinuingSampler`'s own prefill of a turn's new tokens and decode step call).
+  only inside `__call__`; `ContinuingSampler` jits the unjitted `_prefill_fn` itself to run
+  it on a state it keeps between turns, and `tunix-ppo-ext plan` compiles that program
+  ahead of time on abstract inputs to read its memory), `sample_next_token` (`_sample`:
+  the next token from logits, which `ContinuingSampler`'s own prefill of a turn's new
+  tokens and decode step call).
 - models: `qwen3_activation_sharding` (tunix's `qwen3.shard()` skips its activation
   sharding constraints whenever `jax.devices()[0]` is a CPU, always the case when `plan`
   compiles for a TPU topology from a host without one: the module function is replaced

@@ -95,10 +95,16 @@ class ContinuingSampler(sampler_lib.Sampler):
   def __init__(self, transformer: nnx.Module, tokenizer: Any, cache_config: Any):
     super().__init__(transformer, tokenizer, cache_config)
     prefill, _ = compat.sampler_step_functions(self, [self.tokenizer.eos_id()])
-    self._start_jit = jax.jit(prefill, donate_argnums=(1,), static_argnames=("echo",))
+    # name: (function, donated argument, static argument names); decode per turn length
+    self._functions = {
+      "prefill": (prefill, 1, ("echo",)),
+      "extend": (self._extend_fn, 1, ()),
+      "compact": (self._compact_fn, 0, ()),
+    }
+    self._start_jit, self._extend_jit, self._compact_jit = (
+      self._jit(name) for name in ("prefill", "extend", "compact")
+    )
     self._decode_jits: dict[int, Any] = {}  # per number of tokens a turn samples
-    self._extend_jit = jax.jit(self._extend_fn, donate_argnums=(1,))
-    self._compact_jit = jax.jit(self._compact_fn, donate_argnums=(0,))
     self.continuable = isinstance(transformer, CONTINUABLE)
     self.placeholder = 1 if self.tokenizer.pad_id() == 0 else 0  # a non-pad id, never fed
     self._last_token_only = (
@@ -127,10 +133,38 @@ class ContinuingSampler(sampler_lib.Sampler):
 
   def decode(self, params: Any, state: Any, max_tokens: int) -> Any:
     """tunix's decode loop on `state`, for a turn sampling `max_tokens` tokens (jitted)."""
+    return self.programs(max_tokens)["decode"](params, state)
+
+  def programs(self, max_tokens: int, keep_unused: bool = False) -> dict[str, Any]:
+    """The jitted programs a conversation runs, by name, for turns of `max_tokens` tokens:
+    `prefill` (tunix's, a fresh or re-encoded turn: `(params, state, None, echo=False)`),
+    `decode` (`(params, state)`), `extend` (`(params, state, blocks [B, W], real [B, W],
+    start, hole_from [B])`) and `compact` (`(state, source [B, S], kept [B, S])`); the
+    sampling state is donated in each. `keep_unused`: the same programs jitted anew with
+    every argument kept, also state fields a program does not read (they stay on the
+    device during the call: what `tunix-ppo-ext plan` compiles to count them)."""
     if max_tokens not in self._decode_jits:
+      self._decode_jits[max_tokens] = self._jit("decode", max_tokens=max_tokens)
+    if keep_unused:
+      names = ("prefill", "decode", "extend", "compact")
+      return {name: self._jit(name, True, max_tokens=max_tokens) for name in names}
+    return {
+      "prefill": self._start_jit,
+      "decode": self._decode_jits[max_tokens],
+      "extend": self._extend_jit,
+      "compact": self._compact_jit,
+    }
+
+  def _jit(self, name: str, keep_unused: bool = False, max_tokens: int = 0) -> Any:
+    """Program `name` jitted with its sampling state donated (decode: for `max_tokens`)."""
+    if name == "decode":
       step = functools.partial(self._decode_fn_for_turn, max_tokens=max_tokens)
-      self._decode_jits[max_tokens] = jax.jit(step, donate_argnums=(1,))
-    return self._decode_jits[max_tokens](params, state)
+      function, donated, static = step, 1, ()
+    else:
+      function, donated, static = self._functions[name]
+    return jax.jit(
+      function, donate_argnums=(donated,), static_argnames=static, keep_unused=keep_unused
+    )
 
   def _decode_fn_for_turn(self, params: Any, state: Any, max_tokens: int) -> Any:
     """tunix's `Sampler` decode loop and sample step (a `while_loop` feeding one token a
@@ -235,7 +269,7 @@ def _kept(sampled: np.ndarray, pad: int) -> int:
   return int(min(len(sampled) - 1, pads[0])) if len(pads) else len(sampled) - 1
 
 
-def _bucket(width: int) -> int:
+def prefill_bucket(width: int) -> int:
   """The prefill width for `width` new tokens: the next power of two (few compilations)."""
   return 1 << max(width - 1, 0).bit_length()
 
@@ -284,7 +318,7 @@ class Conversation:
       start = self._start(contexts, active_rows, sampling, width)
       self.reencodes += 1
     else:
-      width = _bucket(max(len(b) for b in blocks))
+      width = prefill_bucket(max(len(b) for b in blocks))
       start = self._extend(blocks, active_rows, sampling, width)
     return self._read(contexts, active_rows, sampling, start, blocks is None, width)
 
@@ -296,7 +330,7 @@ class Conversation:
     longest = max(len(c) for c in contexts)
     if longest <= fresh_width:
       return fresh_width
-    bucket = _bucket(longest)
+    bucket = prefill_bucket(longest)
     fits = bucket + sampling.max_tokens <= self.sampler.cache_config.cache_size
     return bucket if fits else longest
 
@@ -323,7 +357,7 @@ class Conversation:
 
   def _fits(self, blocks: list[np.ndarray], sampling: TurnSampling) -> bool:
     """Whether the blocks and the turn's tokens fit after the next free slot."""
-    width = _bucket(max(len(b) for b in blocks))
+    width = prefill_bucket(max(len(b) for b in blocks))
     return self._next_slot + width + sampling.max_tokens <= self.sampler.cache_config.cache_size
 
   def _compact(self) -> None:
