@@ -357,3 +357,12 @@ def test_continuing_sampler_pieces_take_the_kv_cache(tmp_path):
   assert compact["resident_bytes"] == 0
   reencode = run_plan(tmp_path, *TOY, "--pieces", "rollout/sampler", "env.kv_cache=reencode")
   assert [piece["name"] for piece in reencode["pieces"]] == names[:2]
+
+
+def test_step_rows_count_episodes_with_groups():
+  """With groups of 4, a log-prob micro-batch of 8 episodes is 8 rows per pass (2 prompts x 4
+  generations, the learner's chunk), inside a rollout of lcm(4, 8) = 8 episodes."""
+  overrides = ["ppo.advantage_estimator=grpo", "ppo.num_generations=4"]
+  overrides += ["batch.train_micro_batch_size=4", "batch.logps_micro_batch_size=8"]
+  rows = plan.step_rows(load_run_config(None, overrides, need_files=False))
+  assert (rows.rollout, rows.logps, rows.train) == (8, 8, 4)

@@ -219,6 +219,30 @@ def test_group_estimators_train_without_a_critic():
     assert not logged.metric_exists(prefix, name, "train"), (prefix, name)
 
 
+def test_log_prob_passes_take_rows_of_whole_groups():
+  """tunix's `compute_logps_micro_batch_size` counts prompts; with groups a log-prob pass
+  takes that many prompts' rows, `num_generations` each (as tunix's GRPO learner does)."""
+  tokenizer = CharTokenizer(eos_id=0)
+  policy, _, reference = make_models(tokenizer)
+  cluster = build_cluster(
+    policy,
+    None,
+    tokenizer,
+    reference=reference,
+    max_steps=2,
+    batch=BATCH,
+    max_prompt_length=PROMPT_LEN,
+    max_tokens_to_generate=GEN_LEN,
+    logps_micro_batch_size=1,
+  )
+  config = PpoExtConfig(advantage_estimator="grpo", num_generations=2, beta=0.04)
+  learner = PpoExtLearner(cluster, config, reward_fns=spread_reward)
+  assert learner._passes.micro_batch_size == 2  # 1 prompt x 2 generations
+  learner.train(make_prompts_dataset(2, BATCH // 2))
+  assert cluster.actor_trainer.train_steps == 2
+  assert np.all(np.isfinite(history(cluster, "actor", "loss")))
+
+
 def test_gae_without_a_critic_is_refused_and_an_unused_critic_warns():
   with pytest.raises(ValueError, match=r"advantage_estimator='gae' takes critic values.*no critic"):
     setup(PpoExtConfig(advantage_estimator="gae"), with_critic=False)

@@ -216,9 +216,9 @@ class StepRows:
 
   `rollout`: the episodes one rollout call plays together (tunix's service target:
   `lcm(rollout, log-prob micro-batch)`, each defaulting to the train micro-batch);
-  `logps`: rows of one log-prob or value pass (`RolePasses` chunks by
-  `compat.logps_micro_batch_size`, tunix's value in prompts, `batch.logps_micro_batch_size
-  / ppo.num_generations`; the whole rollout when unset); `train`: rows of one train step
+  `logps`: rows of one log-prob or value pass (`batch.logps_micro_batch_size` episodes:
+  the learner's `RolePasses` chunk tunix's value, in prompts, times `ppo.num_generations`,
+  as tunix's GRPO learner does; the whole rollout when unset); `train`: rows of one train step
   (`batch.train_micro_batch_size`, else the mini-batch, else `train.batch_size`);
   `accumulation`: `mini_batch_size / train_micro_batch_size` when a micro-batch is set
   (tunix then wraps the optimizer in `optax.MultiSteps`), else None.
@@ -239,8 +239,7 @@ def step_rows(run: RunConfig) -> StepRows:
   rollout = math.lcm(
     sizes.get("rollout_micro_batch_size", train), sizes.get("logps_micro_batch_size", train)
   )
-  logps_micro = sizes.get("logps_micro_batch_size")
-  logps = logps_micro // generations if logps_micro else rollout
+  logps = sizes.get("logps_micro_batch_size", rollout)
   accumulation = mini // train if "train_micro_batch_size" in sizes else None
   return StepRows(rollout=rollout, logps=logps, train=train, accumulation=accumulation)
 
@@ -253,7 +252,7 @@ def _check_rows(rows: StepRows, meshes: dict[Role, Any], critic: bool) -> None:
   passes = (Role.ACTOR, Role.REFERENCE, Role.CRITIC) if critic else (Role.ACTOR, Role.REFERENCE)
   checks = [
     ("batch.train_micro_batch_size", rows.train, trainers),
-    ("batch.logps_micro_batch_size / ppo.num_generations", rows.logps, passes),
+    ("batch.logps_micro_batch_size", rows.logps, passes),
     ("batch.rollout_micro_batch_size", rows.rollout, (Role.ROLLOUT,)),
   ]
   for key, count, roles in checks:

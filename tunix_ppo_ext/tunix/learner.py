@@ -128,7 +128,9 @@ class PpoExtLearner(compat.LearnerHooks):
       # Plain arrays (no Variable objects) so the state can cross tunix's nnx.value_and_grad.
       graphdef, state = flax.nnx.split(self._reference_model())
       self._ref_state = (graphdef, flax.nnx.to_pure_dict(state))
-    self._passes = RolePasses(rl_cluster, compat.logps_micro_batch_size(self))
+    prompts = compat.logps_micro_batch_size(self)  # tunix counts prompts; a pass sees rows
+    rows = None if prompts is None else prompts * config.num_generations  # as tunix's GRPO
+    self._passes = RolePasses(rl_cluster, rows)
     self._nan_guard = guards.NanGuard(rl_cluster, config.max_nonfinite_steps)
 
   def _set_up_critic(self, critic) -> None:
