@@ -48,6 +48,7 @@ def setup(
   num_generations=1,
   metric_fns=None,
   with_critic=True,
+  logps_micro_batch_size=None,
 ):
   tokenizer = CharTokenizer(eos_id=0)
   policy, critic, reference = make_models(tokenizer, seed=seed)
@@ -62,6 +63,7 @@ def setup(
     max_tokens_to_generate=GEN_LEN,
     mini_batch_size=mini_batch_size,
     checkpoint_dir=checkpoint_dir,
+    logps_micro_batch_size=logps_micro_batch_size,
   )
   kwargs = {"trajectory_source": source} if source is not None else {}
   if metric_fns is not None:
@@ -222,23 +224,12 @@ def test_group_estimators_train_without_a_critic():
 def test_log_prob_passes_take_rows_of_whole_groups():
   """tunix's `compute_logps_micro_batch_size` counts prompts; with groups a log-prob pass
   takes that many prompts' rows, `num_generations` each (as tunix's GRPO learner does)."""
-  tokenizer = CharTokenizer(eos_id=0)
-  policy, _, reference = make_models(tokenizer)
-  cluster = build_cluster(
-    policy,
-    None,
-    tokenizer,
-    reference=reference,
-    max_steps=2,
-    batch=BATCH,
-    max_prompt_length=PROMPT_LEN,
-    max_tokens_to_generate=GEN_LEN,
-    logps_micro_batch_size=1,
-  )
   config = PpoExtConfig(advantage_estimator="grpo", num_generations=2, beta=0.04)
-  learner = PpoExtLearner(cluster, config, reward_fns=spread_reward)
+  cluster, learner, data = setup(
+    config, with_critic=False, reward=spread_reward, num_generations=2, logps_micro_batch_size=1
+  )
   assert learner._passes.micro_batch_size == 2  # 1 prompt x 2 generations
-  learner.train(make_prompts_dataset(2, BATCH // 2))
+  learner.train(data)
   assert cluster.actor_trainer.train_steps == 2
   assert np.all(np.isfinite(history(cluster, "actor", "loss")))
 
