@@ -66,12 +66,16 @@ def test_misuse_raises_and_the_env_is_registered():
   env = StashEnv()
   with pytest.raises(RuntimeError, match="reset"):
     env.step("t")
-  with pytest.raises(ValueError, match="num_turns must be >= 2"):
+  with pytest.raises(ValueError, match=r"num_turns=1 is invalid: must be an integer >= 2"):
     StashEnv(num_turns=1)
   with pytest.raises(ValueError, match="take_reward < stash_reward"):
     StashEnv(take_reward=0.6)
-  with pytest.raises(ValueError, match="cash_reward >= 0"):
+  with pytest.raises(ValueError, match=r"cash_reward=-0.1 is invalid"):
     StashEnv(cash_reward=-0.1)
+  with pytest.raises(ValueError, match=r"cash_reward='x' is invalid"):
+    StashEnv(cash_reward="x")
+  with pytest.raises(ValueError, match=r"num_turns='3' is invalid"):
+    StashEnv(num_turns="3")
   assert registry.RegistryView(registry.ENVIRONMENTS)["stash"] is StashEnv
   made = make_env("stash", num_turns=4)
   assert isinstance(made, Environment) and made.max_return == pytest.approx(1.6)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunix_ppo_ext.checks import check_integer, check_number
 from tunix_ppo_ext.plugins.protocols import StepOutput
 
 
@@ -36,19 +37,17 @@ class StashEnv:
     stash_reward: float = 0.5,
     cash_reward: float = 0.1,
   ):
-    if num_turns < 2:
-      raise ValueError(f"num_turns must be >= 2 (choose, then cash in), got {num_turns}")
-    if not 0.0 <= take_reward < stash_reward:
+    num_turns = check_integer("num_turns", num_turns, low=2)  # choose, then cash in
+    take_reward = check_number("take_reward", take_reward, low=0.0)
+    stash_reward = check_number("stash_reward", stash_reward, low=0.0)
+    cash_reward = check_number("cash_reward", cash_reward, low=0.0)
+    if not take_reward < stash_reward:
       raise ValueError(
         f"need 0 <= take_reward < stash_reward, got take_reward={take_reward}, "
         f"stash_reward={stash_reward}"
       )
-    if cash_reward < 0.0:
-      raise ValueError(f"need cash_reward >= 0, got {cash_reward}")
     self.num_turns = num_turns
-    self.take_reward = float(take_reward)
-    self.stash_reward = float(stash_reward)
-    self.cash_reward = float(cash_reward)
+    self.take_reward, self.stash_reward, self.cash_reward = take_reward, stash_reward, cash_reward
     self.max_return = (num_turns - 1) * self.stash_reward + self.cash_reward
     self._turn: int | None = None
     self._stashed = 0
