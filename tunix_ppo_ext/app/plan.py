@@ -236,9 +236,7 @@ def step_rows(run: RunConfig) -> StepRows:
   sizes = recipe.resolve_batch(run.batch, run.train.batch_size, generations)
   mini = sizes.get("mini_batch_size", run.train.batch_size)
   train = sizes.get("train_micro_batch_size", mini)
-  rollout = math.lcm(
-    sizes.get("rollout_micro_batch_size", train), sizes.get("logps_micro_batch_size", train)
-  )
+  rollout = recipe.rollout_chunk(sizes, run.train.batch_size)
   logps = sizes.get("logps_micro_batch_size", rollout)
   accumulation = mini // train if "train_micro_batch_size" in sizes else None
   return StepRows(rollout=rollout, logps=logps, train=train, accumulation=accumulation)
