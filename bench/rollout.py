@@ -24,11 +24,11 @@ import time
 import jax
 
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.data.trajectory import episode_batches
-from tunix_ppo_ext.tunix.cluster import build_cluster, make_models
-from tunix_ppo_ext.tunix.learner import PpoExtLearner
-from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.trajectory import episode_batches
+from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_models
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
 
 PROMPT = 16  # max_prompt_length
 TURNS = (1, 2, 4, 8, 16)

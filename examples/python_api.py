@@ -13,8 +13,8 @@ from tunix.rl import utils as rl_utils
 from tunix.rl.rollout import base_rollout
 
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
-from tunix_ppo_ext.tunix.cluster import make_mesh
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
 
 # 1. A tokenizer and a tiny tunix Qwen3 (any tunix model and tokenizer work the same way).
 tokenizer = CharTokenizer()  # built-in characters; a Hugging Face tokenizer works too

@@ -7,7 +7,8 @@ the same examples, and prints the blob that replays a failure; set
 
 Toy data and clusters are tunix's own machinery: `RLCluster` with the "vanilla" rollout
 engine, `rl_trainer.Trainer` with optax Adam, the Qwen3 models of
-`tunix_ppo_ext.tunix.models` and `CharTokenizer`; every role shares one `(fsdp=1, tp=1)` mesh.
+`tunix_ppo_ext._src.tunix.models.toy_models` and `CharTokenizer`; every role shares one
+`(fsdp=1, tp=1)` mesh.
 
 An offline W&B run file (`run-*.wandb`) is a LevelDB-style log: a 7-byte header (`:W&B`,
 magic 0xBEE1, version), then 32 KiB blocks of records, each a 7-byte header (CRC32C,
@@ -31,9 +32,9 @@ import numpy as np
 from flax import nnx
 from hypothesis import HealthCheck, settings
 
-from tunix_ppo_ext.tunix import models
-from tunix_ppo_ext.tunix.cluster import build_cluster, make_mesh, make_models  # noqa: F401
-from tunix_ppo_ext.tunix.continuing_sampler import Conversation
+from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_mesh, make_models  # noqa: F401
+from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import Conversation
 
 settings.register_profile(
   "ci",
@@ -259,7 +260,7 @@ SMOKE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
 
 def train_command(out: pathlib.Path, *overrides: str) -> list[str]:
   """`tunix-ppo-ext train` on the smoke config into `out`, as a subprocess command."""
-  command = [sys.executable, "-m", "tunix_ppo_ext.app.cli", "train", "--config", str(SMOKE)]
+  command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "train", "--config", str(SMOKE)]
   return [*command, "--output-dir", str(out), *overrides]
 
 
@@ -276,7 +277,7 @@ def subprocess_env(tmp_path: pathlib.Path) -> dict[str, str]:
 def common_checkpoints(out: pathlib.Path, roles: Sequence[str] = ("actor", "critic")) -> set[int]:
   """Steps every trainer of `roles` checkpointed under `out/checkpoints` (a run with a
   group estimator has no critic: `roles=("actor",)`)."""
-  from tunix_ppo_ext.app import resume  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import resume  # noqa: PLC0415
 
   ckpt = out / "checkpoints"
   return set.intersection(*(resume.finalized_steps(ckpt / role) for role in roles))

@@ -1,17 +1,21 @@
-"""tunix-ppo-ext: PPO extensions for Google's tunix.
+"""tunix-ppo-ext: multi-turn PPO extensions for Google's tunix (JAX + Flax NNX).
 
-The public API, re-exported from its layers the way optax does:
+The public API is this module and the modules beside it, each re-exporting a curated
+`__all__` from the private implementation under `tunix_ppo_ext._src` (as optax does):
 
-- `tunix_ppo_ext.ops`: pure JAX math (no tunix): KL estimators and controllers, losses,
-  advantage estimators, log-probs / entropy / full KL from logits.
-- `tunix_ppo_ext.config`: configured names resolved to callables (`resolve_kl_method`).
-- `tunix_ppo_ext.data`: `TrajectoryBatch` and reward policies.
-- `tunix_ppo_ext.tunix`: everything that touches tunix (`PpoExtConfig`, `PpoExtLearner`,
-  `MultiTurnRollout`, the mask-aware model passes), loaded on first use, so that
-  `import tunix_ppo_ext` and the math do not import tunix.
+- `tunix_ppo_ext`: `PpoExtConfig` and `PpoExtLearner` (drop-in for tunix's `PPOConfig`
+  and `PPOLearner`), `MultiTurnRollout`, and tunix's `rl/common.py` functions it extends,
+  in tunix's signatures: `compute_kl_divergence(logp, ref, method=...)`, `process_ids`
+  (with `completion_mask=`), `compute_per_token_logps`, `compute_score`.
+- `tunix_ppo_ext.ops`: the pure JAX math (no tunix).
+- `tunix_ppo_ext.envs`, `.rollout`: text environments and multi-turn rollouts.
+- `tunix_ppo_ext.models`: meshes, clusters, toy and Hugging Face models, LoRA, export.
+- `tunix_ppo_ext.config`, `.data`, `.metrics`, `.plugins`: configured names, trajectory
+  containers, metric readers and the plot, the plugin registry.
 
-Importing the package registers nothing anywhere; `PpoExtLearner` puts its configured
-names into tunix's `function_registry` when it is built.
+`import tunix_ppo_ext` imports no tunix: the names that need it load on first use.
+Importing registers nothing anywhere; `PpoExtLearner` puts its configured names into
+tunix's `function_registry` when it is built.
 """
 
 from __future__ import annotations
@@ -19,35 +23,20 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from tunix_ppo_ext.data import TrajectoryBatch
-from tunix_ppo_ext.ops import (
-  AdaptiveKLController,
-  FixedKLController,
-  aggregate_loss,
-  compute_gae_advantages,
-  compute_grpo_advantages,
-  compute_kl_divergence,
-  compute_reinforce_plus_plus_advantages,
-  compute_rloo_advantages,
-  entropy_from_logits,
-  full_kl_divergence,
-  logps_and_entropy,
-  make_kl_controller,
-  policy_loss,
-  value_loss,
-)
+from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.math.kl_methods import compute_kl_divergence
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # name -> module that defines it; imported on first access (these import tunix).
 _LAZY = {
-  "PpoExtConfig": "tunix_ppo_ext.tunix.ppo_config",
-  "PpoExtLearner": "tunix_ppo_ext.tunix.learner",
-  "MultiTurnRollout": "tunix_ppo_ext.tunix.rollout",
-  "compute_completion_logits": "tunix_ppo_ext.tunix.passes",
-  "compute_per_token_logps": "tunix_ppo_ext.tunix.passes",
-  "compute_score": "tunix_ppo_ext.tunix.passes",
-  "process_ids": "tunix_ppo_ext.tunix.passes",
+  "PpoExtConfig": "tunix_ppo_ext._src.tunix.learner.ppo_config",
+  "PpoExtLearner": "tunix_ppo_ext._src.tunix.learner.ppo_learner",
+  "MultiTurnRollout": "tunix_ppo_ext._src.tunix.rollout.multi_turn",
+  "compute_completion_logits": "tunix_ppo_ext._src.tunix.learner.passes",
+  "compute_per_token_logps": "tunix_ppo_ext._src.tunix.learner.passes",
+  "compute_score": "tunix_ppo_ext._src.tunix.learner.passes",
+  "process_ids": "tunix_ppo_ext._src.tunix.learner.passes",
 }
 
 
@@ -64,25 +53,13 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-  "AdaptiveKLController",
-  "FixedKLController",
   "MultiTurnRollout",
   "PpoExtConfig",
   "PpoExtLearner",
   "TrajectoryBatch",
-  "aggregate_loss",
   "compute_completion_logits",
-  "compute_gae_advantages",
-  "compute_grpo_advantages",
   "compute_kl_divergence",
   "compute_per_token_logps",
-  "compute_reinforce_plus_plus_advantages",
-  "compute_rloo_advantages",
   "compute_score",
-  "entropy_from_logits",
-  "full_kl_divergence",
-  "logps_and_entropy",
-  "make_kl_controller",
-  "policy_loss",
-  "value_loss",
+  "process_ids",
 ]

@@ -20,14 +20,15 @@ from flax import nnx
 
 from tests.conftest import build_cluster, make_models
 from tunix_ppo_ext import PpoExtConfig, envs
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.config import names
-from tunix_ppo_ext.data import TrajectoryBatch
-from tunix_ppo_ext.data.rewards import DROPPED_METRIC
-from tunix_ppo_ext.ops import advantages, losses
-from tunix_ppo_ext.tunix.learner import PpoExtLearner
-from tunix_ppo_ext.tunix.rollout import MultiTurnRollout
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.rewards import DROPPED_METRIC
+from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.math import advantages
+from tunix_ppo_ext._src.math import kl_methods as names
+from tunix_ppo_ext._src.math import ppo_losses as losses
+from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
 
 B, P, T = 4, 8, 8  # rows, prompt width, completion width of the multi-turn cases
 NAN, INF = float("nan"), float("inf")
@@ -129,7 +130,7 @@ def logprob_gaps_of_1e4_stay_finite(_):
   adv = jnp.where(jnp.arange(B)[:, None] % 2 == 0, 1.0, -1.0) * jnp.ones((B, T))
   mask = jnp.ones((B, T))
   for method in names.kl_method_names():
-    assert np.all(np.isfinite(np.asarray(names.kl_divergence(logp, old, method)))), method
+    assert np.all(np.isfinite(np.asarray(names.compute_kl_divergence(logp, old, method)))), method
 
     def policy(lp, method=method):
       return losses.policy_loss(

@@ -6,9 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from tunix_ppo_ext.app import cli, job
-from tunix_ppo_ext.app.run_config import RunConfig, load_run_config
-from tunix_ppo_ext.data import TrajectoryBatch
+from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.run import cli, job
+from tunix_ppo_ext._src.run.run_config import RunConfig, load_run_config
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 

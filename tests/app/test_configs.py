@@ -17,10 +17,11 @@ from tunix.models.qwen3 import model as qwen3
 
 from tests.conftest import save_hf_tokenizer, toy_policy
 from tunix_ppo_ext import envs
-from tunix_ppo_ext.app.run_config import RunConfig, load_run_config
-from tunix_ppo_ext.tunix import checkpoints, models
-from tunix_ppo_ext.tunix.mesh import resolve_shape
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.run.run_config import RunConfig, load_run_config
+from tunix_ppo_ext._src.tunix.cluster.mesh import resolve_shape
+from tunix_ppo_ext._src.tunix.models import qwen3_safetensors as checkpoints
+from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 ALL_CONFIGS = sorted(CONFIGS.glob("*.yaml"))

@@ -9,9 +9,9 @@ import pytest
 from tests.conftest import SMOKE
 from tests.data.test_dapo import multi_turn_batch
 from tests.ops.test_dapo import np_overlong
-from tunix_ppo_ext.app.dapo import agent_token_budget, dapo_source
-from tunix_ppo_ext.app.run_config import episode_budget, load_run_config
-from tunix_ppo_ext.tunix.rollout import Mode
+from tunix_ppo_ext._src.run.dapo_section import agent_token_budget, dapo_source
+from tunix_ppo_ext._src.run.run_config import episode_budget, load_run_config
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
 
 ON = ["dapo.overlong_buffer.enable=true", "dapo.filter_groups.enable=true"]
 

@@ -16,9 +16,10 @@ from safetensors.numpy import load_file
 
 from tests.conftest import SMOKE, save_hf_tokenizer
 from tests.tunix.hf_fixtures import FAMILIES, hf_logits, write_checkpoint
-from tunix_ppo_ext.app import cli, job, run_dir
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.tunix import hf_export, hf_models, lora, models
+from tunix_ppo_ext._src.run import cli, job, run_dir
+from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.tunix.models import hf_export, hf_models, lora
+from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 pytest.importorskip("torch")
 

@@ -17,9 +17,9 @@ import time
 import pytest
 
 from tests.conftest import common_checkpoints, subprocess_env, train_command
-from tunix_ppo_ext.app import cli, run_dir
-from tunix_ppo_ext.metrics import sinks
-from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.metrics import sinks
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.run import cli, run_dir
 
 STEPS = 6
 EVERY = 2  # checkpoint and evaluation at the same steps (as the default config does)

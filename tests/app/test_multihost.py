@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from tunix_ppo_ext.app import distributed
-from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.run import distributed
 
 SMOKE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
 STEPS = 1  # a second step would compile everything again (multi-process JAX; see README)
@@ -61,7 +61,7 @@ def free_port() -> int:
 def test_two_processes_train_on_one_mesh_and_only_process_zero_writes(tmp_path):
   out = tmp_path / "run"
   port = free_port()
-  command = [sys.executable, "-m", "tunix_ppo_ext.app.cli", "train", "--config", str(SMOKE)]
+  command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "train", "--config", str(SMOKE)]
   command += ["--output-dir", str(out), f"train.steps={STEPS}", "train.eval_batches=0"]
   command += ["mesh.shape=[2,1]"]  # fsdp over the two processes' devices: data split too
   processes, logs = [], []

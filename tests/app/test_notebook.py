@@ -15,8 +15,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tunix_ppo_ext.envs.countdown import COUNTDOWN_ALPHABET
-from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.envs.countdown import COUNTDOWN_ALPHABET
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 # every character of the ChatML template's text and of countdown_multiturn's observations

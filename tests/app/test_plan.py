@@ -23,11 +23,13 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tunix_ppo_ext.app import cli, plan
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.tunix import abstract, compat, models
-from tunix_ppo_ext.tunix.guards import guarded_adam
-from tunix_ppo_ext.tunix.optimizers import build_optimizer
+from tunix_ppo_ext._src.run import cli, plan
+from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
+from tunix_ppo_ext._src.tunix.cluster.guards import guarded_adam
+from tunix_ppo_ext._src.tunix.cluster.optimizers import build_optimizer
+from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 QWEN3_0P6B = ROOT / "configs" / "qwen3_0p6b_tpu.yaml"
@@ -36,7 +38,7 @@ QWEN3_0P6B = ROOT / "configs" / "qwen3_0p6b_tpu.yaml"
 def run_plan(tmp_path: pathlib.Path, *args: str) -> dict:
   """`tunix-ppo-ext plan --compiler cpu ARGS --json ...` in a subprocess; the JSON figures."""
   out = tmp_path / "plan.json"
-  command = [sys.executable, "-m", "tunix_ppo_ext.app.cli", "plan", "--compiler", "cpu"]
+  command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "plan", "--compiler", "cpu"]
   result = subprocess.run(
     [*command, *args, "--json", str(out)], capture_output=True, text=True, timeout=1800
   )

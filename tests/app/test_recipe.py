@@ -9,13 +9,13 @@ import pytest
 
 from tests.conftest import SMOKE
 from tests.tunix.test_optimizers import reference_lr
-from tunix_ppo_ext.app import job, recipe
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.envs import MemoryEnv
-from tunix_ppo_ext.envs.sokoban import SokobanEnv
-from tunix_ppo_ext.metrics.samples import read_samples
-from tunix_ppo_ext.metrics.sinks import read_jsonl
-from tunix_ppo_ext.tunix.rollout import Mode
+from tunix_ppo_ext._src.envs.memory import MemoryEnv
+from tunix_ppo_ext._src.envs.sokoban import SokobanEnv
+from tunix_ppo_ext._src.metrics.samples import read_samples
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.run import job, recipe
+from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import common_checkpoints, subprocess_env, train_command
-from tunix_ppo_ext.app import resume
-from tunix_ppo_ext.metrics.sinks import compact_jsonl, read_jsonl, truncate_jsonl
+from tunix_ppo_ext._src.metrics.sinks import compact_jsonl, read_jsonl, truncate_jsonl
+from tunix_ppo_ext._src.run import resume
 
 STEPS = 14
 CHECKPOINT_EVERY = 4  # the kill lands two steps after one, two steps before the next

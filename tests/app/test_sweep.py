@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import SMOKE, common_checkpoints, subprocess_env, train_command
-from tunix_ppo_ext.app import sweep
-from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.run import sweep
 
 
 def test_overrides_with_commas_make_the_product_of_variants():
@@ -54,7 +54,16 @@ def test_sweep_runs_seeds_without_a_critic_and_they_resume(tmp_path, monkeypatch
   for key, value in subprocess_env(tmp_path).items():
     monkeypatch.setenv(key, value)
   out = tmp_path / "sweep"
-  command = [sys.executable, "-m", "tunix_ppo_ext.app.cli", "sweep", "--seeds", "2", "--jobs", "2"]
+  command = [
+    sys.executable,
+    "-m",
+    "tunix_ppo_ext._src.run.cli",
+    "sweep",
+    "--seeds",
+    "2",
+    "--jobs",
+    "2",
+  ]
   command += ["--config", str(SMOKE), "--output-dir", str(out), "ppo.advantage_estimator=grpo"]
   done = subprocess.run(command, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr[-2000:]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tests.data.test_shaping import batch as shaping_batch
 from tests.ops.test_dapo import np_overlong
-from tunix_ppo_ext.data.dapo import (
+from tunix_ppo_ext._src.data.dynamic_sampling import (
   concat_batches,
   episode_scores,
   fill_with_informative_groups,
@@ -18,7 +18,7 @@ from tunix_ppo_ext.data.dapo import (
   round_input,
   take_rows,
 )
-from tunix_ppo_ext.data.trajectory import MultiTurnBatch
+from tunix_ppo_ext._src.data.trajectory import MultiTurnBatch
 
 
 @pytest.mark.parametrize("max_len, cache, factor", [(5, 2, 1.0), (4, 4, 0.5), (3, 1, 2.0)])

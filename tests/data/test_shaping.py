@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from tests.ops.test_shaping import ref_normalize
-from tunix_ppo_ext.data import MultiTurnBatch, TrajectoryBatch
-from tunix_ppo_ext.data.shaping import (
+from tunix_ppo_ext._src.data.score_shaping import (
   filter_groups,
   normalize_batch_scores,
   penalize_malformed_turns,
   segment_ids,
 )
+from tunix_ppo_ext._src.data.trajectory import MultiTurnBatch, TrajectoryBatch
 
 
 def batch() -> TrajectoryBatch:

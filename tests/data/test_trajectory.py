@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tunix_ppo_ext.data.trajectory import episode_batches, episode_env_ids, spread_env_ids
+from tunix_ppo_ext._src.data.trajectory import episode_batches, episode_env_ids, spread_env_ids
 
 
 def test_environments_are_spread_through_the_batch():

@@ -14,15 +14,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tunix_ppo_ext.app import cli
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.envs import (
-  Environment,
-  make_env,
-  validate_reset_output,
-  validate_step_output,
-)
-from tunix_ppo_ext.envs.countdown import (
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.envs.base import make_env, validate_reset_output, validate_step_output
+from tunix_ppo_ext._src.envs.countdown import (
   COUNTDOWN_ALPHABET,
   FEEDBACK,
   MAX_EQUATION_CHARS,
@@ -31,9 +25,11 @@ from tunix_ppo_ext.envs.countdown import (
   generate_problem,
   score_answer,
 )
-from tunix_ppo_ext.metrics.sinks import read_jsonl
-from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.plugins.protocols import Environment
+from tunix_ppo_ext._src.run import cli
+from tunix_ppo_ext._src.run.run_config import load_run_config
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 FMT, OK = 0.1, 1.0

@@ -5,15 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from tunix_ppo_ext.envs import (
-  Environment,
-  MemoryEnv,
-  make_env,
-  validate_reset_output,
-  validate_step_output,
-)
-from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.tunix.tokenizer import DEFAULT_ALPHABET
+from tunix_ppo_ext._src.data.char_tokenizer import DEFAULT_ALPHABET
+from tunix_ppo_ext._src.envs.base import make_env, validate_reset_output, validate_step_output
+from tunix_ppo_ext._src.envs.memory import MemoryEnv
+from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.plugins.protocols import Environment
 
 
 def play(env, seed, policy):

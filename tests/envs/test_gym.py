@@ -12,16 +12,16 @@ import pytest
 
 from tests.conftest import param_leaf, record_turns, rollout_cluster
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.data.trajectory import episode_batches
-from tunix_ppo_ext.envs import make_env
-from tunix_ppo_ext.envs.frozenlake import ACTIONS, FROZENLAKE_ALPHABET, FrozenLakeEnv
-from tunix_ppo_ext.envs.gym import GymEnv
-from tunix_ppo_ext.metrics import episodes
-from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.tunix.learner import PpoExtLearner
-from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.trajectory import episode_batches
+from tunix_ppo_ext._src.envs.base import make_env
+from tunix_ppo_ext._src.envs.frozenlake import ACTIONS, FROZENLAKE_ALPHABET, FrozenLakeEnv
+from tunix_ppo_ext._src.envs.gym_adapter import GymEnv
+from tunix_ppo_ext._src.metrics import episodes
+from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
 
 MOVES = {"l": (0, -1), "d": (1, 0), "r": (0, 1), "u": (-1, 0)}
 
@@ -140,14 +140,16 @@ def test_generic_adapter_parses_integers_and_names_and_reports_success():
 def test_user_renderer_and_parser_from_module_strings():
   env = GymEnv(
     "FrozenLake-v1",
-    render="tunix_ppo_ext.envs.frozenlake:render_board",
-    parse_action="tunix_ppo_ext.envs.frozenlake:parse_letter",
+    render="tunix_ppo_ext._src.envs.frozenlake:render_board",
+    parse_action="tunix_ppo_ext._src.envs.frozenlake:parse_letter",
     make_kwargs={"is_slippery": False},
   )
   assert env.reset(0)[0] == "pfff fhfh fffh hffg"
   assert env.step("r")[0] == "spff fhfh fffh hffg"
-  with pytest.raises(ValueError, match="parse_action 'tunix_ppo_ext.envs.gym:nothing' cannot"):
-    GymEnv("FrozenLake-v1", parse_action="tunix_ppo_ext.envs.gym:nothing")
+  with pytest.raises(
+    ValueError, match="parse_action 'tunix_ppo_ext._src.envs.gym_adapter:nothing' cannot"
+  ):
+    GymEnv("FrozenLake-v1", parse_action="tunix_ppo_ext._src.envs.gym_adapter:nothing")
 
 
 @pytest.mark.parametrize(

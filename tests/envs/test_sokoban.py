@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import subprocess_env, train_command
-from tunix_ppo_ext.envs.sokoban import MOVES, SOKOBAN_ALPHABET, SokobanEnv, generate_room
-from tunix_ppo_ext.plugins import registry
+from tunix_ppo_ext._src.envs.sokoban import MOVES, SOKOBAN_ALPHABET, SokobanEnv, generate_room
+from tunix_ppo_ext._src.plugins import registry
 
 
 def parse(text: str):

@@ -6,10 +6,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.envs.test_envs import play
-from tunix_ppo_ext.envs import Environment, make_env
-from tunix_ppo_ext.envs.stash import StashEnv
-from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.tunix.tokenizer import DEFAULT_ALPHABET
+from tunix_ppo_ext._src.data.char_tokenizer import DEFAULT_ALPHABET
+from tunix_ppo_ext._src.envs.base import make_env
+from tunix_ppo_ext._src.envs.stash import StashEnv
+from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.plugins.protocols import Environment
 
 
 def reference_rewards(replies, take=0.2, stash=0.5, cash=0.1):

@@ -18,11 +18,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import read_wandb_run
-from tunix_ppo_ext.app import cli
-from tunix_ppo_ext.metrics import episodes
-from tunix_ppo_ext.metrics.keys import MetricKeys
-from tunix_ppo_ext.metrics.samples import SampleWriter, read_samples, table_rows
-from tunix_ppo_ext.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.metrics import episodes
+from tunix_ppo_ext._src.metrics.keys import MetricKeys
+from tunix_ppo_ext._src.metrics.samples import SampleWriter, read_samples, table_rows
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.run import cli
 
 
 def reference(batch):

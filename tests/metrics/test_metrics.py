@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 
 from tests.conftest import read_wandb_run
-from tunix_ppo_ext.app import cli
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.metrics import keys as metric_keys
-from tunix_ppo_ext.metrics import stats as batch_stats
-from tunix_ppo_ext.metrics.keys import MetricKeys
-from tunix_ppo_ext.metrics.sinks import (
+from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.metrics import stats as batch_stats
+from tunix_ppo_ext._src.metrics.keys import MetricKeys
+from tunix_ppo_ext._src.metrics.sinks import (
   JsonlBackend,
   KeyedBackend,
   WandbSink,
   read_jsonl,
   read_tensorboard,
 )
+from tunix_ppo_ext._src.run import cli
+from tunix_ppo_ext._src.run.run_config import load_run_config
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 STATS = ("min", "mean", "max")
@@ -372,7 +372,7 @@ def test_plot_command_draws_the_curves(smoke_run, capsys):
 def test_wandb_online_without_network_falls_back_to_an_offline_run(tmp_path, monkeypatch):
   import wandb
 
-  from tunix_ppo_ext.metrics import sinks as metrics
+  from tunix_ppo_ext._src.metrics import sinks as metrics
 
   real_init = wandb.init
 

@@ -1,4 +1,4 @@
-"""Tests for tunix_ppo_ext.ops.advantages against independent float64 NumPy references."""
+"""Tests for tunix_ppo_ext._src.math.advantages against independent float64 NumPy references."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tests.conftest import flush_subnormals
-from tunix_ppo_ext.ops.advantages import (
+from tunix_ppo_ext._src.math.advantages import (
   compute_gae_advantages,
   compute_grpo_advantages,
   compute_reinforce_plus_plus_advantages,
   compute_rloo_advantages,
 )
-from tunix_ppo_ext.plugins import registry
+from tunix_ppo_ext._src.plugins import registry
 
 B, T = 6, 12  # fixed shapes for the random tests (one compilation per function)
 HB, HT = 4, 8  # fixed shapes for the hypothesis tests

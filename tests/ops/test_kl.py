@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tunix.rl import common as tunix_common
 
-from tunix_ppo_ext.config import names
-from tunix_ppo_ext.ops import kl
+from tunix_ppo_ext._src.math import kl
+from tunix_ppo_ext._src.math import kl_methods as names
 
 RTOL = 1e-5
 ATOL = 1e-6
@@ -45,7 +45,7 @@ def random_logps(seed, shape=(4, 9), scale=2.0):
 @pytest.mark.parametrize("method", BASE_METHODS)
 def test_values_match_reference(method):
   logp, ref = random_logps(0)
-  got = names.kl_divergence(logp, ref, method)
+  got = names.compute_kl_divergence(logp, ref, method)
   assert got.dtype == jnp.float32
   np.testing.assert_allclose(got, np_kl(logp, ref, method), rtol=RTOL, atol=ATOL)
 
@@ -56,9 +56,9 @@ def test_straight_through_value_is_base_and_gradient_is_k2(method):
   weights = np.random.default_rng(2).normal(size=logp.shape).astype(np.float32)
 
   def weighted(lp, m):
-    return jnp.sum(weights * names.kl_divergence(lp, ref, m))
+    return jnp.sum(weights * names.compute_kl_divergence(lp, ref, m))
 
-  value = names.kl_divergence(logp, ref, method + "+")
+  value = names.compute_kl_divergence(logp, ref, method + "+")
   np.testing.assert_allclose(value, np_kl(logp, ref, method), rtol=RTOL, atol=ATOL)
   grad = jax.grad(weighted)(jnp.asarray(logp), method + "+")
   # d/dlogp of 0.5 (logp - ref)^2 is (logp - ref).
@@ -68,7 +68,7 @@ def test_straight_through_value_is_base_and_gradient_is_k2(method):
 
 def test_low_var_kl_gradient_is_analytic():
   logp, ref = random_logps(3)
-  grad = jax.grad(lambda lp: jnp.sum(names.kl_divergence(lp, ref, "k3")))(jnp.asarray(logp))
+  grad = jax.grad(lambda lp: jnp.sum(names.compute_kl_divergence(lp, ref, "k3")))(jnp.asarray(logp))
   # d/dlogp [exp(ref - logp) - (ref - logp) - 1] = 1 - exp(ref - logp)
   np.testing.assert_allclose(
     grad, 1.0 - np.exp(ref.astype(np.float64) - logp), rtol=RTOL, atol=ATOL
@@ -78,7 +78,7 @@ def test_low_var_kl_gradient_is_analytic():
 def test_clamp_value_bounds_result():
   logp, ref = random_logps(4, scale=30.0)
   for method in ["kl", "low_var_kl", "mse_kl+"]:
-    got = np.asarray(names.kl_divergence(logp, ref, method, clamp_value=1.5))
+    got = np.asarray(names.compute_kl_divergence(logp, ref, method, clamp_value=1.5))
     base = method.rstrip("+")
     np.testing.assert_allclose(
       got, np.clip(np_kl(logp, ref, base), -1.5, 1.5), rtol=RTOL, atol=ATOL
@@ -89,8 +89,8 @@ def test_huge_log_ratios_are_finite():
   logp = np.array([[-1e4, 0.0, -3.0]], np.float32)
   ref = np.array([[0.0, -1e4, -3.0]], np.float32)
   for method in names.kl_method_names():
-    value = names.kl_divergence(logp, ref, method)
-    grad = jax.grad(lambda lp, m=method: jnp.sum(names.kl_divergence(lp, ref, m)))(
+    value = names.compute_kl_divergence(logp, ref, method)
+    grad = jax.grad(lambda lp, m=method: jnp.sum(names.compute_kl_divergence(lp, ref, m)))(
       jnp.asarray(logp)
     )
     assert np.all(np.isfinite(value)), method
@@ -99,7 +99,7 @@ def test_huge_log_ratios_are_finite():
 
 def test_bfloat16_inputs_compute_in_float32():
   logp, ref = random_logps(5)
-  got = names.kl_divergence(jnp.asarray(logp, jnp.bfloat16), jnp.asarray(ref, jnp.bfloat16))
+  got = names.compute_kl_divergence(jnp.asarray(logp, jnp.bfloat16), jnp.asarray(ref, jnp.bfloat16))
   assert got.dtype == jnp.float32
   rounded = np.asarray(jnp.asarray(logp, jnp.bfloat16), np.float64)
   rounded_ref = np.asarray(jnp.asarray(ref, jnp.bfloat16), np.float64)
@@ -110,7 +110,7 @@ def test_bfloat16_inputs_compute_in_float32():
 def test_matches_tunix_for_its_three_methods(method):
   logp, ref = random_logps(6)
   np.testing.assert_allclose(
-    names.kl_divergence(logp, ref, method),
+    names.compute_kl_divergence(logp, ref, method),
     tunix_common.compute_kl_divergence(jnp.asarray(logp), jnp.asarray(ref), method),
     rtol=1e-5,
     atol=1e-6,
@@ -119,9 +119,9 @@ def test_matches_tunix_for_its_three_methods(method):
 
 def test_unknown_method_names_method_and_lists_accepted():
   with pytest.raises(ValueError, match=r"'low_var'.*accepted.*low_var_kl"):
-    names.kl_divergence(np.zeros(3), np.zeros(3), "low_var")
+    names.compute_kl_divergence(np.zeros(3), np.zeros(3), "low_var")
   with pytest.raises(ValueError, match="clamp_value"):
-    names.kl_divergence(np.zeros(3), np.zeros(3), "kl", clamp_value=-1.0)
+    names.compute_kl_divergence(np.zeros(3), np.zeros(3), "kl", clamp_value=-1.0)
 
 
 @settings(max_examples=30, deadline=None)
@@ -132,11 +132,11 @@ def test_unknown_method_names_method_and_lists_accepted():
 def test_property_plus_variant_value_and_k2_gradient(values, method):
   logp = jnp.asarray(values, jnp.float32)
   ref = logp[::-1] - 0.5
-  plus = names.kl_divergence(logp, ref, method + "+")
-  base = names.kl_divergence(logp, ref, method)
+  plus = names.compute_kl_divergence(logp, ref, method + "+")
+  base = names.compute_kl_divergence(logp, ref, method)
   np.testing.assert_array_equal(plus, base)
-  g_plus = jax.grad(lambda x: jnp.sum(names.kl_divergence(x, ref, method + "+")))(logp)
-  g_k2 = jax.grad(lambda x: jnp.sum(names.kl_divergence(x, ref, "k2")))(logp)
+  g_plus = jax.grad(lambda x: jnp.sum(names.compute_kl_divergence(x, ref, method + "+")))(logp)
+  g_k2 = jax.grad(lambda x: jnp.sum(names.compute_kl_divergence(x, ref, "k2")))(logp)
   np.testing.assert_array_equal(g_plus, g_k2)
 
 

@@ -1,4 +1,4 @@
-"""tunix_ppo_ext.ops.logits against a float64 NumPy reference written from the formulas."""
+"""tunix_ppo_ext._src.math.logits against a float64 NumPy reference written from the formulas."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tunix.rl.algo_core import compute_entropy_from_logits
 from tunix.rl.common import selective_log_softmax
 
-from tunix_ppo_ext.ops.logits import full_kl_divergence, logps_and_entropy
+from tunix_ppo_ext._src.math.logits import full_kl_divergence, logps_and_entropy
 
 RTOL, ATOL = 1e-5, 1e-5
 GRAD_ATOL = 1e-6

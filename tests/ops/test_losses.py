@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tunix.rl import common as tunix_common
 
-from tunix_ppo_ext.ops import kl, losses
+from tunix_ppo_ext._src.math import kl
+from tunix_ppo_ext._src.math import ppo_losses as losses
 
 RTOL = 1e-5
 ATOL = 1e-6

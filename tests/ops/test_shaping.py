@@ -12,7 +12,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tests.conftest import flush_subnormals
-from tunix_ppo_ext.ops.shaping import SCORE_NORMALIZATIONS, normalize_scores, top_spread_groups
+from tunix_ppo_ext._src.math.score_norm import (
+  SCORE_NORMALIZATIONS,
+  normalize_scores,
+  top_spread_groups,
+)
 
 EPS = 1e-6
 B = 8

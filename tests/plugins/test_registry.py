@@ -19,15 +19,16 @@ import numpy as np
 import pytest
 from tunix.rl import function_registry
 
+import tunix_ppo_ext
 from tunix_ppo_ext import PpoExtConfig, envs
-from tunix_ppo_ext.app import cli
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.config import names
-from tunix_ppo_ext.metrics.sinks import read_jsonl
-from tunix_ppo_ext.ops import kl
-from tunix_ppo_ext.ops.advantages import compute_gae_advantages
-from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.tunix.losses import ppo_ext_policy_loss_fn, register_configured
+from tunix_ppo_ext._src.math import kl
+from tunix_ppo_ext._src.math import kl_methods as names
+from tunix_ppo_ext._src.math.advantages import compute_gae_advantages
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.run import cli
+from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.tunix.learner.loss_fns import ppo_ext_policy_loss_fn, register_configured
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
@@ -135,8 +136,8 @@ def test_pinned_names_select_a_distribution():
   assert config.kl_method == "low_var_kl@tunix-ppo-ext+"
   logp, ref = jnp.array([0.1, -2.0]), jnp.array([0.3, -0.5])
   np.testing.assert_array_equal(
-    names.kl_divergence(logp, ref, config.kl_method),
-    names.kl_divergence(logp, ref, "low_var_kl+"),
+    names.compute_kl_divergence(logp, ref, config.kl_method),
+    names.compute_kl_divergence(logp, ref, "low_var_kl+"),
   )
 
 
@@ -154,9 +155,9 @@ def test_decorator_registration_works_everywhere_a_builtin_does():
     config = PpoExtConfig(kl_method="test_half_k1+", kl_penalty="loss", kl_loss_coef=0.1)
     assert config.kl_method == "test_half_k1+" and "test_half_k1+" in names.kl_method_names()
     logp, ref = jnp.array([0.2, -1.0, -3.0]), jnp.array([0.0, -1.5, -1.0])
-    value = names.kl_divergence(logp, ref, "test_half_k1+")
+    value = names.compute_kl_divergence(logp, ref, "test_half_k1+")
     np.testing.assert_allclose(value, 0.5 * (logp - ref), rtol=1e-6)
-    grad = jax.grad(lambda x: jnp.sum(names.kl_divergence(x, ref, "test_half_k1+")))(logp)
+    grad = jax.grad(lambda x: jnp.sum(names.compute_kl_divergence(x, ref, "test_half_k1+")))(logp)
     np.testing.assert_allclose(grad, logp - ref, rtol=1e-6)  # straight-through: k2's gradient
     registry.register(KL, "test_half_k1")(half_k1)  # re-running the same cell is fine
     with pytest.raises(registry.PluginError, match="already registered in code.*replace=True"):
@@ -165,7 +166,7 @@ def test_decorator_registration_works_everywhere_a_builtin_does():
     registry.unregister(KL, "test_half_k1")
   assert not registry.has(KL, "test_half_k1")
   with pytest.raises(ValueError, match="Unknown KL method 'test_half_k1'"):
-    names.kl_divergence(jnp.zeros(2), jnp.zeros(2), "test_half_k1")
+    names.compute_kl_divergence(jnp.zeros(2), jnp.zeros(2), "test_half_k1")
 
 
 @pytest.mark.parametrize(
@@ -276,7 +277,7 @@ def test_example_plugin_names_work_everywhere(use_plugins):
   config = PpoExtConfig(kl_method="huber_kl+", advantage_estimator="batch_baseline")
   assert config.kl_method == "huber_kl+"
   logp, ref = jnp.array([0.0, -0.5, -4.0]), jnp.array([0.0, 0.0, 0.0])
-  value = names.kl_divergence(logp, ref, "huber_kl+")
+  value = names.compute_kl_divergence(logp, ref, "huber_kl+")
   np.testing.assert_allclose(value, [0.0, 0.125, 3.5], rtol=1e-6)  # Huber, delta 1
   with pytest.raises(ValueError, match="(?i)did you mean 'huber_kl'"):
     PpoExtConfig(kl_method="huber_k")
@@ -342,7 +343,7 @@ def test_broken_and_clashing_plugins_fail_only_when_used(use_plugins, capsys):
   ):
     assert part in message, message
   with pytest.raises(registry.PluginError, match="'ppo-ext-broken-plugin'.*does not satisfy"):
-    names.kl_divergence(jnp.zeros(2), jnp.zeros(2), "not_a_kl")
+    names.compute_kl_divergence(jnp.zeros(2), jnp.zeros(2), "not_a_kl")
   with pytest.raises(ValueError, match="'ppo-ext-broken-plugin'.*is not an Environment"):
     envs.make_env("not_an_env")
   # the clash: the default `low_var_kl` (and its alias) are ambiguous now
@@ -353,9 +354,9 @@ def test_broken_and_clashing_plugins_fail_only_when_used(use_plugins, capsys):
     assert "'ppo-ext-clashing-plugin'" in message and "'tunix-ppo-ext'" in message, message
     assert "low_var_kl@" in message
   logp, ref = jnp.array([0.1, -2.0]), jnp.array([0.3, -0.5])
-  ours = names.kl_divergence(logp, ref, "low_var_kl@tunix-ppo-ext")
+  ours = names.compute_kl_divergence(logp, ref, "low_var_kl@tunix-ppo-ext")
   np.testing.assert_allclose(ours, kl.kl_k3(logp, ref), rtol=1e-6)
-  theirs = names.kl_divergence(logp, ref, "low_var_kl@ppo-ext-clashing-plugin")
+  theirs = names.compute_kl_divergence(logp, ref, "low_var_kl@ppo-ext-clashing-plugin")
   np.testing.assert_allclose(theirs, jnp.abs(logp - ref), rtol=1e-6)
   # everything else keeps working
   config = PpoExtConfig(kl_method="huber_kl", advantage_estimator="batch_baseline")
@@ -383,7 +384,7 @@ def test_plugins_command_lists_every_group_with_builtins(capsys):
     assert f"tunix_ppo_ext.{kind}:" in out
   rows = {tuple(line.split()[:4]) for line in out.splitlines()}
   for name in ("low_var_kl", "gae", "ppo_ext", "memory", "jsonl"):
-    assert (name, "tunix-ppo-ext", "0.1.0", "ok") in rows
+    assert (name, "tunix-ppo-ext", tunix_ppo_ext.__version__, "ok") in rows
 
 
 def test_readme_shows_the_minimal_plugin_and_it_works(use_plugins):
@@ -396,5 +397,5 @@ def test_readme_shows_the_minimal_plugin_and_it_works(use_plugins):
   run = load_run_config(None, ["ppo.kl_method=cosh_kl"])
   assert run.ppo_config().kl_method == "cosh_kl"
   logp, ref = jnp.array([0.5, -1.0]), jnp.array([0.0, 0.0])
-  value = names.kl_divergence(logp, ref, "cosh_kl")
+  value = names.compute_kl_divergence(logp, ref, "cosh_kl")
   np.testing.assert_allclose(value, np.cosh([0.5, -1.0]) - 1.0, rtol=1e-6)

@@ -15,9 +15,9 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.rollout import base_rollout
 
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
-from tunix_ppo_ext.tunix import models
-from tunix_ppo_ext.tunix.cluster import make_mesh
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
+from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 Role = rl_cluster_lib.Role
 

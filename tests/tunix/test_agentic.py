@@ -13,12 +13,12 @@ from tunix.rl.agentic.tools.calculator_tool import CalculatorTool
 
 from tests.conftest import param_leaf, record_turns, rollout_cluster
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.data.trajectory import episode_batches
-from tunix_ppo_ext.envs import validate_reset_output, validate_step_output
-from tunix_ppo_ext.tunix.agentic import TunixEnv
-from tunix_ppo_ext.tunix.learner import PpoExtLearner
-from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.trajectory import episode_batches
+from tunix_ppo_ext._src.envs.base import validate_reset_output, validate_step_output
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.rollout.agentic_envs import TunixEnv
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
 
 CALL = '<tool_call>{"name": "calculator", "arguments": {"a": 3, "b": 4, "op": "*"}}</tool_call>'
 

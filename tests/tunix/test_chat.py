@@ -1,4 +1,4 @@
-"""Chat-templated multi-turn episodes (`tunix_ppo_ext.tunix.chat`): ChatML/Qwen, Llama 3 and
+"""Chat-templated multi-turn episodes (`tunix_ppo_ext._src.data.chat`): ChatML/Qwen, Llama 3 and
 Gemma style templates on tokenizers built here, episodes equal to `apply_chat_template` of the
 whole conversation, the masks token by token, the refusals and a short training run."""
 
@@ -14,11 +14,11 @@ from tunix.generate.tokenizer_adapter import TokenizerAdapter
 from tunix.rl.rollout import base_rollout
 
 from tests.conftest import SMOKE
-from tunix_ppo_ext.app import job
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.envs import make_env
-from tunix_ppo_ext.tunix import rollout as rollout_lib
-from tunix_ppo_ext.tunix.chat import ChatFormat
+from tunix_ppo_ext._src.data.chat import ChatFormat
+from tunix_ppo_ext._src.envs.base import make_env
+from tunix_ppo_ext._src.run import job
+from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.tunix.rollout import multi_turn as rollout_lib
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz!?. \n"
 MAX_TURN_TOKENS = 3

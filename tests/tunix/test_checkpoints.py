@@ -8,10 +8,10 @@ from flax import nnx
 from safetensors.numpy import load_file
 
 from tests.conftest import save_hf_tokenizer, toy_policy
-from tunix_ppo_ext.app import cli, job
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.tunix import checkpoints
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.run import cli, job
+from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.tunix.models import qwen3_safetensors as checkpoints
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 

@@ -16,7 +16,7 @@ from tunix.rl.ppo import ppo_learner
 from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import peft_trainer
 
-from tunix_ppo_ext.tunix import compat
+from tunix_ppo_ext._src.tunix import compat
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tunix_ppo_ext"
 TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent

@@ -10,9 +10,9 @@ import pytest
 from flax import nnx
 from tunix.generate import sampler as sampler_lib
 
-from tunix_ppo_ext.tunix import models
-from tunix_ppo_ext.tunix.continuing_sampler import ContinuingSampler, TurnSampling
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import ContinuingSampler, TurnSampling
 
 PAD, EOS = 0, 2
 G, TURNS, ROWS = 4, 5, 12

@@ -20,9 +20,10 @@ from tests.tunix.hf_fixtures import (
   write_checkpoint,
   write_config_only,
 )
-from tunix_ppo_ext.app import job
-from tunix_ppo_ext.app.run_config import load_run_config, tokenizer_directory
-from tunix_ppo_ext.tunix import hf_models, models
+from tunix_ppo_ext._src.run import job
+from tunix_ppo_ext._src.run.run_config import load_run_config, tokenizer_directory
+from tunix_ppo_ext._src.tunix.models import hf_models
+from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 pytest.importorskip("torch")
 

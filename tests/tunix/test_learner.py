@@ -7,11 +7,11 @@ from tunix.rl.ppo import ppo_learner
 
 from tests.conftest import build_cluster, make_models, make_prompts_dataset, param_leaf
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.data import TrajectoryBatch
-from tunix_ppo_ext.tunix import losses as tunix_losses
-from tunix_ppo_ext.tunix import passes
-from tunix_ppo_ext.tunix.learner import PpoExtLearner
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
+from tunix_ppo_ext._src.tunix.learner import passes
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 
 BATCH = 4
 PROMPT_LEN = 8

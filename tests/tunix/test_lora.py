@@ -11,7 +11,8 @@ from flax import nnx
 
 from tests.conftest import toy_policy
 from tests.tunix.hf_fixtures import hf_config
-from tunix_ppo_ext.tunix import hf_models, lora, models
+from tunix_ppo_ext._src.tunix.models import hf_models, lora
+from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 SPEC = lora.LoraSpec(rank=3, alpha=5.0, target_modules=".*")
 

@@ -17,10 +17,12 @@ import jax
 import numpy as np
 import pytest
 
-from tunix_ppo_ext.app import cli, job
-from tunix_ppo_ext.app.run_config import load_run_config
-from tunix_ppo_ext.metrics.sinks import read_jsonl
-from tunix_ppo_ext.tunix import cluster, mesh, models
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.run import cli, job
+from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.tunix.cluster import cluster_setup as cluster
+from tunix_ppo_ext._src.tunix.cluster import mesh
+from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 SMOKE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
 # Both runs alike: tp=2 needs an even vocabulary (15 characters + 3 special ids) and an
@@ -52,7 +54,7 @@ def start_training(out: pathlib.Path, devices: int, overrides: list[str]) -> sub
     "JAX_PLATFORMS": "cpu",
     "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={devices}".strip(),
   }
-  command = [sys.executable, "-m", "tunix_ppo_ext.app.cli", "train", "--config", str(SMOKE)]
+  command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "train", "--config", str(SMOKE)]
   out.mkdir(parents=True)
   with (out / "stderr.log").open("w") as log:
     return subprocess.Popen(

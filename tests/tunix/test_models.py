@@ -19,8 +19,8 @@ from tests.conftest import (
   make_prompts_dataset,
   param_leaf,
 )
-from tunix_ppo_ext.tunix import models
-from tunix_ppo_ext.tunix.tokenizer import DEFAULT_ALPHABET, CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import DEFAULT_ALPHABET, CharTokenizer
+from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 # ----- tokenizer -----
 

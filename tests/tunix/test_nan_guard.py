@@ -16,16 +16,16 @@ from tunix.rl import function_registry
 
 from tests.conftest import build_cluster, make_models, param_leaf
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.metrics import keys as metric_keys
-from tunix_ppo_ext.tunix import losses as tunix_losses
-from tunix_ppo_ext.tunix.guards import (
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.tunix.cluster.guards import (
   NonFiniteTrainingError,
   SkipCounts,
   guarded_adam,
   skip_counts,
 )
-from tunix_ppo_ext.tunix.learner import PpoExtLearner
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 
 POISON = "#"
 TOKENIZER = CharTokenizer(eos_id=0)

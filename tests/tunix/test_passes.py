@@ -8,7 +8,7 @@ from flax import nnx
 from tunix.models.qwen3 import model as qwen3
 from tunix.rl import common as tunix_common
 
-from tunix_ppo_ext.tunix import passes
+from tunix_ppo_ext._src.tunix.learner import passes
 
 VOCAB = 32
 PAD = 0

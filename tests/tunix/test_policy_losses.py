@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from tests.conftest import SMOKE, toy_policy
-from tunix_ppo_ext.app import cli
-from tunix_ppo_ext.metrics import keys as metric_keys
-from tunix_ppo_ext.ops import policy_losses as pl
-from tunix_ppo_ext.plugins import registry
-from tunix_ppo_ext.tunix import losses as tunix_losses
-from tunix_ppo_ext.tunix.learner import TrainExample
-from tunix_ppo_ext.tunix.policy_losses import NAMES, clip_cov_key
-from tunix_ppo_ext.tunix.ppo_config import PpoExtConfig
+from tunix_ppo_ext._src.math import verl_losses as pl
+from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.run import cli
+from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
+from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import TrainExample
+from tunix_ppo_ext._src.tunix.learner.verl_loss_fns import NAMES, clip_cov_key
 
 CORRECTION = ["ppo.rollout_is=token", "ppo.rollout_rs=token_k1", "ppo.rollout_rs_threshold=1.5"]
 # a sampling temperature of 0.7 against log-probs at 1.0: a real sampler-trainer gap

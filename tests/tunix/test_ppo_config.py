@@ -10,7 +10,7 @@ from tunix.rl import algorithm_config, function_registry
 from tunix.rl.ppo import ppo_learner
 
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.tunix import losses as tunix_losses
+from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 
 
 def test_defaults_mean_tunix_ppo_config_behaviour():
@@ -119,7 +119,8 @@ def test_accepts_names_registered_in_tunix_registry():
 
 def test_importing_registers_nothing_in_tunix():
   code = (
-    "import tunix_ppo_ext.tunix.learner, tunix_ppo_ext.tunix.losses\n"
+    "import tunix_ppo_ext._src.tunix.learner.ppo_learner\n"
+    "import tunix_ppo_ext._src.tunix.learner.loss_fns\n"
     "from tunix.rl import function_registry as f\n"
     "print(sorted(f.default_registry.list_functions('policy_loss_fn')))"
   )

@@ -12,19 +12,20 @@ import pytest
 
 from tests.conftest import param_leaf, record_turns, rollout_cluster
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.data import TrajectoryBatch
-from tunix_ppo_ext.data.trajectory import (
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.trajectory import (
   MultiTurnBatch,
+  TrajectoryBatch,
   episode_batches,
   episode_seeds,
   sampler_logprob_gap,
   spread_env_ids,
 )
-from tunix_ppo_ext.envs import EnvSpec, MemoryEnv
-from tunix_ppo_ext.tunix import passes
-from tunix_ppo_ext.tunix.learner import PpoExtLearner
-from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.envs.base import EnvSpec
+from tunix_ppo_ext._src.envs.memory import MemoryEnv
+from tunix_ppo_ext._src.tunix.learner import passes
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
 
 ALPHABET = "abcehikstw!.? "
 PAD, EOS = 0, 2

@@ -6,11 +6,11 @@ import numpy as np
 
 from tests.conftest import rollout_cluster
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.data.trajectory import episode_batches
-from tunix_ppo_ext.tunix.continuing_sampler import Conversation
-from tunix_ppo_ext.tunix.learner import PpoExtLearner
-from tunix_ppo_ext.tunix.rollout import Mode, MultiTurnRollout
-from tunix_ppo_ext.tunix.tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.trajectory import episode_batches
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import Conversation
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
 
 ALPHABET = "abcehikstw!.? "
 P, T, G = 8, 16, 4  # max_prompt_length, max_completion_len, max_turn_tokens

@@ -3,7 +3,7 @@
 import pytest
 
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext.app.run_config import load_run_config
+from tunix_ppo_ext._src.run.run_config import load_run_config
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,1 @@
+"""Configuration sections checked without jax or tunix."""

@@ -1,0 +1,1 @@
+"""Trajectory containers, reward policies, score shaping, dynamic sampling, tokenizers (NumPy)."""

@@ -1,0 +1,1 @@
+"""Text environments: the protocol's checks and factory, and the built-in tasks."""

@@ -1,0 +1,194 @@
+"""Gymnasium environments as text environments: `env.name=gym:<id>` (e.g. `gym:FrozenLake-v1`).
+
+`GymEnv` wraps `gymnasium.make(<id>, **make_kwargs)`. Each observation is text from a
+renderer, each agent reply becomes an action through an action parser; both can be
+replaced (a callable, or a `"module:function"` string from the run config):
+
+  render(env, observation) -> str
+      default: the environment's `ansi` rendering (escape codes stripped) when it has one,
+      else `str(observation)`.
+  parse_action(text, env) -> action | None
+      default (`Discrete` action spaces): an integer in the space (`"2"`), or one of
+      `action_names` (`["left", "down", "right", "up"]`: name -> index). None = invalid.
+
+An invalid reply is not a crash: the environment stays where it was, the agent gets
+`invalid_feedback` and the current rendering as the next observation, reward
+`invalid_reward`, and `info["invalid_action"] = True` (logged as `train/env/invalid_action`).
+Rewards are Gymnasium's, as turn rewards. `max_steps` is a step budget (invalid replies
+count): the episode is truncated when it is spent. Success (`info["success"]`,
+`metrics.episodes`) is the environment's own `info["is_success"]` when it reports one
+(Gymnasium-Robotics' convention), else, with `success_reward` set, "terminated with a
+reward >= success_reward" (FrozenLake: reached the goal).
+
+`gymnasium` is optional: `pip install 'tunix-ppo-ext[gym]'`; without it the adapter
+raises one line saying so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tunix_ppo_ext._src.plugins.protocols import StepOutput
+
+PREFIX = "gym:"
+INSTALL = "pip install 'tunix-ppo-ext[gym]' (or: pip install gymnasium)"
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+Renderer = Callable[[Any, Any], str]
+ActionParser = Callable[[str, Any], Any]
+
+
+def import_gymnasium() -> Any:
+  """The `gymnasium` module; ValueError saying how to install it when missing."""
+  try:
+    return importlib.import_module("gymnasium")
+  except ImportError:
+    raise ValueError(f"Gymnasium environments need the gymnasium package: {INSTALL}") from None
+
+
+def resolve_callable(
+  value: str | Callable[..., Any] | None, what: str
+) -> Callable[..., Any] | None:
+  """A callable as given, or loaded from `"module:function"`; ValueError naming `what`."""
+  if value is None or callable(value):
+    return value
+  module, _, name = str(value).partition(":")
+  try:
+    loaded = getattr(importlib.import_module(module), name) if name else None
+  except (ImportError, AttributeError) as err:
+    raise ValueError(f"{what} {value!r} cannot be loaded: {err}") from None
+  if not callable(loaded):
+    raise ValueError(f"{what} must be a callable or 'module:function', got {value!r}")
+  return loaded
+
+
+def ansi_text(env: Any, observation: Any) -> str:
+  """The default renderer: the `ansi` rendering without escape codes, else `str(obs)`."""
+  if getattr(env, "render_mode", None) == "ansi":
+    return _ANSI_ESCAPE.sub("", str(env.render())).strip("\n")
+  return str(observation)
+
+
+def discrete_action(text: str, env: Any, names: Sequence[str] = ()) -> int | None:
+  """The default parser for `Discrete` spaces: a listed name or an integer in the space."""
+  reply = text.strip().lower()
+  if reply in names:
+    return list(names).index(reply)
+  space = env.action_space
+  if not re.fullmatch(r"-?[0-9]{1,9}", reply):
+    return None
+  action = int(reply)
+  start = int(getattr(space, "start", 0))
+  return action if start <= action < start + int(space.n) else None
+
+
+class GymEnv:
+  """A Gymnasium environment behind the text `Environment` protocol (see the module doc).
+
+  Args:
+    env_id: the Gymnasium id (`FrozenLake-v1`).
+    max_return: the best episode return (for the summary); default: the spec's
+      `reward_threshold`, else a ValueError asking for it.
+    max_steps: step budget per episode (None: only the environment's own limits).
+    render, parse_action: replacements (callables or `"module:function"`).
+    action_names: names the default parser accepts for actions 0, 1, ...
+    invalid_feedback: the text that starts the observation after an invalid reply.
+    invalid_reward: the reward of an invalid reply.
+    success_reward: see the module doc.
+    make_kwargs: keyword arguments of `gymnasium.make`.
+  """
+
+  def __init__(
+    self,
+    env_id: str,
+    *,
+    max_return: float | None = None,
+    max_steps: int | None = None,
+    render: str | Renderer | None = None,
+    parse_action: str | ActionParser | None = None,
+    action_names: Sequence[str] = (),
+    invalid_feedback: str = "invalid action",
+    invalid_reward: float = 0.0,
+    success_reward: float | None = None,
+    make_kwargs: dict[str, Any] | None = None,
+  ):
+    self.env = _make(import_gymnasium(), env_id, dict(make_kwargs or {}), render is None)
+    self.name = f"{PREFIX}{env_id}"
+    self.max_return = _max_return(self.env, env_id, max_return)
+    if max_steps is not None and (isinstance(max_steps, bool) or int(max_steps) < 1):
+      raise ValueError(f"max_steps must be an int >= 1 or None, got {max_steps!r}")
+    self.max_steps = max_steps
+    self.render = resolve_callable(render, "render") or ansi_text
+    names = [str(n).lower() for n in action_names]
+    self.parse_action = resolve_callable(parse_action, "parse_action") or (
+      lambda text, env: discrete_action(text, env, names)
+    )
+    if parse_action is None and not hasattr(self.env.action_space, "n"):
+      raise ValueError(
+        f"{self.name}: the default action parser needs a Discrete action space, got "
+        f"{self.env.action_space}; pass parse_action"
+      )
+    self.invalid_feedback = invalid_feedback
+    self.invalid_reward = float(invalid_reward)
+    self.success_reward = success_reward
+    self._observation: Any = None
+    self._steps = 0
+
+  def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+    """`gymnasium` reset with `seed`; the rendered first observation."""
+    self._observation, info = self.env.reset(seed=int(seed))
+    self._steps = 0
+    return self.render(self.env, self._observation), dict(info)
+
+  def step(self, action: str) -> StepOutput:
+    """Parses the reply; a valid action steps the environment, an invalid one gets feedback."""
+    self._steps += 1
+    parsed = self.parse_action(action, self.env)
+    if parsed is None:
+      text = f"{self.invalid_feedback}\n{self.render(self.env, self._observation)}"
+      reward, terminated, truncated, info = self.invalid_reward, False, False, {}
+    else:
+      self._observation, reward, terminated, truncated, info = self.env.step(parsed)
+      text, info = self.render(self.env, self._observation), dict(info)
+    info["invalid_action"] = parsed is None
+    info = self._with_success(info, float(reward), bool(terminated))
+    over_budget = self.max_steps is not None and self._steps >= self.max_steps
+    return text, float(reward), bool(terminated), bool(truncated) or over_budget, info
+
+  def _with_success(self, info: dict[str, Any], reward: float, terminated: bool) -> dict[str, Any]:
+    if "is_success" in info:
+      info["success"] = bool(info["is_success"])
+    elif self.success_reward is not None:
+      info["success"] = terminated and reward >= self.success_reward
+    return info
+
+
+def _make(gym: Any, env_id: str, make_kwargs: dict[str, Any], want_ansi: bool) -> Any:
+  """`gymnasium.make`, in `ansi` render mode when the default renderer can use it."""
+  try:
+    spec = gym.spec(env_id)
+    modes = _render_modes(gym, spec)
+    if want_ansi and "ansi" in modes and "render_mode" not in make_kwargs:
+      make_kwargs["render_mode"] = "ansi"
+    return gym.make(env_id, **make_kwargs)
+  except gym.error.Error as err:
+    raise ValueError(f"gym:{env_id}: {err}") from None
+
+
+def _render_modes(gym: Any, spec: Any) -> list[str]:
+  """The render modes the environment class declares (without building it)."""
+  entry = spec.entry_point
+  creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+  return list(getattr(creator, "metadata", {}).get("render_modes", []))
+
+
+def _max_return(env: Any, env_id: str, max_return: float | None) -> float:
+  if max_return is not None:
+    return float(max_return)
+  threshold = getattr(env.spec, "reward_threshold", None)
+  if threshold is None:
+    raise ValueError(f"gym:{env_id} has no reward_threshold: set env.kwargs.max_return")
+  return float(threshold)

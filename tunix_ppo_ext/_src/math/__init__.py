@@ -1,0 +1,1 @@
+"""Pure JAX math: masked reductions, log-probs and entropy, KL estimators, losses, advantages."""

@@ -1,0 +1,255 @@
+"""Advantage estimators: GAE (multi-turn aware), GRPO / Dr. GRPO, RLOO, REINFORCE++.
+
+Every estimator follows verl's published definitions (`verl/trainer/ppo/core_algos.py`)
+token for token, computes in float32 whatever the input dtype, is jit-compiled, and never
+produces NaN/inf for empty masks, constant groups or groups of one.
+
+Shapes: `B` sequences (batch), `T` tokens per sequence. Masks are 0/1 arrays (bool, int
+or float) of shape `[B, T]`: 1 on tokens the policy generated (agent tokens), 0 on
+padding and, in multi-turn trajectories, on environment observation tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from tunix_ppo_ext._src.checks import check_number
+from tunix_ppo_ext._src.math.masked import masked_whiten
+
+__all__ = [
+  "compute_gae_advantages",
+  "compute_grpo_advantages",
+  "compute_reinforce_plus_plus_advantages",
+  "compute_rloo_advantages",
+]
+
+
+def _check_unit_interval(name: str, value: object) -> None:
+  """Raises ValueError if a concrete python/numpy number is outside [0, 1] (or NaN).
+
+  Traced or array values (e.g. when the caller jits the estimator itself) are not checked.
+  """
+  if isinstance(value, numbers.Real):
+    check_number(name, value, low=0.0, high=1.0)
+
+
+def _f32(x: jax.Array) -> jax.Array:
+  return jnp.asarray(x).astype(jnp.float32)
+
+
+# ------------------------------------------------------------------------------------
+# GAE
+# ------------------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnames=("whiten",))
+def _gae(
+  rewards: jax.Array,
+  values: jax.Array,
+  mask: jax.Array,
+  gamma: jax.Array | float,
+  gae_lambda: jax.Array | float,
+  whiten: bool,
+) -> tuple[jax.Array, jax.Array]:
+  chex.assert_rank([rewards, values, mask], 2)
+  chex.assert_equal_shape([rewards, values, mask])
+  rewards, values, mask = _f32(rewards), _f32(values), _f32(mask)
+  gamma = jnp.asarray(gamma, jnp.float32)
+  gae_lambda = jnp.asarray(gae_lambda, jnp.float32)
+  batch = rewards.shape[0]
+
+  def step(carry, xs):
+    next_value, last_gae = carry
+    r_t, v_t, m_t = xs
+    delta = r_t + gamma * next_value - v_t
+    gae_t = delta + gamma * gae_lambda * last_gae
+    # mask == 0: skip the step, carry next value and running advantage unchanged.
+    agent = m_t > 0
+    next_value = jnp.where(agent, v_t, next_value)
+    last_gae = jnp.where(agent, gae_t, last_gae)
+    return (next_value, last_gae), last_gae
+
+  init = (jnp.zeros((batch,), jnp.float32), jnp.zeros((batch,), jnp.float32))
+  _, raw_t = jax.lax.scan(step, init, (rewards.T, values.T, mask.T), reverse=True)
+  raw = raw_t.T
+  returns = jnp.where(mask > 0, raw + values, 0.0)
+  advantages = masked_whiten(raw, mask) if whiten else raw
+  return advantages * mask, returns
+
+
+def compute_gae_advantages(
+  rewards: jax.Array,
+  values: jax.Array,
+  mask: jax.Array,
+  gamma: float | jax.Array,
+  gae_lambda: float | jax.Array,
+  whiten: bool = True,
+) -> tuple[jax.Array, jax.Array]:
+  """Multi-turn GAE over token-level rewards (verl `compute_gae_advantage_return`).
+
+  Reverse scan over T. Where `mask[:, t] == 1`: `delta = r_t + gamma * V_next - v_t`,
+  `A_t = delta + gamma * lambda * A_next`, `V_next = v_t`. Where `mask[:, t] == 0`
+  (observation tokens, padding) the step is skipped: `V_next` and `A_next` are carried
+  across unchanged, so rewards and values at masked positions never affect the result.
+  `returns = A + values` (raw, unwhitened A). With `whiten`, `A` is whitened with the
+  masked mean and unbiased masked variance over the whole batch (`_masked.masked_whiten`).
+  Ref: Schulman et al. 2015 (arXiv:1506.02438); verl core_algos (multi-turn masking).
+
+  Args:
+    rewards, values, mask: `[B, T]`, any float dtype (mask 0/1, any dtype).
+    gamma, gae_lambda: scalars in [0, 1] (ValueError for python numbers out of range).
+    whiten: whiten the advantages (static).
+
+  Returns:
+    `(advantages, returns)`, float32 `[B, T]`. Both are exactly 0 where `mask == 0`
+    (verl leaves whatever the carry/whitening produced there; we zero it so nothing leaks).
+  """
+  _check_unit_interval("gamma", gamma)
+  _check_unit_interval("gae_lambda", gae_lambda)
+  return _gae(rewards, values, mask, gamma, gae_lambda, whiten)
+
+
+# ------------------------------------------------------------------------------------
+# Group-relative outcome estimators
+# ------------------------------------------------------------------------------------
+
+
+def _group_stats(scores: jax.Array, group_ids: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Per-sequence `(count, deviation from group mean, sample variance)`, all `[B]` float32.
+
+  Groups are found with `jnp.unique(size=B)` so arbitrary, non-contiguous integer ids jit.
+  Deviations are computed around a per-group pivot (the group max) so a constant group gets
+  deviation exactly 0 instead of float32 round-off from `sum / n`.
+  """
+  num = scores.shape[0]
+  _, dense = jnp.unique(group_ids, size=num, return_inverse=True)
+  dense = dense.reshape(num)
+  count = jax.ops.segment_sum(jnp.ones_like(scores), dense, num_segments=num)[dense]
+  pivot = jax.ops.segment_max(scores, dense, num_segments=num)[dense]
+  shifted = scores - pivot
+  shifted_mean = jax.ops.segment_sum(shifted, dense, num_segments=num)[dense] / count
+  dev = shifted - shifted_mean
+  sq = jax.ops.segment_sum(jnp.square(dev), dense, num_segments=num)[dense]
+  var = sq / jnp.maximum(count - 1.0, 1.0)
+  return count, dev, var
+
+
+def _check_group_inputs(scores: jax.Array, group_ids: jax.Array, mask: jax.Array) -> None:
+  chex.assert_rank([scores, group_ids, mask], [1, 1, 2])
+  chex.assert_equal_shape_prefix([scores, group_ids, mask], 1)
+  chex.assert_type(group_ids, int)
+
+
+@functools.partial(jax.jit, static_argnames=("norm_by_std",))
+def compute_grpo_advantages(
+  scores: jax.Array,
+  group_ids: jax.Array,
+  mask: jax.Array,
+  norm_by_std: bool = True,
+  epsilon: float | jax.Array = 1e-6,
+) -> jax.Array:
+  """GRPO outcome advantage (verl `compute_grpo_outcome_advantage`).
+
+  Per group g: `a_i = (s_i - mean_g) / (std_g + epsilon)` with sample std (ddof=1), or
+  `a_i = s_i - mean_g` when `norm_by_std=False` (Dr. GRPO, arXiv:2503.20783). A group of one
+  uses mean 0 and std 1 as in verl (`s / (1 + eps)`, resp. `s`). Ref: DeepSeekMath
+  (arXiv:2402.03300).
+
+  Args:
+    scores: `[B]` per-sequence scores (any float dtype).
+    group_ids: `[B]` integer ids; groups need not be contiguous, ids are arbitrary.
+    mask: `[B, T]` 0/1 response mask.
+    norm_by_std: divide by the group std (static).
+    epsilon: added to the std.
+
+  Returns:
+    float32 `[B, T]`: `a[:, None] * mask`.
+  """
+  _check_group_inputs(scores, group_ids, mask)
+  scores = _f32(scores)
+  count, dev, var = _group_stats(scores, group_ids)
+  single = count < 2
+  centered = jnp.where(single, scores, dev)
+  if norm_by_std:
+    std = jnp.where(single, 1.0, jnp.sqrt(var))
+    adv = centered / (std + jnp.asarray(epsilon, jnp.float32))
+  else:
+    adv = centered
+  return adv[:, None] * _f32(mask)
+
+
+@jax.jit
+def compute_rloo_advantages(scores: jax.Array, group_ids: jax.Array, mask: jax.Array) -> jax.Array:
+  """RLOO advantage (verl `compute_rloo_outcome_advantage`), arXiv:2402.14740.
+
+  Per group of size `n > 1`: `a_i = s_i * n/(n-1) - mean * n/(n-1)`, i.e. `s_i` minus the
+  mean of the other `n - 1` scores; a group of one keeps its score (`a_i = s_i`).
+
+  Args:
+    scores: `[B]` per-sequence scores; group_ids: `[B]` integer ids (arbitrary, need not be
+      contiguous); mask: `[B, T]` 0/1 response mask.
+
+  Returns:
+    float32 `[B, T]`: `a[:, None] * mask`.
+  """
+  _check_group_inputs(scores, group_ids, mask)
+  scores = _f32(scores)
+  count, dev, _ = _group_stats(scores, group_ids)
+  adv = jnp.where(count > 1, dev * count / jnp.maximum(count - 1.0, 1.0), scores)
+  return adv[:, None] * _f32(mask)
+
+
+# ------------------------------------------------------------------------------------
+# REINFORCE++
+# ------------------------------------------------------------------------------------
+
+
+@jax.jit
+def _reinforce_plus_plus(
+  rewards: jax.Array, mask: jax.Array, gamma: jax.Array | float
+) -> tuple[jax.Array, jax.Array]:
+  chex.assert_rank([rewards, mask], 2)
+  chex.assert_equal_shape([rewards, mask])
+  rewards, mask = _f32(rewards), _f32(mask)
+  gamma = jnp.asarray(gamma, jnp.float32)
+
+  def step(running, xs):
+    r_t, m_t = xs
+    agent = m_t > 0  # mask == 0 (observation, padding): skipped, the return carried across
+    running = jnp.where(agent, r_t + gamma * running, running)
+    return running, jnp.where(agent, running, 0.0)
+
+  init = jnp.zeros((rewards.shape[0],), jnp.float32)
+  _, returns_t = jax.lax.scan(step, init, (rewards.T, mask.T), reverse=True)
+  returns = returns_t.T
+  return masked_whiten(returns, mask) * mask, returns
+
+
+def compute_reinforce_plus_plus_advantages(
+  rewards: jax.Array, mask: jax.Array, gamma: float | jax.Array
+) -> tuple[jax.Array, jax.Array]:
+  """REINFORCE++ (verl `compute_reinforce_plus_plus_outcome_advantage`, arXiv:2501.03262),
+  over the agent tokens of multi-turn rows.
+
+  Reverse over T, agent tokens only (`mask == 1`): `R = r_t + gamma * R; returns[:, t] =
+  R`; positions with `mask == 0` are skipped (their rewards ignored, `R` carried across
+  them), as GAE skips them. `advantages = masked_whiten(returns, mask) * mask` (batch-wide
+  masked mean, unbiased masked variance). verl's recursion instead restarts `R` from 0 at
+  every masked position; on verl's single-turn rows (agent tokens, then padding) the two
+  agree on every agent token, but in a multi-turn row verl's would end each turn's return
+  at that turn, so no reward would reach an earlier turn.
+
+  Args:
+    rewards: `[B, T]` token-level rewards (any float dtype); mask: `[B, T]` 0/1.
+    gamma: discount per agent token, in [0, 1] (ValueError for python numbers out of range).
+
+  Returns:
+    `(advantages, returns)`, float32 `[B, T]`, both 0 where `mask == 0`.
+  """
+  _check_unit_interval("gamma", gamma)
+  return _reinforce_plus_plus(rewards, mask, gamma)

@@ -1,0 +1,1 @@
+"""The metric taxonomy, batch statistics, sinks and readers, the plot of a run."""

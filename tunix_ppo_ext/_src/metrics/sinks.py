@@ -1,0 +1,304 @@
+"""Metric sinks: `metrics.jsonl`, a progress bar, W&B, and readers for what they wrote.
+
+tunix's `MetricsLogger` sends every scalar as `jax.monitoring` events named
+`<prefix>/<mode>/<name>` with a `step`; each backend here is a metrax `LoggingBackend`
+(`log_scalar(event, value, step=...)`, `close()`). `KeyedBackend` puts any backend behind
+the taxonomy of `metric_keys`, so sinks see published keys (`actor/pg_loss`, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import struct
+import warnings
+import weakref
+from typing import Any
+
+import numpy as np
+import tqdm
+
+from tunix_ppo_ext._src.metrics.keys import MetricKeys
+
+
+def _is_training_event(event: str) -> bool:
+  """tunix's `<prefix>/<mode>/<name>` events; JAX's and orbax's own start with `/`."""
+  return not event.startswith("/")
+
+
+def _scalar(value: Any) -> float:
+  return float(np.asarray(value).reshape(-1)[0])
+
+
+class JsonlBackend:
+  """Appends one JSON line per event to `path` (`{"step": s, name: value}`), at once.
+
+  Every value is on disk as soon as tunix logs it, so a run killed at any moment loses
+  nothing it logged; `read_jsonl` merges a step's lines, and the main job compacts the
+  file to one line per step when the run ends. Non-finite values are written as `null`.
+  """
+
+  def __init__(self, path: str | pathlib.Path):
+    self.path = pathlib.Path(path)
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    self._file = self.path.open("a")
+
+  def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
+    if self._file.closed or not _is_training_event(event):
+      return
+    number = _scalar(value)
+    row = {"step": int(kwargs.get("step", 0)), event: number if math.isfinite(number) else None}
+    self._file.write(json.dumps(row) + "\n")
+    self._file.flush()
+
+  def close(self) -> None:
+    if not self._file.closed:
+      self._file.close()
+
+
+def jsonl_sink(output_dir: pathlib.Path, config: dict[str, Any]) -> JsonlBackend:
+  """The `jsonl` metric sink (registry protocol): `output_dir/metrics.jsonl`."""
+  del config
+  return JsonlBackend(pathlib.Path(output_dir) / "metrics.jsonl")
+
+
+class ProgressBackend:
+  """A tqdm bar over training steps showing the chosen metrics' latest values."""
+
+  _open: weakref.WeakSet[ProgressBackend] = weakref.WeakSet()
+
+  def __init__(self, total: int, shown: dict[str, str]):
+    self._bar = tqdm.tqdm(total=total, unit="step", dynamic_ncols=True)
+    ProgressBackend._open.add(self)
+    self._shown = shown  # event name -> short label
+    self._values: dict[str, float] = {}
+    self._step = 0
+
+  def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
+    if event in self._shown:
+      self._values[self._shown[event]] = _scalar(value)
+      self._bar.set_postfix({k: f"{v:.3f}" for k, v in self._values.items()}, refresh=False)
+    step = int(kwargs.get("step", 0))
+    if step > self._step:
+      self._bar.update(step - self._step)
+      self._step = step
+
+  def close(self) -> None:
+    self._bar.close()
+    ProgressBackend._open.discard(self)
+
+  @classmethod
+  def close_all(cls) -> None:
+    """Closes every open bar (after a failure, so none is torn down at interpreter exit)."""
+    for backend in list(cls._open):
+      backend.close()
+
+
+def read_jsonl(path: str | pathlib.Path) -> list[dict[str, Any]]:
+  """The rows of a `metrics.jsonl`, merged per step (a step may span several lines; a
+  later line's value wins). A cut-off last line (writer killed mid-write) is skipped."""
+  rows: dict[int, dict[str, Any]] = {}
+  for _, row in _parse_jsonl(pathlib.Path(path).read_text(), path):
+    rows.setdefault(row["step"], {}).update(row)
+  return [rows[s] for s in sorted(rows)]
+
+
+def _parse_jsonl(text: str, path: str | pathlib.Path) -> list[tuple[str, dict[str, Any]]]:
+  """`(line, row)` per line of a `metrics.jsonl`; a last line without its newline that does
+  not parse is skipped, any other bad line raises ValueError naming it."""
+  lines = text.split("\n")
+  parsed = []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError:
+      if number == len(lines):  # no newline after it: cut off mid-write
+        continue
+      raise ValueError(f"{path}:{number}: not a JSON line: {line[:80]!r}") from None
+    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+      raise ValueError(f"{path}:{number}: a row must be an object with an int 'step'")
+    parsed.append((line, row))
+  return parsed
+
+
+def write_atomically(path: str | pathlib.Path, text: str) -> None:
+  """Replaces `path` with `text` in one step: a temporary file beside it, synced, renamed.
+
+  A kill at any moment leaves either the old file or the new one, never a cut-off one.
+  """
+  path = pathlib.Path(path)
+  temporary = path.with_name(f".{path.name}.tmp")
+  with temporary.open("w") as handle:
+    handle.write(text)
+    handle.flush()
+    os.fsync(handle.fileno())
+  os.replace(temporary, path)
+
+
+def truncate_jsonl(path: str | pathlib.Path, last_step: int) -> int:
+  """Keeps the complete lines of `path` with `step <= last_step`; returns how many.
+
+  Atomic (`write_atomically`): call it before a `JsonlBackend` opens the file. A missing
+  file is left missing.
+  """
+  file = pathlib.Path(path)
+  if not file.exists():
+    return 0
+  kept = [line for line, row in _parse_jsonl(file.read_text(), file) if row["step"] <= last_step]
+  write_atomically(file, "".join(line + "\n" for line in kept))
+  return len(kept)
+
+
+def compact_jsonl(path: str | pathlib.Path) -> int:
+  """Rewrites `path` as one line per step in step order (rows merged as `read_jsonl` does),
+  atomically; returns the number of steps."""
+  rows = read_jsonl(path)
+  write_atomically(path, "".join(json.dumps(row) + "\n" for row in rows))
+  return len(rows)
+
+
+def has_wandb_key() -> bool:
+  """An API key in `WANDB_API_KEY` or in `~/.netrc` (where `wandb login` puts it)."""
+  netrc = pathlib.Path.home() / ".netrc"
+  in_netrc = netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+  return bool(os.environ.get("WANDB_API_KEY")) or in_netrc
+
+
+class WandbSink:
+  """W&B through the `wandb` library, one history row per step; never fatal.
+
+  Every key is plotted against `global_step` (`define_metric`), so late rows (an
+  evaluation logged after the next step began) land at their own step; the keys' first
+  path component becomes a W&B section. `mode` is `online` or `offline`; `online` without
+  an API key, or failing to start (no network), falls back to `offline` (sync later with
+  `wandb sync`). The run directory is `run_dir/wandb`. If `wandb` is missing or cannot
+  start even offline, one warning is issued and the sink drops everything, so training
+  goes on.
+  """
+
+  STEP_KEY = "global_step"
+
+  def __init__(self, mode: str, run_dir: str | pathlib.Path, config: dict[str, Any]):
+    self._run = None
+    self._step: int | None = None
+    self._row: dict[str, float] = {}
+    if mode == "online" and not has_wandb_key():
+      mode = "offline"
+    try:
+      import wandb  # noqa: PLC0415 (optional at run time)
+    except ImportError:
+      warnings.warn("W&B disabled for this run: wandb is not installed", stacklevel=2)
+      return
+    pathlib.Path(run_dir).mkdir(parents=True, exist_ok=True)
+    try:
+      self._run = self._init(wandb, mode, run_dir, config)
+    except Exception as err:  # noqa: BLE001 (W&B must never stop training)
+      if mode == "online":  # e.g. no network: keep the run, offline
+        warnings.warn(f"W&B online failed ({type(err).__name__}: {err}); offline", stacklevel=2)
+        try:
+          self._run = self._init(wandb, "offline", run_dir, config)
+          return
+        except Exception as second:  # noqa: BLE001
+          err = second
+      self._run = None
+      warnings.warn(f"W&B disabled for this run: {type(err).__name__}: {err}", stacklevel=2)
+
+  def _init(self, wandb: Any, mode: str, run_dir: str | pathlib.Path, config: dict[str, Any]):
+    run = wandb.init(
+      project=os.environ.get("WANDB_PROJECT", "tunix-ppo-ext"),
+      mode=mode,
+      dir=str(run_dir),
+      config=config,
+      reinit="create_new",
+      settings=wandb.Settings(silent=True, console="off", init_timeout=60),
+    )
+    run.define_metric(self.STEP_KEY)
+    run.define_metric("*", step_metric=self.STEP_KEY)
+    return run
+
+  @property
+  def active(self) -> bool:
+    return self._run is not None
+
+  def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
+    if self._run is None:
+      return
+    step = int(kwargs.get("step", 0))
+    if self._step is not None and step != self._step:
+      self._flush()
+    self._step = step
+    self._row[event] = _scalar(value)
+
+  def _flush(self) -> None:
+    if self._row and self._run is not None:
+      try:
+        self._run.log({**self._row, self.STEP_KEY: self._step})
+      except Exception as err:  # noqa: BLE001
+        warnings.warn(f"W&B logging stopped: {type(err).__name__}: {err}", stacklevel=2)
+        self._run = None
+    self._row = {}
+
+  def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+    """Logs `rows` as a `wandb.Table` under `key` at `step` (its own history row); never
+    fatal: a failure costs one warning and the table."""
+    if self._run is None:
+      return
+    try:
+      import wandb  # noqa: PLC0415
+
+      self._run.log({key: wandb.Table(columns=columns, data=rows), self.STEP_KEY: step})
+    except Exception as err:  # noqa: BLE001 (W&B must never stop training)
+      warnings.warn(f"W&B table {key!r} not logged: {type(err).__name__}: {err}", stacklevel=2)
+
+  def close(self) -> None:
+    if self._run is not None:
+      self._flush()
+      self._run.finish()
+      self._run = None
+
+
+class KeyedBackend:
+  """Any metrax-style backend behind the taxonomy: events renamed to published keys.
+
+  Events that `keys.key` maps to `None` (dropped, or JAX's own `/...` events) never reach
+  `backend`; steps are published steps (`MetricKeys.step`).
+  """
+
+  def __init__(self, backend: Any, keys: MetricKeys):
+    self.backend, self._keys = backend, keys
+
+  def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
+    key = self._keys.key(event)
+    if key is not None:
+      step = self._keys.step(event, int(kwargs.pop("step", 0)))
+      self.backend.log_scalar(key, value, step=step, **kwargs)
+
+  def close(self) -> None:
+    self.backend.close()
+
+
+def read_tensorboard(log_dir: str | pathlib.Path) -> dict[str, list[tuple[int, float]]]:
+  """Every scalar in the TensorBoard event files under `log_dir`: `{tag: [(step, value)]}`.
+
+  Reads the TFRecord framing (length, CRC, payload, CRC) and tensorboardX's `Event` proto.
+  """
+  from tensorboardX.proto import event_pb2  # noqa: PLC0415
+
+  scalars: dict[str, list[tuple[int, float]]] = {}
+  for path in sorted(pathlib.Path(log_dir).rglob("events.out.tfevents.*")):
+    data, pos = path.read_bytes(), 0
+    while pos + 12 <= len(data):
+      (length,) = struct.unpack("<Q", data[pos : pos + 8])
+      payload = data[pos + 12 : pos + 12 + length]
+      pos += 12 + length + 4
+      if len(payload) < length:
+        break  # a record cut short by a crash
+      event = event_pb2.Event.FromString(payload)
+      for value in event.summary.value:
+        if value.HasField("simple_value"):
+          scalars.setdefault(value.tag, []).append((int(event.step), float(value.simple_value)))
+  return scalars

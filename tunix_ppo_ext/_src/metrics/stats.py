@@ -1,0 +1,128 @@
+"""Statistics of one rollout batch: the learner's own (`batch/...`) and tunix's.
+
+Per-token families (`old_value`, `advantage`, `return`) are taken over the loss mask only;
+per-episode families (`score`, `reward`, `episode_return`, `response_length`,
+`num_turns`) over every row. A family with no element is left out (never NaN).
+`tunix_statistics` gives what tunix's `PPOLearner` logs, under tunix's names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tunix_ppo_ext._src.metrics.keys import STATS
+
+_REDUCERS = {"min": np.min, "mean": np.mean, "max": np.max}
+
+
+def min_mean_max(name: str, values: Any) -> dict[str, float]:
+  """`{name/min, name/mean, name/max}` of the elements of `values` ({} when empty)."""
+  array = np.asarray(values, np.float64).ravel()
+  if not array.size:
+    return {}
+  return {f"{name}/{s}": float(_REDUCERS[s](array)) for s in STATS}
+
+
+VARIANCE_FLOOR = 1e-8  # relative to the returns' mean square (at least 1)
+
+
+def explained_variance(values: Any, returns: Any, mask: Any) -> float | None:
+  """`1 - Var[returns - values] / Var[returns]` over the mask.
+
+  None when undefined: fewer than 2 masked tokens, or returns (nearly) constant, `Var[returns]
+  <= VARIANCE_FLOOR * max(1, mean(returns^2))`, where the ratio would be float noise (a
+  solved task's returns differ by rounding only, and the quotient runs to -1e6).
+  """
+  mask = np.asarray(mask) > 0
+  ret = np.asarray(returns, np.float64)[mask]
+  if ret.size < 2 or np.var(ret) <= VARIANCE_FLOOR * max(1.0, float(np.mean(ret**2))):
+    return None
+  residual = ret - np.asarray(values, np.float64)[mask]
+  return float(1.0 - np.var(residual) / np.var(ret))
+
+
+def batch_statistics(
+  *,
+  loss_mask: Any,
+  token_rewards: Any,
+  rewards: Any,
+  values: Any,
+  advantages: Any,
+  returns: Any,
+  episode_returns: Any | None = None,
+  num_turns: Any | None = None,
+  truncated: Any | None = None,
+  turn_limited: Any | None = None,
+) -> dict[str, float]:
+  """Internal-name statistics of a batch of `B` rows and `T` completion tokens.
+
+  Args:
+    loss_mask: `[B, T]` 1 on agent tokens.
+    token_rewards: `[B, T]` raw environment / reward-model rewards (`score` = row sum).
+    rewards: `[B, T]` rewards after the KL penalty (`reward` = row sum).
+    values, advantages, returns: `[B, T]` per-token old values, advantages and returns.
+    episode_returns, num_turns, truncated, turn_limited: optional `[B]` episode outcomes
+      of a multi-turn source; without them the episode return is the score and an episode
+      is one turn.
+  """
+  mask = np.asarray(loss_mask) > 0
+  scores = np.asarray(token_rewards, np.float64).sum(-1)
+  stats: dict[str, float] = {}
+  for name, per_token in (("old_value", values), ("advantage", advantages), ("return", returns)):
+    stats |= min_mean_max(f"batch/{name}", np.asarray(per_token)[mask])
+  stats |= min_mean_max("batch/score", scores)
+  stats |= min_mean_max("batch/reward", np.asarray(rewards, np.float64).sum(-1))
+  stats |= min_mean_max(
+    "batch/episode_return", scores if episode_returns is None else episode_returns
+  )
+  stats |= min_mean_max("batch/response_length", mask.sum(-1))
+  stats |= min_mean_max("batch/num_turns", np.ones_like(scores) if num_turns is None else num_turns)
+  if truncated is not None and np.size(truncated):
+    stats["batch/truncated_frac"] = float(np.mean(truncated))
+  if turn_limited is not None and np.size(turn_limited):
+    stats["batch/turn_limit_frac"] = float(np.mean(turn_limited))
+  return stats
+
+
+def tunix_statistics(
+  *,
+  loss_mask: Any,
+  attention_mask: Any,
+  token_rewards: Any,
+  rewards: Any,
+  values: Any,
+  advantages: Any,
+  returns: Any,
+  kl: Any | None,
+) -> dict[str, tuple[float, Any]]:
+  """What tunix 0.1.7's `PPOLearner` logs for a batch, under its names and aggregations.
+
+  `rewards/score/*` (raw score per episode), `rewards/reward/*` (sum of the rewards after
+  the KL penalty), `rewards/reward_kl_penalty` (mean over episodes of the per-episode
+  mean KL over the loss mask, when there is a KL), `generation/completions/*_length`
+  (real completion tokens), `advantages/*`, `advantages/returns/*` and
+  `advantages/old_values/*` over the loss mask. Values are `(value, aggregation)` as
+  `RLCluster.buffer_metrics` takes them; a family with no element is left out.
+  """
+  mask = np.asarray(loss_mask) > 0
+  out: dict[str, tuple[float, Any]] = {}
+
+  def family(prefix: str, array: Any, suffix: str = "") -> None:
+    array = np.asarray(array, np.float64).ravel()
+    if array.size:
+      for stat in STATS:
+        out[f"{prefix}/{stat}{suffix}"] = (float(_REDUCERS[stat](array)), _REDUCERS[stat])
+
+  family("rewards/score", np.sum(np.asarray(token_rewards, np.float64), axis=-1))
+  family("rewards/reward", np.sum(np.asarray(rewards, np.float64), axis=-1))
+  if kl is not None:
+    per_token = np.asarray(kl, np.float64) * mask
+    per_episode = per_token.sum(-1) / np.maximum(mask.sum(-1), 1)
+    out["rewards/reward_kl_penalty"] = (float(per_episode.mean()), np.mean)
+  family("generation/completions", np.asarray(attention_mask).sum(-1), "_length")
+  family("advantages", np.asarray(advantages)[mask])
+  family("advantages/returns", np.asarray(returns)[mask])
+  family("advantages/old_values", np.asarray(values)[mask])
+  return out

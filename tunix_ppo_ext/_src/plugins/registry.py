@@ -1,0 +1,403 @@
+"""Plugin registry: named KL estimators, losses, advantage estimators, metric sinks, environments.
+
+Every name a config can hold is looked up here, built-ins included: the package declares
+its own functions as entry points in its `pyproject.toml`, exactly as a third-party plugin
+does, so there is one code path. A plugin is a distribution with entry points in these
+groups (`tunix_ppo_ext.<kind>`), each naming an object that satisfies its kind's protocol:
+
+- `kl_estimators`: `fn(logp, ref_logp) -> values`, per-token float arrays of one shape;
+  `name+` selects the straight-through form (the value of `fn`, the gradient of k2).
+- `advantage_estimators`: `fn(**inputs)` taking keyword arguments named from
+  `ADVANTAGE_INPUTS`: `rewards`, `values`, `mask` (`[B, T]`: token rewards, critic values,
+  loss mask), `scores`, `group_ids` (`[B]`: summed rewards, sample groups), `gamma`,
+  `gae_lambda`, `whiten`, `norm_by_std` (the config's values). It must take `mask` and
+  `rewards` or `scores`, and returns `advantages [B, T]` or `(advantages, returns)`.
+- `policy_losses`: tunix's policy-loss signature `fn(model, train_example, algo_config,
+  pad_id, eos_id, **kwargs) -> (loss, metrics)` (called with `temperature`, `ref_model`).
+- `value_losses`: `fn(model, train_example, clip_range_value, pad_id, eos_id, **kwargs)
+  -> (loss, metrics)` (called with `loss_agg_mode`).
+- `environments`: a factory `fn(**kwargs) -> Environment` (`tunix_ppo_ext._src.envs`).
+- `metric_sinks`: a factory `fn(output_dir: pathlib.Path, config: dict) -> backend`, a
+  metrax `LoggingBackend`-like object with `log_scalar(event, value, *, step)` and `close()`.
+
+Discovery reads installed metadata through `importlib.metadata` and imports nothing; a
+plugin's module is imported when one of its names is looked up (or listed with `report`),
+and the result is cached. A name offered by two distributions is an error naming both,
+unless pinned as `name@distribution`. A plugin that fails to import or breaks its protocol
+raises `PluginError` naming the entry point, its distribution and the cause, only when
+that name is used. `register` adds names in code (notebooks) with the same checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from tunix_ppo_ext._src.checks import did_you_mean
+from tunix_ppo_ext._src.plugins.kinds import (
+  ADVANTAGE_ESTIMATORS,
+  ENVIRONMENTS,
+  KINDS,
+  KL_ESTIMATORS,
+  LABELS,
+  METRIC_SINKS,
+  POLICY_LOSSES,
+  VALUE_LOSSES,
+)
+from tunix_ppo_ext._src.plugins.protocols import PRODUCT_CHECKS, PROTOCOLS
+
+__all__ = [
+  "ADVANTAGE_ESTIMATORS",
+  "ENVIRONMENTS",
+  "KINDS",
+  "KL_ESTIMATORS",
+  "METRIC_SINKS",
+  "POLICY_LOSSES",
+  "VALUE_LOSSES",
+]
+
+GROUP_PREFIX = "tunix_ppo_ext."
+OWN_DISTRIBUTION = "tunix-ppo-ext"
+IN_CODE = "<in-code>"  # the distribution label of names added with `register`
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+_RESERVED = {KL_ESTIMATORS: ("full",)}  # `kl_method="full"` is the exact KL, not an estimator
+
+
+class PluginError(ValueError):
+  """A name that cannot be used: unknown, offered twice, failing to load or to conform.
+
+  `cause`: the reason alone, without the entry point's description (for tables).
+  """
+
+  def __init__(self, message: str, cause: str | None = None):
+    super().__init__(message)
+    self.cause = cause if cause is not None else message
+
+
+class UnknownNameError(PluginError):
+  """No distribution (nor in-code registration) offers the name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  """One name offered by one distribution (or registered in code)."""
+
+  kind: str
+  name: str
+  distribution: str
+  version: str
+  value: str  # `module:attribute`
+  entry_point: importlib.metadata.EntryPoint | None = dataclasses.field(default=None, repr=False)
+  obj: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+  def describe(self) -> str:
+    """`entry point 'name = module:attr' (group ...) of distribution 'dist' 1.0`."""
+    if self.entry_point is None:
+      return f"in-code registration '{self.name} = {self.value}' ({LABELS[self.kind]})"
+    where = f"distribution {self.distribution!r}" + (f" {self.version}" if self.version else "")
+    return f"entry point '{self.name} = {self.value}' (group {group(self.kind)}) of {where}"
+
+
+def group(kind: str) -> str:
+  """The entry-point group of `kind`, e.g. `tunix_ppo_ext.kl_estimators`."""
+  _check_kind(kind)
+  return GROUP_PREFIX + kind
+
+
+def _check_kind(kind: str) -> None:
+  if kind not in KINDS:
+    raise ValueError(f"unknown plugin kind {kind!r}; kinds: {list(KINDS)}")
+
+
+def normalize_distribution(name: str) -> str:
+  """PEP 503 normalisation: `Tunix_PPO.ext` -> `tunix-ppo-ext`."""
+  return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# ----- discovery (metadata only, nothing imported) -----
+
+
+@functools.cache
+def _discovered(kind: str) -> tuple[Entry, ...]:
+  entries, seen = [], set()
+  for ep in importlib.metadata.entry_points(group=group(kind)):
+    dist = getattr(ep, "dist", None)
+    dist_name = dist.name if dist is not None else "<unknown>"
+    key = (ep.name, normalize_distribution(dist_name))
+    if key not in seen:  # the same distribution seen twice on sys.path
+      seen.add(key)
+      version = dist.version if dist is not None else ""
+      entries.append(Entry(kind, ep.name, dist_name, version, ep.value, ep))
+  return tuple(sorted(entries, key=lambda e: (e.name, normalize_distribution(e.distribution))))
+
+
+_IN_CODE: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
+_LOADED: dict[Entry, Any] = {}  # entry -> object, or the PluginError it raised
+_RESOLVED: dict[tuple[str, str], Any] = {}  # (kind, spec) -> object: the fast path
+
+
+def entries(kind: str) -> tuple[Entry, ...]:
+  """Every entry of `kind` (installed and in-code), sorted by name; imports nothing."""
+  return _discovered(kind) + tuple(sorted(_IN_CODE[kind].values(), key=lambda e: e.name))
+
+
+def names(kind: str) -> list[str]:
+  """The sorted, distinct names of `kind`; imports nothing."""
+  return sorted({entry.name for entry in entries(kind)})
+
+
+def clear_cache() -> None:
+  """Forgets discovered entry points and loaded objects (after installing a plugin)."""
+  importlib.invalidate_caches()
+  _discovered.cache_clear()
+  _LOADED.clear()
+  _RESOLVED.clear()
+
+
+# ----- lookup -----
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+  """`"name@dist"` -> `("name", "dist")`; `"name"` -> `("name", None)`."""
+  name, at, dist = spec.partition("@")
+  return name, (dist if at else None)
+
+
+def has(kind: str, spec: str) -> bool:
+  """Whether some entry answers to `spec` (`name` or `name@distribution`); imports nothing."""
+  if not isinstance(spec, str):
+    return False
+  if (kind, spec) in _RESOLVED:
+    return True
+  return bool(_candidates(kind, *split_spec(spec)))
+
+
+def _candidates(kind: str, name: str, dist: str | None) -> list[Entry]:
+  found = [entry for entry in entries(kind) if entry.name == name]
+  if dist is not None:
+    wanted = normalize_distribution(dist)
+    found = [entry for entry in found if normalize_distribution(entry.distribution) == wanted]
+  return found
+
+
+def resolve(kind: str, spec: str) -> Entry:
+  """The one entry `spec` selects; `PluginError` if none or several do. Imports nothing."""
+  _check_kind(kind)
+  label = LABELS[kind]
+  if not isinstance(spec, str):
+    raise UnknownNameError(f"{label} name must be a string, got {spec!r}")
+  name, dist = split_spec(spec)
+  found = _candidates(kind, name, dist)
+  if len(found) == 1:
+    return found[0]
+  if not found:
+    raise UnknownNameError(_unknown_message(kind, name, dist))
+  offered = ", ".join(f"{e.distribution!r} ({e.value})" for e in found)
+  raise PluginError(
+    f"{label} {name!r} is offered by several distributions: {offered}; select one as "
+    f"'{name}@<distribution>', e.g. {name + '@' + found[0].distribution!r}"
+  )
+
+
+def _unknown_message(kind: str, name: str, dist: str | None) -> str:
+  label, available = LABELS[kind], names(kind)
+  if dist is not None and name in available:
+    offered = sorted({e.distribution for e in entries(kind) if e.name == name})
+    return f"no {label} {name!r} in distribution {dist!r}; it is offered by {offered}"
+  message = f"unknown {label} {name!r}; available: {available}{did_you_mean(name, available)}"
+  if not any(e.distribution == OWN_DISTRIBUTION for e in _discovered(kind)):
+    message += f" (no entry points of {OWN_DISTRIBUTION} found: reinstall it, `pip install -e .`)"
+  return message
+
+
+def get(kind: str, spec: str) -> Any:
+  """The object `spec` names (`name` or `name@distribution`), loaded and checked once.
+
+  Raises:
+    UnknownNameError: listing the available names and the closest one.
+    PluginError: the name is offered twice, or its plugin fails to import or to conform.
+  """
+  try:
+    return _RESOLVED[(kind, spec)]
+  except (KeyError, TypeError):
+    pass
+  entry = resolve(kind, spec)
+  obj = _load(entry)
+  _RESOLVED[(kind, spec)] = obj
+  return obj
+
+
+def _load(entry: Entry) -> Any:
+  cached = _LOADED.get(entry)
+  if isinstance(cached, PluginError):
+    raise cached
+  if entry in _LOADED:
+    return cached
+  try:
+    obj = entry.obj if entry.entry_point is None else entry.entry_point.load()
+    problem = _conformance_problem(entry, obj)
+    if problem:
+      cause = f"does not satisfy the {LABELS[entry.kind]} protocol: {problem}"
+      raise PluginError(f"{entry.describe()} {cause}", cause)
+  except PluginError as err:
+    _LOADED[entry] = err
+    raise
+  except Exception as err:  # noqa: BLE001 (any import-time failure of a plugin)
+    cause = f"failed to load: {type(err).__name__}: {err}"
+    error = PluginError(f"{entry.describe()} {cause}", cause)
+    _LOADED[entry] = error
+    raise error from err
+  _LOADED[entry] = obj
+  return obj
+
+
+def _conformance_problem(entry: Entry, obj: Any) -> str | None:
+  if entry.name in _RESERVED.get(entry.kind, ()) or not _NAME.match(entry.name):
+    return f"the name {entry.name!r} is reserved or not of the form [A-Za-z0-9_.-]+"
+  return PROTOCOLS[entry.kind](obj)
+
+
+def build(kind: str, spec: str, *args: Any, **kwargs: Any) -> Any:
+  """Calls the factory `spec` names (environments, metric sinks) and checks its product."""
+  factory = get(kind, spec)
+  product = factory(*args, **kwargs)
+  problem = PRODUCT_CHECKS[kind](product)
+  if problem:
+    raise PluginError(f"{resolve(kind, spec).describe()} built {product!r}, which {problem}")
+  return product
+
+
+# ----- in-code registration -----
+
+
+def register(kind: str, name: str | None = None, *, replace: bool = False) -> Callable[[Any], Any]:
+  """Decorator: registers the object under `name` (default: its `__name__`) in code.
+
+  The object is checked against the kind's protocol at once; a name an installed
+  distribution offers is refused, and so is another in-code object under a taken name
+  unless `replace=True` (re-running the same notebook cell replaces its own function).
+  """
+  _check_kind(kind)
+
+  def decorator(obj: Any) -> Any:
+    key = name if name is not None else getattr(obj, "__name__", None)
+    target = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', repr(obj))}"
+    entry = Entry(kind, str(key), IN_CODE, "", target, obj=obj)
+    problem = _conformance_problem(entry, obj)
+    if problem:
+      raise PluginError(f"cannot register {LABELS[kind]} {key!r} ({target}): {problem}")
+    installed = [e for e in _discovered(kind) if e.name == key]
+    if installed:
+      raise PluginError(
+        f"cannot register {LABELS[kind]} {key!r} in code: {installed[0].describe()} "
+        "already offers it; choose another name"
+      )
+    previous = _IN_CODE[kind].get(key)
+    if previous is not None and previous.value != target and not replace:
+      raise PluginError(
+        f"{LABELS[kind]} {key!r} is already registered in code ({previous.value}); "
+        "pass replace=True to replace it"
+      )
+    _IN_CODE[kind][key] = entry
+    _forget(kind, key)
+    return obj
+
+  return decorator
+
+
+def unregister(kind: str, name: str) -> None:
+  """Removes an in-code registration (installed entry points cannot be removed here)."""
+  _check_kind(kind)
+  if name not in _IN_CODE[kind]:
+    raise UnknownNameError(f"no {LABELS[kind]} {name!r} registered in code")
+  del _IN_CODE[kind][name]
+  _forget(kind, name)
+
+
+def _forget(kind: str, name: str) -> None:
+  for key in [k for k in _RESOLVED if k[0] == kind and split_spec(k[1])[0] == name]:
+    del _RESOLVED[key]
+  for entry in [e for e in _LOADED if e.kind == kind and e.name == name]:
+    del _LOADED[entry]
+
+
+# ----- views and listing -----
+
+
+class RegistryView(Mapping):
+  """A read-only mapping name -> object over one kind (the old `*_ESTIMATORS` tables)."""
+
+  def __init__(self, kind: str):
+    _check_kind(kind)
+    self.kind = kind
+
+  def __getitem__(self, name: str) -> Any:
+    try:
+      return get(self.kind, name)
+    except UnknownNameError as err:
+      raise KeyError(name) from err
+
+  def __contains__(self, name: object) -> bool:
+    return isinstance(name, str) and has(self.kind, name)  # imports nothing
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(names(self.kind))
+
+  def __len__(self) -> int:
+    return len(names(self.kind))
+
+  def __repr__(self) -> str:
+    return f"RegistryView({group(self.kind)!r}: {names(self.kind)})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+  """One row of `report`: an entry and whether it loads (`error` is None when it does)."""
+
+  entry: Entry
+  error: str | None
+  clashes_with: tuple[str, ...]
+
+
+def report(kinds: tuple[str, ...] = KINDS) -> dict[str, list[Status]]:
+  """Loads every entry of every kind (plugin errors are caught and reported)."""
+  rows: dict[str, list[Status]] = {}
+  for kind in kinds:
+    rows[kind] = []
+    for entry in entries(kind):
+      try:
+        _load(entry)
+        error = None
+      except PluginError as err:
+        error = err.cause
+      others = tuple(
+        e.distribution for e in entries(kind) if e.name == entry.name and e is not entry
+      )
+      rows[kind].append(Status(entry, error, others))
+  return rows
+
+
+def format_report(rows: dict[str, list[Status]]) -> str:
+  """The `tunix-ppo-ext plugins` table: per group, name, distribution, version, status."""
+  lines = []
+  for kind, statuses in rows.items():
+    lines.append(f"{group(kind)}:")
+    if not statuses:
+      lines.append("  (none)")
+    table = [("NAME", "DISTRIBUTION", "VERSION", "STATUS")]
+    for status in statuses:
+      state = "ok" if status.error is None else f"error: {status.error}"
+      if status.clashes_with:
+        pin = f"{status.entry.name}@{status.entry.distribution}"
+        state += f"; name clash with {', '.join(status.clashes_with)}: select it as {pin!r}"
+      entry = status.entry
+      table.append((entry.name, entry.distribution, entry.version or "-", state))
+    widths = [max(len(row[i]) for row in table) for i in range(3)]
+    for row in table if statuses else []:
+      cells = [cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)]
+      lines.append("  " + "  ".join([*cells, row[3]]))
+  return "\n".join(lines)

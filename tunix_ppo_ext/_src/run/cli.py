@@ -1,0 +1,207 @@
+"""`tunix-ppo-ext`: the command line.
+
+  tunix-ppo-ext train [--config PATH] [--output-dir DIR] [KEY=VALUE ...]
+  tunix-ppo-ext plan [--config PATH] [--topology v5e:2x4] [KEY=VALUE ...]
+  tunix-ppo-ext plot RUN_DIR
+  tunix-ppo-ext sweep --seeds N [--jobs J] [--config PATH] [--output-dir DIR] [KEY=VALUE[,...] ...]
+  tunix-ppo-ext export RUN_DIR OUT_DIR
+  tunix-ppo-ext plugins
+
+With no arguments `train` runs the embedded default: a toy tunix Qwen3 (random init)
+with the built-in character tokenizer on the embedded multi-turn `memory` environment,
+on CPU. It writes `metrics.jsonl`, `summary.json`, TensorBoard events and orbax
+checkpoints into the output directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import traceback
+from collections.abc import Sequence
+
+from tunix_ppo_ext._src.metrics import sinks as metrics
+from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.run import distributed
+from tunix_ppo_ext._src.run.job import run_meshes, train
+from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.tunix.cluster.guards import NonFiniteTrainingError
+from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes
+
+EXIT_BAD_INPUT, EXIT_NAN_GUARD, EXIT_INTERRUPTED, EXIT_FAILED = 2, 3, 130, 1
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+    prog="tunix-ppo-ext", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+  )
+  parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
+  commands = parser.add_subparsers(dest="command", required=True)
+  train_parser = commands.add_parser("train", help="train on the configured environment")
+  train_parser.add_argument("--config", help="YAML run config (default: the embedded default)")
+  train_parser.add_argument("--output-dir", help="where metrics, summary and checkpoints go")
+  train_parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
+  train_parser.add_argument(
+    "--multi-host",
+    action=argparse.BooleanOptionalAction,
+    default=None,
+    help="call jax.distributed.initialize() (default: when JAX_COORDINATOR_ADDRESS is set or "
+    "TPU_WORKER_HOSTNAMES lists several hosts); run the same command on every host",
+  )
+  train_parser.add_argument(
+    "overrides",
+    nargs="*",
+    metavar="KEY=VALUE",
+    help="dotted overrides, e.g. ppo.entropy_coef=0.01 train.steps=50 (before or after options)",
+  )
+  plan_parser = commands.add_parser("plan", help="per-chip memory of a config on a TPU topology")
+  plan_parser.add_argument("--config", help="YAML run config (default: the embedded default)")
+  plan_parser.add_argument("--topology", default="v5e:2x4", help="e.g. v5e:2x4, v4:2x2x1")
+  plan_parser.add_argument(
+    "--compiler", default="auto", help="auto (TPU with libtpu, else CPU), tpu or cpu"
+  )
+  plan_parser.add_argument(
+    "--pieces", help="comma-separated pieces to compile (default: all the run builds)"
+  )
+  plan_parser.add_argument("--json", help="also write the figures to this JSON file")
+  plan_parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
+  plot_parser = commands.add_parser("plot", help="draw a run's main curves into RUN_DIR")
+  plot_parser.add_argument("run_dir", metavar="RUN_DIR", help="a train command's output dir")
+  export_parser = commands.add_parser(
+    "export", help="write a run's trained policy as a Hugging Face checkpoint into OUT_DIR"
+  )
+  export_parser.add_argument("run_dir", metavar="RUN_DIR", help="a train command's output dir")
+  export_parser.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty directory")
+  commands.add_parser("plugins", help="list the plugins of every group and whether they load")
+  _add_sweep_parser(commands)
+  return parser
+
+
+def _add_sweep_parser(commands) -> None:
+  sweep = commands.add_parser("sweep", help="train N seeds of one or more configs; a table")
+  sweep.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 per variant (5)")
+  sweep.add_argument("--jobs", type=int, default=1, help="seeds trained at a time (1)")
+  sweep.add_argument("--config", help="YAML run config (default: the embedded default)")
+  sweep.add_argument("--output-dir", default="runs/sweep", help="where runs and table go")
+  sweep.add_argument("overrides", nargs="*", metavar="KEY=VALUE[,VALUE...]")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """The `tunix-ppo-ext` command. Exit codes: 0 done, 2 bad input, 3 the NaN guard stopped
+  the run, 130 interrupted (Ctrl-C), 1 any other failure; each failure is one line on
+  stderr (with `--debug`, the traceback too)."""
+  parser = _parser()
+  args, extra = parser.parse_known_args(argv)
+  if args.command in ("train", "plan", "sweep"):  # KEY=VALUE overrides may follow options
+    misplaced = [a for a in extra if a.startswith("-") or "=" not in a]
+    if misplaced:
+      parser.error(f"unrecognized arguments: {' '.join(misplaced)}")
+  elif extra:
+    parser.error(f"unrecognized arguments: {' '.join(extra)}")
+  if args.command == "plugins":
+    return _plugins_command()
+  if args.command == "plot":
+    return _plot_command(args.run_dir)
+  if args.command == "export":
+    return _export_command(args.run_dir, args.out_dir, args.debug)
+  try:
+    if args.command == "plan":
+      return _plan_command(args, [*args.overrides, *extra])
+    if args.command == "sweep":
+      return _sweep_command(args, [*args.overrides, *extra])
+    return _train_command(args, [*args.overrides, *extra])
+  except KeyboardInterrupt:
+    if args.debug:
+      traceback.print_exc()
+    _error("interrupted; what was checkpointed is kept: run the same command to resume")
+    return EXIT_INTERRUPTED
+  except NonFiniteTrainingError as err:  # the NaN guard stopped the run after a checkpoint
+    _error(str(err), args.debug)
+    return EXIT_NAN_GUARD
+  except (ValueError, registry.PluginError) as err:
+    _error(str(err), args.debug)
+    return EXIT_BAD_INPUT
+  except Exception as err:  # noqa: BLE001 (one line for anything else; --debug shows more)
+    _error(f"{type(err).__name__}: {err} (rerun with --debug for the traceback)", args.debug)
+    return EXIT_FAILED
+
+
+def _error(message: str, debug: bool = False) -> None:
+  metrics.ProgressBackend.close_all()
+  if debug:
+    traceback.print_exc()
+  first = message.strip().splitlines()[0] if message.strip() else "failed"
+  print(f"tunix-ppo-ext: error: {first}", file=sys.stderr)
+
+
+def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  if args.output_dir is not None:
+    overrides.append(f"output_dir={args.output_dir}")
+  run = load_run_config(args.config, overrides)
+  distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ), os.environ)
+  meshes = run_meshes(run)  # device counts are known only now (after joining other hosts)
+  for line in describe_meshes(meshes).splitlines():
+    print(f"tunix-ppo-ext: {line}", file=sys.stderr)
+  if run.wandb == "online" and not metrics.has_wandb_key():
+    print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
+  train(run)
+  return 0
+
+
+def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  """`tunix-ppo-ext plan`: compiles the config's step for a TPU topology, prints memory."""
+  from tunix_ppo_ext._src.run import plan  # noqa: PLC0415 (compiler setup only here
+
+  run = load_run_config(args.config, overrides, need_files=False)
+  pieces = [p for p in (args.pieces or "").split(",") if p]
+  result = plan.plan(run, args.topology, pieces, args.compiler)
+  print(plan.format_plan(result, args.config))
+  if args.json:
+    pathlib.Path(args.json).write_text(json.dumps(result.to_json(), indent=2))
+  return 0
+
+
+def _sweep_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  """`tunix-ppo-ext sweep`: prints the table (`tunix_ppo_ext._src.run.sweep`)."""
+  from tunix_ppo_ext._src.run import sweep  # noqa: PLC0415
+
+  rows = sweep.sweep(args.seeds, args.output_dir, overrides, args.config, args.jobs)
+  print(sweep.markdown_table(rows), end="")
+  return 0
+
+
+def _plot_command(run_dir: str) -> int:
+  """`tunix-ppo-ext plot RUN_DIR`: writes and prints the path of `RUN_DIR/curves.png`."""
+  from tunix_ppo_ext._src.metrics.plot import plot_run  # noqa: PLC0415 (matplotlib only here)
+
+  try:
+    print(plot_run(run_dir))
+  except ValueError as err:
+    print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
+    return 2
+  return 0
+
+
+def _export_command(run_dir: str, out_dir: str, debug: bool) -> int:
+  """`tunix-ppo-ext export RUN_DIR OUT_DIR`: prints OUT_DIR once written (see app/export.py)."""
+  from tunix_ppo_ext._src.run.export_cmd import export_run  # noqa: PLC0415 (loads tunix's models)
+
+  try:
+    print(export_run(run_dir, out_dir))
+  except ValueError as err:
+    _error(str(err), debug)
+    return EXIT_BAD_INPUT
+  return 0
+
+
+def _plugins_command() -> int:
+  """`tunix-ppo-ext plugins`: every entry-point group with name, distribution, version, status."""
+  print(registry.format_report(registry.report()))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,138 @@
+"""The run config's `dapo` section: DAPO's overlong reward shaping and dynamic sampling (Yu
+et al. 2025, arXiv:2503.14476) around the training rollouts, with verl's key names.
+
+  dapo:
+    overlong_buffer:      # verl's reward_model.overlong_buffer
+      enable: false
+      len: 4              # L_cache: the last `len` agent tokens of the budget are penalized
+      penalty_factor: 1.0
+    filter_groups:        # verl's algorithm.filter_groups
+      enable: false
+      metric: seq_reward  # or episode_return
+      max_num_gen_batches: 4
+
+The budget (DAPO's L_max, verl's max response length) is the most agent tokens an episode
+can hold: `min(env.max_completion_len, env.max_turns * env.max_tokens_per_turn)`
+(`agent_token_budget`); single-turn, that is the response budget. Both act on training
+rollouts only: evaluation measures the environment's rewards. Order: the rollout, the
+overlong penalty, dynamic sampling (judging scores with the penalty, as verl's
+`seq_reward`), then the `shaping` and `filter` sections.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from tunix_ppo_ext._src.checks import check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.data.dynamic_sampling import (
+  SCORE_METRICS,
+  fill_with_informative_groups,
+  overlong_shaped,
+  round_input,
+)
+from tunix_ppo_ext._src.run.recipe import WrappedSource
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
+
+
+@dataclasses.dataclass
+class OverlongBufferSection:
+  """Soft overlong punishment (DAPO eq. 13): `-penalty_factor * (n - (L_max - len)) / len`
+  for an episode of `n` agent tokens in the last `len` of the budget `L_max`."""
+
+  enable: bool = False
+  len: int = 4
+  penalty_factor: float = 1.0
+
+
+@dataclasses.dataclass
+class FilterGroupsSection:
+  """Dynamic sampling: groups whose `metric` scores are all equal are dropped and new
+  rounds generated, `max_num_gen_batches` rounds at most per rollout chunk (the first
+  included; verl's 0, unlimited, is refused: a run must not hang on a task it always or
+  never solves)."""
+
+  enable: bool = False
+  metric: str = "seq_reward"
+  max_num_gen_batches: int = 4
+
+
+@dataclasses.dataclass
+class DapoSection:
+  """DAPO's reward-side pieces (see the module docstring)."""
+
+  overlong_buffer: OverlongBufferSection = dataclasses.field(default_factory=OverlongBufferSection)
+  filter_groups: FilterGroupsSection = dataclasses.field(default_factory=FilterGroupsSection)
+
+
+def agent_token_budget(max_completion_len: int, max_turns: int, max_tokens_per_turn: int) -> int:
+  """The most agent tokens an episode can hold (each turn samples at most
+  `max_tokens_per_turn`, its EOS included; the completion is cut at `max_completion_len`)."""
+  return min(max_completion_len, max_turns * max_tokens_per_turn)
+
+
+def validate_dapo(section: DapoSection, budget: int, num_generations: int) -> None:
+  """Each key by name; the buffer within the `budget` of agent tokens, and dynamic sampling
+  only with groups (`ppo.num_generations` >= 2: groups of one are always kept)."""
+  over, groups = section.overlong_buffer, section.filter_groups
+  check_integer("config key 'dapo.overlong_buffer.len'", over.len, low=1)
+  check_number("config key 'dapo.overlong_buffer.penalty_factor'", over.penalty_factor, low=0.0)
+  if over.enable and over.len > budget:
+    raise ValueError(
+      f"config key 'dapo.overlong_buffer.len'={over.len} exceeds the budget of {budget} agent "
+      "tokens: min(env.max_completion_len, env.max_turns * env.max_tokens_per_turn)"
+    )
+  if groups.metric not in SCORE_METRICS:
+    hint = did_you_mean(groups.metric, SCORE_METRICS)
+    raise ValueError(
+      f"config key 'dapo.filter_groups.metric'={groups.metric!r} unknown{hint} "
+      f"(valid: {SCORE_METRICS})"
+    )
+  rounds = groups.max_num_gen_batches
+  check_integer("config key 'dapo.filter_groups.max_num_gen_batches'", rounds, low=1)
+  if groups.enable and num_generations < 2:
+    raise ValueError(
+      f"config key 'dapo.filter_groups.enable'=True needs groups: ppo.num_generations="
+      f"{num_generations} makes groups of one, which dynamic sampling always keeps"
+    )
+
+
+def dapo_source(source: Any, section: DapoSection, budget: int) -> Any:
+  """`source` with the overlong penalty and then dynamic sampling on its training batches
+  (each off: `source` itself); metrics `rollout/overlong_penalty` (mean added reward, <= 0),
+  `rollout/overlong_frac` (share penalized), `rollout/dynamic_sampling_rounds`,
+  `rollout/dynamic_sampling_kept_frac` (share of generated groups kept),
+  `rollout/dynamic_sampling_masked_frac` (share of the batch completed with masked groups)."""
+  over, groups = section.overlong_buffer, section.filter_groups
+  if not (over.enable or groups.enable):
+    return source
+
+  def shaped(learner: Any, training_input: dict[str, Any]) -> Any:
+    batch = source(learner, training_input, Mode.TRAIN)
+    if not over.enable:
+      return batch
+    batch, penalty = overlong_shaped(batch, budget, over.len, over.penalty_factor)
+    _buffer(learner, {"overlong_penalty": penalty.mean(), "overlong_frac": (penalty < 0).mean()})
+    return batch
+
+  def dapo(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
+    if mode != Mode.TRAIN:  # evaluation measures the environment's own rewards
+      return source(learner, training_input, mode)
+    if not groups.enable:
+      return shaped(learner, training_input)
+    batch, stats = fill_with_informative_groups(
+      lambda r: shaped(learner, round_input(training_input, r)),
+      groups.max_num_gen_batches,
+      groups.metric,
+    )
+    _buffer(learner, {f"dynamic_sampling_{k}": v for k, v in stats.items()})
+    return batch
+
+  return WrappedSource(source, dapo)
+
+
+def _buffer(learner: Any, values: dict[str, float]) -> None:
+  metrics = {f"rollout/{k}": (float(v), np.mean) for k, v in values.items()}
+  learner.rl_cluster.buffer_metrics(metrics, mode=Mode.TRAIN)

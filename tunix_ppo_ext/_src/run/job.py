@@ -1,0 +1,409 @@
+"""The main job: a validated run config to a trained run directory.
+
+`build_run` builds the learner (tunix's cluster, the models, the multi-turn rollout) and
+the batches; `train` runs it, resuming from the output directory's checkpoints, and writes
+`summary.json` (`summarize`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import pathlib
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.chat import ChatFormat
+from tunix_ppo_ext._src.data.trajectory import episode_batches
+from tunix_ppo_ext._src.envs import base as envs
+from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.metrics import samples as sample_log
+from tunix_ppo_ext._src.metrics import sinks as metrics
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.plugins import registry as plugin_registry
+from tunix_ppo_ext._src.run import distributed, recipe, resume, run_dir
+from tunix_ppo_ext._src.run.dapo_section import dapo_source
+from tunix_ppo_ext._src.run.run_config import (
+  RunConfig,
+  episode_budget,
+  lora_section,
+  run_env_entries,
+  tokenizer_directory,
+)
+from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster
+from tunix_ppo_ext._src.tunix.cluster.mesh import (
+  Role,
+  check_batch_divisible,
+  check_multi_turn_rollout_mesh,
+  role_meshes,
+)
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.models import hf_models, lora
+from tunix_ppo_ext._src.tunix.models import qwen3_safetensors as checkpoints
+from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
+
+RETURN_KEY = metric_keys.SUMMARY_KEY
+SHOWN_METRICS = {  # published key -> progress-bar label
+  RETURN_KEY: "return",
+  "actor/entropy": "entropy",
+  "actor/kl": "kl",
+  "timing_s/step": "step_s",
+}
+
+
+def build_run(run: RunConfig, output_dir: pathlib.Path):
+  """`(learner, train_batches, eval_batches, env_max_return)` for a validated run config."""
+  meshes = run_meshes(run)
+  ppo = run.ppo_config()
+  entries = run_env_entries(run)
+  tokenizer = _tokenizer(run)
+  policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
+  if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
+    critic = None
+  train = run.train
+  keys = run.metrics.keys()
+  wandb_sinks: list[metrics.WandbSink] = []  # tunix's logger builds it; samples use it too
+  backends = _metric_backends(run, output_dir, wandb_sinks)
+  batch = recipe.resolve_batch(run.batch, train.batch_size, ppo.num_generations)
+  sampling, eval_sampling = recipe.sampling_kwargs(run.sampling)
+  cluster = build_cluster(
+    policy,
+    critic,
+    tokenizer,
+    reference=reference,
+    role_meshes=meshes,
+    max_steps=train.steps,
+    batch=train.batch_size,
+    max_prompt_length=train.max_prompt_length,
+    max_tokens_to_generate=run.env.max_completion_len + run.env.max_tokens_per_turn,
+    optimizers=recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps),
+    **recipe.tunix_batch_sizes(batch, ppo.num_generations),
+    sampling=sampling,
+    eval_sampling=eval_sampling,
+    temperature=train.temperature,
+    seed=run.seed,
+    checkpoint_dir=str(output_dir / "checkpoints"),
+    metrics_dir=str(output_dir / "tensorboard"),
+    metric_backends=distributed.primary_only(jax.process_index(), backends),
+    metric_keys=keys,
+    checkpoint_every=train.checkpoint_every,
+    eval_every=train.eval_every,
+    return_logprobs=True,
+  )
+  source = _trajectory_source(run, tokenizer, entries, _sample_writer(output_dir, wandb_sinks))
+  learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
+  lora.keep_base_shared(cluster)  # LoRA: one copy of the base weights between steps
+  train_batches, eval_batches = _prompt_batches(run, ppo.num_generations)
+  return learner, train_batches, eval_batches, _max_return(entries)
+
+
+def _metric_backends(
+  run: RunConfig, output_dir: pathlib.Path, wandb_sinks: list[metrics.WandbSink]
+) -> list[Callable[[], Any]]:
+  """The run's metric sinks as factories (`metrics.jsonl`, the progress bar, W&B unless
+  disabled, which lands in `wandb_sinks` when built, and the configured plugin sinks)."""
+  keys = run.metrics.keys()
+  shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
+  backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
+    lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
+    lambda: metrics.ProgressBackend(run.train.steps, shown),
+  ]
+  if run.wandb != "disabled":
+    config = dataclasses.asdict(run)
+    backends.append(lambda: _kept(wandb_sinks, metrics.WandbSink(run.wandb, output_dir, config)))
+  for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
+    build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
+    backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
+  return backends
+
+
+def _trajectory_source(
+  run: RunConfig, tokenizer: Any, entries: list[recipe.EnvEntry], writer: Any
+) -> Any:
+  """The multi-turn rollout wrapped, in order, by: observations in the loss (if asked),
+  validation's own rollout, DAPO, score shaping and group filtering."""
+  source: Any = MultiTurnRollout(
+    run.env.name,
+    run.env.kwargs,
+    envs=recipe.env_specs(entries) if run.envs else None,
+    max_completion_len=run.env.max_completion_len,
+    max_turns=run.env.max_turns,
+    max_turn_tokens=run.env.max_tokens_per_turn,
+    kv_cache=run.env.kv_cache,
+    on_samples=writer,
+    num_samples=run.train.eval_samples,
+    chat=ChatFormat(tokenizer) if run.env.chat_template else None,
+  )
+  if run.env.loss_on_observations:
+    source = _observations_in_loss(source)
+  validation = _validation_rollout(run, writer)
+  source = recipe.validation_source(source, run.validation, validation)
+  source = dapo_source(source, run.dapo, episode_budget(run))
+  return recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
+
+
+def _prompt_batches(run: RunConfig, num_generations: int) -> tuple[Any, list[Any]]:
+  """`(train_batches, eval_batches)`: the training prompts' iterator and the evaluation
+  batches (the run's own episodes, or the validation section's)."""
+  train = run.train
+  prompts_per_batch = train.batch_size // num_generations
+  env_ids = recipe.entry_env_ids(run.envs)
+  train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed, env_ids=env_ids)
+  if run.validation.is_default():
+    eval_batches = list(
+      episode_batches(train.eval_batches, prompts_per_batch, seed=run.seed + 1, env_ids=env_ids)
+    )
+  else:
+    eval_batches = recipe.validation_batches(
+      run.validation,
+      recipe.validation_entries(run.validation, run.envs, num_generations),
+      train.eval_batches,
+      train.batch_size,
+      num_generations,
+      run.seed + 1,
+    )
+  return train_batches, eval_batches
+
+
+def _max_return(entries: list[recipe.EnvEntry]) -> float:
+  """The best mean episode return of a batch: the environments' `max_return`, weighted by
+  their groups."""
+  total = sum(e.groups * envs.make_env(e.name, **e.kwargs).max_return for e in entries)
+  return total / sum(e.groups for e in entries)
+
+
+def _validation_rollout(run: RunConfig, on_samples: Any) -> MultiTurnRollout:
+  """The multi-turn rollout of the `validation` section (environment(s), group size); its
+  evaluation samples go to `on_samples` like the training environment's."""
+  val = run.validation
+  specs = recipe.validation_entries(val, run.envs, run.ppo_config().num_generations)
+  return MultiTurnRollout(
+    val.env or run.env.name,
+    val.kwargs if val.kwargs is not None else (run.env.kwargs if val.env is None else {}),
+    envs=recipe.env_specs(specs) if specs else None,
+    max_completion_len=run.env.max_completion_len,
+    max_turns=run.env.max_turns,
+    max_turn_tokens=run.env.max_tokens_per_turn,
+    group_size=val.group_size,
+    kv_cache=run.env.kv_cache,
+    on_samples=on_samples,
+    num_samples=run.train.eval_samples,
+  )
+
+
+def _kept(kept: list, sink):
+  """`sink`, remembered in `kept`."""
+  kept.append(sink)
+  return sink
+
+
+def _sample_writer(output_dir: pathlib.Path, wandb_sinks: list) -> sample_log.SampleWriter | None:
+  """Writes each evaluation's sampled conversations to `samples.jsonl` and W&B (process 0)."""
+  if not distributed.is_primary(jax.process_index()):
+    return None
+  return sample_log.SampleWriter(
+    output_dir / sample_log.FILENAME, lambda: wandb_sinks[-1] if wandb_sinks else None
+  )
+
+
+def run_meshes(run: RunConfig) -> dict:
+  """tunix's `role_to_mesh` for the run's `mesh` section on this runtime's devices.
+
+  Raises ValueError when a mesh needs more devices than `jax.device_count()` or the batch
+  does not divide by the trainers' fsdp size.
+  """
+  meshes = role_meshes(run.mesh)
+  check_batch_divisible(meshes, run.train.batch_size)
+  check_multi_turn_rollout_mesh(meshes)  # the main job's rollout is multi-turn
+  return meshes
+
+
+def _tokenizer(run: RunConfig):
+  """The Hugging Face tokenizer of `model.tokenizer` (or the checkpoint's), else the built-in
+  character tokenizer.
+
+  The built-in one keeps EOS and pad distinct: tunix's sampler masks pad ids in context.
+  """
+  directory = tokenizer_directory(run.model)  # a checkpoint's own tokenizer by default
+  if directory is not None:
+    import transformers  # noqa: PLC0415
+
+    return transformers.AutoTokenizer.from_pretrained(directory)
+  return CharTokenizer(**({} if run.model.alphabet is None else {"alphabet": run.model.alphabet}))
+
+
+def _observations_in_loss(source):
+  """Ablation: the source's trajectories with every real token under the loss mask."""
+
+  def source_with_observations_in_loss(learner, training_input, mode):
+    batch = source(learner, training_input, mode)
+    batch.loss_mask = np.asarray(batch.attention_mask).copy()
+    return batch
+
+  for name in ("state_dict", "load_state_dict"):  # checkpointed sampling state, if any
+    if hasattr(source, name):
+      setattr(source_with_observations_in_loss, name, getattr(source, name))
+  return source_with_observations_in_loss
+
+
+def _models(run: RunConfig, tokenizer, mesh=None):
+  """`(policy, critic, reference)`: the policy (a checkpoint with `config.json` in its own
+  family, else a toy or named-size Qwen3), its critic on the same backbone, a copy.
+
+  A checkpoint is loaded straight onto `mesh` (the actor's), sharded, so a real model
+  never sits whole on one chip; the reference copy keeps that sharding. With `model.lora`
+  the actor is the policy with adapters and the reference the policy itself (one copy of
+  the base weights, `models.lora_models`).
+  """
+  return role_models(run, _base_policy(run, tokenizer, mesh))
+
+
+def role_models(run: RunConfig, policy: Any) -> tuple[Any, Any, Any]:
+  """`(actor, critic, reference)` around a base `policy` as the run builds them: with
+  `model.lora` the adapted actor, its critic (`model.lora.critic`) and the base itself as
+  the reference (`models.lora_models`); else the policy, a critic from its backbone and a
+  copy (`tunix-ppo-ext plan` calls this under `nnx.eval_shape`)."""
+  section = lora_section(run.model)
+  if section is not None:
+    return models.lora_models(policy, section.spec(), run.seed, critic_lora=section.critic)
+  return models.with_critic_and_reference(policy, run.seed)
+
+
+def _base_policy(run: RunConfig, tokenizer, mesh=None):
+  """The policy's base model: the checkpoint's (its own family), else a toy or named-size
+  Qwen3, loaded from the checkpoint's safetensors or randomly initialised (`run.seed`)."""
+  if run.model.checkpoint is not None and hf_models.read_hf_config(run.model.checkpoint):
+    policy = hf_models.load_checkpoint(run.model.checkpoint, mesh)  # family from config.json
+    hf_models.check_vocabulary(hf_models.vocab_size(policy), len(tokenizer))
+    return policy
+  if run.model.config_name is not None:
+    config = models.named_qwen3_config(run.model.config_name)
+  else:
+    config = models.tiny_qwen3_config(
+      len(tokenizer),
+      num_layers=run.model.num_layers,
+      embed_dim=run.model.embed_dim,
+      hidden_dim=run.model.hidden_dim,
+      num_heads=run.model.num_heads,
+      head_dim=run.model.head_dim,
+      num_kv_heads=run.model.num_kv_heads,
+    )
+  if run.model.checkpoint is not None:
+    return checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config, mesh)
+  return models.make_policy(config, run.seed)
+
+
+def checkpoint_roles(run: RunConfig) -> tuple[str, ...]:
+  """The trainers that checkpoint in this run: the actor, and the critic when one is used."""
+  return resume.ROLES if run.ppo_config().uses_critic else ("actor",)
+
+
+def summarize(
+  metrics_path: pathlib.Path, max_return: float, wall_s: float, return_key: str = RETURN_KEY
+) -> dict[str, Any]:
+  """`first_return`, `final_return` (mean of the last tenth of steps), `max_return`, ...
+
+  `return_key`: where `metrics.jsonl` holds the mean episode return (after renames).
+  """
+  returns = [row[return_key] for row in read_jsonl(metrics_path) if row.get(return_key) is not None]
+  if not returns:
+    raise RuntimeError(f"no {return_key!r} values in {metrics_path}")
+  tail = max(1, len(returns) // 10)
+  return {
+    "first_return": float(returns[0]),
+    "final_return": float(np.mean(returns[-tail:])),
+    "max_return": float(max_return),
+    "steps": len(returns),
+    "wall_s": round(wall_s, 1),
+  }
+
+
+def train(run: RunConfig) -> dict[str, Any]:
+  """Runs the main job; returns (and, on process 0, writes) the summary.
+
+  With checkpoints in the output directory it resumes from the latest step that both actor
+  and critic saved (after `run_dir.check_rerun` accepted the requested config), and
+  `metrics.jsonl` drops the rows an interrupted run wrote after it. One run at a time per
+  directory (`run_dir.RunLock`). Other processes of a multi-host run write no files and
+  return `{}`.
+  """
+  out = pathlib.Path(run.output_dir).resolve()  # orbax wants absolute checkpoint paths
+  out.mkdir(parents=True, exist_ok=True)
+  primary = distributed.is_primary(jax.process_index())
+  lock = run_dir.RunLock(out) if primary else contextlib.nullcontext()
+  with lock:
+    return _train_in(out, run, primary)
+
+
+def _build_restoring(run: RunConfig, out: pathlib.Path, primary: bool):
+  """`build_run`; when restoring the newest checkpoint fails inside orbax (a deleted or
+  truncated file), that step is set aside (`checkpoints/damaged/`, nothing deleted) and the
+  next older one is restored instead, with a warning naming both (single process only)."""
+  roles = checkpoint_roles(run)
+  while True:
+    try:
+      return build_run(run, out)
+    except Exception as err:
+      step = resume.align_role_checkpoints(out / "checkpoints", roles) if primary else None
+      if step is None or jax.process_count() > 1 or not _raised_in_orbax(err):
+        raise
+      resume.set_aside(out / "checkpoints", step, roles)
+      older = resume.align_role_checkpoints(out / "checkpoints", roles)
+      print(
+        f"tunix-ppo-ext: warning: checkpoint step {step} cannot be restored "
+        f"({type(err).__name__}); moved to {out / 'checkpoints' / resume.DAMAGED}, resuming "
+        f"from {'step ' + str(older) if older else 'scratch'}",
+        file=sys.stderr,
+      )
+      metrics.truncate_jsonl(out / "metrics.jsonl", older if older else -1)
+
+
+def _raised_in_orbax(err: BaseException) -> bool:
+  """Whether `err` (or what caused it) was raised inside orbax or tensorstore."""
+  while err is not None:
+    frames = traceback.extract_tb(err.__traceback__)
+    if any("orbax" in f.filename or "tensorstore" in f.filename for f in frames):
+      return True
+    err = err.__cause__ or err.__context__
+  return False
+
+
+def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any]:
+  if primary:
+    saved = resume.align_role_checkpoints(out / "checkpoints", checkpoint_roles(run))
+    run_dir.check_rerun(out, dataclasses.asdict(run), saved)
+    if saved and not (out / "metrics.jsonl").is_file():
+      print(
+        f"tunix-ppo-ext: warning: {out / 'metrics.jsonl'} is missing: resuming at step "
+        f"{saved}, the steps before it have no metrics",
+        file=sys.stderr,
+      )
+    # before the sink opens the file: rows an interrupted run logged after `saved` go
+    metrics.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
+    metrics.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
+  distributed.barrier("tunix-ppo-ext:checkpoints-aligned")
+  start = time.perf_counter()
+  learner, train_batches, eval_batches, max_return = _build_restoring(run, out, primary)
+  restored = learner.rl_cluster.actor_trainer.train_steps  # tunix restored it while building
+  if restored:
+    print(f"tunix-ppo-ext: resuming from step {restored} ({out / 'checkpoints'})", file=sys.stderr)
+  learner.train(train_batches, eval_ds=eval_batches)
+  if not primary:
+    return {}
+  metrics.compact_jsonl(out / "metrics.jsonl")  # one line per step, also after a resume
+  return_key = run.metrics.keys().final(RETURN_KEY)  # never dropped: the config check says so
+  summary = summarize(out / "metrics.jsonl", max_return, time.perf_counter() - start, return_key)
+  summary["memory"] = lora.memory_report(learner.rl_cluster)
+  metrics.write_atomically(out / "summary.json", json.dumps(summary, indent=2))
+  print(json.dumps(summary))
+  return summary

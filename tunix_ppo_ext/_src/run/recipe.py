@@ -1,0 +1,519 @@
+"""The training recipe around the PPO math: the run config's `optim`, `batch` and `sampling`
+sections, their checks, and what they become for tunix.
+
+- `optim.actor` / `optim.critic`: `tunix.optimizers.OptimizerSpec` each (Adam/AdamW,
+  global-norm clipping, schedule with warm-up); the peak rates stay `train.lr` /
+  `train.critic_lr`.
+- `batch`: mini-batch and micro-batch sizes in *episodes* (the unit of `train.batch_size`);
+  tunix counts prompts, so each must be a multiple of `ppo.num_generations` and is divided
+  by it (`tunix_batch_sizes`). PPO epochs are `ppo.num_iterations`.
+- `envs`: several environments in one run, each with its number of groups (`EnvEntry`).
+- `validation`: evaluation's own environment(s), seeds and group size.
+- `shaping`: episode-score normalization and the format penalty before any estimator
+  (`data.shaping`).
+- `sampling`: top-p / top-k of training rollouts and the temperature, top-p and top-k of
+  evaluation rollouts (None: as in training).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import optax
+
+from tunix_ppo_ext._src.checks import check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.data.score_shaping import (
+  GROUPINGS,
+  filter_groups,
+  normalize_batch_scores,
+  penalize_malformed_turns,
+)
+from tunix_ppo_ext._src.data.trajectory import ENV_KEY, SEED_KEY, spread_env_ids
+from tunix_ppo_ext._src.envs.base import EnvSpec, make_env
+from tunix_ppo_ext._src.math.score_norm import SCORE_NORMALIZATIONS
+from tunix_ppo_ext._src.tunix.cluster.optimizers import OptimizerSpec, build_optimizer
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
+
+
+class WrappedSource:
+  """A trajectory source calling `fn(learner, training_input, mode)` in place of `inner`,
+  with `inner`'s checkpointed state (`state_dict` / `load_state_dict`) if it has one."""
+
+  _STATE = ("state_dict", "load_state_dict")
+
+  def __init__(self, inner: Any, fn: Any):
+    self.inner = inner
+    self.fn = fn
+
+  def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
+    return self.fn(learner, training_input, mode)
+
+  def __getattr__(self, name: str) -> Any:
+    if name in self._STATE:
+      return getattr(self.inner, name)
+    raise AttributeError(name)
+
+
+@dataclasses.dataclass
+class OptimSection:
+  """The actor's and the critic's optimizers (see `OptimizerSpec`).
+
+  The embedded default's actor decays its learning rate along a cosine to a tenth of
+  `train.lr` over `train.steps` (with the constant rate, 2 of 5 seeds of the default reached
+  0.9 of the maximum; with the decay, 4 of 5 and no drop from the peak: README, "Measured").
+  """
+
+  actor: OptimizerSpec = dataclasses.field(
+    default_factory=lambda: OptimizerSpec(schedule="cosine", min_lr_ratio=0.1)
+  )
+  critic: OptimizerSpec = dataclasses.field(default_factory=OptimizerSpec)
+
+
+@dataclasses.dataclass
+class BatchSection:
+  """Batch arithmetic, in episodes (None: the whole `train.batch_size`).
+
+  `mini_batch_size`: episodes per optimizer update (tunix rolls out and trains each
+  mini-batch in turn, so a batch of B makes B / mini_batch_size updates per epoch);
+  `train_micro_batch_size`: episodes per forward/backward pass, gradients accumulated
+  over `mini_batch_size / train_micro_batch_size` passes; or give
+  `gradient_accumulation_steps` instead and the micro-batch is the mini-batch divided by
+  it; `rollout_micro_batch_size` / `logps_micro_batch_size`: episodes per rollout chunk /
+  per log-prob (and value) pass. Every optimizer update counts as one of `train.steps`.
+  """
+
+  mini_batch_size: int | None = None
+  train_micro_batch_size: int | None = None
+  gradient_accumulation_steps: int | None = None
+  rollout_micro_batch_size: int | None = None
+  logps_micro_batch_size: int | None = None
+
+
+@dataclasses.dataclass
+class SamplingSection:
+  """Sampling of rollouts: `top_p` in (0, 1], `top_k` (0: off); evaluation's own
+  `eval_temperature` (0: greedy), `eval_top_p`, `eval_top_k` (None: training's)."""
+
+  top_p: float = 1.0
+  top_k: int = 0
+  eval_temperature: float | None = None
+  eval_top_p: float | None = None
+  eval_top_k: int | None = None
+
+
+@dataclasses.dataclass
+class ShapingSection:
+  """Episode scores normalized before the estimator: `method` (`identity`, `mean`,
+  `mean_std`, `asym_clip`) within `grouping` (`group`, `batch`, `state`); then
+  `format_penalty` (<= 0, GRL's sign) added to the reward of every turn the environment
+  flagged malformed (`info["invalid_action"]`)."""
+
+  grouping: str = "group"
+  method: str = "identity"
+  eps: float = 1e-6
+  format_penalty: float = 0.0
+
+
+def validate_shaping(section: ShapingSection) -> None:
+  """Names the key and the choices."""
+  for key, choices in (("grouping", GROUPINGS), ("method", SCORE_NORMALIZATIONS)):
+    value = getattr(section, key)
+    if value not in choices:
+      hint = did_you_mean(value, choices)
+      raise ValueError(f"config key 'shaping.{key}'={value!r} unknown{hint} (valid: {choices})")
+  check_number("config key 'shaping.eps'", section.eps, low=0.0, low_open=True)
+  if section.format_penalty > 0:
+    raise ValueError(
+      f"config key 'shaping.format_penalty'={section.format_penalty} must be <= 0: it is added "
+      f"to a malformed turn's reward (GRL's sign: -0.1 takes 0.1 off)"
+    )
+  check_number("config key 'shaping.format_penalty'", section.format_penalty)
+
+
+def shaped_source(source: Any, section: ShapingSection) -> Any:
+  """The trajectory source `source` with its batches' scores normalized, then the format
+  penalty added to malformed turns' rewards, logging `rollout/malformed_turns` and
+  `rollout/format_penalty` (means per episode); `source` itself when neither is on. Keeps
+  the source's checkpointed state methods."""
+  if section.method == "identity" and section.format_penalty == 0.0:
+    return source
+
+  def shaped(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
+    batch = source(learner, training_input, mode)
+    batch = normalize_batch_scores(batch, section.grouping, section.method, section.eps)
+    if section.format_penalty == 0.0:
+      return batch
+    batch, stats = penalize_malformed_turns(batch, section.format_penalty)
+    metrics = {f"rollout/{k}": (v, np.mean) for k, v in stats.items()}
+    learner.rl_cluster.buffer_metrics(metrics, mode=mode)
+    return batch
+
+  return WrappedSource(source, shaped)
+
+
+@dataclasses.dataclass
+class EnvEntry:
+  """One environment of a mixed run (GRL's `agent_group_num` per agent, RAGEN's
+  `n_groups` per tag): `name` (as `env.name`), `kwargs`, `groups` of `ppo.num_generations`
+  episodes each (in `validation.envs`: of `validation.group_size`), and `tag`, the name of
+  its metrics `{train,eval}/env/<tag>/...` (default: `name`; needed when two entries share
+  one). The groups of all entries make up the batch exactly."""
+
+  name: str | None = None
+  kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+  groups: int = 1
+  tag: str | None = None
+
+
+def validate_env_entries(key: str, entries: list[EnvEntry], group_size: int, rows: int) -> None:
+  """Each entry named, buildable, with `groups` >= 1 and a unique tag; the groups of
+  `group_size` episodes filling the `rows` episodes of a batch. ValueError naming
+  `key[i].<field>` and the sum."""
+  tags: dict[str, int] = {}
+  for i, entry in enumerate(entries):
+    where = f"{key}[{i}]"
+    if entry.name is None:
+      raise ValueError(f"config key '{where}.name' is required (an environment name)")
+    check_integer(f"config key '{where}.groups'", entry.groups, low=1)
+    try:
+      make_env(entry.name, **entry.kwargs)
+    except (TypeError, ValueError) as err:
+      raise ValueError(
+        f"config keys '{where}.name'/'{where}.kwargs' ({entry.name!r}, {entry.kwargs!r}): {err}"
+      ) from None
+    tag = entry_tag(entry)
+    if tag in tags:
+      raise ValueError(
+        f"config key '{where}.tag'={tag!r} is also {key}[{tags[tag]}]'s: each environment needs "
+        "its own tag (its metrics' name)"
+      )
+    tags[tag] = i
+  groups = sum(entry.groups for entry in entries)
+  if entries and groups * group_size != rows:
+    counts = " + ".join(str(entry.groups) for entry in entries)
+    raise ValueError(
+      f"config key '{key}': {counts} = {groups} groups x {group_size} episodes = "
+      f"{groups * group_size} episodes, but a batch holds {rows} (train.batch_size): the "
+      f"groups must add up to {rows} / {group_size} = {rows / group_size:g}"
+    )
+
+
+def entry_tag(entry: EnvEntry) -> str:
+  """The entry's metric tag: `tag`, else `name`."""
+  return entry.tag or str(entry.name)
+
+
+def env_specs(entries: list[EnvEntry]) -> list[EnvSpec]:
+  """The rollout's `EnvSpec`s of `entries`."""
+  return [EnvSpec(str(e.name), dict(e.kwargs), tag=entry_tag(e)) for e in entries]
+
+
+def entry_env_ids(entries: list[EnvEntry]) -> np.ndarray | None:
+  """`[sum(groups)]` environment index per group (`spread_env_ids`); None for no entries."""
+  return spread_env_ids([e.groups for e in entries]) if entries else None
+
+
+FILTER_BY = ("std", "std_rev")
+
+
+@dataclasses.dataclass
+class FilterSection:
+  """Rollout filtering: keep `keep_ratio` of each rollout chunk's groups, those with the
+  largest in-group score std (`by: std`) or the smallest (`std_rev`); 1.0: off."""
+
+  keep_ratio: float = 1.0
+  by: str = "std"
+
+
+def validate_filter(section: FilterSection, chunk: int, num_generations: int) -> None:
+  """`keep_ratio` in (0, 1] keeping a whole number of the `chunk / num_generations` groups
+  each rollout chunk holds; `by` known. ValueError explaining the sums."""
+  check_number(
+    "config key 'filter.keep_ratio'", section.keep_ratio, low=0.0, high=1.0, low_open=True
+  )
+  if section.by not in FILTER_BY:
+    hint = did_you_mean(section.by, FILTER_BY)
+    raise ValueError(f"config key 'filter.by'={section.by!r} unknown{hint} (valid: {FILTER_BY})")
+  groups = chunk // num_generations
+  kept = section.keep_ratio * groups
+  if kept != round(kept):
+    raise ValueError(
+      f"config key 'filter.keep_ratio'={section.keep_ratio} keeps {section.keep_ratio} x "
+      f"{groups} groups = {kept:g}, not a whole number: the learner receives rollouts in chunks "
+      f"of {chunk} episodes (train.batch_size, or the batch section's micro-batches) = {groups} "
+      f"groups of ppo.num_generations={num_generations}"
+    )
+
+
+def rollout_chunk(sizes: dict[str, int], batch_size: int) -> int:
+  """Episodes per rollout chunk the learner receives: tunix's lcm of the rollout and
+  log-prob micro-batches (each defaulting to the training micro-batch, the mini-batch,
+  the batch)."""
+  micro = sizes.get("train_micro_batch_size", sizes.get("mini_batch_size", batch_size))
+  return math.lcm(
+    sizes.get("rollout_micro_batch_size", micro), sizes.get("logps_micro_batch_size", micro)
+  )
+
+
+def filtered_source(source: Any, section: FilterSection) -> Any:
+  """`source` keeping only the chosen groups' loss masks in training (`data.shaping.filter_groups`),
+  logging `rollout/filter_kept_frac`, `rollout/in_group_std`, `rollout/kept_in_group_std`."""
+  if section.keep_ratio >= 1.0:
+    return source
+
+  def filtered(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
+    batch = source(learner, training_input, mode)
+    if mode != Mode.TRAIN:  # evaluation measures every episode
+      return batch
+    batch, stats = filter_groups(batch, section.keep_ratio, section.by == "std_rev")
+    names = {"kept_frac": "filter_kept_frac"}
+    metrics = {f"rollout/{names.get(k, k)}": (v, np.mean) for k, v in stats.items()}
+    learner.rl_cluster.buffer_metrics(metrics, mode=mode)
+    return batch
+
+  return WrappedSource(source, filtered)
+
+
+@dataclasses.dataclass
+class ValidationSection:
+  """Evaluation episodes of their own (GRL's validation agents): `env` / `kwargs` (None:
+  the training environment and its kwargs) or several `envs` (`EnvEntry`s, groups of
+  `group_size`), a fixed set of episode seeds drawn from `seed` (None: the run's
+  `seed + 1`), and `group_size` episodes per seed (None: `ppo.num_generations`). Sampling:
+  the `sampling.eval_*` keys; how often: `train.eval_every`; how many:
+  `train.eval_batches` x `train.batch_size` episodes, each batch with its own seeds."""
+
+  env: str | None = None
+  kwargs: dict[str, Any] | None = None
+  seed: int | None = None
+  group_size: int | None = None
+  envs: list[EnvEntry] = dataclasses.field(default_factory=list)
+
+  def is_default(self) -> bool:
+    return self == ValidationSection()
+
+
+def validate_validation(
+  section: ValidationSection, batch_size: int, train_env: str, chunk: int, num_generations: int
+) -> None:
+  """`group_size` dividing the evaluation batch and its rollout chunks, `seed` >= 0, the
+  environment(s) buildable, `envs` filling the batch."""
+  group = section.group_size or num_generations
+  if section.group_size is not None:
+    check_integer("config key 'validation.group_size'", section.group_size, low=1)
+    batch = f"batch of train.batch_size={batch_size}"
+    for what, rows in ((batch, batch_size), (f"chunk of {chunk}", chunk)):
+      if rows % section.group_size:
+        raise ValueError(
+          f"config key 'validation.group_size'={section.group_size} must divide the evaluation "
+          f"{what} episodes: {rows} / {section.group_size} = {rows / section.group_size:g} "
+          "groups (chunks: the batch section's rollout / log-prob micro-batches)"
+        )
+  if section.envs and (section.env is not None or section.kwargs is not None):
+    raise ValueError(
+      "config keys 'validation.envs' and 'validation.env'/'validation.kwargs' both name the "
+      "validation environment: give one"
+    )
+  validate_env_entries("validation.envs", section.envs, group, batch_size)
+  if section.seed is not None:
+    check_integer("config key 'validation.seed'", section.seed, low=0)
+  if section.env is not None or section.kwargs is not None:
+    name = section.env or train_env
+    try:
+      make_env(name, **(section.kwargs or {}))
+    except (TypeError, ValueError) as err:
+      raise ValueError(
+        f"config keys 'validation.env'/'validation.kwargs' ({name!r}, {section.kwargs!r}): {err}"
+      ) from None
+
+
+def validation_seeds(section: ValidationSection, rows: int, group_size: int) -> np.ndarray:
+  """`[rows]` episode seeds: `rows / group_size` seeds from `section.seed`, each repeated
+  `group_size` times (the same set at every evaluation)."""
+  rng = np.random.default_rng(section.seed)
+  seeds = rng.integers(0, 2**31 - 1, size=rows // group_size, dtype=np.int64)
+  return np.repeat(seeds, group_size)
+
+
+VAL_SEED_KEY, VAL_ENV_KEY = "validation_seed", "validation_env"
+
+
+def validation_entries(
+  section: ValidationSection, train_entries: list[EnvEntry], num_generations: int
+) -> list[EnvEntry]:
+  """The validation environments: `validation.envs`; else, when validation keeps a mixed
+  run's training environments (`train_entries`, the `envs` key), those with their episodes
+  in groups of `validation.group_size`; else none (one environment). ValueError when a
+  training environment's episodes do not divide into such groups."""
+  if section.envs or section.env is not None or section.kwargs is not None:
+    return list(section.envs)
+  group = section.group_size or num_generations
+  regrouped = []
+  for i, entry in enumerate(train_entries):
+    episodes = entry.groups * num_generations
+    if episodes % group:
+      raise ValueError(
+        f"config key 'validation.group_size'={group} must divide envs[{i}]'s {entry.groups} "
+        f"x {num_generations} = {episodes} episodes per batch (or give validation.envs)"
+      )
+    regrouped.append(dataclasses.replace(entry, groups=episodes // group))
+  return regrouped
+
+
+def validation_batches(
+  section: ValidationSection,
+  entries: list[EnvEntry],
+  num_batches: int,
+  batch_size: int,
+  num_generations: int,
+  seed: int,
+) -> list[dict[str, np.ndarray]]:
+  """The evaluation dataset of a custom `validation`: `num_batches` inputs of
+  `batch_size / num_generations` prompts (tunix repeats each `num_generations` times), each
+  carrying its copies' validation episodes as `[P, num_generations]` leaves: `validation_seed`
+  (`validation_seeds` from `section.seed`, else `seed`; groups of `group_size`) and
+  `validation_env` (which of `entries`, `spread_env_ids` within each batch). tunix's rollout
+  chunks hold whole prompts, so a chunk's row `i` is copy `i % num_generations`."""
+  group = section.group_size or num_generations
+  base = section.seed if section.seed is not None else seed
+  rows = num_batches * batch_size
+  seeds = validation_seeds(dataclasses.replace(section, seed=base), rows, group)
+  envs = entry_env_ids(entries)
+  per_batch = np.zeros(batch_size, np.int64) if envs is None else np.repeat(envs, group)
+  shape = (batch_size // num_generations, num_generations)
+  return [
+    {
+      "prompts": seeds[b * batch_size : (b + 1) * batch_size : num_generations].astype(str),
+      SEED_KEY: seeds[b * batch_size : (b + 1) * batch_size : num_generations],
+      VAL_SEED_KEY: seeds[b * batch_size : (b + 1) * batch_size].reshape(shape),
+      VAL_ENV_KEY: per_batch.reshape(shape),
+    }
+    for b in range(num_batches)
+  ]
+
+
+def validation_source(source: Any, section: ValidationSection, evaluation: Any) -> Any:
+  """`source` in training; in evaluation the `evaluation` rollout (the validation
+  environment(s) and group size) on the rows' `validation_batches` episodes."""
+  if section.is_default():
+    return source
+
+  def validated(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
+    if mode == Mode.TRAIN:
+      return source(learner, training_input, mode)
+    rows = np.arange(len(training_input[VAL_SEED_KEY]))
+    copies = rows % np.shape(training_input[VAL_SEED_KEY])[1]
+    seeds = np.asarray(training_input[VAL_SEED_KEY])[rows, copies]
+    envs = np.asarray(training_input[VAL_ENV_KEY])[rows, copies]
+    inputs = {"prompts": seeds.astype(str), SEED_KEY: seeds, ENV_KEY: envs}
+    return evaluation(learner, inputs, mode)
+
+  return WrappedSource(source, validated)
+
+
+def validate_optim(section: OptimSection) -> None:
+  """Each optimizer's keys, by name (`optim.actor.<key>`, `optim.critic.<key>`)."""
+  section.actor.validate("optim.actor")
+  section.critic.validate("optim.critic")
+
+
+def validate_sampling(section: SamplingSection) -> None:
+  """Ranges of the sampling keys; ValueError naming the key and value."""
+  check_number("config key 'sampling.top_p'", section.top_p, low=0.0, high=1.0, low_open=True)
+  check_integer("config key 'sampling.top_k'", section.top_k, low=0)
+  if section.eval_temperature is not None:
+    check_number("config key 'sampling.eval_temperature'", section.eval_temperature, low=0.0)
+  if section.eval_top_p is not None:
+    check_number(
+      "config key 'sampling.eval_top_p'", section.eval_top_p, low=0.0, high=1.0, low_open=True
+    )
+  if section.eval_top_k is not None:
+    check_integer("config key 'sampling.eval_top_k'", section.eval_top_k, low=0)
+
+
+def resolve_batch(section: BatchSection, batch_size: int, num_generations: int) -> dict[str, int]:
+  """The batch sizes in episodes, checked: each a multiple of `num_generations` (tunix keeps
+  a prompt's samples together) dividing what contains it. ValueError explaining the sums.
+
+  Returns `{mini_batch_size, train_micro_batch_size, rollout_micro_batch_size,
+  logps_micro_batch_size}` (episodes; absent keys: tunix's default).
+  """
+  for key in BatchSection.__dataclass_fields__:
+    value = getattr(section, key)
+    if value is not None:
+      check_integer(f"config key 'batch.{key}'", value, low=1)
+  mini = section.mini_batch_size or batch_size
+  _divides("batch.mini_batch_size", mini, "train.batch_size", batch_size, "updates per epoch")
+  micro = section.train_micro_batch_size
+  if section.gradient_accumulation_steps is not None:
+    if micro is not None:
+      raise ValueError(
+        "config keys 'batch.train_micro_batch_size' and 'batch.gradient_accumulation_steps' "
+        "say the same thing (accumulation = mini_batch_size / train_micro_batch_size): give one"
+      )
+    steps = section.gradient_accumulation_steps
+    if mini % steps:
+      raise ValueError(
+        f"config key 'batch.gradient_accumulation_steps'={steps} must divide the mini-batch of "
+        f"{mini} episodes (each pass takes mini_batch_size / gradient_accumulation_steps)"
+      )
+    micro = mini // steps
+  # tunix's default (None) when unset: a mini-batch changes how tunix logs a step's metrics
+  sizes = {"mini_batch_size": mini} if section.mini_batch_size or micro else {}
+  if micro is not None:
+    sizes["mini_batch_size"] = mini
+    _divides("batch.train_micro_batch_size", micro, "the mini-batch", mini, "accumulated passes")
+    sizes["train_micro_batch_size"] = micro
+  for key in ("rollout_micro_batch_size", "logps_micro_batch_size"):
+    value = getattr(section, key)
+    if value is not None:
+      _divides(f"batch.{key}", value, "train.batch_size", batch_size, "chunks")
+      sizes[key] = value
+  for key, value in sizes.items():
+    if value % num_generations:
+      raise ValueError(
+        f"config key 'batch.{key}'={value} episodes must be a multiple of "
+        f"ppo.num_generations={num_generations}: tunix splits batches by prompt, and each "
+        f"prompt brings its {num_generations} samples"
+      )
+  return sizes
+
+
+def _divides(key: str, part: int, whole_name: str, whole: int, what: str) -> None:
+  if whole % part:
+    raise ValueError(
+      f"config key {key!r}={part} must divide {whole_name}={whole}: {whole} / {part} = "
+      f"{whole / part:g} {what}, not a whole number"
+    )
+
+
+def tunix_batch_sizes(sizes: dict[str, int], num_generations: int) -> dict[str, int]:
+  """`resolve_batch`'s sizes in tunix's unit (prompts), as `build_cluster` keywords."""
+  return {key: value // num_generations for key, value in sizes.items()}
+
+
+def optimizers(
+  section: OptimSection, lr: float, critic_lr: float, total_steps: int
+) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
+  """`(actor, critic)` optimizers of the section at peaks `lr` / `critic_lr`, guarded."""
+  return (
+    build_optimizer(section.actor, lr, total_steps),
+    build_optimizer(section.critic, critic_lr, total_steps),
+  )
+
+
+def sampling_kwargs(section: SamplingSection) -> tuple[dict[str, Any], dict[str, Any]]:
+  """`(sampling, eval_sampling)` for `build_cluster`: training's top-p/top-k, and what
+  evaluation changes (empty: evaluation samples as training does)."""
+  train = {"top_p": section.top_p, "top_k": section.top_k or None}
+  evaluation: dict[str, Any] = {}
+  if section.eval_temperature is not None:
+    evaluation["temperature"] = section.eval_temperature
+  if section.eval_top_p is not None:
+    evaluation["top_p"] = section.eval_top_p
+  if section.eval_top_k is not None:
+    evaluation["top_k"] = section.eval_top_k or None
+  return train, evaluation

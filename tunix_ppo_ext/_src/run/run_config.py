@@ -1,0 +1,600 @@
+"""The main job's configuration: YAML file + dotted `KEY=VALUE` overrides, checked eagerly.
+
+Sections: `model`, `env` (or several: `envs`), `train`, `metrics`, `mesh`, `optim`, `batch`,
+`sampling`, `shaping`, `filter`, `validation` (`app.recipe`), `dapo` (`app.dapo`), `ppo` (fields
+of `PpoExtConfig`, merged over `DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`,
+`sinks`. Unknown keys, wrong types and impossible values raise `ValueError` naming the key
+(with the closest valid names) before any compilation.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import os
+import pathlib
+import re
+import types
+import typing
+from typing import Any
+
+import yaml
+
+from tunix_ppo_ext._src.checks import check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.envs import base as envs
+from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
+from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.run import recipe
+from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
+from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
+from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
+from tunix_ppo_ext._src.tunix.models import hf_models, lora
+from tunix_ppo_ext._src.tunix.models import toy_models as models
+
+
+@dataclasses.dataclass
+class ModelSection:
+  """The policy: tunix's Qwen3, random init at toy size or loaded from a checkpoint.
+
+  `alphabet`: the built-in character tokenizer's characters (`None`: letters, digits,
+  punctuation); a small alphabet makes the action space small. `checkpoint`: a directory
+  of Hugging Face-layout `*.safetensors`. With its `config.json` (Qwen2/2.5, Qwen3, Llama 3,
+  Gemma 3: `tunix.hf_models`) the family and sizes come from the file (a `model.<size>`
+  given as well must agree) and its tokenizer, if saved there, is the default; without one
+  it is a Qwen3 of `ModelConfig.<config_name>()` (e.g. `qwen3_0p6b`) or of the toy sizes
+  below. The critic starts from the policy's backbone either way. `tokenizer`: a Hugging
+  Face tokenizer directory, used instead of the built-in character tokenizer. `lora`: train
+  LoRA adapters instead of the weights (`LoraSection`; None: full fine-tuning).
+  """
+
+  alphabet: str | None = "abcehikstw!?. "
+  tokenizer: str | None = None
+  checkpoint: str | None = None
+  config_name: str | None = None
+  num_layers: int = 2
+  embed_dim: int = 64
+  hidden_dim: int = 128
+  num_heads: int = 2
+  head_dim: int = 32
+  num_kv_heads: int = 1
+  lora: dict[str, Any] | None = None  # a LoraSection's keys
+
+
+@dataclasses.dataclass
+class LoraSection:
+  """`model.lora`: qwix LoRA adapters of rank `rank` on the policy's modules whose path
+  (`layers/0/attn/q_proj`, `/`-joined) fully matches the regex `target_modules`, scaled by
+  `alpha / rank` (`tunix_ppo_ext.models.apply_lora`). The frozen base weights serve as the reference
+  model too (no copy). `critic: true` adapts the critic's backbone the same way (its paths
+  start with `backbone/`) and shares the base weights too, training only its adapters and
+  value head; false: the critic is a full copy of the backbone, trained whole.
+  """
+
+  rank: int = 8
+  alpha: float = 16.0
+  target_modules: str = lora.DEFAULT_TARGET_MODULES
+  critic: bool = False
+
+  def spec(self) -> lora.LoraSpec:
+    """The adapters' `LoraSpec`."""
+    return lora.LoraSpec(self.rank, self.alpha, self.target_modules)
+
+
+def lora_section(model: ModelSection) -> LoraSection | None:
+  """The validated `model.lora` section (None: no LoRA)."""
+  if model.lora is None:
+    return None
+  return _build(LoraSection, model.lora, prefix=f"{lora.KEY}.")
+
+
+@dataclasses.dataclass
+class EnvSection:
+  """The environment by name, its keyword arguments and the trajectory limits.
+
+  `kv_cache` is `continue` (each turn continues from the previous turn's KV cache) or
+  `reencode` (each turn prefills the whole history, the old path). `chat_template=True`
+  formats episodes with the Hugging Face tokenizer's own chat template
+  (`tunix_ppo_ext._src.data.chat`). `loss_on_observations=True` is an ablation that puts the
+  environment's tokens under the loss mask too (what a learner that conflates the two masks
+  does).
+  """
+
+  name: str = "memory"
+  kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+  max_turns: int = 4
+  max_completion_len: int = 16
+  max_tokens_per_turn: int = 2
+  loss_on_observations: bool = False  # ablation: train on environment tokens too
+  chat_template: bool = False  # format episodes with the tokenizer's chat template
+  kv_cache: str = "continue"  # each turn continues from the KV cache; "reencode": old path
+
+
+@dataclasses.dataclass
+class TrainSection:
+  """Steps, batch, optimiser and sampling settings of the run."""
+
+  steps: int = 600
+  batch_size: int = 32
+  lr: float = 1e-3
+  critic_lr: float = 3e-3
+  temperature: float = 1.0
+  max_prompt_length: int = 8
+  checkpoint_every: int = 100
+  eval_every: int = 100
+  eval_batches: int = 1
+  eval_samples: int = 4  # conversations per evaluation to samples.jsonl and W&B
+
+
+# The embedded default is PPO (see README, "Measured"): GAE with a critic, two epochs over
+# each batch (so the clip acts), an entropy bonus, and a KL-to-reference loss whose
+# coefficient an adaptive controller steers toward a target. GAE advantages are not
+# whitened: once a batch is nearly deterministic its advantages are float noise, which
+# whitening scales up to unit size, drowning the entropy bonus (5-seed study, README).
+DEFAULT_PPO: dict[str, Any] = {
+  "advantage_estimator": "gae",
+  "num_generations": 1,
+  "num_iterations": 2,
+  "entropy_coef": 0.03,
+  "whiten_advantages": False,
+  "kl_penalty": "loss",
+  "kl_loss_coef": 0.01,
+  "kl_ctrl": "adaptive",
+  "kl_target": 4.0,
+  "kl_horizon": 1000.0,
+}
+
+
+@dataclasses.dataclass
+class MetricsSection:
+  """Changes to the published metric keys (see `tunix_ppo_ext._src.metrics.keys`).
+
+  `rename`: published key -> the key to use instead (e.g. to keep existing dashboards);
+  `drop`: keys or glob patterns (`timing_s/*`) that no sink receives.
+  """
+
+  rename: dict[str, str] = dataclasses.field(default_factory=dict)
+  drop: list[str] = dataclasses.field(default_factory=list)
+
+  def keys(self) -> MetricKeys:
+    """The validated `MetricKeys` of this section."""
+    return MetricKeys(rename=dict(self.rename), drop=tuple(self.drop))
+
+
+@dataclasses.dataclass
+class MeshSection:
+  """The device mesh every role shares, and optional own meshes for some roles.
+
+  `shape`: axis sizes (None: all devices on the first axis, `(n, 1)`; one entry may be -1
+  for the remaining devices); `axis_names` must include `fsdp` and `tp`. `roles` maps any
+  of tunix's roles `actor`, `critic`, `reference`, `rollout` to its own
+  `{shape, axis_names}`; unlisted roles use the shared mesh (tunix's
+  `ClusterConfig.role_to_mesh`). Device counts are checked when the run is built.
+  """
+
+  shape: list[int] | None = None
+  axis_names: list[str] = dataclasses.field(default_factory=lambda: ["fsdp", "tp"])
+  roles: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class RoleMeshSection:
+  """One role's own mesh in `mesh.roles` (axis names default to the shared mesh's)."""
+
+  shape: list[int] | None = None
+  axis_names: list[str] | None = None
+
+
+@dataclasses.dataclass
+class RunConfig:
+  """A whole run: seed, output directory, W&B mode and the four sections."""
+
+  seed: int = 0
+  output_dir: str = "runs/default"
+  wandb: str = "online"  # without an API key or network: offline; "disabled": none
+  sinks: list[str] = dataclasses.field(default_factory=list)  # extra metric sinks, by name
+  model: ModelSection = dataclasses.field(default_factory=ModelSection)
+  env: EnvSection = dataclasses.field(default_factory=EnvSection)
+  envs: list[recipe.EnvEntry] = dataclasses.field(default_factory=list)  # mixed environments
+  train: TrainSection = dataclasses.field(default_factory=TrainSection)
+  metrics: MetricsSection = dataclasses.field(default_factory=MetricsSection)
+  mesh: MeshSection = dataclasses.field(default_factory=MeshSection)
+  optim: recipe.OptimSection = dataclasses.field(default_factory=recipe.OptimSection)
+  batch: recipe.BatchSection = dataclasses.field(default_factory=recipe.BatchSection)
+  sampling: recipe.SamplingSection = dataclasses.field(default_factory=recipe.SamplingSection)
+  shaping: recipe.ShapingSection = dataclasses.field(default_factory=recipe.ShapingSection)
+  filter: recipe.FilterSection = dataclasses.field(default_factory=recipe.FilterSection)
+  validation: recipe.ValidationSection = dataclasses.field(default_factory=recipe.ValidationSection)
+  dapo: DapoSection = dataclasses.field(default_factory=DapoSection)
+  ppo: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PPO))
+
+  def ppo_config(self) -> PpoExtConfig:
+    """The validated `PpoExtConfig` of the `ppo` section; log-probs at the sampling
+    temperature (`train.temperature`) unless `ppo.logps_temperature` says otherwise."""
+    return PpoExtConfig(**{"logps_temperature": self.train.temperature, **self.ppo})
+
+
+_WANDB_MODES = ("disabled", "offline", "online")
+_KV_CACHE_MODES = ("continue", "reencode")
+
+
+def load_run_config(
+  path: str | None = None, overrides: typing.Sequence[str] = (), *, need_files: bool = True
+) -> RunConfig:
+  """Reads YAML `path` (defaults when None), applies `KEY=VALUE` overrides, validates.
+
+  `need_files=False` (`tunix-ppo-ext plan`) leaves `model.checkpoint` and `model.tokenizer`
+  unchecked: planning needs no weights and no tokenizer.
+  """
+  token = _NEED_FILES.set(need_files)
+  try:
+    return _load_run_config(path, overrides)
+  finally:
+    _NEED_FILES.reset(token)
+
+
+_NEED_FILES = contextvars.ContextVar("need_files", default=True)
+
+
+def _load_run_config(path: str | None, overrides: typing.Sequence[str]) -> RunConfig:
+  data: dict[str, Any] = {}
+  if path is not None:
+    file = pathlib.Path(path)
+    if not file.is_file():
+      raise ValueError(f"--config {path!r}: no such file")
+    data = _load_yaml(file, f"--config {path!r}") or {}
+    if not isinstance(data, dict):
+      raise ValueError(f"--config {path!r}: expected a mapping at the top level")
+  for override in overrides:
+    key, sep, raw = override.partition("=")
+    if not sep or not key:
+      raise ValueError(f"override {override!r} must look like section.key=value")
+    _set_dotted(data, key.split("."), _load_yaml(raw, f"override {override!r}"))
+  return _build(RunConfig, data, prefix="")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+  """YAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last)."""
+
+  def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+    keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
+    repeated = sorted({str(k) for k in keys if keys.count(k) > 1})
+    if repeated:
+      raise yaml.constructor.ConstructorError(
+        None, None, f"key {repeated[0]!r} given twice", node.start_mark
+      )
+    return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 (PyYAML) reads `1e-8` (no dot) as a string; YAML 1.2 and JSON read a float, and
+# `config.json` writes floats that way, so exponent floats without a dot are floats here too.
+_UniqueKeyLoader.add_implicit_resolver(
+  "tag:yaml.org,2002:float",
+  re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+  list("-+0123456789"),
+)
+
+
+def _load_yaml(source: pathlib.Path | str, where: str) -> Any:
+  """YAML from a file or a string; ValueError naming `where` and the line on bad input."""
+  try:
+    text = source.read_text() if isinstance(source, pathlib.Path) else source
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+  except UnicodeDecodeError as err:
+    raise ValueError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+  except yaml.YAMLError as err:
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    mark = getattr(err, "problem_mark", None)
+    at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    raise ValueError(f"{where}: invalid YAML: {problem}{at}") from None
+
+
+def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
+  for key in keys[:-1]:
+    data = data.setdefault(key, {})
+    if not isinstance(data, dict):
+      raise ValueError(f"override path {'.'.join(keys)!r} goes through a non-mapping")
+  data[keys[-1]] = value
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+  """Instantiates dataclass `cls` from `data`, checking keys and types recursively."""
+  if not isinstance(data, dict):
+    raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  hints = typing.get_type_hints(cls)
+  kwargs = {}
+  for key, value in data.items():
+    if key not in fields:
+      hint = did_you_mean(key, fields, n=3)
+      raise ValueError(f"unknown config key {prefix + key!r}{hint} (valid: {sorted(fields)})")
+    kwargs[key] = _check_type(prefix + key, value, hints[key])
+  instance = cls(**kwargs)
+  if cls is RunConfig:
+    _validate_run(instance)
+  return instance
+
+
+def _check_type(name: str, value: Any, hint: Any) -> Any:
+  if dataclasses.is_dataclass(hint):
+    return _build(hint, value, prefix=name + ".")
+  if name == "ppo":
+    return _check_ppo(value)
+  origin = typing.get_origin(hint)
+  allowed = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+  for option in allowed:
+    base = typing.get_origin(option) or option
+    if option is type(None) and value is None:
+      return value
+    if base is float and isinstance(value, int | float) and not isinstance(value, bool):
+      return float(value)
+    if base is int and isinstance(value, int) and not isinstance(value, bool):
+      return value
+    if base is list and isinstance(value, list):
+      (item,) = typing.get_args(option) or (typing.Any,)
+      return [_check_type(f"{name}[{i}]", v, item) for i, v in enumerate(value)]
+    if base in (str, bool, dict) and isinstance(value, base):
+      return value
+    if base is typing.Any:
+      return value
+  names = " or ".join(getattr(a, "__name__", str(a)) for a in allowed)
+  raise ValueError(f"config key {name!r} must be {names}, got {value!r}")
+
+
+def _check_ppo(value: Any) -> dict[str, Any]:
+  if not isinstance(value, dict):
+    raise ValueError(f"config key 'ppo' must be a mapping, got {value!r}")
+  names = [f.name for f in dataclasses.fields(PpoExtConfig)]
+  for key in value:
+    if key not in names:
+      hint = did_you_mean(key, names, n=3)
+      raise ValueError(f"unknown config key {'ppo.' + key!r}{hint}")
+  return {**DEFAULT_PPO, **value}
+
+
+def _validate_model(model: ModelSection) -> None:
+  if model.num_heads % model.num_kv_heads:
+    raise ValueError(
+      f"config key 'model.num_kv_heads'={model.num_kv_heads} must divide "
+      f"model.num_heads={model.num_heads}"
+    )
+  if model.alphabet is not None:
+    repeated = sorted({c for c in model.alphabet if model.alphabet.count(c) > 1})
+    if repeated or not model.alphabet:
+      raise ValueError(
+        "config key 'model.alphabet' must be non-empty with each character once; "
+        f"repeated: {repeated}"
+      )
+  if model.checkpoint is not None and _NEED_FILES.get():
+    directory = pathlib.Path(model.checkpoint)
+    if not directory.is_dir() or not list(directory.glob("*.safetensors")):
+      raise ValueError(
+        f"config key 'model.checkpoint': {model.checkpoint!r} is not a directory holding "
+        "*.safetensors files"
+      )
+    _validate_checkpoint_config(model)
+  tokenizer = model.tokenizer
+  if tokenizer is not None and _NEED_FILES.get() and not pathlib.Path(tokenizer).is_dir():
+    raise ValueError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
+  if model.config_name is not None:
+    names = models.qwen3_config_names()
+    if model.config_name not in names:
+      hint = did_you_mean(model.config_name, names, n=3)
+      raise ValueError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
+  _validate_lora(model)
+
+
+def _validate_lora(model: ModelSection) -> None:
+  """`model.lora`: rank an integer >= 1, alpha a finite number > 0, and a `target_modules`
+  regex that matches a projection of the policy (and of the critic's backbone with `critic`),
+  checked on the policy's structure without weights."""
+  section = lora_section(model)
+  if section is None:
+    return
+  check_integer(f"config key '{lora.KEY}.rank'", section.rank, low=1)
+  check_number(f"config key '{lora.KEY}.alpha'", section.alpha, low=0.0, low_open=True)
+  policy = _abstract_policy(model)
+  paths = lora.projection_paths(policy)
+  what = f"the {type(policy).__name__} policy"
+  lora.check_targets(section.target_modules, paths, what)
+  if section.critic:
+    critic_paths = [f"backbone/{p}" for p in paths if not p.startswith("lm_head")]
+    lora.check_targets(section.target_modules, critic_paths, f"{what}'s critic (lora.critic)")
+
+
+def _abstract_policy(model: ModelSection) -> Any:
+  """The policy's modules and shapes without weights (`nnx.eval_shape`): the checkpoint's
+  family and sizes from its `config.json`, else a Qwen3 of `config_name` or the toy sizes."""
+  hf = hf_models.read_hf_config(model.checkpoint) if model.checkpoint is not None else None
+  if hf is not None:
+    return models.abstract_model(hf_models.tunix_config(hf), hf_models.family_of(hf).model_class)
+  if model.config_name is not None:
+    config = models.named_qwen3_config(model.config_name)
+  else:
+    sizes = {k: getattr(model, k) for k in hf_models.SIZE_KEYS}
+    config = models.tiny_qwen3_config(2, **sizes)  # the vocabulary leaves the paths alone
+  return models.abstract_model(config)
+
+
+def _validate_checkpoint_config(model: ModelSection) -> None:
+  """A checkpoint's `config.json` (if any) against `model.*`."""
+  defaults = ModelSection()
+  given = {
+    k: getattr(model, k) for k in hf_models.SIZE_KEYS if getattr(model, k) != getattr(defaults, k)
+  }
+  try:
+    hf_models.validate_checkpoint(model.checkpoint, given, model.config_name)
+  except ValueError as err:
+    raise ValueError(f"config key 'model.checkpoint' ({model.checkpoint!r}): {err}") from None
+
+
+def tokenizer_directory(model: ModelSection) -> str | None:
+  """`model.tokenizer`, else the checkpoint's own directory when it has `config.json` and a
+  saved tokenizer, else None (the built-in character tokenizer)."""
+  if model.tokenizer is not None or model.checkpoint is None:
+    return model.tokenizer
+  if hf_models.read_hf_config(model.checkpoint) and hf_models.has_tokenizer(model.checkpoint):
+    return model.checkpoint
+  return None
+
+
+def _validate_mesh(section: MeshSection) -> None:
+  """Shapes, axis names and role names of the `mesh` section (devices: when built)."""
+  check_mesh_spec("mesh", section.shape, section.axis_names)
+  for role, entry in section.roles.items():
+    if role not in MESH_ROLES:
+      hint = did_you_mean(role, MESH_ROLES, n=2)
+      raise ValueError(f"config key 'mesh.roles.{role}': unknown role{hint} (valid: {MESH_ROLES})")
+    own = _build(RoleMeshSection, entry, prefix=f"mesh.roles.{role}.")
+    check_mesh_spec(f"mesh.roles.{role}", own.shape, own.axis_names or section.axis_names)
+
+
+def _check_lengths(run: RunConfig, env: Any) -> None:
+  """Lengths that cannot work, refused before anything compiles: a `max_prompt_length`
+  below the first observation (built-in tokenizer: one token per character, plus BOS), and
+  a KV cache for the toy model larger than this machine's memory."""
+  if tokenizer_directory(run.model) is None:
+    first = max((env.reset(seed)[0] for seed in range(8)), key=len)
+    if len(first) + 1 > run.train.max_prompt_length:
+      raise ValueError(
+        f"config key 'train.max_prompt_length'={run.train.max_prompt_length} is below the "
+        f"first observation's {len(first) + 1} tokens (with BOS): {first!r}"
+      )
+  model, cache = run.model, run.train.max_prompt_length + run.env.max_completion_len
+  cache += 2 * run.env.max_tokens_per_turn
+  kv_bytes = run.train.batch_size * model.num_layers * 2 * model.num_kv_heads * model.head_dim
+  kv_bytes *= cache * 4  # float32 keys and values
+  memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  if model.config_name is None and model.checkpoint is None and kv_bytes > memory:
+    raise ValueError(
+      f"config key 'env.max_completion_len'={run.env.max_completion_len} needs a KV cache of "
+      f"{kv_bytes / 2**30:.1f} GiB (batch {run.train.batch_size}, {model.num_layers} layers, "
+      f"cache length {cache}), more than this machine's {memory / 2**30:.1f} GiB"
+    )
+
+
+def run_env_entries(run: RunConfig) -> list[recipe.EnvEntry]:
+  """The run's training environments: `envs`, else `env.name` / `env.kwargs` with every
+  group."""
+  if run.envs:
+    return list(run.envs)
+  groups = run.train.batch_size // max(1, run.ppo.get("num_generations", 1))
+  return [recipe.EnvEntry(run.env.name, dict(run.env.kwargs), max(1, groups))]
+
+
+def _validate_env_mix(run: RunConfig) -> None:
+  """`envs` instead of `env.name` / `env.kwargs` (not both), its groups filling the batch."""
+  if not run.envs:
+    return
+  default = EnvSection()
+  if run.env.name != default.name or run.env.kwargs:
+    raise ValueError(
+      "config keys 'envs' and 'env.name'/'env.kwargs' both name the training environment: "
+      "give one ('env' keeps the limits: max_turns, max_completion_len, max_tokens_per_turn)"
+    )
+  num_generations = run.ppo.get("num_generations", 1)
+  recipe.validate_env_entries("envs", run.envs, num_generations, run.train.batch_size)
+
+
+def _validate_run(run: RunConfig) -> None:
+  """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
+  if run.wandb not in _WANDB_MODES:
+    raise ValueError(f"config key 'wandb' must be one of {_WANDB_MODES}, got {run.wandb!r}")
+  if run.env.kv_cache not in _KV_CACHE_MODES:
+    hint = did_you_mean(str(run.env.kv_cache), _KV_CACHE_MODES, n=1)
+    raise ValueError(
+      f"config key 'env.kv_cache' must be one of {_KV_CACHE_MODES}, got {run.env.kv_cache!r}{hint}"
+    )
+  if not run.output_dir or pathlib.Path(run.output_dir).is_file():
+    raise ValueError(
+      f"config key 'output_dir' (--output-dir) must name a directory, got {run.output_dir!r}"
+    )
+  _validate_numbers(run)
+  _validate_model(run.model)
+  _validate_mesh(run.mesh)
+  keys = run.metrics.keys()  # unknown metrics in rename/drop fail here, with suggestions
+  if keys.final(SUMMARY_KEY) is None:
+    raise ValueError(f"config key 'metrics.drop' must keep {SUMMARY_KEY!r}: the summary uses it")
+  _validate_envs(run)
+  for sink in run.sinks:  # `tunix_ppo_ext.metric_sinks` entry points (plugins), loaded here
+    try:
+      registry.get(registry.METRIC_SINKS, sink)
+    except ValueError as err:
+      raise ValueError(f"config key 'sinks' ({sink!r}): {err}") from None
+  run.ppo_config()  # PpoExtConfig validation: names the field, the value and what is allowed
+  _validate_recipe(run)
+
+
+def _validate_numbers(run: RunConfig) -> None:
+  """Counts and sizes are positive integers, rates positive and finite."""
+  positive = {
+    "train.steps": run.train.steps,
+    "train.batch_size": run.train.batch_size,
+    "train.max_prompt_length": run.train.max_prompt_length,
+    "train.checkpoint_every": run.train.checkpoint_every,
+    "train.eval_every": run.train.eval_every,
+    "env.max_turns": run.env.max_turns,
+    "env.max_completion_len": run.env.max_completion_len,
+    "env.max_tokens_per_turn": run.env.max_tokens_per_turn,
+    "model.num_layers": run.model.num_layers,
+    "model.embed_dim": run.model.embed_dim,
+    "model.hidden_dim": run.model.hidden_dim,
+    "model.num_heads": run.model.num_heads,
+    "model.head_dim": run.model.head_dim,
+    "model.num_kv_heads": run.model.num_kv_heads,
+  }
+  for key, value in positive.items():
+    check_integer(f"config key {key!r}", value, low=1)
+  check_integer("config key 'seed'", run.seed, low=0)
+  check_integer("config key 'train.eval_batches'", run.train.eval_batches, low=0)
+  check_integer("config key 'train.eval_samples'", run.train.eval_samples, low=0)
+  for key in ("lr", "critic_lr", "temperature"):  # finite: inf passes a "> 0" check
+    check_number(f"config key 'train.{key}'", getattr(run.train, key), low=0.0, low_open=True)
+
+
+def _validate_envs(run: RunConfig) -> None:
+  """The environment builds, fits the lengths, and can be chat-templated."""
+  try:  # builds the environment once: unknown names and bad kwargs fail here, by key
+    env = envs.make_env(run.env.name, **run.env.kwargs)
+  except (TypeError, ValueError) as err:
+    raise ValueError(
+      f"config keys 'env.name'/'env.kwargs' ({run.env.name!r}, {run.env.kwargs!r}): {err}"
+    ) from None
+  _check_lengths(run, env)
+  if run.env.chat_template and tokenizer_directory(run.model) is None:
+    raise ValueError(
+      "config key 'env.chat_template'=True needs a Hugging Face tokenizer with a chat template "
+      "(model.tokenizer or a checkpoint's own); the built-in character tokenizer has none"
+    )
+
+
+def _validate_recipe(run: RunConfig) -> None:
+  """The environment mix and the recipe sections against the batch arithmetic (`app.recipe`,
+  `app.dapo`)."""
+  num_generations = run.ppo.get("num_generations", 1)
+  if run.train.batch_size % num_generations:
+    raise ValueError(
+      f"config key 'train.batch_size'={run.train.batch_size} must be a multiple of "
+      f"ppo.num_generations={num_generations}"
+    )
+  _validate_env_mix(run)
+  for entry in run.envs:
+    _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
+  recipe.validate_optim(run.optim)
+  recipe.validate_sampling(run.sampling)
+  recipe.validate_shaping(run.shaping)
+  sizes = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
+  chunk = recipe.rollout_chunk(sizes, run.train.batch_size)
+  recipe.validate_filter(run.filter, chunk, num_generations)
+  recipe.validate_validation(
+    run.validation, run.train.batch_size, run.env.name, chunk, num_generations
+  )
+  recipe.validation_entries(run.validation, run.envs, num_generations)
+  for entry in run.validation.envs:
+    _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
+  validate_dapo(run.dapo, episode_budget(run), num_generations)
+
+
+def episode_budget(run: RunConfig) -> int:
+  """The most agent tokens an episode of `run` can hold (`app.dapo.agent_token_budget`)."""
+  env = run.env
+  return agent_token_budget(env.max_completion_len, env.max_turns, env.max_tokens_per_turn)

@@ -1,0 +1,1 @@
+"""Ahead-of-time compilation of a PPO step's pieces (tunix-ppo-ext plan)."""

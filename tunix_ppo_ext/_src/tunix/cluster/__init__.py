@@ -1,0 +1,1 @@
+"""A real tunix RLCluster: meshes, optimizers with the NaN guard, step timing."""

@@ -1,0 +1,334 @@
+"""Building a real tunix `RLCluster` for tunix-ppo-ext runs: mesh, trainer and rollout configs.
+
+Every role shares one mesh by default (actor and rollout then share weights), the
+rollout engine is tunix's "vanilla" sampler, and both trainers use optax Adam.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import optax
+import orbax.checkpoint as ocp
+from flax import nnx
+from metrax import logging as metrax_logging
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.rollout import base_rollout
+from tunix.sft import metrics_logger
+
+from tunix_ppo_ext._src.metrics.keys import MetricKeys
+from tunix_ppo_ext._src.metrics.sinks import KeyedBackend
+from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.cluster.guards import guarded_adam
+from tunix_ppo_ext._src.tunix.models import toy_models as models
+
+Role = rl_cluster_lib.Role
+
+
+def make_mesh(
+  shape: Sequence[int] = (1, 1),
+  axis_names: Sequence[str] = ("fsdp", "tp"),
+  devices: Sequence[jax.Device] | None = None,
+) -> jax.sharding.Mesh:
+  """A mesh of `shape` (default 1x1) named like tunix's Qwen3 shardings (`fsdp`, `tp`).
+
+  It takes the first `prod(shape)` of `devices` (default `jax.devices()`); on all of them,
+  `jax.make_mesh` orders devices by the physical topology. Axis types must be Auto:
+  `jax.make_mesh` defaults to Explicit, under which tunix's embedding lookup fails with a
+  `ShardingTypeError`.
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  size = math.prod(shape)
+  if size > len(devices):
+    raise ValueError(f"mesh shape {tuple(shape)} needs {size} devices, got {len(devices)}")
+  auto = (jax.sharding.AxisType.Auto,) * len(shape)
+  chosen = None if size == len(jax.devices()) == len(devices) else devices[:size]
+  return jax.make_mesh(tuple(shape), tuple(axis_names), axis_types=auto, devices=chosen)
+
+
+def shard_to_mesh(model: nnx.Module, mesh: jax.sharding.Mesh) -> nnx.Module:
+  """Places `model`'s variables on `mesh` in place (per their partition specs).
+
+  Doing it before `RLCluster` keeps the caller's object the one tunix trains: RLCluster
+  only re-creates models that are not on the role's mesh yet.
+  """
+  check_shardable(model, mesh)
+  state = nnx.state(model)
+  specs = nnx.get_partition_spec(state)
+  shardings = jax.tree.map(
+    lambda s: jax.sharding.NamedSharding(mesh, s or jax.sharding.PartitionSpec()),
+    specs,
+    is_leaf=_is_spec,
+  )
+  nnx.update(model, jax.device_put(state, shardings))
+  return model
+
+
+def check_shardable(model: nnx.Module, mesh: jax.sharding.Mesh) -> None:
+  """Raises ValueError naming the first parameter whose dimensions do not divide by the
+  sizes of the `mesh` axes its partition spec puts them on (JAX would fail deep inside)."""
+  state = nnx.state(model)
+  named_specs = jax.tree_util.tree_leaves_with_path(nnx.get_partition_spec(state), is_leaf=_is_spec)
+  for (path, spec), array in zip(named_specs, jax.tree.leaves(state), strict=True):
+    _check_divisible(jax.tree_util.keystr(path), array.shape, spec, mesh)
+
+
+def _is_spec(leaf: Any) -> bool:
+  return leaf is None or isinstance(leaf, jax.sharding.PartitionSpec)
+
+
+def _check_divisible(
+  name: str, shape: Sequence[int], spec: jax.sharding.PartitionSpec | None, mesh
+) -> None:
+  """ValueError naming the parameter when a dimension does not divide by its mesh axes."""
+  for dim, axes in zip(shape, spec or (), strict=False):
+    names = axes if isinstance(axes, tuple) else (axes,)
+    parts = math.prod(mesh.shape[a] for a in names if a is not None)
+    if dim % parts:
+      raise ValueError(
+        f"parameter {name} of shape {tuple(shape)} has a dimension of {dim} sharded on mesh "
+        f"axes {names} of total size {parts}: not divisible. Choose a mesh.shape or model "
+        "sizes (heads, kv heads, widths, vocabulary) that divide."
+      )
+
+
+def make_models(
+  tokenizer, seed: int = 0, num_layers: int = 1, embed_dim: int = 32
+) -> tuple[nnx.Module, nnx.Module, nnx.Module]:
+  """`(policy, critic, reference)` toy Qwen3s: the reference copies the policy and the
+  critic's backbone is initialised from it (common PPO practice)."""
+  config = models.tiny_qwen3_config(
+    tokenizer.vocab_size,
+    num_layers=num_layers,
+    embed_dim=embed_dim,
+    hidden_dim=2 * embed_dim,
+    num_heads=2,
+    head_dim=16,
+    num_kv_heads=1,
+  )
+  policy = models.make_policy(config, seed)
+  return models.with_critic_and_reference(policy, seed)
+
+
+def _metrics_options(
+  metrics_dir: str | None,
+  extra_backends: Sequence[Callable[[], Any]] = (),
+  keys: MetricKeys | None = None,
+) -> metrics_logger.MetricsLoggerOptions | None:
+  """TensorBoard event files in `metrics_dir` plus `extra_backends` (metrax backend factories).
+
+  Every backend sits behind the metrics taxonomy (`keys`, default: the standard keys).
+  tunix's default set would also start W&B; here every backend is chosen explicitly.
+  """
+  if metrics_dir is None:
+    return None
+  keys = keys or MetricKeys()
+
+  def tensorboard() -> metrax_logging.TensorboardBackend:
+    return metrax_logging.TensorboardBackend(log_dir=metrics_dir, flush_every_n_steps=1)
+
+  def keyed(factory: Callable[[], Any]) -> Callable[[], KeyedBackend]:
+    return lambda: KeyedBackend(factory(), keys)
+
+  return metrics_logger.MetricsLoggerOptions(
+    log_dir=metrics_dir,
+    flush_every_n_steps=1,
+    backend_kwargs={"custom_backend": [keyed(f) for f in (tensorboard, *extra_backends)]},
+  )
+
+
+def _checkpoint_options(
+  checkpoint_dir: str | None, every: int = 1
+) -> ocp.CheckpointManagerOptions | None:
+  """Save every `every` steps, keep two (in `<dir>/actor` and `<dir>/critic`)."""
+  if checkpoint_dir is None:
+    return None
+  return ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=2)
+
+
+def training_config(
+  *,
+  max_steps: int,
+  lr: float = 1e-3,
+  critic_lr: float | None = None,
+  mini_batch_size: int | None = None,
+  train_micro_batch_size: int | None = None,
+  rollout_micro_batch_size: int | None = None,
+  logps_micro_batch_size: int | None = None,
+  checkpoint_dir: str | None = None,
+  metrics_dir: str | None = None,
+  metric_backends: Sequence[Callable[[], Any]] = (),
+  metric_keys: MetricKeys | None = None,
+  checkpoint_every: int = 1,
+  eval_every: int = 10**9,
+  optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation] | None = None,
+) -> rl_cluster_lib.RLTrainingConfig:
+  """`RLTrainingConfig` with optax Adam for actor and critic; data sharded on `fsdp`.
+
+  Both optimizers skip updates with a NaN/inf gradient (`guards.guarded_adam`; the
+  learner counts them and stops a run that keeps skipping). `optimizers`: `(actor,
+  critic)` instead (e.g. `optimizers.build_optimizer`, also guarded). Batch sizes count
+  prompts, as tunix's do.
+  """
+  actor, critic = optimizers or (
+    guarded_adam(lr),
+    guarded_adam(critic_lr if critic_lr is not None else lr),
+  )
+  return rl_cluster_lib.RLTrainingConfig(
+    actor_optimizer=actor,
+    critic_optimizer=critic,
+    eval_every_n_steps=eval_every,
+    max_steps=max_steps,
+    mini_batch_size=mini_batch_size,
+    train_micro_batch_size=train_micro_batch_size,
+    rollout_micro_batch_size=rollout_micro_batch_size,
+    compute_logps_micro_batch_size=logps_micro_batch_size,
+    checkpoint_root_directory=checkpoint_dir,
+    checkpointing_options=_checkpoint_options(checkpoint_dir, checkpoint_every),
+    metrics_logging_options=_metrics_options(metrics_dir, metric_backends, metric_keys),
+    data_sharding_axis=("fsdp",),
+    pbar_description=None,
+  )
+
+
+def rollout_config(
+  *,
+  max_prompt_length: int,
+  max_tokens_to_generate: int,
+  temperature: float = 1.0,
+  seed: int = 0,
+  return_logprobs: bool = False,
+  top_p: float | None = 1.0,
+  top_k: int | None = None,
+) -> base_rollout.RolloutConfig:
+  """Vanilla-engine `RolloutConfig`; the KV cache fits prompt + completion exactly.
+
+  `seed` stays an int: the sampler donates its state, so a `jax.random.PRNGKey` here is
+  deleted after the first `generate` call (an int means every call samples with the
+  same key). `temperature=0` is greedy, which needs `top_p=None`: with `top_p` set the
+  sampler divides the logits by 0 (NaN logprobs, arbitrary tokens), so `top_p` and
+  `top_k` apply only when `temperature > 0`.
+  """
+  return base_rollout.RolloutConfig(
+    max_tokens_to_generate=max_tokens_to_generate,
+    max_prompt_length=max_prompt_length,
+    kv_cache_size=max_prompt_length + max_tokens_to_generate,
+    temperature=temperature,
+    top_p=top_p if temperature > 0 else None,
+    top_k=top_k if temperature > 0 else None,
+    seed=seed,
+    return_logprobs=return_logprobs,
+  )
+
+
+def _mode_rollout_configs(
+  sampling: dict[str, Any] | None, eval_sampling: dict[str, Any] | None, **common: Any
+) -> base_rollout.RolloutConfig | dict[rl_cluster_lib.Mode, base_rollout.RolloutConfig]:
+  """One `RolloutConfig` for both modes, or tunix's per-mode dict when evaluation samples
+  differently (`eval_sampling` overrides training's `temperature`, `top_p`, `top_k`)."""
+  train = {**common, **(sampling or {})}
+  if not eval_sampling:
+    return rollout_config(**train)
+  mode = rl_cluster_lib.Mode
+  return {mode.TRAIN: rollout_config(**train), mode.EVAL: rollout_config(**train | eval_sampling)}
+
+
+def build_cluster(
+  policy: nnx.Module,
+  critic: nnx.Module | None,
+  tokenizer,
+  *,
+  reference: nnx.Module | None = None,
+  mesh: jax.sharding.Mesh | None = None,
+  role_meshes: dict[Role, jax.sharding.Mesh] | None = None,
+  max_steps: int,
+  batch: int,
+  max_prompt_length: int,
+  max_tokens_to_generate: int,
+  lr: float = 1e-3,
+  critic_lr: float | None = None,
+  mini_batch_size: int | None = None,
+  train_micro_batch_size: int | None = None,
+  rollout_micro_batch_size: int | None = None,
+  logps_micro_batch_size: int | None = None,
+  checkpoint_dir: str | None = None,
+  metrics_dir: str | None = None,
+  metric_backends: Sequence[Callable[[], Any]] = (),
+  metric_keys: MetricKeys | None = None,
+  checkpoint_every: int = 1,
+  eval_every: int = 10**9,
+  temperature: float = 1.0,
+  seed: int = 0,
+  return_logprobs: bool = False,
+  optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation] | None = None,
+  sampling: dict[str, Any] | None = None,
+  eval_sampling: dict[str, Any] | None = None,
+) -> rl_cluster_lib.RLCluster:
+  """A real tunix `RLCluster` (vanilla rollout) with every role on one mesh.
+
+  `batch` is the prompts per global step (used only to check the mini-batch sizes);
+  `reference=None` means no reference model (PPO then needs `beta=0`). `role_meshes`
+  (tunix's `role_to_mesh`, e.g. from `tunix_ppo_ext.models.role_meshes`) overrides `mesh`
+  (default 1x1) per role. The models are placed on their role's mesh in place, so
+  `policy is cluster.actor_trainer.model`; with a rollout mesh that differs from the
+  actor's, tunix samples from a resharded copy that it syncs after every step.
+  `optimizers`: `(actor, critic)` optax transformations (default: guarded Adam at `lr` /
+  `critic_lr`). `sampling`: `top_p` / `top_k` of training rollouts; `eval_sampling`:
+  `temperature` / `top_p` / `top_k` of evaluation rollouts (tunix's per-mode rollout
+  configs), each defaulting to training's. tunix's trainers open no tqdm bars of their own
+  (the actor's and critic's would interleave with the run's: `metrics.sinks.ProgressBackend`).
+  """
+  mesh = mesh or make_mesh()
+  meshes = {role: mesh for role in (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.ROLLOUT)}
+  meshes.update(role_meshes or {})
+  if mini_batch_size is not None and batch % mini_batch_size:
+    raise ValueError(f"batch={batch} is not a multiple of mini_batch_size={mini_batch_size}")
+  for model, role in ((policy, Role.ACTOR), (critic, Role.CRITIC), (reference, Role.REFERENCE)):
+    if model is not None:
+      shard_to_mesh(model, meshes[role])
+  if meshes[Role.ROLLOUT] != meshes[Role.ACTOR]:  # tunix reshards a copy of the policy there
+    check_shardable(policy, meshes[Role.ROLLOUT])
+  cluster_config = rl_cluster_lib.ClusterConfig(
+    role_to_mesh=meshes,
+    rollout_engine="vanilla",
+    offload_to_cpu=False,
+    training_config=training_config(
+      max_steps=max_steps,
+      lr=lr,
+      critic_lr=critic_lr,
+      mini_batch_size=mini_batch_size,
+      train_micro_batch_size=train_micro_batch_size,
+      rollout_micro_batch_size=rollout_micro_batch_size,
+      logps_micro_batch_size=logps_micro_batch_size,
+      optimizers=optimizers,
+      checkpoint_dir=checkpoint_dir,
+      metrics_dir=metrics_dir,
+      metric_backends=metric_backends,
+      metric_keys=metric_keys,
+      checkpoint_every=checkpoint_every,
+      eval_every=eval_every,
+    ),
+    rollout_config=_mode_rollout_configs(
+      sampling,
+      eval_sampling,
+      max_prompt_length=max_prompt_length,
+      max_tokens_to_generate=max_tokens_to_generate,
+      temperature=temperature,
+      seed=seed,
+      return_logprobs=return_logprobs,
+    ),
+  )
+  cluster = rl_cluster_lib.RLCluster(
+    actor=policy,
+    critic=critic,
+    reference=reference,
+    tokenizer=tokenizer,
+    cluster_config=cluster_config,
+  )
+  for trainer in (cluster.actor_trainer, getattr(cluster, "critic_trainer", None)):
+    if trainer is not None:  # no critic trainer without a critic
+      compat.silence_progress_bar(trainer)
+  return cluster

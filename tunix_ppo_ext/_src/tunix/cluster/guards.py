@@ -1,0 +1,237 @@
+"""Numerical safety of a run: the NaN guard on optimizer updates.
+
+- `guarded_adam`: optax Adam behind `optax.apply_if_finite`, so an update whose gradient
+  holds a NaN or inf (what a non-finite loss produces) is skipped: parameters and Adam's
+  moments and step count stay as they were.
+- `NanGuard`: after every global step reads the skip counters from the actor's and the
+  critic's optimizer state, reports the skips as metrics and, after
+  `PpoExtConfig.max_nonfinite_steps` consecutive skipped updates of one trainer, saves a
+  checkpoint of the current state (the last good one: skipped updates change nothing),
+  closes the run and raises `NonFiniteTrainingError`.
+(Non-finite rewards are a reward policy: `tunix_ppo_ext._src.data.rewards.NonFiniteRewards`.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from tunix_ppo_ext._src.tunix import compat
+
+# apply_if_finite applies updates again after this many consecutive non-finite ones; the
+# learner stops long before (`max_nonfinite_steps`), so in practice it never gives up.
+_NEVER_GIVE_UP = 2**30
+# Internal metric names (`metric_keys.TAXONOMY` publishes them as `actor/nonfinite_skips`,
+# `critic/nonfinite_skips` and `{mode}/dropped_episodes`).
+SKIP_METRICS = {
+  "actor": "learner/actor_nonfinite_skips",
+  "critic": "learner/critic_nonfinite_skips",
+}
+
+
+class NonFiniteTrainingError(RuntimeError):
+  """Too many consecutive optimizer updates had a non-finite loss or gradient."""
+
+
+def skip_nonfinite_results(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+  """`inner`, whose update is skipped (as `inner` skips a NaN gradient) when the parameters
+  it would produce are not finite.
+
+  `inner` is an `apply_if_finite` transformation: such an update is replaced by `inner`'s
+  own update of a NaN gradient, which leaves parameters and moments as they were and counts
+  a skip. So an overflowing step with a finite gradient (a huge learning rate) never
+  reaches the parameters, and the state a checkpoint saves as "last good" holds no NaN.
+  """
+
+  def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+    new_updates, new_state = inner.update(updates, state, params)
+    if params is None:
+      return new_updates, new_state
+    result = optax.apply_updates(params, new_updates)
+    finite = jax.tree.reduce(lambda ok, x: ok & jnp.all(jnp.isfinite(x)), result, jnp.array(True))
+    nan_gradient = jax.tree.map(lambda x: jnp.full_like(x, jnp.nan), updates)
+    return jax.lax.cond(
+      finite,
+      lambda: (new_updates, new_state),
+      lambda: inner.update(nan_gradient, state, params),
+    )
+
+  return optax.GradientTransformation(inner.init, update)
+
+
+def in_gradient_dtype(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+  """`inner` whose updates come out in each gradient leaf's dtype.
+
+  Adam's update of a bfloat16 leaf comes out float32 (the injected learning rate is a
+  float32 array) while `apply_if_finite` skips with zeros in the gradient's dtype; its
+  `lax.cond` needs both the same, so bfloat16 checkpoints could not train without this.
+  """
+
+  def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+    new_updates, new_state = inner.update(updates, state, params)
+    return jax.tree.map(lambda u, g: u.astype(g.dtype), new_updates, updates), new_state
+
+  return optax.GradientTransformation(inner.init, update)
+
+
+def guarded(
+  make: Callable[[Any], optax.GradientTransformation], learning_rate: float | optax.Schedule
+) -> optax.GradientTransformation:
+  """`make(learning_rate)` (any optax optimizer, e.g. clipping chained with AdamW) that
+  skips an update whose gradient, or whose resulting parameters, are not finite (params and
+  moments untouched; `skip_nonfinite_results`).
+
+  `inject_hyperparams` stays outermost, so tunix finds (and logs) the learning rate in
+  `opt_state.hyperparams["learning_rate"]`; a schedule there is evaluated per update.
+  """
+
+  def if_finite(learning_rate: Any) -> optax.GradientTransformation:
+    guarded_inner = optax.apply_if_finite(
+      in_gradient_dtype(make(learning_rate)), max_consecutive_errors=_NEVER_GIVE_UP
+    )
+    return skip_nonfinite_results(guarded_inner)
+
+  return optax.inject_hyperparams(if_finite)(learning_rate=learning_rate)
+
+
+def guarded_adam(learning_rate: float) -> optax.GradientTransformation:
+  """Adam behind the NaN guard (`guarded`)."""
+  return guarded(optax.adam, learning_rate)
+
+
+@dataclasses.dataclass(frozen=True)
+class SkipCounts:
+  """`apply_if_finite`'s counters: skipped updates in a row now, and since initialisation."""
+
+  consecutive: int
+  total: int
+
+
+def skip_counts(opt_state: Any) -> SkipCounts | None:
+  """The counters of the (first) `apply_if_finite` inside an optimizer state; None if none.
+
+  Works on an `nnx.Optimizer`'s `opt_state` (leaves wrapped in `OptArray`) and on plain
+  optax states, whatever wraps it (`inject_hyperparams`, tunix's `MultiSteps`).
+  """
+
+  def is_guard(node: Any) -> bool:
+    return isinstance(node, optax.ApplyIfFiniteState)
+
+  for node in jax.tree_util.tree_leaves(opt_state, is_leaf=is_guard):
+    if is_guard(node):
+      return SkipCounts(
+        consecutive=int(np.asarray(_value(node.notfinite_count))),
+        total=int(np.asarray(_value(node.total_notfinite))),
+      )
+  return None
+
+
+def _value(leaf: Any) -> Any:
+  return leaf[...] if isinstance(leaf, nnx.Variable) else leaf
+
+
+class NanGuard:
+  """Counts skipped (non-finite) updates per trainer and stops a run that keeps skipping.
+
+  Args:
+    rl_cluster: tunix's `RLCluster` whose actor (and critic, if any) trainers use an
+      optimizer with `apply_if_finite` inside (`guarded_adam`); without one, a trainer
+      is not watched.
+    max_consecutive: consecutive skipped updates of one trainer that stop the run.
+  """
+
+  def __init__(self, rl_cluster: Any, max_consecutive: int):
+    self.rl_cluster = rl_cluster
+    self.max_consecutive = max_consecutive
+    self._seen = {role: counts.total for role, counts in self._counts().items()}
+    unguarded = sorted(set(self._trainers()) - set(self._seen))
+    if unguarded:
+      warnings.warn(
+        f"the {' and '.join(unguarded)} optimizer has no optax.apply_if_finite: updates with "
+        "a NaN or inf gradient are applied, not skipped (build it with "
+        "guarded_adam (tunix_ppo_ext._src.tunix.cluster.guards), as build_cluster does)",
+        stacklevel=3,
+      )
+
+  def _trainers(self) -> dict[str, Any]:
+    trainers = {"actor": self.rl_cluster.actor_trainer}
+    critic = getattr(self.rl_cluster, "critic_trainer", None)
+    if critic is not None:
+      trainers["critic"] = critic
+    return trainers
+
+  def _counts(self) -> dict[str, SkipCounts]:
+    counts = {}
+    for role, trainer in self._trainers().items():
+      found = skip_counts(trainer.optimizer.opt_state)
+      if found is not None:
+        counts[role] = found
+    return counts
+
+  def after_global_step(self) -> dict[str, tuple[int, Callable[..., Any]]]:
+    """Metrics of the step's skipped updates; raises once a trainer skipped too many in a row.
+
+    Before raising `NonFiniteTrainingError` it saves a checkpoint of every trainer at its
+    current step (unless one exists) and closes the cluster (metrics flushed, saves done).
+    """
+    counts = self._counts()
+    metrics = {}
+    for role, found in counts.items():
+      metrics[SKIP_METRICS[role]] = (found.total - self._seen.get(role, 0), np.sum)
+      self._seen[role] = found.total
+    stuck = {r: c for r, c in counts.items() if c.consecutive >= self.max_consecutive}
+    if stuck:
+      self.rl_cluster.buffer_metrics(metrics)
+      saved = self._save_and_close()
+      raise NonFiniteTrainingError(self._message(stuck, saved))
+    return metrics
+
+  def _save_and_close(self) -> dict[str, int | None]:
+    """Saves each trainer's current (= last good) state, then closes the cluster."""
+    saved = {}
+    for role, trainer in self._trainers().items():
+      manager, step = trainer.checkpoint_manager, trainer.train_steps
+      if manager.latest_step() != step:
+        manager.save(
+          step,
+          trainer.model,
+          trainer.optimizer,
+          save_only_lora_params=compat.lora_enabled(trainer),  # as tunix saves
+          force=True,
+          custom_metadata=trainer.custom_checkpoint_metadata(),
+        )
+      saved[role] = manager.latest_step()
+    critic = self._trainers().get("critic")
+    if critic is not None:
+      # tunix closes the shared metrics logger with the actor, before the critic writes.
+      compat.write_pending_metrics(critic)
+    self.rl_cluster.close()
+    return saved
+
+  def _message(self, stuck: dict[str, SkipCounts], saved: dict[str, int | None]) -> str:
+    parts = []
+    for role, counts in stuck.items():
+      last = self._trainers()[role].train_steps
+      parts.append(
+        f"the {role} trainer skipped its last {counts.consecutive} optimizer updates "
+        f"({last - counts.consecutive + 1} to {last}; {counts.total} skipped in total)"
+      )
+    where = ", ".join(f"{r} at step {s}" for r, s in saved.items() if s is not None)
+    checkpoint = (
+      f"checkpoints of the last good state: {where}" if where else "no checkpoint directory"
+    )
+    return (
+      f"training stopped at step {self.rl_cluster.global_steps + 1}: "
+      + "; ".join(parts)
+      + " because the loss or gradient was NaN or inf (PpoExtConfig.max_nonfinite_steps="
+      f"{self.max_consecutive}); {checkpoint}. Lower the learning rate, check the rewards, "
+      "or resume from the checkpoint."
+    )

@@ -1,0 +1,161 @@
+"""Device meshes from the run config: one shared mesh, or separate meshes for some roles.
+
+`role_meshes` turns the config's `mesh` section into the `{Role: Mesh}` mapping of tunix's
+`ClusterConfig.role_to_mesh`. Roles given the same shape and axis names get one `Mesh`
+object; tunix then shares weights between actor and rollout instead of syncing a copy.
+What needs the device count lives here, not in the config validation, so configs written
+for a TPU slice still validate on a laptop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+from tunix.rl import rl_cluster as rl_cluster_lib
+
+from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
+
+Role = rl_cluster_lib.Role
+MESH_ROLES: tuple[str, ...] = ("actor", "critic", "reference", "rollout")
+REQUIRED_AXES: tuple[str, ...] = ("fsdp", "tp")  # tunix's Qwen3 partition specs, data sharding
+
+
+def check_mesh_spec(key: str, shape: Sequence[int] | None, axis_names: Sequence[str]) -> None:
+  """Static checks of one mesh (no devices needed); raises ValueError naming `key`.
+
+  `shape`: axis sizes (each >= 1, or a single -1 for "the remaining devices"), as many as
+  `axis_names`; None means all devices on the first axis. `axis_names`: distinct, and
+  must include `fsdp` and `tp` (the axes tunix's Qwen3 shards its weights and data on).
+  """
+  names = list(axis_names)
+  if len(set(names)) != len(names):
+    raise ValueError(f"config key '{key}.axis_names'={names} has repeated names")
+  missing = [n for n in REQUIRED_AXES if n not in names]
+  if missing:
+    raise ValueError(
+      f"config key '{key}.axis_names'={names} must include {list(REQUIRED_AXES)} (tunix's "
+      f"Qwen3 shards weights on them and data on 'fsdp'); missing {missing}"
+    )
+  if shape is None:
+    return
+  sizes = list(shape)
+  if len(sizes) != len(names):
+    raise ValueError(
+      f"config key '{key}.shape'={sizes} has {len(sizes)} axes but '{key}.axis_names'={names} "
+      f"has {len(names)}"
+    )
+  if any(s == 0 or s < -1 for s in sizes) or sizes.count(-1) > 1:
+    raise ValueError(
+      f"config key '{key}.shape'={sizes}: sizes must be >= 1, with at most one -1 "
+      "(the remaining devices)"
+    )
+
+
+def resolve_shape(
+  key: str, shape: Sequence[int] | None, axis_names: Sequence[str], num_devices: int
+) -> tuple[int, ...]:
+  """The concrete axis sizes of a checked spec on `num_devices` devices.
+
+  None -> `(num_devices, 1, ...)`; a -1 takes the devices the other axes leave. The
+  product may be smaller than `num_devices` (the first devices are used), never larger.
+  """
+  if shape is None:
+    return (num_devices,) + (1,) * (len(axis_names) - 1)
+  sizes = list(shape)
+  if -1 in sizes:
+    rest = math.prod(s for s in sizes if s != -1)
+    if num_devices % rest:
+      raise ValueError(
+        f"config key '{key}.shape'={sizes}: the -1 axis needs jax.device_count()="
+        f"{num_devices} to be a multiple of {rest}"
+      )
+    sizes[sizes.index(-1)] = num_devices // rest
+  if math.prod(sizes) > num_devices:
+    raise ValueError(
+      f"config key '{key}.shape'={list(shape)} needs {math.prod(sizes)} devices, but "
+      f"jax.device_count()={num_devices}"
+    )
+  return tuple(sizes)
+
+
+def role_specs(section: Any) -> dict[str, tuple[list[int] | None, list[str]]]:
+  """`{role: (shape, axis_names)}` for the four roles; unlisted roles get the main mesh.
+
+  `section` is a `run_config.MeshSection` (`shape`, `axis_names`, `roles`).
+  """
+  main = (section.shape, list(section.axis_names))
+  specs = {}
+  for role in MESH_ROLES:
+    entry = section.roles.get(role)
+    if entry is None:
+      specs[role] = main
+    else:
+      specs[role] = (entry.get("shape"), list(entry.get("axis_names") or section.axis_names))
+  return specs
+
+
+def role_meshes(section: Any, devices: Sequence[jax.Device] | None = None) -> dict[Role, Any]:
+  """tunix's `role_to_mesh` for a `MeshSection` on `devices` (default: all JAX devices).
+
+  Each mesh takes the first `prod(shape)` devices; equal specs share one `Mesh` object.
+  Raises ValueError naming the config key when a mesh needs more devices than there are.
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  built: dict[tuple[tuple[int, ...], tuple[str, ...]], Any] = {}
+  meshes = {}
+  for role, (shape, names) in role_specs(section).items():
+    key = "mesh" if section.roles.get(role) is None else f"mesh.roles.{role}"
+    sizes = resolve_shape(key, shape, names, len(devices))
+    spec = (sizes, tuple(names))
+    if spec not in built:
+      built[spec] = make_mesh(sizes, tuple(names), devices=devices[: math.prod(sizes)])
+    meshes[Role(role)] = built[spec]
+  return meshes
+
+
+def check_batch_divisible(meshes: Mapping[Role, Any], batch_size: int) -> None:
+  """Raises ValueError unless `batch_size` divides by the trainers' `fsdp` axis size.
+
+  tunix shards each training batch's rows on `fsdp` (`data_sharding_axis`) and silently
+  replicates a batch that does not divide; this makes that a clear error instead.
+  """
+  for role in (Role.ACTOR, Role.CRITIC):
+    fsdp = meshes[role].shape["fsdp"]
+    if batch_size % fsdp:
+      raise ValueError(
+        f"config key 'train.batch_size'={batch_size} must be a multiple of the {role.value} "
+        f"mesh's fsdp size {fsdp} (tunix shards each batch's rows on 'fsdp')"
+      )
+
+
+def check_multi_turn_rollout_mesh(meshes: Mapping[Role, Any]) -> None:
+  """Raises ValueError when the rollout role has a mesh other than the actor's.
+
+  The multi-turn rollout samples with tunix 0.1.7's vanilla engine, whose weight sync to a
+  rollout mesh of its own fails (`Disallowed host-to-device transfer`, seen on simulated
+  CPU devices); refused here, before anything compiles, rather than inside the sync.
+  """
+  rollout, actor = meshes.get(Role.ROLLOUT), meshes.get(Role.ACTOR)
+  if rollout is not None and actor is not None and rollout != actor:
+    raise ValueError(
+      "config key 'mesh.roles.rollout': the multi-turn rollout needs the actor's mesh (tunix "
+      "0.1.7's vanilla engine cannot sync the actor's weights to a rollout mesh of its own); "
+      "remove mesh.roles.rollout or give it the actor's shape and axis names"
+    )
+
+
+def describe_meshes(meshes: Mapping[Role, Any]) -> str:
+  """One line per distinct mesh: its axis sizes and the roles on it (for the CLI's log)."""
+  groups: dict[int, list[str]] = {}
+  for role, mesh in meshes.items():
+    groups.setdefault(id(mesh), []).append(role.value)
+  by_id = {id(mesh): mesh for mesh in meshes.values()}
+  lines = []
+  for key, roles in groups.items():
+    mesh = by_id[key]
+    axes = " x ".join(f"{name}={size}" for name, size in mesh.shape.items())
+    lines.append(f"mesh {axes} on {mesh.devices.size} device(s): {', '.join(roles)}")
+  return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""Optimizers from a run config's `optim` section: Adam or AdamW, global-norm clipping and a
+learning-rate schedule (constant, linear or cosine, each with linear warm-up), all optax.
+
+The schedule counts optimizer updates, the unit of tunix's `max_steps` and of the run
+config's `train.steps` (one per rollout batch unless mini-batches or PPO epochs make
+several; gradient-accumulation micro-steps are not updates). Update `s` (0-based) uses:
+
+  warm(s)   = min((s + 1) / warmup_steps, 1)            (1 without warm-up)
+  p(s)      = clip((s - warmup_steps) / (total_steps - warmup_steps), 0, 1)
+  constant: lr * warm(s)
+  linear:   lr * warm(s) * (1 - (1 - min_lr_ratio) * p(s))
+  cosine:   lr * warm(s) * (min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi p(s))) / 2)
+
+(cosine: Loshchilov & Hutter, "SGDR", 2017; decoupled weight decay: Loshchilov & Hutter,
+"Decoupled Weight Decay Regularization", 2019; global-norm clipping: Pascanu et al., 2013.)
+Every optimizer is wrapped by the NaN guard (`guards.guarded`), and `inject_hyperparams`
+stays outermost so tunix logs the learning rate of each update (`actor/lr`, `critic/lr`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import optax
+
+from tunix_ppo_ext._src.checks import check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.tunix.cluster.guards import guarded
+
+OPTIMIZERS = ("adam", "adamw")
+SCHEDULES = ("constant", "linear", "cosine")
+
+
+@dataclasses.dataclass
+class OptimizerSpec:
+  """One trainer's optimizer (`optim.actor` / `optim.critic` of a run config).
+
+  `name`: `adam` or `adamw` (decoupled `weight_decay`, which plain `adam` refuses);
+  `b1`, `b2`, `eps`: Adam's moment decays and epsilon; `clip_grad_norm`: clip the global
+  gradient norm to this before the update (None: no clipping); `schedule`, `warmup_steps`
+  (optimizer updates) and `min_lr_ratio` (the final learning rate of `linear`/`cosine` as a
+  fraction of the peak): see the module docstring. The peak learning rate is
+  `train.lr` / `train.critic_lr`.
+  """
+
+  name: str = "adam"
+  weight_decay: float = 0.0
+  b1: float = 0.9
+  b2: float = 0.999
+  eps: float = 1e-8
+  clip_grad_norm: float | None = None
+  schedule: str = "constant"
+  warmup_steps: int = 0
+  min_lr_ratio: float = 0.0
+
+  def validate(self, where: str) -> None:
+    """ValueError naming `<where>.<key>` and the bad value."""
+    if self.name not in OPTIMIZERS:
+      hint = did_you_mean(self.name, OPTIMIZERS)
+      raise ValueError(
+        f"config key '{where}.name'={self.name!r} unknown{hint} (valid: {OPTIMIZERS})"
+      )
+    if self.schedule not in SCHEDULES:
+      hint = did_you_mean(self.schedule, SCHEDULES)
+      raise ValueError(
+        f"config key '{where}.schedule'={self.schedule!r} unknown{hint} (valid: {SCHEDULES})"
+      )
+    check_number(f"config key '{where}.weight_decay'", self.weight_decay, low=0.0)
+    if self.name == "adam" and self.weight_decay:
+      raise ValueError(
+        f"config key '{where}.weight_decay'={self.weight_decay} needs '{where}.name'=adamw "
+        "(decoupled weight decay); plain adam has none"
+      )
+    for key in ("b1", "b2"):
+      check_number(
+        f"config key '{where}.{key}'", getattr(self, key), low=0.0, high=1.0, high_open=True
+      )
+    check_number(f"config key '{where}.eps'", self.eps, low=0.0, low_open=True)
+    if self.clip_grad_norm is not None:
+      check_number(
+        f"config key '{where}.clip_grad_norm'", self.clip_grad_norm, low=0.0, low_open=True
+      )
+    check_integer(f"config key '{where}.warmup_steps'", self.warmup_steps, low=0)
+    check_number(f"config key '{where}.min_lr_ratio'", self.min_lr_ratio, low=0.0, high=1.0)
+
+
+def lr_schedule(spec: OptimizerSpec, lr: float, total_steps: int) -> optax.Schedule:
+  """The learning rate of optimizer update `s` (module docstring) at peak `lr`, decaying
+  over `total_steps` updates; a scalar jnp function of the update count."""
+  warmup = spec.warmup_steps
+  decay_steps = max(total_steps - warmup, 1)
+  if spec.schedule == "cosine":
+    decay = optax.cosine_decay_schedule(lr, decay_steps, alpha=spec.min_lr_ratio)
+  elif spec.schedule == "linear":
+    decay = optax.linear_schedule(lr, lr * spec.min_lr_ratio, decay_steps)
+  else:
+    decay = optax.constant_schedule(lr)
+
+  def schedule(count: jnp.ndarray) -> jnp.ndarray:
+    step = jnp.asarray(count)
+    warm = jnp.minimum((step + 1) / warmup, 1.0) if warmup else 1.0
+    return warm * decay(jnp.maximum(step - warmup, 0))
+
+  return schedule
+
+
+def build_optimizer(
+  spec: OptimizerSpec, lr: float, total_steps: int
+) -> optax.GradientTransformation:
+  """`spec`'s optimizer at peak `lr` over `total_steps` updates, behind the NaN guard:
+  clip (optional) then Adam/AdamW, skipped as a whole on a non-finite gradient or result."""
+
+  def make(learning_rate: float) -> optax.GradientTransformation:
+    if spec.name == "adamw":
+      inner = optax.adamw(learning_rate, spec.b1, spec.b2, spec.eps, weight_decay=spec.weight_decay)
+    else:
+      inner = optax.adam(learning_rate, spec.b1, spec.b2, spec.eps)
+    if spec.clip_grad_norm is None:
+      return inner
+    return optax.chain(optax.clip_by_global_norm(spec.clip_grad_norm), inner)
+
+  return guarded(make, lr_schedule(spec, lr, total_steps))

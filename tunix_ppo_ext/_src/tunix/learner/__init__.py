@@ -1,0 +1,1 @@
+"""PpoExtLearner, PpoExtConfig, the loss functions in tunix's signatures, mask-aware passes."""

@@ -1,0 +1,311 @@
+"""This package's losses and estimators in tunix's signatures, for tunix's `function_registry`.
+
+tunix's learners look functions up by name with fixed signatures; these wrappers give
+them ours. Nothing is registered at import: `register_in_tunix(kind, name, obj)` puts a
+plugin-registry object into tunix's registry under `name` (losses as they are, their
+signature is tunix's; advantage estimators behind the adapter of the matching tunix
+signature), and `PpoExtLearner` calls it for its configured names before tunix's
+constructor looks them up.
+
+- policy loss `ppo_ext`: `(model, train_example, algo_config, pad_id, eos_id, **kw)`
+- value loss `ppo_ext`: `(model, train_example, clip_range_value, pad_id, eos_id, **kw)`
+- `tunix_advantage_estimator(fn)`: a plugin estimator behind tunix's PPO signature
+  `(rewards, values, completion_mask, gamma, gae_lambda) -> (advantages, returns)` or its
+  GRPO signature `(rewards [B], num_generations) -> advantages [B]` (contiguous groups).
+
+A `train_example` may carry `attention_mask` (all real completion tokens), `loss_mask`
+(agent tokens) and `kl_coef` (the controller's live value); without them tunix's
+`completion_mask` serves as the loss mask and the attention mask is derived from padding,
+exactly as in tunix.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from tunix.rl import function_registry
+
+from tunix_ppo_ext._src.data.trajectory import contiguous_group_ids
+from tunix_ppo_ext._src.math import advantages
+from tunix_ppo_ext._src.math import kl_methods as names
+from tunix_ppo_ext._src.math import ppo_losses as losses
+from tunix_ppo_ext._src.math.kl import compute_kl_divergence
+from tunix_ppo_ext._src.math.logits import full_kl_divergence, logps_and_entropy
+from tunix_ppo_ext._src.plugins import protocols, registry
+from tunix_ppo_ext._src.tunix.learner import passes
+
+POLICY_LOSS_NAME = "ppo_ext"
+VALUE_LOSS_NAME = "ppo_ext"
+
+
+def _masks(train_example: Any) -> tuple[jax.Array | None, jax.Array]:
+  """`(attention_mask or None, loss_mask)` of a tunix or tunix-ppo-ext train example."""
+  attention_mask = getattr(train_example, "attention_mask", None)
+  loss_mask = getattr(train_example, "loss_mask", None)
+  return attention_mask, train_example.completion_mask if loss_mask is None else loss_mask
+
+
+def policy_pass(
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+) -> dict[str, Any]:
+  """One policy pass, shared by every policy loss: `logps`, `entropy` `[B, T]`, `loss_mask`,
+  `per_token_kl` (KL in the loss: the exact full-vocabulary KL when `ref_model` is given with
+  `kl_method="full"`, else the configured estimator on the example's reference log-probs;
+  None without KL in the loss), `kl_coef` and
+  `is_weights` (the rollout-correction weights on the example, or None).
+
+  `ref_model`, `(graphdef, pure state dict)` of the reference, runs here with no gradient.
+  """
+  attention_mask, loss_mask = _masks(train_example)
+  chunk_size = getattr(algo_config, "logits_chunk_size", 0)
+  pass_kw = dict(pad_id=pad_id, eos_id=eos_id, attention_mask=attention_mask)
+  prompt, completion = train_example.prompt_ids, train_example.completion_ids
+  logits = passes.compute_completion_logits(
+    model, prompt, completion, stop_gradient=False, **pass_kw
+  )
+  logps, entropy = logps_and_entropy(
+    logits, completion, temperature=temperature, chunk_size=chunk_size
+  )
+  kl_in_loss = getattr(algo_config, "kl_penalty", "reward") == "loss"
+  per_token_kl = None
+  if kl_in_loss and ref_model is not None:
+    ref_logits = passes.compute_completion_logits(
+      nnx.merge(*ref_model), prompt, completion, **pass_kw
+    )
+    per_token_kl = full_kl_divergence(logits, ref_logits, temperature, chunk_size)
+  elif kl_in_loss and train_example.ref_per_token_logps is not None:
+    per_token_kl = _estimated_kl(algo_config, logps, train_example.ref_per_token_logps)
+  return {
+    "logps": logps,
+    "entropy": entropy,
+    "loss_mask": loss_mask,
+    "per_token_kl": per_token_kl,
+    "kl_coef": per_step_scalar(train_example, "kl_coef", getattr(algo_config, "kl_loss_coef", 0.0)),
+    "is_weights": getattr(train_example, "rollout_is_weights", None),
+  }
+
+
+def ppo_ext_policy_loss_fn(
+  model: nnx.Module,
+  train_example: Any,
+  algo_config: Any,
+  pad_id: int,
+  eos_id: int,
+  temperature: float = 1.0,
+  ref_model: tuple[Any, Any] | None = None,
+  **kwargs: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """PPO policy loss of `tunix_ppo_ext._src.math.ppo_losses.policy_loss` over one model pass.
+
+  `ref_model`, `(graphdef, pure state dict)` of the reference, enables the exact
+  full-vocabulary KL (`kl_method="full"`): the reference runs here with no gradient.
+  An `actor_scale` of 0 on the example (critic warm-up) zeroes the loss and its gradient.
+  """
+  del kwargs
+  terms = policy_pass(model, train_example, algo_config, pad_id, eos_id, temperature, ref_model)
+  loss, metrics = losses.policy_loss(
+    terms["logps"],
+    train_example.old_per_token_logps,
+    train_example.advantages,
+    terms["loss_mask"],
+    epsilon_low=algo_config.epsilon_low,
+    epsilon_high=algo_config.epsilon_high,
+    epsilon_c=algo_config.epsilon_c,
+    loss_agg_mode=getattr(algo_config, "loss_agg_mode", "token-mean"),
+    entropy=terms["entropy"],
+    entropy_coef=algo_config.entropy_coef or 0.0,
+    kl_loss_coef=terms["kl_coef"],
+    per_token_kl=terms["per_token_kl"],
+    is_weights=terms["is_weights"],
+  )
+  return loss * per_step_scalar(train_example, "actor_scale", 1.0), metrics
+
+
+def _estimated_kl(algo_config: Any, logps: jax.Array, ref_logps: jax.Array) -> jax.Array:
+  """Per-token KL `[B, T]` by the configured method (`kl_method`, `kl_clamp_value`)."""
+  method = names.resolve_kl_method(algo_config.kl_method)
+  return compute_kl_divergence(
+    logps,
+    ref_logps,
+    method.estimator,
+    method.straight_through,
+    getattr(algo_config, "kl_clamp_value", None),
+  )
+
+
+def per_step_scalar(train_example: Any, name: str, default: float) -> jax.Array | float:
+  """A per-step scalar the learner broadcasts to `[B]` on the example (so batches slice)."""
+  value = getattr(train_example, name, None)
+  return default if value is None else jnp.mean(value)
+
+
+def ppo_ext_value_loss_fn(
+  model: nnx.Module,
+  train_example: Any,
+  clip_range_value: float | None,
+  pad_id: int,
+  eos_id: int,
+  loss_agg_mode: str = "token-mean",
+  **kwargs: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Clipped value loss of `tunix_ppo_ext._src.math.ppo_losses.value_loss` over one critic pass."""
+  del kwargs
+  attention_mask, loss_mask = _masks(train_example)
+  scores = passes.compute_score(
+    model,
+    train_example.prompt_ids,
+    train_example.completion_ids,
+    pad_id=pad_id,
+    eos_id=eos_id,
+    attention_mask=attention_mask,
+    stop_gradient=False,
+  )
+  vpreds = scores[:, -train_example.completion_ids.shape[1] - 1 : -1]
+  return losses.value_loss(
+    vpreds,
+    train_example.old_values,
+    train_example.returns,
+    loss_mask,
+    clip_range_value=clip_range_value,
+    loss_agg_mode=loss_agg_mode,
+  )
+
+
+def _contiguous_groups(rewards: jax.Array, num_generations: int) -> tuple[jax.Array, jax.Array]:
+  scores = jnp.asarray(rewards, jnp.float32)
+  return scores, jnp.asarray(contiguous_group_ids(scores.shape[0], num_generations))
+
+
+_REGISTER = {  # tunix's public registration decorators and lookups, per kind
+  registry.POLICY_LOSSES: (
+    function_registry.register_policy_loss_fn,
+    function_registry.get_policy_loss_fn,
+  ),
+  registry.VALUE_LOSSES: (
+    function_registry.register_value_loss_fn,
+    function_registry.get_value_loss_fn,
+  ),
+  registry.ADVANTAGE_ESTIMATORS: (
+    function_registry.register_advantage_estimator,
+    function_registry.get_advantage_estimator,
+  ),
+}
+_PUT_BY_US: dict[tuple[str, str], Any] = {}  # (kind, name) -> what we put in tunix's registry
+
+
+def tunix_holds(kind: str, name: str) -> bool:
+  """Whether tunix's `function_registry` has `name` for the kind (its public lookups)."""
+  try:
+    _REGISTER[kind][1](name)
+  except LookupError:
+    return False
+  return True
+
+
+def check_no_clash(kind: str, name: str, obj: Any) -> None:
+  """ValueError if tunix's registry holds another loss under `name` (tunix would use it)."""
+  if kind == registry.ADVANTAGE_ESTIMATORS or (kind, name) in _PUT_BY_US:
+    return
+  if tunix_holds(kind, name) and _REGISTER[kind][1](name) is not obj:
+    held = _REGISTER[kind][1](name)
+    raise ValueError(
+      f"tunix's function_registry already holds {registry.LABELS[kind]} {name!r} "
+      f"({getattr(held, '__module__', '?')}.{getattr(held, '__qualname__', held)}), which "
+      "tunix's trainers would use instead: choose another name"
+    )
+
+
+def register_configured(config: Any) -> None:
+  """Puts the configured plugin losses and estimator of a `PpoExtConfig` into tunix's
+  `function_registry` (names only tunix holds are left to tunix)."""
+  for kind, name in (
+    (registry.POLICY_LOSSES, config.policy_loss_fn),
+    (registry.VALUE_LOSSES, config.value_loss_fn),
+    (registry.ADVANTAGE_ESTIMATORS, config.advantage_estimator),
+  ):
+    if registry.has(kind, name):
+      register_in_tunix(kind, name, registry.get(kind, name))
+
+
+def register_in_tunix(kind: str, name: str, obj: Any) -> None:
+  """Registers a registry object in tunix's `function_registry` as `name`, if not there yet.
+
+  A name tunix already holds for another loss is refused (tunix's trainers would use that
+  one); for advantage estimators tunix keeps its own and `PpoExtLearner` uses ours.
+
+  Raises:
+    ValueError: the loss name is taken in tunix's registry by another function.
+  """
+  check_no_clash(kind, name, obj)
+  register = _REGISTER[kind][0]
+  if tunix_holds(kind, name) and (kind, name) not in _PUT_BY_US:
+    return  # tunix keeps its own estimator; PpoExtLearner calls ours
+  if _PUT_BY_US.get((kind, name)) is not obj:
+    value = tunix_advantage_estimator(obj) if kind == registry.ADVANTAGE_ESTIMATORS else obj
+    register(name)(value)
+    _PUT_BY_US[(kind, name)] = obj
+
+
+def tunix_advantage_estimator(estimator: Callable[..., Any]) -> Callable[..., Any]:
+  """A registry estimator behind tunix's signature: GRPO's if it takes `scores` (not
+  `rewards`), `(rewards [B], num_generations) -> [B]`; else PPO's, `(rewards, values,
+  completion_mask, gamma, gae_lambda) -> (advantages, returns)`, each sequence its own group.
+  """
+  wanted = protocols.wanted_inputs(estimator)
+  if wanted is not None and "scores" in wanted and "rewards" not in wanted:
+
+    def grpo_signature(rewards, num_generations):
+      scores, group_ids = _contiguous_groups(rewards, num_generations)
+      ones = jnp.ones((scores.shape[0], 1), jnp.float32)
+      advantages, _ = protocols.call_estimator(
+        estimator, scores=scores, group_ids=group_ids, mask=ones
+      )
+      return advantages[:, 0]
+
+    return grpo_signature
+
+  def ppo_signature(rewards, values, completion_mask, gamma, gae_lambda):
+    rewards = jnp.asarray(rewards, jnp.float32)
+    return protocols.call_estimator(
+      estimator,
+      rewards=rewards,
+      values=values,
+      mask=completion_mask,
+      scores=jnp.sum(rewards * completion_mask, axis=-1),
+      group_ids=jnp.arange(rewards.shape[0]),
+      gamma=gamma,
+      gae_lambda=gae_lambda,
+    )
+
+  return ppo_signature
+
+
+def register_builtins() -> None:
+  """Puts this package's losses and estimators into tunix's `function_registry`, for stock
+  tunix learners: losses `ppo_ext`, estimators `ppo_ext_gae`, `ppo_ext_reinforce_plus_plus`
+  (tunix's PPO signature), `ppo_ext_grpo`, `ppo_ext_drgrpo`, `ppo_ext_rloo` (its GRPO one).
+
+  Importing the package registers nothing; `PpoExtLearner` registers its configured names.
+  """
+  register_in_tunix(registry.POLICY_LOSSES, POLICY_LOSS_NAME, ppo_ext_policy_loss_fn)
+  register_in_tunix(registry.VALUE_LOSSES, VALUE_LOSS_NAME, ppo_ext_value_loss_fn)
+  estimators = {
+    "ppo_ext_gae": advantages.compute_gae_advantages,
+    "ppo_ext_reinforce_plus_plus": advantages.compute_reinforce_plus_plus_advantages,
+    "ppo_ext_grpo": advantages.compute_grpo_advantages,
+    "ppo_ext_drgrpo": functools.partial(advantages.compute_grpo_advantages, norm_by_std=False),
+    "ppo_ext_rloo": advantages.compute_rloo_advantages,
+  }
+  for name, estimator in estimators.items():
+    register_in_tunix(registry.ADVANTAGE_ESTIMATORS, name, estimator)

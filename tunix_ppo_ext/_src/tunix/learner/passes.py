@@ -1,0 +1,175 @@
+"""Mask-aware replacements for tunix's `rl/common.py` model passes.
+
+A trajectory carries two masks over its completion tokens, never mixed up:
+- the attention mask (`attention_mask`): 1 on every real completion token, agent and
+  environment alike; it decides attention and positions;
+- the loss mask: 1 on the agent's own tokens only; it never reaches these functions.
+
+With `attention_mask=None` every function reproduces tunix 0.1.7's `rl/common.py` (the mask is
+derived as `completion_tokens != pad_id`). The passes only read the model, so they use
+`nnx.jit` in tree mode (`graph=False`): the model is a plain pytree, which skips the graph
+protocol's per-call flatten (half the call overhead of a toy-size pass on CPU); tree mode
+does not accept a model whose `Variable`s are shared between submodules.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from tunix.rl import common as tunix_common
+
+from tunix_ppo_ext._src.math.logits import logps_and_entropy
+
+
+@functools.partial(jax.jit, static_argnames=("pad_id", "eos_id"))
+def process_ids(
+  prompt_tokens: jax.Array,
+  completion_tokens: jax.Array,
+  pad_id: int,
+  eos_id: int,
+  attention_mask: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """Builds the model inputs for `[B, P]` prompts and `[B, T]` completions.
+
+  Args:
+    attention_mask: optional `[B, T]` attention mask over the completion (1 for every
+      real token); used as is. `None` derives `completion_tokens != pad_id` as tunix does.
+
+  Returns:
+    `(input_ids [B, P+T], positions [B, P+T], causal_mask [B, P+T, P+T],
+    real_token_mask [B, P+T] int32)`; the last is what tunix passes as `segment_ids`.
+  """
+  del eos_id  # Kept for tunix's signature; the mask is never derived from EOS tokens.
+  input_ids = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
+  if attention_mask is None:
+    attention_mask = completion_tokens != pad_id
+  real = jnp.concatenate([prompt_tokens != pad_id, attention_mask.astype(jnp.bool_)], axis=-1)
+  positions = tunix_common.build_positions_from_mask(real)
+  causal_mask = tunix_common.make_causal_attn_mask(real)
+  return input_ids, positions, causal_mask, real.astype(jnp.int32)
+
+
+def _accepts_segment_ids(model: nnx.Module) -> bool:
+  """Whether the model's `__call__` takes `segment_ids` (as tunix checks)."""
+  try:
+    params = inspect.signature(model.__call__).parameters
+  except (TypeError, ValueError):
+    return False
+  return "segment_ids" in params or any(
+    p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()
+  )
+
+
+def _forward(
+  model: nnx.Module,
+  prompt_tokens: jax.Array,
+  completion_tokens: jax.Array,
+  pad_id: int,
+  eos_id: int,
+  attention_mask: jax.Array | None,
+) -> jax.Array:
+  """One model pass over prompt + completion; returns the model's first output `[B, P+T, ...]`."""
+  input_ids, positions, causal_mask, real = process_ids(
+    prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask
+  )
+  kwargs = {"positions": positions, "cache": None, "attention_mask": causal_mask}
+  if _accepts_segment_ids(model):
+    kwargs["segment_ids"] = real
+  out = model(input_ids, **kwargs)
+  return out[0] if isinstance(out, tuple) else out
+
+
+@nnx.jit(static_argnames=("pad_id", "eos_id", "stop_gradient"), graph=False)
+def compute_completion_logits(
+  model: nnx.Module,
+  prompt_tokens: jax.Array,
+  completion_tokens: jax.Array,
+  *,
+  pad_id: int,
+  eos_id: int,
+  attention_mask: jax.Array | None = None,
+  stop_gradient: bool = True,
+) -> jax.Array:
+  """Logits `[B, T, V]` that predict each completion token (one forward pass)."""
+  logits = _completion_logits(
+    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask
+  )
+  return jax.lax.stop_gradient(logits) if stop_gradient else logits
+
+
+def _completion_logits(
+  model: nnx.Module,
+  prompt_tokens: jax.Array,
+  completion_tokens: jax.Array,
+  pad_id: int,
+  eos_id: int,
+  attention_mask: jax.Array | None,
+) -> jax.Array:
+  logits = _forward(model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
+  return logits[:, -completion_tokens.shape[1] - 1 : -1]
+
+
+@nnx.jit(
+  static_argnames=(
+    "pad_id",
+    "eos_id",
+    "return_entropy",
+    "stop_gradient",
+    "temperature",
+    "chunk_size",
+  ),
+  graph=False,
+)
+def compute_per_token_logps(
+  model: nnx.Module,
+  prompt_tokens: jax.Array,
+  completion_tokens: jax.Array,
+  *,
+  pad_id: int,
+  eos_id: int,
+  attention_mask: jax.Array | None = None,
+  return_entropy: bool = False,
+  stop_gradient: bool = True,
+  temperature: float = 1.0,
+  chunk_size: int = 0,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+  """Per-token log-probs `[B, T]` of the completion, and its entropy `[B, T]` when asked.
+
+  Both come from the same forward pass, through the chunked `logps_and_entropy`.
+  `attention_mask` is the attention mask (all real tokens), not the loss mask.
+  """
+  logits = _completion_logits(
+    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask
+  )
+  logps, entropy = logps_and_entropy(
+    logits,
+    completion_tokens,
+    temperature=temperature,
+    chunk_size=chunk_size,
+    return_entropy=return_entropy,
+  )
+  if stop_gradient:
+    logps = jax.lax.stop_gradient(logps)
+    entropy = None if entropy is None else jax.lax.stop_gradient(entropy)
+  return (logps, entropy) if return_entropy else logps
+
+
+@nnx.jit(static_argnames=("pad_id", "eos_id", "stop_gradient"), graph=False)
+def compute_score(
+  model: nnx.Module,
+  prompt_tokens: jax.Array,
+  completion_tokens: jax.Array,
+  *,
+  pad_id: int,
+  eos_id: int,
+  attention_mask: jax.Array | None = None,
+  stop_gradient: bool = True,
+) -> jax.Array:
+  """Per-token scores `[B, P+T]` of a critic or reward model whose output is `[B, P+T, 1]`."""
+  scores = _forward(model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
+  scores = jnp.squeeze(scores, axis=-1)
+  return jax.lax.stop_gradient(scores) if stop_gradient else scores

@@ -1,0 +1,243 @@
+"""`PpoExtConfig`: tunix's `PPOConfig` plus every knob of tunix-ppo-ext, validated eagerly.
+
+Validation runs in `__post_init__`, before any JAX work, and raises `ValueError`
+naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from tunix.rl.ppo import ppo_learner
+
+from tunix_ppo_ext._src.checks import check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.config.loss_options import validate_toolbox
+from tunix_ppo_ext._src.data.rewards import NONFINITE_REWARD_MODES
+from tunix_ppo_ext._src.math import kl_methods as names
+from tunix_ppo_ext._src.math import ppo_losses as losses
+from tunix_ppo_ext._src.plugins import protocols, registry
+from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
+
+KL_PENALTY_PLACEMENTS = ("reward", "loss", "none")
+KL_CONTROLLERS = ("fixed", "adaptive")
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class PpoExtConfig(ppo_learner.PPOConfig):
+  """PPO configuration; with no arguments it behaves like tunix's `PPOConfig()`.
+
+  Attributes (beyond `PPOConfig`'s):
+    kl_method: per-token estimator (`kl`/`k1`, `abs`, `mse_kl`/`mse`/`k2`, `low_var_kl`/`k3`,
+      a plugin's, any of them with a `+` suffix for the straight-through k2 gradient) or
+      `full` for the exact full-vocabulary KL (loss placement only).
+    kl_penalty: where the KL to the reference goes: `reward` (coefficient `beta`, as tunix),
+      `loss` (coefficient `kl_loss_coef`) or `none`.
+    kl_ctrl: `fixed` or `adaptive` (Ziegler et al. 2019) controller of the active coefficient.
+    kl_target, kl_horizon: the adaptive controller's target KL and horizon.
+    loss_agg_mode, value_loss_agg_mode: `token-mean`, `seq-mean-token-sum`,
+      `seq-mean-token-mean` or `seq-mean-token-sum-norm`.
+    advantage_estimator: `gae`, `grpo`, `rloo`, `reinforce_plus_plus`, a plugin's (entry
+      points, `tunix_ppo_ext._src.plugins.registry`), or a name in tunix's `function_registry`.
+    policy_loss_fn, value_loss_fn: `ppo_ext`, a plugin's, or a name in tunix's registry.
+    Plugin names may be pinned to a distribution, `name@distribution`.
+    norm_adv_by_std: divide group advantages by the group std (`False` is Dr. GRPO).
+    whiten_advantages: whiten GAE advantages over the loss mask.
+    critic_warmup_steps: steps during which only the critic is trained.
+    logits_chunk_size: sequence chunk for log-prob/entropy/KL over logits (0: unchunked).
+    num_generations: samples per prompt; consecutive samples of one prompt form a group for
+      the group-based estimators (`grpo`, `rloo`).
+    max_nonfinite_steps: consecutive optimizer updates of the actor or the critic skipped
+      for a NaN/inf loss or gradient after which the run stops (`NonFiniteTrainingError`,
+      with a checkpoint of the last good state); see `tunix_ppo_ext._src.tunix.cluster.guards`.
+    logps_temperature: what the trainer divides logits by for log-probs, entropy and KL.
+      `None` is tunix 0.1.7's convention (policy log-probs at 1, the reference through
+      tunix's pass at the train rollout temperature); a number puts every pass at it
+      (verl divides by the rollout temperature; the main job sets it so).
+    nonfinite_rewards: what a NaN/inf reward from a reward function, environment or
+      trajectory source does: `error` (ValueError naming the episode) or `drop` (the
+      episode's loss mask and rewards are zeroed and it is counted, `dropped_episodes`).
+    tau_pos, tau_neg, clip_cov_ratio, clip_cov_lb, clip_cov_ub, kl_cov_ratio, ppo_kl_coef:
+      knobs of verl's `sapo`, `clip_cov` and `kl_cov` policy losses (verl's defaults;
+      `tunix_ppo_ext._src.tunix.learner.verl_loss_fns`).
+    rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold,
+      rollout_rs_threshold_lower: rollout correction of the sampler-trainer gap, verl's
+      `algorithm.rollout_correction` (`tunix_ppo_ext._src.data.rollout_weights`; checks in
+      `tunix_ppo_ext._src.config.loss_options`).
+  """
+
+  policy_loss_fn: str = "ppo_ext"
+  value_loss_fn: str = "ppo_ext"
+  kl_penalty: str = "reward"
+  kl_loss_coef: float = 0.0
+  kl_ctrl: str = "fixed"
+  kl_target: float = 0.1
+  kl_horizon: float = 10000.0
+  loss_agg_mode: str = "token-mean"
+  value_loss_agg_mode: str = "token-mean"
+  norm_adv_by_std: bool = True
+  whiten_advantages: bool = True
+  critic_warmup_steps: int = 0
+  logits_chunk_size: int = 0
+  num_generations: int = 1
+  max_nonfinite_steps: int = 10
+  nonfinite_rewards: str = "error"
+  logps_temperature: float | None = None
+  tau_pos: float = 1.0
+  tau_neg: float = 1.05
+  clip_cov_ratio: float = 0.0002
+  clip_cov_lb: float = 1.0
+  clip_cov_ub: float = 5.0
+  kl_cov_ratio: float = 0.0002
+  ppo_kl_coef: float = 0.1
+  rollout_is: str | None = None
+  rollout_is_threshold: float = 2.0
+  rollout_rs: str | None = None
+  rollout_rs_threshold: float = 2.0
+  rollout_rs_threshold_lower: float | None = None
+
+  def __post_init__(self):
+    # PPOConfig's own __post_init__ refuses every KL method beyond its three, so it is
+    # replaced, not extended; its defaulting of the clip ranges is kept.
+    if self.epsilon_low is None:
+      self.epsilon_low = self.epsilon
+    if self.epsilon_high is None:
+      self.epsilon_high = self.epsilon
+    if self.entropy_coef is None:
+      self.entropy_coef = 0.0
+    self._validate()
+    self.print_config()
+
+  @property
+  def uses_critic(self) -> bool:
+    """Whether the advantage estimator takes critic values (`gae`), so a critic is built,
+    trained and checkpointed; the group estimators (`grpo`, `rloo`, `reinforce_plus_plus`)
+    take none, and then no critic exists (as in verl)."""
+    return estimator_takes_values(self.advantage_estimator)
+
+  @property
+  def kl_coef(self) -> float:
+    """Initial coefficient of the active KL placement (`beta` or `kl_loss_coef`; 0 for none)."""
+    return {"reward": self.beta, "loss": self.kl_loss_coef, "none": 0.0}[self.kl_penalty]
+
+  def _validate(self) -> None:
+    _number(self, "epsilon", low=0.0, high=1.0, low_open=True, high_open=True)
+    _number(self, "epsilon_low", low=0.0, high=1.0, low_open=True, high_open=True)
+    _number(self, "epsilon_high", low=0.0, low_open=True)
+    if self.epsilon_c is not None:
+      _number(self, "epsilon_c", low=1.0, low_open=True)
+    _number(self, "entropy_coef", low=0.0)
+    _number(self, "beta", low=0.0)
+    _number(self, "kl_loss_coef", low=0.0)
+    _number(self, "gamma", low=0.0, high=1.0)
+    _number(self, "gae_lambda", low=0.0, high=1.0)
+    _number(self, "kl_target", low=0.0, low_open=True)
+    _number(self, "kl_horizon", low=0.0, low_open=True)
+    if self.kl_clamp_value is not None:
+      _number(self, "kl_clamp_value", low=0.0, low_open=True)
+    if self.logps_temperature is not None:
+      _number(self, "logps_temperature", low=0.0, low_open=True)
+    if self.clip_range_value is not None:
+      _number(self, "clip_range_value", low=0.0, low_open=True)
+    _integer(self, "num_iterations", low=1)
+    _integer(self, "critic_warmup_steps", low=0)
+    _integer(self, "logits_chunk_size", low=0)
+    _integer(self, "num_generations", low=1)
+    _integer(self, "max_nonfinite_steps", low=1)
+    for name in ("norm_adv_by_std", "whiten_advantages"):
+      if not isinstance(getattr(self, name), bool):
+        _fail(name, getattr(self, name), "True or False")
+
+    _choice(self, "kl_penalty", KL_PENALTY_PLACEMENTS)
+    _choice(self, "kl_ctrl", KL_CONTROLLERS)
+    _choice(self, "nonfinite_rewards", NONFINITE_REWARD_MODES)
+    try:
+      self.kl_method = names.canonical_kl_method(self.kl_method, include_full=True)
+    except ValueError as e:
+      raise ValueError(f"PpoExtConfig.kl_method: {e}") from None
+    if self.kl_method == names.FULL_KL and self.kl_penalty != "loss":
+      _fail(
+        "kl_method",
+        self.kl_method,
+        "used with kl_penalty='loss' (the exact KL needs the "
+        f"policy's logits inside the loss step); kl_penalty is {self.kl_penalty!r}",
+      )
+    for name in ("loss_agg_mode", "value_loss_agg_mode"):
+      try:
+        setattr(self, name, losses.canonical_loss_agg_mode(getattr(self, name)))
+      except ValueError as e:
+        raise ValueError(f"PpoExtConfig.{name}: {e}") from None
+    for name, kind in _REGISTRY_FIELDS:
+      _registry_choice(self, name, kind)
+    validate_toolbox(self)
+    if self.critic_warmup_steps and not self.uses_critic:
+      _fail(
+        "critic_warmup_steps",
+        self.critic_warmup_steps,
+        f"0 with advantage_estimator={self.advantage_estimator!r}, which uses no critic",
+      )
+
+
+def estimator_takes_values(name: str) -> bool:
+  """Whether advantage estimator `name` takes critic values.
+
+  A plugin-registry estimator (built-ins included) does when its signature names `values`
+  or takes `**kwargs`; tunix's own estimators always get values (tunix's signature).
+  """
+  if not registry.has(registry.ADVANTAGE_ESTIMATORS, name):
+    return True
+  wanted = protocols.wanted_inputs(registry.get(registry.ADVANTAGE_ESTIMATORS, name))
+  return wanted is None or "values" in wanted
+
+
+_REGISTRY_FIELDS = (
+  ("advantage_estimator", registry.ADVANTAGE_ESTIMATORS),
+  ("policy_loss_fn", registry.POLICY_LOSSES),
+  ("value_loss_fn", registry.VALUE_LOSSES),
+)
+
+
+def _registry_choice(config: PpoExtConfig, name: str, kind: str) -> None:
+  """`config.<name>` must resolve in the plugin registry (first) or in tunix's registry.
+
+  A plugin name is loaded and checked here; `PpoExtLearner` puts it into tunix's registry.
+  """
+  value = getattr(config, name)
+  if not registry.has(kind, value) and tunix_losses.tunix_holds(kind, value):
+    return
+  try:
+    tunix_losses.check_no_clash(kind, value, registry.get(kind, value))
+  except registry.UnknownNameError as err:
+    if isinstance(value, str) and "@" in value:
+      _fail(name, value, f"a registered name ({err})")
+    _choice(config, name, registry.names(kind))
+  except (registry.PluginError, ValueError) as err:
+    raise ValueError(f"PpoExtConfig.{name}={value!r} is invalid: {err}") from None
+
+
+def _fail(name: str, value: object, allowed: str) -> None:
+  raise ValueError(f"PpoExtConfig.{name}={value!r} is invalid: must be {allowed}.")
+
+
+def _number(
+  config: PpoExtConfig,
+  name: str,
+  low: float | None = None,
+  high: float | None = None,
+  low_open: bool = False,
+  high_open: bool = False,
+) -> None:
+  """Checks that `config.<name>` is a finite real number inside the interval; stores a float."""
+  value = getattr(config, name)
+  setattr(config, name, check_number(f"PpoExtConfig.{name}", value, low, high, low_open, high_open))
+
+
+def _integer(config: PpoExtConfig, name: str, low: int) -> None:
+  check_integer(f"PpoExtConfig.{name}", getattr(config, name), low)
+
+
+def _choice(config: PpoExtConfig, name: str, accepted: Iterable[str]) -> None:
+  value = getattr(config, name)
+  accepted = list(accepted)
+  if value not in accepted:
+    _fail(name, value, f"one of {accepted}{did_you_mean(value, accepted)}")

@@ -1,0 +1,560 @@
+"""`PpoExtLearner`: tunix's `PPOLearner` with real masks, float rewards and every knob live.
+
+It implements tunix's learner hooks (the rollout phase, samples per prompt, after each
+global step; `compat.LearnerHooks` forwards tunix's private hook names to them) and the
+trainers' loss and input functions and checkpoint metadata, and keeps tunix's training
+loop, cluster, rollout engine, trainers and orbax checkpointing.
+
+The rollout phase, one function each: trajectories (`_trajectories`), old log-probs and
+values (`_old_logps_and_values`), the KL to the reference (`_kl_penalty`), advantages
+(`_advantages`), metrics (`_buffer_rollout_metrics`, `_buffer_user_metrics`), and the
+`TrainExample` tunix's trainers consume (`_train_example`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tunix.generate import utils as generate_utils
+from tunix.rl import function_registry
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.ppo import ppo_learner
+
+from tunix_ppo_ext._src.data import rollout_weights as rollout_correction
+from tunix_ppo_ext._src.data.rewards import DROPPED_METRIC, NonFiniteRewards
+from tunix_ppo_ext._src.data.trajectory import (
+  TrajectoryBatch,
+  contiguous_group_ids,
+  sampler_logprob_gap,
+)
+from tunix_ppo_ext._src.math import kl as kl_lib
+from tunix_ppo_ext._src.math import kl_methods as names
+from tunix_ppo_ext._src.math.masked import masked_mean
+from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.metrics import stats as batch_stats
+from tunix_ppo_ext._src.plugins import protocols, registry
+from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.cluster import guards, timing
+from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
+from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
+from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
+
+Mode = rl_cluster_lib.Mode
+
+
+@flax.struct.dataclass(frozen=True)
+class TrainExample(ppo_learner.TrainExample):
+  """tunix's PPO example plus the two masks and per-step scalars (broadcast to `[B]`).
+
+  `completion_mask` holds the loss mask too, so tunix code that reads it trains on agent
+  tokens only; `attention_mask` is every real completion token.
+  """
+
+  attention_mask: jax.Array | None = None  # [B, T]
+  loss_mask: jax.Array | None = None  # [B, T]
+  kl_coef: jax.Array | None = None  # [B], the KL-in-loss coefficient of this step
+  actor_scale: jax.Array | None = None  # [B], 0 during critic warm-up
+  rollout_is_weights: jax.Array | None = None  # [B, T], rollout correction (rollout_is)
+
+
+class TrajectorySource(Protocol):
+  """Builds a `TrajectoryBatch` for one batch of training input (e.g. a multi-turn rollout)."""
+
+  def __call__(
+    self, learner: PpoExtLearner, training_input: dict[str, Any], mode: Mode
+  ) -> TrajectoryBatch: ...
+
+
+class PpoExtLearner(compat.LearnerHooks):
+  """PPO over tunix with attention/loss masks kept apart and every `PpoExtConfig` knob live.
+
+  Without a `trajectory_source` it trains single-turn prompts like tunix's PPO; with one,
+  it trains the source's pre-built (e.g. multi-turn) trajectories.
+  """
+
+  def __init__(
+    self,
+    rl_cluster: rl_cluster_lib.RLCluster,
+    ppo_config: PpoExtConfig,
+    reward_fns: Callable[..., Any] | list[Callable[..., Any]] | None = None,
+    metric_fns: Sequence[Callable[..., Any]] | None = None,
+    data_shuffle_seed: int | None = None,
+    trajectory_source: TrajectorySource | None = None,
+  ):
+    if not isinstance(ppo_config, PpoExtConfig):
+      raise TypeError(f"ppo_config must be a PpoExtConfig, got {type(ppo_config).__name__}")
+    if trajectory_source is not None and reward_fns is None:
+      reward_fns = _rewards_come_from_the_source
+    self._nonfinite_rewards = NonFiniteRewards(ppo_config.nonfinite_rewards)
+    tunix_losses.register_configured(ppo_config)  # tunix's constructor looks them up
+    if trajectory_source is None and reward_fns is not None:  # catch NaN before tunix's nansum
+      fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
+      reward_fns = [self._nonfinite_rewards.check(fn) for fn in fns]
+    critic = critic_trainer(rl_cluster)
+    check_critic(ppo_config, critic)
+    kwargs = {"reward_fns": reward_fns, "metric_fns": metric_fns}
+    kwargs["data_shuffle_seed"] = data_shuffle_seed
+    if critic is None:  # group estimators: no critic (verl); tunix's PPOLearner insists on one
+      compat.init_without_critic(self, rl_cluster, ppo_config, **kwargs)
+    else:
+      super().__init__(rl_cluster, ppo_config, **kwargs)
+    self.trajectory_source = trajectory_source
+    config = ppo_config
+    self.kl_controller = kl_lib.make_kl_controller(
+      config.kl_ctrl, config.kl_coef, config.kl_target, config.kl_horizon
+    )
+    self._restore_learner_state()
+    actor = rl_cluster.actor_trainer
+    compat.add_checkpoint_metadata(actor, self._learner_state)
+    actor.with_gen_model_input_fn(self._actor_inputs)
+    actor.with_training_hooks(timing.UpdateTimer(rl_cluster, "timing_s/update_actor"))
+    actor.with_rl_metrics_to_log(
+      {
+        name: np.mean
+        for name in ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
+      }
+      | ({"kl_loss": np.mean} if config.kl_penalty == "loss" else {})
+    )
+    if critic is not None:
+      self._set_up_critic(critic)
+    self._ref_state, self._kl_method = None, None
+    if config.kl_method != names.FULL_KL:
+      self._kl_method = names.resolve_kl_method(config.kl_method)
+    else:
+      # Plain arrays (no Variable objects) so the state can cross tunix's nnx.value_and_grad.
+      graphdef, state = flax.nnx.split(self._reference_model())
+      self._ref_state = (graphdef, flax.nnx.to_pure_dict(state))
+    prompts = compat.logps_micro_batch_size(self)  # tunix counts prompts; a pass sees rows
+    rows = None if prompts is None else prompts * config.num_generations  # as tunix's GRPO
+    self._passes = RolePasses(rl_cluster, rows)
+    self._nan_guard = guards.NanGuard(rl_cluster, config.max_nonfinite_steps)
+
+  def _set_up_critic(self, critic) -> None:
+    """The critic trainer's inputs, update timer and logged loss terms."""
+    critic.with_gen_model_input_fn(self._critic_inputs)
+    critic.with_training_hooks(timing.UpdateTimer(self.rl_cluster, "timing_s/update_critic"))
+    logged = ("vf_loss", "vpred_mean", "vf_clipfrac")
+    critic.with_rl_metrics_to_log(dict.fromkeys(logged, np.mean))
+
+  @property
+  def has_critic(self) -> bool:
+    """Whether the cluster has a critic (built for estimators that take values)."""
+    return critic_trainer(self.rl_cluster) is not None
+
+  def after_global_step(self, seconds: float) -> None:
+    """After each of tunix's global steps: `timing_s/step`, then the NaN guard.
+
+    The guard counts the updates skipped for a non-finite gradient and stops the run
+    after `max_nonfinite_steps` in a row (`guards.NonFiniteTrainingError`).
+    """
+    self.rl_cluster.buffer_metrics({"timing_s/step": (seconds, np.mean)}, mode=Mode.TRAIN)
+    self.rl_cluster.buffer_metrics(self._nan_guard.after_global_step(), mode=Mode.TRAIN)
+    cluster = self.rl_cluster
+    if cluster.actor_trainer.train_steps >= cluster.cluster_config.training_config.max_steps:
+      # tunix 0.1.7 closes the shared metrics logger with the actor trainer, before the
+      # critic trainer writes its last step's metrics: write them while it is open.
+      if self.has_critic:
+        compat.write_pending_metrics(cluster.critic_trainer)
+    if self._one_rollout_per_step():
+      compat.log_step_metrics_now(cluster)
+
+  def _one_rollout_per_step(self) -> bool:
+    """Whether each global step makes one rollout (no mini-batches, no accumulation), so
+    its metrics can be logged as soon as they are complete."""
+    config = self.rl_cluster.cluster_config.training_config
+    return config.mini_batch_size is None and config.gradient_accumulation_steps in (None, 1)
+
+  # ----- trainer inputs -----
+
+  def _temperature(self) -> float:
+    """The temperature of the trainer's log-probs (`PpoExtConfig.logps_temperature`)."""
+    return self.algo_config.logps_temperature or 1.0
+
+  def _actor_inputs(self, example: TrainExample) -> dict[str, Any]:
+    inputs = {
+      "train_example": example,
+      "algo_config": self.algo_config,
+      "pad_id": self.rl_cluster.rollout.pad_id(),
+      "eos_id": self.rl_cluster.rollout.eos_id(),
+      "temperature": self._temperature(),
+    }
+    if self._ref_state is not None:
+      inputs["ref_model"] = self._ref_state
+    return inputs
+
+  def _critic_inputs(self, example: TrainExample) -> dict[str, Any]:
+    return {
+      "train_example": example,
+      "clip_range_value": self.algo_config.clip_range_value,
+      "pad_id": self.rl_cluster.rollout.pad_id(),
+      "eos_id": self.rl_cluster.rollout.eos_id(),
+      "loss_agg_mode": self.algo_config.value_loss_agg_mode,
+    }
+
+  def num_generations(self) -> int:
+    return self.algo_config.num_generations
+
+  # ----- learner state in checkpoints -----
+
+  def _learner_state(self) -> dict[str, Any]:
+    state = {"kl_ctrl": self.kl_controller.state_dict()}
+    if hasattr(self.trajectory_source, "state_dict"):  # e.g. the rollout's sampling seeds
+      state["trajectory_source"] = self.trajectory_source.state_dict()
+    return state
+
+  def _restore_learner_state(self) -> None:
+    restored = compat.restored_metadata(self.rl_cluster.actor_trainer)
+    if "kl_ctrl" in restored:
+      self.kl_controller.load_state_dict(restored["kl_ctrl"])
+    if "trajectory_source" in restored and hasattr(self.trajectory_source, "load_state_dict"):
+      self.trajectory_source.load_state_dict(restored["trajectory_source"])
+
+  # ----- models -----
+
+  def _reference_model(self):
+    return self.rl_cluster.inference_worker.get_model("reference")
+
+  def _critic_model(self):
+    return self.rl_cluster.critic_trainer.model
+
+  # ----- the rollout phase -----
+
+  def _single_turn_batch(self, training_input: dict[str, Any], mode: Mode) -> TrajectoryBatch:
+    """tunix's single-turn rollout: one completion per prompt, its score on the last token."""
+    rollout_config = self.rl_cluster.get_rollout_config(mode)
+    pad_id = self.rl_cluster.rollout.pad_id()
+    self._check_prompt_lengths(training_input["prompts"], rollout_config.max_prompt_length)
+    output = self.rl_cluster.generate(
+      prompts=training_input["prompts"],
+      mode=mode,
+      micro_batch_size=compat.rollout_micro_batch_size(self),
+    )
+    completion_ids = np.array(
+      [
+        generate_utils.pad_to_length(
+          tokens, rollout_config.max_tokens_to_generate, pad_id, left=False
+        )
+        for tokens in output.tokens
+      ]
+    )
+    attention = (completion_ids != pad_id).astype(np.int32)
+    prompt_ids = np.asarray(output.left_padded_prompt_tokens)
+    scores = self._single_turn_scores(training_input, output.text, prompt_ids, completion_ids, mode)
+    last = np.maximum(attention.sum(-1) - 1, 0)
+    rewards = np.zeros(completion_ids.shape, np.float32)
+    rewards[np.arange(len(scores)), last] = scores
+    return TrajectoryBatch(
+      prompt_ids=prompt_ids,
+      completion_ids=completion_ids,
+      attention_mask=attention,
+      loss_mask=attention,
+      token_rewards=rewards,
+      texts=list(output.text),
+      truncated=attention.sum(-1) >= rollout_config.max_tokens_to_generate,  # hit the limit
+    )
+
+  def _check_prompt_lengths(self, prompts: Sequence[str], max_prompt_length: int) -> None:
+    """ValueError naming the first prompt that is not a string, or is longer than the
+    sampler's `max_prompt_length`.
+
+    Counts tokens as tunix's sampler does (BOS + text); tunix would otherwise fail with a
+    cache-size error that names neither the prompt nor the setting.
+    """
+    tokenizer = self.rl_cluster.tokenizer
+    bos = [tokenizer.bos_id()] if tokenizer.bos_id() else []
+    for row, prompt in enumerate(prompts):
+      if not isinstance(prompt, str):  # np.str_ is a str
+        raise ValueError(
+          f"training input 'prompts' row {row} is a {type(prompt).__name__} ({prompt!r:.60}), "
+          "not a string: give each batch as a dict of NumPy arrays, e.g. "
+          "{'prompts': np.array(['...', '...'])} (tunix's learner maps over every leaf of a "
+          "batch, so a Python list is split into one leaf per string)"
+        )
+      length = len(tokenizer.dedup_bos_ids(bos + list(tokenizer.encode(str(prompt)))))
+      if length > max_prompt_length:
+        raise ValueError(
+          f"prompt of episode row {row} is {length} tokens (with BOS), longer than the rollout "
+          f"max_prompt_length={max_prompt_length}: {str(prompt)[:80]!r}; shorten the prompt "
+          "or raise max_prompt_length"
+        )
+
+  def _single_turn_scores(self, training_input, texts, prompt_ids, completion_ids, mode):
+    """Float32 scores `[B]` from the reward functions or the reward model."""
+    if not compat.uses_reward_model(self):
+      extra = {k: v for k, v in training_input.items() if k != "prompts"}
+      scores = compat.compute_rewards(
+        self, prompts=training_input["prompts"], completions=texts, mode=mode, **extra
+      )
+      scores = np.asarray(scores, np.float32)  # NaN rows: error, or NaN again to be dropped
+      return self._nonfinite_rewards.mark_reported(scores, training_input["prompts"], texts)
+    pad_id, eos_id = self.rl_cluster.rollout.pad_id(), self.rl_cluster.rollout.eos_id()
+    attention = (completion_ids != pad_id).astype(np.int32)
+    inputs = ModelInputs(
+      jnp.asarray(prompt_ids),
+      jnp.asarray(completion_ids),
+      jnp.asarray(attention),
+      jnp.asarray(attention, jnp.float32),
+      pad_id,
+      eos_id,
+      self.algo_config.logps_temperature,
+    )
+    scores = self._passes.rewards(inputs)[:, -completion_ids.shape[1] :]
+    last = np.maximum(attention.sum(-1) - 1, 0)
+    return np.asarray(scores, np.float32)[np.arange(len(last)), last]
+
+  def generate_and_compute_advantage(
+    self, training_input: dict[str, Any], mode: Mode = Mode.TRAIN
+  ) -> TrainExample:
+    """The rollout phase of one step: trajectories to a `TrainExample` with advantages."""
+    timer = timing.PhaseTimer()
+    batch = self._trajectories(training_input, mode, timer)
+    inputs = self._model_inputs(batch, mode)
+    old_logps, values = self._old_logps_and_values(batch, inputs, timer, mode)
+    rewards, ref_logps, per_token_kl = self._kl_penalty(batch, inputs, old_logps, timer, mode)
+    with timer("advantages"):
+      advantages, returns = timer.ready(self._advantages(rewards, values, inputs.loss_mask, batch))
+    self._buffer_rollout_metrics(
+      batch, rewards, values, advantages, returns, per_token_kl, timer, mode
+    )
+    self._buffer_user_metrics(training_input["prompts"], batch, advantages, mode)
+    example = self._train_example(inputs, old_logps, ref_logps, values, advantages, returns)
+    example, corrected = rollout_correction.correct(self.algo_config, batch, example)
+    self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in corrected.items()}, mode=mode)
+    self.rl_cluster.buffer_metrics(timer.metrics(), mode=mode)
+    if mode == Mode.TRAIN and self._one_rollout_per_step():
+      compat.log_step_metrics_now(self.rl_cluster)  # on disk before the step's checkpoint
+    return example
+
+  def _trajectories(self, training_input, mode: Mode, timer) -> TrajectoryBatch:
+    """The batch of episodes (single-turn or the trajectory source's), rewards checked."""
+    with timer("rollout"):
+      if self.trajectory_source is None:
+        batch = self._single_turn_batch(training_input, mode)
+      else:
+        batch = self.trajectory_source(self, training_input, mode)
+    batch.validate(allow_nonfinite_rewards=True)
+    batch, dropped = self._nonfinite_rewards.apply(batch)  # error, or drop and count
+    self.rl_cluster.buffer_metrics({DROPPED_METRIC: (dropped, np.sum)}, mode=mode)
+    return batch
+
+  def _old_logps_and_values(self, batch, inputs: ModelInputs, timer, mode: Mode):
+    """`(old_logps [B, T], values [B, T])`: the rollout policy's log-probs, the critic's values."""
+    with timer("old_logp"):
+      old_logps = timer.ready(self._passes.old_logps(inputs))
+    self._buffer_logprob_gap(batch, old_logps, mode)
+    if not self.has_critic:  # the estimator takes no values: zeros, never read
+      return old_logps, jnp.zeros_like(inputs.loss_mask)
+    with timer("values"):
+      width = inputs.completion.shape[1]
+      values = self._passes.values(inputs)[:, -width - 1 : -1]
+      values = timer.ready(values * inputs.loss_mask)
+    return old_logps, values
+
+  def _model_inputs(self, batch: TrajectoryBatch, mode: Mode) -> ModelInputs:
+    rollout = self.rl_cluster.rollout
+    return ModelInputs(
+      prompt=jnp.asarray(batch.prompt_ids),
+      completion=jnp.asarray(batch.completion_ids),
+      attention_mask=jnp.asarray(batch.attention_mask, jnp.int32),
+      loss_mask=jnp.asarray(batch.loss_mask, jnp.float32),
+      pad_id=rollout.pad_id(),
+      eos_id=rollout.eos_id(),
+      temperature=self.algo_config.logps_temperature,
+    )
+
+  def _kl_penalty(self, batch, inputs: ModelInputs, old_logps, timer, mode: Mode):
+    """`(rewards, ref_logps or None, per-token KL or None)`; updates the KL controller.
+
+    With `kl_penalty="reward"` the rewards are `token_rewards - kl_coef * KL` (verl).
+    """
+    config, kl_coef = self.algo_config, self.kl_controller.value
+    rewards = jnp.asarray(batch.token_rewards, jnp.float32)
+    if config.kl_penalty == "none" or kl_coef <= 0:
+      return rewards, None, None
+    with timer("ref_logp"):
+      ref_logps, per_token_kl = timer.ready(self._reference_kl(inputs, old_logps))
+    per_token_kl = per_token_kl * inputs.loss_mask
+    if config.kl_penalty == "reward":
+      rewards = rewards - kl_coef * per_token_kl
+    if mode == Mode.TRAIN:
+      seq_kl = masked_mean(per_token_kl, inputs.loss_mask, axis=-1)
+      self.kl_controller.update(float(jnp.mean(seq_kl)), n_steps=inputs.completion.shape[0])
+    return rewards, ref_logps, per_token_kl
+
+  def _train_example(self, inputs: ModelInputs, old_logps, ref_logps, values, advantages, returns):
+    """tunix's `TrainExample` (loss mask as its `completion_mask`) plus ours."""
+    config = self.algo_config
+    b = inputs.completion.shape[0]
+    warming_up = self.rl_cluster.global_steps < config.critic_warmup_steps
+    kl_in_loss = config.kl_penalty == "loss"
+    return TrainExample(
+      prompt_ids=inputs.prompt,
+      prompt_mask=(inputs.prompt != inputs.pad_id).astype(jnp.int32),
+      completion_ids=inputs.completion,
+      completion_mask=inputs.loss_mask,  # where our data enters tunix: the loss mask
+      ref_per_token_logps=ref_logps if kl_in_loss else None,
+      advantages=advantages,
+      returns=returns,
+      old_per_token_logps=old_logps,
+      old_values=values,
+      attention_mask=inputs.attention_mask,
+      loss_mask=inputs.loss_mask,
+      kl_coef=jnp.full((b,), self.kl_controller.value if kl_in_loss else 0.0, jnp.float32),
+      actor_scale=jnp.full((b,), 0.0 if warming_up else 1.0, jnp.float32),
+    )
+
+  def _buffer_logprob_gap(self, batch: TrajectoryBatch, old_logps, mode: Mode) -> None:
+    """`rollout/logprob_diff`: mean |sampler - trainer| log-prob on agent tokens, when known."""
+    if batch.sampler_logps is None:
+      return
+    gap = sampler_logprob_gap(batch, old_logps, batch.loss_mask)
+    if np.isfinite(gap):
+      self.rl_cluster.buffer_metrics({"rollout/logprob_diff": (gap, np.mean)}, mode=mode)
+
+  def _reference_kl(self, inputs: ModelInputs, old_logps):
+    """`(ref_logps or None, per-token KL [B, T])` of the rollout policy to the reference."""
+    if self._kl_method is None:  # the exact KL over the vocabulary
+      kl = kl_lib.full_kl_divergence(
+        self._passes.logits(inputs, rl_cluster_lib.Role.ROLLOUT),
+        self._passes.logits(inputs, rl_cluster_lib.Role.REFERENCE),
+        temperature=self._temperature(),
+        chunk_size=self.algo_config.logits_chunk_size,
+      )
+      return None, kl
+    ref_logps = self._passes.ref_logps(inputs)
+    kl = kl_lib.compute_kl_divergence(
+      old_logps,
+      ref_logps,
+      self._kl_method.estimator,
+      self._kl_method.straight_through,
+      self.algo_config.kl_clamp_value,
+    )
+    return ref_logps, kl
+
+  def _advantages(self, rewards, values, loss_mask, batch: TrajectoryBatch):
+    """`(advantages [B, T], returns [B, T])` with the configured estimator.
+
+    Names resolve in the plugin registry (built-ins included; its keyword protocol), else
+    in tunix's `function_registry` (tunix's PPO signature).
+    """
+    config = self.algo_config
+    name = config.advantage_estimator
+    if registry.has(registry.ADVANTAGE_ESTIMATORS, name):
+      scores = jnp.sum(rewards * loss_mask, axis=-1)
+      group_ids = batch.group_ids
+      if group_ids is None:
+        group_ids = contiguous_group_ids(scores.shape[0], config.num_generations)
+      return protocols.call_estimator(
+        registry.get(registry.ADVANTAGE_ESTIMATORS, name),
+        rewards=rewards,
+        values=values,
+        mask=loss_mask,
+        scores=scores,
+        group_ids=jnp.asarray(group_ids),
+        gamma=config.gamma,
+        gae_lambda=config.gae_lambda,
+        whiten=config.whiten_advantages,
+        norm_by_std=config.norm_adv_by_std,
+      )
+    estimator = function_registry.get_advantage_estimator(name)
+    return estimator(
+      rewards=rewards,
+      values=values,
+      completion_mask=loss_mask,
+      gamma=config.gamma,
+      gae_lambda=config.gae_lambda,
+    )
+
+  def _buffer_rollout_metrics(self, batch, rewards, values, advantages, returns, kl, timer, mode):
+    """The batch statistics (`batch_stats`), reference KL, controller and critic fit."""
+    mask = np.asarray(batch.loss_mask)
+    values, returns = np.asarray(values), np.asarray(returns)
+    stats = batch_stats.batch_statistics(
+      loss_mask=mask,
+      token_rewards=batch.token_rewards,
+      rewards=rewards,
+      values=values,
+      advantages=advantages,
+      returns=returns,
+      episode_returns=batch.episode_returns,
+      num_turns=batch.num_turns,
+      truncated=batch.truncated,
+      turn_limited=batch.turn_limited,
+    )
+    if not self.has_critic:  # no critic values to describe
+      stats = {k: v for k, v in stats.items() if "old_value" not in k}
+    stats["learner/kl_coef"] = float(self.kl_controller.value)
+    stats["learner/entropy_coef"] = float(self.algo_config.entropy_coef or 0.0)
+    if kl is not None and mask.sum() > 0:
+      stats["learner/kl"] = float(np.asarray(kl)[mask > 0].mean())
+    variance = batch_stats.explained_variance(values, returns, mask) if self.has_critic else None
+    if variance is not None:
+      stats["learner/explained_variance"] = variance
+    rollout_s = timer.seconds.get("rollout", 0.0)
+    if rollout_s > 0:
+      stats["rollout/tokens_per_s"] = float(mask.sum()) / rollout_s
+    self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in stats.items()}, mode=mode)
+    tunix_stats = batch_stats.tunix_statistics(
+      loss_mask=mask,
+      attention_mask=batch.attention_mask,
+      token_rewards=batch.token_rewards,
+      rewards=rewards,
+      values=values,
+      advantages=advantages,
+      returns=returns,
+      kl=kl,
+    )
+    if not self.has_critic:
+      tunix_stats = {k: v for k, v in tunix_stats.items() if "old_values" not in k}
+    self.rl_cluster.buffer_metrics(tunix_stats, mode=mode)  # tunix's names, as stock PPO
+
+  def _buffer_user_metrics(self, prompts, batch: TrajectoryBatch, advantages, mode: Mode) -> None:
+    """tunix's `metric_fns(prompts, completions, advantages, rewards)` on this batch.
+
+    Each returns `{name: (value, aggregation)}`; a name without `/` lands in `custom/`.
+    """
+    for metric_fn in self.metric_fns:
+      values = metric_fn(
+        prompts=list(prompts),
+        completions=batch.texts,
+        advantages=advantages,
+        rewards=np.asarray(batch.token_rewards).sum(-1),
+      )
+      self.rl_cluster.buffer_metrics(
+        {metric_keys.custom_name(name): value for name, value in values.items()}, mode=mode
+      )
+
+
+def critic_trainer(rl_cluster: rl_cluster_lib.RLCluster):
+  """The cluster's critic trainer, or None when it was built without a critic."""
+  try:
+    return rl_cluster.critic_trainer
+  except AttributeError:  # RLCluster sets the trainer only for a critic
+    return None
+
+
+def check_critic(config: PpoExtConfig, critic) -> None:
+  """ValueError when the estimator needs critic values and the cluster has no critic; a
+  warning when a critic is there but unused (it is still trained, for nothing)."""
+  if config.uses_critic and critic is None:
+    raise ValueError(
+      f"PpoExtConfig.advantage_estimator={config.advantage_estimator!r} takes critic values, "
+      "but the RLCluster has no critic: build it with a critic model"
+    )
+  if critic is not None and not config.uses_critic:
+    warnings.warn(
+      f"advantage_estimator={config.advantage_estimator!r} uses no critic, yet the cluster "
+      "has one: it is trained for nothing (build the cluster with critic=None)",
+      stacklevel=3,
+    )
+
+
+def _rewards_come_from_the_source(prompts, completions, **kwargs) -> list[float]:
+  """Placeholder reward fn that satisfies tunix's check; a trajectory source gives rewards."""
+  raise RuntimeError("rewards come from the trajectory source; this function is never called")

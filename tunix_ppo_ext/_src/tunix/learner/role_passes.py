@@ -1,0 +1,202 @@
+"""The learner's model passes through `RLCluster`, role by role.
+
+Each pass runs where tunix runs it: the role's mesh and logical-axis rules, inputs
+sharded on the data axis, the model loaded from host memory and offloaded after
+(`offload_to_cpu`), micro-batches of the learner's log-prob micro-batch size.
+
+- When the attention mask is tunix's own (every non-pad completion token) and the
+  temperature is tunix's (`logps_temperature=None`, or 1 for the policy and the train
+  rollout temperature for the reference), each pass is `RLCluster`'s public method:
+  `get_old_per_token_logps` (the rollout engine's own `get_per_token_logps`),
+  `get_ref_per_token_logps`, `get_values`, `get_rewards`. A multi-turn trajectory whose
+  tokens are all non-pad takes
+  this path too: its loss mask never enters a pass.
+- Otherwise (a real token equal to the pad id, e.g. EOS when `eos_id == pad_id`; another
+  temperature, which tunix's old-log-prob pass cannot take) the same steps run around this
+  package's mask-aware passes (`passes`).
+
+All passes return `[B, T]` for the completion (values and scores: `[B, P+T]`, as tunix).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl import utils as rl_utils
+from tunix.sft import sharding_utils
+
+from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.learner import passes
+
+Role = rl_cluster_lib.Role
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInputs:
+  """A batch as model inputs: `[B, P]` prompt, `[B, T]` completion and its two masks."""
+
+  prompt: jax.Array
+  completion: jax.Array
+  attention_mask: jax.Array  # int32, every real completion token
+  loss_mask: jax.Array  # float32, the agent's tokens
+  pad_id: int
+  eos_id: int
+  temperature: float | None  # `PpoExtConfig.logps_temperature` (None: tunix's convention)
+
+  @functools.cached_property
+  def tunix_mask(self) -> bool:
+    """Whether the attention mask is what tunix derives (`completion != pad_id`)."""
+    derived = (self.completion != self.pad_id).astype(jnp.int32)
+    return bool(jnp.array_equal(derived, self.attention_mask))
+
+  @property
+  def passes(self) -> dict[str, Any]:
+    """Keywords of the `passes` model passes (the attention mask, never the loss mask)."""
+    return {"pad_id": self.pad_id, "eos_id": self.eos_id, "attention_mask": self.attention_mask}
+
+
+class RolePasses:
+  """Old and reference log-probs, values and reward-model scores of one cluster.
+
+  Every result is replicated on the actor's mesh, where the learner combines them (the
+  roles' meshes may hold different devices).
+  """
+
+  def __init__(self, cluster: rl_cluster_lib.RLCluster, micro_batch_size: int | None):
+    self.cluster = cluster
+    self.micro_batch_size = micro_batch_size
+    # Several hosts: every pass keeps this host's rows. (tunix 0.1.7's reference pass
+    # shards its inputs into the global batch, which its PPO learner then mixes with
+    # host-local log-probs; so the reference takes the mask-aware path there.)
+    self.multi_process = jax.process_count() > 1
+    meshes = cluster.cluster_config.role_to_mesh
+    actor_mesh = meshes[Role.ACTOR]
+    separate = any(mesh != actor_mesh for mesh in meshes.values())
+    self._home = None  # one shared mesh (or tunix's empty default mesh): nothing to move
+    if separate and not actor_mesh.empty and not self.multi_process:
+      self._home = jax.sharding.NamedSharding(actor_mesh, jax.sharding.PartitionSpec())
+
+  def _at_home(self, x: jax.Array) -> jax.Array:
+    return x if self._home is None else jax.device_put(x, self._home)
+
+  def _train_temperature(self) -> float:
+    temperature = self.cluster.get_rollout_config(rl_cluster_lib.Mode.TRAIN).temperature
+    return float(temperature) if temperature else 1.0
+
+  def old_logps(self, inputs: ModelInputs) -> jax.Array:
+    """log pi_old(a_t) `[B, T]` of the rollout policy (the model the engine samples from)."""
+    cluster = self.cluster
+    if inputs.temperature in (None, 1.0) and inputs.tunix_mask:
+      return self._at_home(
+        cluster.get_old_per_token_logps(
+          inputs.prompt, inputs.completion, micro_batch_size=self.micro_batch_size
+        )
+      )
+    model = cluster.rollout.model()
+    with compat.on_role(cluster, Role.ROLLOUT, model):
+      return self._at_home(
+        self._chunked(
+          inputs, False, lambda p, c, m: self._logps(model, inputs, p, c, m, inputs.temperature)
+        )
+      )
+
+  def ref_logps(self, inputs: ModelInputs) -> jax.Array:
+    """log pi_ref(a_t) `[B, T]` of the reference model."""
+    cluster, tunix_temperature = self.cluster, self._train_temperature()
+    temperature = tunix_temperature if inputs.temperature is None else inputs.temperature
+    stock = temperature == tunix_temperature and inputs.tunix_mask  # tunix's pass uses it
+    if stock and not self.multi_process:
+      return self._at_home(
+        cluster.get_ref_per_token_logps(
+          inputs.prompt,
+          inputs.completion,
+          inputs.pad_id,
+          inputs.eos_id,
+          micro_batch_size=self.micro_batch_size,
+        )
+      )
+    model = cluster.inference_worker.get_model("reference")
+    with compat.on_role(cluster, Role.REFERENCE, model):
+      return self._at_home(
+        self._chunked(
+          inputs, True, lambda p, c, m: self._logps(model, inputs, p, c, m, temperature)
+        )
+      )
+
+  def values(self, inputs: ModelInputs) -> jax.Array:
+    """Critic values `[B, P+T]`."""
+    model = self.cluster.critic_trainer.model
+    if inputs.tunix_mask:
+      return self._stock_scores(inputs, Role.CRITIC, model, self.cluster.get_values)
+    return self._at_home(self._scores(inputs, Role.CRITIC, model))
+
+  def rewards(self, inputs: ModelInputs) -> jax.Array:
+    """Reward-model scores `[B, P+T]`."""
+    model = self.cluster.inference_worker.get_model("reward")
+    if inputs.tunix_mask:
+      return self._stock_scores(inputs, Role.REWARD, model, self.cluster.get_rewards)
+    return self._at_home(self._scores(inputs, Role.REWARD, model))
+
+  def logits(self, inputs: ModelInputs, role: Any) -> jax.Array:
+    """Completion logits `[B, T, V]` of the rollout policy or the reference (exact KL)."""
+    cluster = self.cluster
+    if role == Role.ROLLOUT:
+      model = cluster.rollout.model()
+    else:
+      model = cluster.inference_worker.get_model("reference")
+    with compat.on_role(cluster, role, model):
+      return self._at_home(
+        self._chunked(
+          inputs,
+          False,
+          lambda p, c, m: passes.compute_completion_logits(
+            model, p, c, pad_id=inputs.pad_id, eos_id=inputs.eos_id, attention_mask=m
+          ),
+        )
+      )
+
+  def _stock_scores(self, inputs: ModelInputs, role: Any, model: Any, tunix_pass: Callable):
+    """tunix's `get_values` / `get_rewards`, with the model loaded from host memory first.
+
+    tunix 0.1.7 offloads the critic and reward model at start-up with `offload_to_cpu` but
+    its two score passes never load them back, so stock `PPOLearner` fails there on a GPU
+    (gather across memory spaces); `on_role` loads and offloads as tunix's other passes do.
+    """
+    with compat.on_role(self.cluster, role, model):
+      scores = tunix_pass(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
+    return self._at_home(scores)
+
+  def _scores(self, inputs: ModelInputs, role: Any, model: Any) -> jax.Array:
+    with compat.on_role(self.cluster, role, model):
+      return passes.compute_score(model, inputs.prompt, inputs.completion, **inputs.passes)
+
+  @staticmethod
+  def _logps(model: Any, inputs: ModelInputs, prompt, completion, mask, temperature) -> jax.Array:
+    return passes.compute_per_token_logps(
+      model,
+      prompt,
+      completion,
+      pad_id=inputs.pad_id,
+      eos_id=inputs.eos_id,
+      attention_mask=mask,
+      temperature=temperature or 1.0,
+    )
+
+  def _chunked(self, inputs: ModelInputs, shard: bool, fn: Callable) -> jax.Array:
+    """`fn(prompt, completion, attention_mask)` over micro-batches, concatenated."""
+    arrays = (inputs.prompt, inputs.completion, inputs.attention_mask)
+    if shard and not self.multi_process:  # as tunix's reference pass: on the data axis
+      axis = self.cluster.cluster_config.training_config.data_sharding_axis
+      arrays = tuple(sharding_utils.shard_input(a, axis) for a in arrays)
+    size = arrays[0].shape[0]
+    outs = [
+      fn(*(a[piece] for a in arrays))
+      for piece in rl_utils.chunk_slices_by_size(stop=size, step=self.micro_batch_size or size)
+    ]
+    return jnp.concatenate(outs, axis=0)

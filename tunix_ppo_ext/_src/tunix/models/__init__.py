@@ -1,0 +1,1 @@
+"""tunix models: toy policies and value models, Hugging Face loaders and export, LoRA."""

@@ -1,0 +1,390 @@
+"""Hugging Face checkpoints of any supported family as tunix models, through tunix's loaders.
+
+`model.checkpoint=DIR` with a `config.json`: `read_hf_config` reads it, `family_of` picks the
+tunix model family by its `model_type` (`FAMILIES`: Qwen2/2.5, Qwen3, Llama 3, Gemma 3),
+`tunix_config` translates it to that family's `ModelConfig` (tied embeddings and a padded
+vocabulary come from the file), refusing with the key and value named anything tunix 0.1.7
+would compute differently from `transformers` (`check_supported`), and `load_checkpoint`
+calls the family's own `create_model_from_safe_tensors`, sharded on the mesh given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from tunix.models.gemma3 import model as gemma3
+from tunix.models.gemma3 import params_safetensors as gemma3_params
+from tunix.models.llama3 import model as llama3
+from tunix.models.llama3 import params as llama3_params
+from tunix.models.qwen2 import model as qwen2
+from tunix.models.qwen2 import params as qwen2_params
+from tunix.models.qwen3 import model as qwen3
+from tunix.models.qwen3 import params as qwen3_params
+
+from tunix_ppo_ext._src.checks import did_you_mean
+
+CONFIG_FILE = "config.json"
+# tunix 0.1.7's Qwen3 and Llama 3 attention call `apply_rope` without the config's theta:
+# it is always this default, whatever `ModelConfig.rope_theta` says.
+TUNIX_FIXED_ROPE_THETA = 1_000_000.0
+GEMMA3_NORM_EPS = 1e-6  # tunix's Gemma 3 RMSNorm has it hard-coded
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """One tunix model family: its model class, its HF-config translation and its loader."""
+
+  name: str
+  model_class: type
+  to_config: Callable[[dict[str, Any]], Any]
+  load: Callable[..., nnx.Module]  # tunix's create_model_from_safe_tensors(dir, cfg, mesh, dtype)
+  checks: Callable[[dict[str, Any]], None]
+
+
+def read_hf_config(directory: str | pathlib.Path) -> dict[str, Any] | None:
+  """The checkpoint's `config.json` as a dict (a multimodal one's `text_config` merged in),
+  or None when the directory has none."""
+  file = pathlib.Path(directory) / CONFIG_FILE
+  if not file.is_file():
+    return None
+  try:
+    data = json.loads(file.read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    raise ValueError(f"config key 'model.checkpoint': {str(file)!r} is not JSON: {err}") from None
+  if not isinstance(data, dict):
+    raise ValueError(f"config key 'model.checkpoint': {str(file)!r} is not a JSON object")
+  if isinstance(data.get("text_config"), dict):  # e.g. Gemma3ForConditionalGeneration
+    data = {**data, **data["text_config"], "model_type": data["text_config"].get("model_type")}
+  return data
+
+
+def _key(hf: dict[str, Any], name: str) -> Any:
+  if name not in hf or hf[name] is None:
+    raise ValueError(
+      f"checkpoint config.json has no {name!r} (model_type {hf.get('model_type')!r})"
+    )
+  return hf[name]
+
+
+def rope(hf: dict[str, Any], layer_type: str | None = None) -> dict[str, Any]:
+  """The RoPE parameters `{rope_theta, rope_type, factor?, ...}`: transformers 5 writes
+  `rope_parameters` (per layer type for Gemma 3), older files `rope_theta` + `rope_scaling`."""
+  params = dict(hf.get("rope_parameters") or {})
+  if layer_type is not None and isinstance(params.get(layer_type), dict):
+    params = dict(params[layer_type])
+  # the legacy `rope_scaling` of a Gemma 3 applies to its global layers only
+  scaling = {} if layer_type == "sliding_attention" else hf.get("rope_scaling") or {}
+  params.setdefault("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+  for name, value in scaling.items():
+    params.setdefault(name, value)
+  if params.get("rope_theta") is None:
+    legacy = "rope_local_base_freq" if layer_type == "sliding_attention" else "rope_theta"
+    params["rope_theta"] = hf.get(legacy)
+  return params
+
+
+def head_dim(hf: dict[str, Any]) -> int:
+  """`head_dim`, else `hidden_size // num_attention_heads` (what transformers defaults to)."""
+  return hf.get("head_dim") or _key(hf, "hidden_size") // _key(hf, "num_attention_heads")
+
+
+def _common(hf: dict[str, Any]) -> dict[str, Any]:
+  """The sizes every family shares, under tunix's names."""
+  return {
+    "num_layers": _key(hf, "num_hidden_layers"),
+    "embed_dim": _key(hf, "hidden_size"),
+    "hidden_dim": _key(hf, "intermediate_size"),
+    "num_heads": _key(hf, "num_attention_heads"),
+    "head_dim": head_dim(hf),
+    "num_kv_heads": hf.get("num_key_value_heads") or _key(hf, "num_attention_heads"),
+  }
+
+
+def _refuse(hf: dict[str, Any], key: str, value: Any, why: str) -> None:
+  raise ValueError(
+    f"checkpoint config.json ({hf.get('model_type')}): {key}={value!r} is not supported: {why}"
+  )
+
+
+def _check_plain_rope(hf: dict[str, Any], layer_type: str | None = None) -> None:
+  params = rope(hf, layer_type)
+  kind = params.get("rope_type", "default")
+  if kind != "default":
+    _refuse(hf, "rope_type", kind, "tunix 0.1.7 implements only the default RoPE (no scaling)")
+
+
+def _check_fixed_theta(hf: dict[str, Any]) -> None:
+  """Qwen3 / Llama 3 in tunix 0.1.7 ignore `rope_theta` (always 1e6)."""
+  _check_plain_rope(hf)
+  theta = float(rope(hf)["rope_theta"] or TUNIX_FIXED_ROPE_THETA)
+  if theta != TUNIX_FIXED_ROPE_THETA:
+    _refuse(
+      hf,
+      "rope_theta",
+      theta,
+      f"tunix 0.1.7's {hf.get('model_type')} attention always uses theta "
+      f"{TUNIX_FIXED_ROPE_THETA:g}, so its logits would differ from the checkpoint's",
+    )
+
+
+def _check_no_bias(hf: dict[str, Any]) -> None:
+  for key in ("attention_bias", "mlp_bias"):
+    if hf.get(key):
+      _refuse(hf, key, hf[key], "tunix's model has no such biases")
+
+
+def _check_qwen2(hf: dict[str, Any]) -> None:
+  _check_plain_rope(hf)
+  if hf.get("use_sliding_window"):
+    _refuse(hf, "use_sliding_window", True, "tunix's Qwen2 attends to the whole context")
+
+
+def _check_qwen3(hf: dict[str, Any]) -> None:
+  _check_fixed_theta(hf)
+  _check_no_bias(hf)
+  if hf.get("use_sliding_window"):
+    _refuse(hf, "use_sliding_window", True, "tunix's Qwen3 attends to the whole context")
+  if hf.get("num_experts"):
+    _refuse(hf, "num_experts", hf["num_experts"], "use a dense Qwen3 (MoE is not wired here)")
+
+
+def _check_llama(hf: dict[str, Any]) -> None:
+  _check_fixed_theta(hf)
+  _check_no_bias(hf)
+
+
+def gemma3_layer_types(num_layers: int) -> list[str]:
+  """tunix's fixed Gemma 3 pattern (5 sliding, 1 global, repeated) under HF's names."""
+  pattern = [
+    "full_attention" if kind == gemma3.AttentionType.GLOBAL else "sliding_attention"
+    for kind in gemma3.GEMMA3_ATTENTION_PATTERN
+  ]
+  return [pattern[i % len(pattern)] for i in range(num_layers)]
+
+
+def _check_gemma3(hf: dict[str, Any]) -> None:
+  layers = hf.get("layer_types") or gemma3_layer_types(_key(hf, "num_hidden_layers"))
+  if layers != gemma3_layer_types(_key(hf, "num_hidden_layers")):
+    _refuse(hf, "layer_types", layers, "tunix's Gemma 3 repeats 5 sliding then 1 global layer")
+  pattern = hf.get("sliding_window_pattern", hf.get("_sliding_window_pattern", 6))
+  if pattern != len(gemma3.GEMMA3_ATTENTION_PATTERN) and not hf.get("layer_types"):
+    _refuse(hf, "sliding_window_pattern", pattern, "tunix's Gemma 3 has a global layer every 6th")
+  for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+    if hf.get(key) is not None:
+      _refuse(hf, key, hf[key], "tunix's Gemma 3 does not soft-cap")
+  if float(hf.get("rms_norm_eps", GEMMA3_NORM_EPS)) != GEMMA3_NORM_EPS:
+    _refuse(hf, "rms_norm_eps", hf["rms_norm_eps"], f"tunix's Gemma 3 uses {GEMMA3_NORM_EPS}")
+  if hf.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+    _refuse(hf, "hidden_activation", hf["hidden_activation"], "tunix uses tanh-approximate GELU")
+  _check_no_bias(hf)
+  _gemma3_query_norm(hf)
+  _check_plain_rope(hf, "sliding_attention")
+  kind = rope(hf, "full_attention").get("rope_type", "default")
+  if kind not in ("default", "linear"):
+    _refuse(hf, "rope_type", kind, "tunix's Gemma 3 implements default and linear RoPE only")
+
+
+def _gemma3_query_norm(hf: dict[str, Any]) -> gemma3.QueryPreAttentionNormalisation:
+  """Gemma 3 scales queries by `query_pre_attn_scalar ** -0.5`; tunix knows two scalars."""
+  norm = gemma3.QueryPreAttentionNormalisation
+  scalar = hf.get("query_pre_attn_scalar", head_dim(hf))
+  if scalar == head_dim(hf):
+    return norm.BY_ONE_OVER_SQRT_HEAD_DIM
+  if scalar == hf["hidden_size"] // hf["num_attention_heads"]:
+    return norm.BY_ONE_OVER_SQRT_EMBED_DIM_DIV_NUM_HEADS
+  _refuse(hf, "query_pre_attn_scalar", scalar, "tunix supports head_dim or hidden/heads only")
+  raise AssertionError  # unreachable: _refuse raises
+
+
+def _qwen2_config(hf: dict[str, Any]) -> qwen2.ModelConfig:
+  return qwen2.ModelConfig(
+    **_common(hf),
+    vocab_size=_key(hf, "vocab_size"),
+    rope_theta=float(rope(hf)["rope_theta"] or 10_000),
+    norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+    use_tied_embedding=bool(hf.get("tie_word_embeddings", False)),
+  )
+
+
+def _qwen3_config(hf: dict[str, Any]) -> qwen3.ModelConfig:
+  return qwen3.ModelConfig(
+    **_common(hf),
+    vocab_size=_key(hf, "vocab_size"),
+    rope_theta=TUNIX_FIXED_ROPE_THETA,
+    norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+    use_tied_embedding=bool(hf.get("tie_word_embeddings", False)),
+    dtype=jnp.float32,
+    param_dtype=jnp.float32,
+  )
+
+
+def _llama_config(hf: dict[str, Any]) -> llama3.ModelConfig:
+  return llama3.ModelConfig(
+    **_common(hf),
+    vocab_size=_key(hf, "vocab_size"),
+    rope_theta=TUNIX_FIXED_ROPE_THETA,
+    norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
+    weight_tying=bool(hf.get("tie_word_embeddings", False)),
+  )
+
+
+def _gemma3_config(hf: dict[str, Any]) -> gemma3.ModelConfig:
+  sizes = _common(hf)
+  global_rope = rope(hf, "full_attention")
+  return gemma3.ModelConfig(
+    **sizes,
+    num_embed=_key(hf, "vocab_size"),
+    sliding_window_size=hf.get("sliding_window"),
+    local_base_frequency=float(rope(hf, "sliding_attention")["rope_theta"] or 10_000),
+    global_base_frequency=float(global_rope["rope_theta"] or 1_000_000),
+    global_scale_factor=float(global_rope.get("factor", 1.0)),
+    query_pre_attn_norm=_gemma3_query_norm(hf),
+    param_dtype=jnp.float32,
+  )
+
+
+FAMILIES: dict[str, Family] = {  # HF `model_type` -> family
+  "qwen2": Family(
+    "qwen2", qwen2.Qwen2, _qwen2_config, qwen2_params.create_model_from_safe_tensors, _check_qwen2
+  ),
+  "qwen3": Family(
+    "qwen3", qwen3.Qwen3, _qwen3_config, qwen3_params.create_model_from_safe_tensors, _check_qwen3
+  ),
+  "llama": Family(
+    "llama3",
+    llama3.Llama3,
+    _llama_config,
+    llama3_params.create_model_from_safe_tensors,
+    _check_llama,
+  ),
+  "gemma3_text": Family(
+    "gemma3",
+    gemma3.Gemma3,
+    _gemma3_config,
+    gemma3_params.create_model_from_safe_tensors,
+    _check_gemma3,
+  ),
+}
+
+
+def family_of(hf: dict[str, Any]) -> Family:
+  """The family for the config's `model_type`; ValueError naming it (with suggestions)."""
+  model_type = hf.get("model_type")
+  if model_type == "gemma3":  # a multimodal Gemma 3's config: its text model is read
+    model_type = "gemma3_text"
+  if model_type not in FAMILIES:
+    hint = did_you_mean(str(model_type), list(FAMILIES), n=2)
+    raise ValueError(
+      f"checkpoint config.json: model_type {model_type!r} is not supported{hint} "
+      f"(supported: {sorted(FAMILIES)})"
+    )
+  return FAMILIES[model_type]
+
+
+def tunix_config(hf: dict[str, Any]) -> Any:
+  """The family's tunix `ModelConfig` for a checkpoint's config dict, after the refusals."""
+  family = family_of(hf)
+  family.checks(hf)
+  return family.to_config(hf)
+
+
+# The ModelSection size keys and the config.json key each one corresponds to.
+SIZE_KEYS = {
+  "num_layers": "num_hidden_layers",
+  "embed_dim": "hidden_size",
+  "hidden_dim": "intermediate_size",
+  "num_heads": "num_attention_heads",
+  "head_dim": "head_dim",
+  "num_kv_heads": "num_key_value_heads",
+}
+
+
+def check_sizes(hf: dict[str, Any], given: dict[str, int]) -> None:
+  """Each `model.<size>` the user gave must equal the checkpoint's; ValueError naming both."""
+  sizes = _common(hf)
+  for key, value in given.items():
+    if sizes[key] != value:
+      raise ValueError(
+        f"config key 'model.{key}'={value} differs from the checkpoint's config.json "
+        f"{SIZE_KEYS[key]}={sizes[key]} (drop model.{key}: it is read from config.json)"
+      )
+
+
+def vocab_size(model: nnx.Module) -> int:
+  """Rows of the model's output vocabulary (tunix names it differently per family)."""
+  config = model.config
+  return config.num_embed if hasattr(config, "num_embed") else config.vocab_size
+
+
+def load_checkpoint(
+  directory: str | pathlib.Path, mesh: jax.sharding.Mesh | None = None
+) -> nnx.Module:
+  """The tunix model of the checkpoint in `directory`, loaded by its family's own tunix
+  loader straight onto `mesh` (sharded; None: the first device), in the file's dtype."""
+  hf = read_hf_config(directory)
+  if hf is None:
+    raise ValueError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
+  family = family_of(hf)
+  config = tunix_config(hf)
+  return family.load(str(directory), config, mesh)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def has_tokenizer(directory: str | pathlib.Path) -> bool:
+  """Whether a checkpoint directory also holds its Hugging Face tokenizer."""
+  return any((pathlib.Path(directory) / name).is_file() for name in TOKENIZER_FILES)
+
+
+def validate_checkpoint(
+  directory: str | pathlib.Path, given: dict[str, int], config_name: str | None
+) -> dict[str, Any] | None:
+  """Config-time check of `model.checkpoint`: with a `config.json`, its family is supported,
+  nothing in it is refused, `given` sizes (`model.<size>` keys the user set) agree with it
+  and no `model.config_name` competes with it. Returns the config dict (None: no file)."""
+  hf = read_hf_config(directory)
+  if hf is None:
+    return None
+  config = tunix_config(hf)
+  check_sizes(hf, given)
+  if config_name is not None:
+    check_named_config(config, config_name)
+  return hf
+
+
+def check_named_config(config: Any, config_name: str) -> None:
+  """`model.config_name` next to a `config.json` (older run configs name both): the named
+  tunix Qwen3 config must have the file's sizes; ValueError naming the first that differs."""
+  if not config_name.startswith("qwen3_") or not hasattr(qwen3.ModelConfig, config_name):
+    return  # an unknown name: the config check names it, with suggestions
+  named = getattr(qwen3.ModelConfig, config_name)()
+  fields = ("num_layers", "vocab_size", "embed_dim", "hidden_dim", "num_heads", "head_dim")
+  for field in ("num_kv_heads", *fields) if isinstance(config, qwen3.ModelConfig) else ():
+    if getattr(named, field) != getattr(config, field):
+      raise ValueError(
+        f"config key 'model.config_name'={config_name!r} has {field}={getattr(named, field)} "
+        f"but the checkpoint's {CONFIG_FILE} gives {getattr(config, field)} (drop "
+        "model.config_name: the sizes are read from the file)"
+      )
+  if not isinstance(config, qwen3.ModelConfig):
+    raise ValueError(
+      f"config key 'model.config_name'={config_name!r} names a Qwen3 size but the checkpoint's "
+      f"{CONFIG_FILE} is not a Qwen3 (drop model.config_name)"
+    )
+
+
+def check_vocabulary(model_vocab: int, tokenizer_vocab: int) -> None:
+  """A tokenizer may have fewer ids than the model's (padded) vocabulary, never more."""
+  if tokenizer_vocab > model_vocab:
+    raise ValueError(
+      f"the tokenizer has {tokenizer_vocab} ids but the checkpoint's vocab_size is "
+      f"{model_vocab}: use the checkpoint's own tokenizer (model.tokenizer)"
+    )

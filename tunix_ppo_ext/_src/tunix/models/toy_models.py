@@ -1,0 +1,219 @@
+"""Toy-size tunix Qwen3 policies and a value model (critic / reward model) on any family's backbone.
+
+Everything here is tunix's real model code (`tunix.models.qwen3.model`) at a size that
+trains in seconds on CPU; only the scalar value head is ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from tunix.models.gemma3 import model as gemma3
+from tunix.models.llama3 import model as llama3
+from tunix.models.qwen2 import model as qwen2
+from tunix.models.qwen3 import model as qwen3
+
+from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.models import lora
+
+
+def tiny_qwen3_config(
+  vocab_size: int,
+  num_layers: int = 2,
+  embed_dim: int = 64,
+  hidden_dim: int = 128,
+  num_heads: int = 4,
+  head_dim: int = 16,
+  num_kv_heads: int = 2,
+  rope_theta: int = 10_000,
+  norm_eps: float = 1e-6,
+  use_tied_embedding: bool = False,
+) -> qwen3.ModelConfig:
+  """A float32 `qwen3.ModelConfig` at toy size (default sharding axes `fsdp`/`tp`)."""
+  return qwen3.ModelConfig(
+    num_layers=num_layers,
+    vocab_size=vocab_size,
+    embed_dim=embed_dim,
+    hidden_dim=hidden_dim,
+    num_heads=num_heads,
+    head_dim=head_dim,
+    num_kv_heads=num_kv_heads,
+    rope_theta=rope_theta,
+    norm_eps=norm_eps,
+    use_tied_embedding=use_tied_embedding,
+    dtype=jnp.float32,
+    param_dtype=jnp.float32,
+  )
+
+
+def qwen3_config_names() -> list[str]:
+  """The named sizes of tunix's Qwen3 (`qwen3_0p6b`, `qwen3_1p7b`, ...)."""
+  return sorted(n for n in vars(qwen3.ModelConfig) if n.startswith("qwen3_"))
+
+
+def named_qwen3_config(name: str) -> qwen3.ModelConfig:
+  """tunix's `qwen3.ModelConfig.<name>()`, one of `qwen3_config_names()`."""
+  return getattr(qwen3.ModelConfig, name)()
+
+
+def make_policy(config: qwen3.ModelConfig, seed: int = 0) -> qwen3.Qwen3:
+  """Randomly initialised tunix `Qwen3`; the same `(config, seed)` gives identical weights."""
+  return qwen3.Qwen3(config, rngs=nnx.Rngs(seed))
+
+
+def abstract_model(config: Any, model_class: type = qwen3.Qwen3) -> nnx.Module:
+  """`model_class(config)` with shapes and no weights (`nnx.eval_shape`): its module tree."""
+  return nnx.eval_shape(lambda: model_class(config, rngs=nnx.Rngs(0)))
+
+
+def causal_mask(batch: int, length: int) -> jax.Array:
+  """`[B, L, L]` boolean lower-triangular attention mask (no padding)."""
+  return jnp.broadcast_to(jnp.tril(jnp.ones((length, length), jnp.bool_)), (batch, length, length))
+
+
+class ValueModel(nnx.Module):
+  """A tunix transformer's backbone (embedder, decoder layers, final norm) plus a
+  `Linear(embed_dim, 1)` head: the critic / reward model for any family in `BACKBONE_FAMILIES`.
+
+  Called like a tunix transformer, it returns per-token scores `[B, L, 1]` (float32), the
+  shape `tunix.rl.common.compute_score` expects. The backbone carries no `lm_head`.
+  """
+
+  def __init__(self, backbone: nnx.Module, *, rngs: nnx.Rngs, trainable_head: bool = False):
+    if hasattr(backbone, "lm_head"):
+      raise ValueError("ValueModel's backbone must have no lm_head (see critic_from_policy)")
+    self.config = backbone.config
+    self.backbone = backbone
+    embed_dim = backbone.config.embed_dim
+    self.value_head = nnx.Linear(
+      embed_dim,
+      1,
+      kernel_init=nnx.initializers.normal(stddev=1.0 / math.sqrt(embed_dim + 1)),
+      bias_init=nnx.initializers.zeros_init(),
+      param_dtype=jnp.float32,
+      # on fsdp, where XLA leaves it after an update; declared replicated (or not at all),
+      # the critic's train step compiled a second time at step 2 on a multi-device mesh
+      kernel_metadata={"sharding": ("fsdp", None)},
+      bias_metadata={"sharding": (None,)},
+      rngs=rngs,
+    )
+    if trainable_head:  # next to frozen LoRA-adapted weights: trained as the adapters are
+      self.value_head.kernel = lora.trainable(self.value_head.kernel)
+      self.value_head.bias = lora.trainable(self.value_head.bias)
+
+  def hidden_states(
+    self,
+    input_tokens: jax.Array,
+    positions: jax.Array,
+    attention_mask: jax.Array,
+    segment_ids: jax.Array | None = None,
+  ) -> jax.Array:
+    """Final-norm hidden states `[B, L, embed_dim]` of the backbone (no KV cache)."""
+    return backbone_hidden_states(
+      self.backbone, input_tokens, positions, attention_mask, segment_ids
+    )
+
+  def __call__(
+    self,
+    input_tokens: jax.Array,
+    positions: jax.Array,
+    cache: None = None,
+    attention_mask: jax.Array | None = None,
+    segment_ids: jax.Array | None = None,
+    **_,
+  ) -> jax.Array:
+    """Scores `[B, L, 1]` for tokens `[B, L]`; a missing mask means causal, unpadded."""
+    if cache is not None:
+      raise ValueError("ValueModel does not decode incrementally; pass cache=None.")
+    if attention_mask is None:
+      attention_mask = causal_mask(*input_tokens.shape)
+    hidden = self.hidden_states(input_tokens, positions, attention_mask, segment_ids)
+    return self.value_head(hidden.astype(jnp.float32))
+
+
+def backbone_hidden_states(
+  model: nnx.Module,
+  tokens: jax.Array,
+  positions: jax.Array,
+  attention_mask: jax.Array,
+  segment_ids: jax.Array | None = None,
+) -> jax.Array:
+  """`[B, L, embed_dim]` final-norm hidden states of a tunix Qwen2 / Qwen3 / Llama 3 /
+  Gemma 3 transformer for tokens `[B, L]`, positions `[B, L]`, mask `[B, L, L]`: its own
+  embedder, layers and final norm, called as its `__call__` calls them (no logits)."""
+  x = model.embedder.encode(tokens)
+  if isinstance(model, qwen2.Qwen2):  # rotary tables made once by the model, not per layer
+    sin, cos = compat.qwen2_rope_tables(positions, model.config.head_dim, model.config.rope_theta)
+    sin, cos = sin.astype(x.dtype), cos.astype(x.dtype)
+    for layer in model.layers:
+      _, x = layer(x, None, attention_mask, sin, cos, segment_ids=segment_ids)
+  elif isinstance(model, qwen3.Qwen3):
+    for layer in model.layers:
+      _, x = layer(x, positions, None, attention_mask, segment_ids=segment_ids)
+  elif isinstance(model, BACKBONE_FAMILIES):
+    for layer in model.layers:
+      _, x = layer(x, positions, None, attention_mask)
+  else:
+    raise TypeError(f"no value model for {type(model).__name__}: use one of {BACKBONE_FAMILIES}")
+  return model.final_norm(x)
+
+
+BACKBONE_FAMILIES = (qwen2.Qwen2, qwen3.Qwen3, llama3.Llama3, gemma3.Gemma3)
+
+
+def make_critic(config: qwen3.ModelConfig, seed: int = 0) -> ValueModel:
+  """Randomly initialised `ValueModel` with a Qwen3 backbone for a policy `config` (the
+  backbone built with tied embeddings, so it has no `lm_head`)."""
+  rngs = nnx.Rngs(seed)
+  backbone = qwen3.Qwen3(dataclasses.replace(config, use_tied_embedding=True), rngs=rngs)
+  return ValueModel(backbone, rngs=rngs)
+
+
+def critic_from_policy(
+  policy: nnx.Module, seed: int = 0, share_weights: bool = False, trainable_head: bool = False
+) -> ValueModel:
+  """`ValueModel` whose backbone is a copy of `policy`'s (embedder, layers, final norm), for
+  any family in `BACKBONE_FAMILIES`; the copy keeps each array's sharding, so a sharded
+  policy gives a sharded critic. Only the value head is new (from `seed`); the policy's
+  `lm_head`, if any, is not copied. `share_weights`: the backbone holds the policy's own
+  arrays instead of copies (for a critic that trains only adapters, `lora_models`), and
+  `trainable_head` makes the head `LoRAParam`s, what a LoRA-enabled tunix trainer trains."""
+  backbone = nnx.clone(policy) if share_weights else copy_model(policy)
+  if hasattr(backbone, "lm_head"):
+    del backbone.lm_head
+  # the head's key is the one `make_critic(config, seed)` draws after initialising its
+  # backbone (one draw per parameter), so a Qwen3 critic starts as it always did
+  rngs = nnx.Rngs(seed)
+  rngs.default.count[...] = len(jax.tree.leaves(nnx.state(backbone, nnx.Param)))
+  return ValueModel(backbone, rngs=rngs, trainable_head=trainable_head)
+
+
+def copy_model(model: nnx.Module) -> nnx.Module:
+  """An independent copy of `model` (same graph, params copied), e.g. a frozen reference."""
+  graphdef, state = nnx.split(model)
+  return nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
+
+
+def with_critic_and_reference(policy: nnx.Module, seed: int = 0):
+  """`(policy, critic, reference)`: the critic's backbone initialised from the policy (common
+  PPO practice, seed `seed + 1` for its head) and the reference a copy of the policy."""
+  return policy, critic_from_policy(policy, seed + 1), copy_model(policy)
+
+
+def lora_models(policy: nnx.Module, spec: lora.LoraSpec, seed: int = 0, critic_lora: bool = False):
+  """`(actor, critic, reference)` for LoRA training of a base `policy`, as tunix's own CLI
+  builds them: the reference is `policy` itself (frozen), the actor `policy` with adapters
+  (`lora.apply_lora`, seed `seed`) holding the very same base arrays, so tunix's cluster
+  shares one copy of the base weights between actor, rollout and reference. The critic is
+  a full copy of the backbone with a value head (seed `seed + 1`), or with `critic_lora` the
+  base's own arrays plus adapters, its value head made trainable (`LoRAParam`)."""
+  actor = lora.apply_lora(policy, spec, seed)
+  if not critic_lora:
+    return actor, critic_from_policy(policy, seed + 1), policy
+  critic = critic_from_policy(policy, seed + 1, share_weights=True, trainable_head=True)
+  return actor, lora.apply_lora(critic, spec, seed + 1), policy

@@ -1,0 +1,1 @@
+"""Multi-turn episodes through tunix's rollout engine; tunix's agentic environments."""

@@ -1,0 +1,481 @@
+"""tunix's vanilla `Sampler`, continued from its own KV cache turn after turn.
+
+tunix 0.1.7's `Sampler.__call__` takes strings, tokenises them, builds a fresh KV cache,
+prefills the whole (left-padded) prompt and decodes; a multi-turn episode played that
+way re-encodes its whole history at every turn, a cost that grows with the square of
+the number of turns. `ContinuingSampler` subclasses it and keeps the sampling state (the
+token buffer, positions, KV cache) of one batch of episodes between turns
+(`Conversation`): a turn prefills only the tokens each row's context gained since the
+previous turn, then decodes with tunix's decode loop (its step, except that a pad id the
+agent samples is attended, as in the trainer's context).
+
+Layout of the state (`[B, S]` buffers, `S` the cache size; one slot is one token, as in
+tunix): the first turn's left-padded prompts, then per turn the generated slots and the
+next block of new tokens. Slots a row does not use (padding of a block, tokens sampled
+after its EOS, a finished row's slots) hold the pad id, which tunix's sampler masks out
+of attention; positions (RoPE) count the non-pad slots only, so a row sees exactly its
+context, as when the context is re-encoded. The last token of a turn (EOS, or the last
+sampled token of a turn cut at `max_tokens`) is fed again in the next block: the decode
+loop may stop before feeding it, so its cache entry is not relied on.
+
+When the buffer has no room for the next turn's block and tokens, the state is first
+compacted: every row's kept slots (keys and values included: they depend on positions,
+not slots) are moved, in order, to the start of the buffer, which frees every hole (a
+gather, no model pass). When a row's context does not extend what the cache holds, the
+sampling settings change, the contexts still do not fit, or the model's attention depends
+on slot distances (Gemma3's sliding windows), the turn re-encodes the whole context into
+a fresh state (`reencoded`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from tunix.generate import sampler as sampler_lib
+from tunix.generate import utils as generate_utils
+from tunix.models.llama3 import model as llama3
+from tunix.models.qwen2 import model as qwen2
+from tunix.models.qwen3 import model as qwen3
+
+from tunix_ppo_ext._src.tunix import compat
+
+# Models whose attention layers attend to every cache slot the mask allows (no sliding
+# window over slot indices): a cache with masked holes gives them the same logits.
+CONTINUABLE = (qwen2.Qwen2, qwen3.Qwen3, llama3.Llama3)
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnSampling:
+  """One turn's sampling settings (those of tunix's `RolloutConfig`).
+
+  `temperature == 0` (or `top_p is None`) is greedy, as in tunix's sampler; `seed` makes
+  the turn's key `PRNGKey(seed)`, folded with the slot index per token.
+  """
+
+  max_tokens: int
+  temperature: float = 1.0
+  top_p: float | None = 1.0
+  top_k: int | None = None
+  seed: int = 0
+  return_logprobs: bool = False
+
+  def mode(self) -> tuple[Any, ...]:
+    """What a sampling state is built for (a state built otherwise is not continued)."""
+    return (self.temperature, self.top_p, self.top_k, self.return_logprobs)
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnOutput:
+  """One turn's samples, as tunix's `RolloutOutput` gives them.
+
+  `tokens[b]`: row b's sampled ids before its first EOS (the EOS stripped);
+  `logprobs[b]`: their log-probs (with `return_logprobs`); `reencoded`: whether the turn
+  prefilled whole contexts; `prefilled`: the prefill width `W` (slots per row).
+  """
+
+  tokens: list[np.ndarray]
+  logprobs: list[list[float]] | None
+  reencoded: bool
+  prefilled: int
+
+
+class ContinuingSampler(sampler_lib.Sampler):
+  """tunix's `Sampler` plus `conversation()`: multi-turn sampling from token ids that
+  continues from the KV cache of the previous turn (see the module docstring). A turn
+  ends at the tokenizer's EOS (tunix's default stop token)."""
+
+  def __init__(self, transformer: nnx.Module, tokenizer: Any, cache_config: Any):
+    super().__init__(transformer, tokenizer, cache_config)
+    prefill, _ = compat.sampler_step_functions(self, [self.tokenizer.eos_id()])
+    # name: (function, donated argument, static argument names); decode per turn length
+    self._functions = {
+      "prefill": (prefill, 1, ("echo",)),
+      "extend": (self._extend_fn, 1, ()),
+      "compact": (self._compact_fn, 0, ()),
+    }
+    self._start_jit, self._extend_jit, self._compact_jit = (
+      self._jit(name) for name in ("prefill", "extend", "compact")
+    )
+    self._decode_jits: dict[int, Any] = {}  # per number of tokens a turn samples
+    self.continuable = isinstance(transformer, CONTINUABLE)
+    self.placeholder = 1 if self.tokenizer.pad_id() == 0 else 0  # a non-pad id, never fed
+    self._last_token_only = (
+      "decode_only_last_token" in inspect.signature(transformer.__call__).parameters
+    )
+
+  @classmethod
+  def like(cls, sampler: sampler_lib.Sampler) -> ContinuingSampler:
+    """A `ContinuingSampler` on `sampler`'s model, tokenizer and cache, sharing its weights
+    (the same variables: a trainer that updates them in place updates both)."""
+    continuing = cls(sampler.transformer, sampler.tokenizer, sampler.cache_config)
+    continuing.follow(sampler)
+    return continuing
+
+  def follow(self, sampler: sampler_lib.Sampler) -> None:
+    """Samples with `sampler`'s variables (tunix replaces the engine's when it syncs
+    weights to a rollout model that is not the actor's)."""
+    if self.transformer_state is not sampler.transformer_state:
+      self.transformer_state = sampler.transformer_state
+
+  def conversation(self, continued: bool = True) -> Conversation:
+    """A new batch of episodes; `continued=False` re-encodes every turn (the old path)."""
+    return Conversation(self, continued and self.continuable)
+
+  # ----- the jitted pieces -----
+
+  def decode(self, params: Any, state: Any, max_tokens: int) -> Any:
+    """tunix's decode loop on `state`, for a turn sampling `max_tokens` tokens (jitted)."""
+    return self.programs(max_tokens)["decode"](params, state)
+
+  def programs(self, max_tokens: int, keep_unused: bool = False) -> dict[str, Any]:
+    """The jitted programs a conversation runs, by name, for turns of `max_tokens` tokens:
+    `prefill` (tunix's, a fresh or re-encoded turn: `(params, state, None, echo=False)`),
+    `decode` (`(params, state)`), `extend` (`(params, state, blocks [B, W], real [B, W],
+    start, hole_from [B])`) and `compact` (`(state, source [B, S], kept [B, S])`); the
+    sampling state is donated in each. `keep_unused`: the same programs jitted anew with
+    every argument kept, also state fields a program does not read (they stay on the
+    device during the call: what `tunix-ppo-ext plan` compiles to count them)."""
+    if max_tokens not in self._decode_jits:
+      self._decode_jits[max_tokens] = self._jit("decode", max_tokens=max_tokens)
+    if keep_unused:
+      names = ("prefill", "decode", "extend", "compact")
+      return {name: self._jit(name, True, max_tokens=max_tokens) for name in names}
+    return {
+      "prefill": self._start_jit,
+      "decode": self._decode_jits[max_tokens],
+      "extend": self._extend_jit,
+      "compact": self._compact_jit,
+    }
+
+  def _jit(self, name: str, keep_unused: bool = False, max_tokens: int = 0) -> Any:
+    """Program `name` jitted with its sampling state donated (decode: for `max_tokens`)."""
+    if name == "decode":
+      step = functools.partial(self._decode_fn_for_turn, max_tokens=max_tokens)
+      function, donated, static = step, 1, ()
+    else:
+      function, donated, static = self._functions[name]
+    return jax.jit(
+      function, donate_argnums=(donated,), static_argnames=static, keep_unused=keep_unused
+    )
+
+  def _decode_fn_for_turn(self, params: Any, state: Any, max_tokens: int) -> Any:
+    """tunix's `Sampler` decode loop and sample step (a `while_loop` feeding one token a
+    step), except that a pad id the agent samples in this turn is attended, as in the
+    trainer's context: only pad ids before the turn's first sampled slot are masked."""
+    pad = self.tokenizer.pad_id()
+    first = state.total_sampling_steps - (max_tokens - 1)
+    graphdef, _ = self.model_def_and_state()
+
+    def step(s: Any) -> Any:
+      d = s.decoding_step
+      slots = jnp.arange(s.token_buffer.shape[1])[None, :]
+      masked = (s.token_buffer == pad) & (slots < first)
+      mask = generate_utils.compute_attention_masks(d, self.cache_config.cache_size, masked)
+      transformer = nnx.merge(graphdef, params)
+      logits, cache = transformer(
+        s.token_buffer[:, d][:, None],
+        positions=s.positions[:, d][:, None],
+        cache=s.cache,
+        attention_mask=mask,
+      )
+      return compat.sample_next_token(self, logits, cache, s)
+
+    def more(s: Any) -> Any:
+      return (s.decoding_step < s.total_sampling_steps) & jnp.any(~s.done)
+
+    return jax.lax.while_loop(more, step, state)
+
+  def _extend_fn(
+    self,
+    params: Any,
+    state: Any,
+    blocks: jax.Array,
+    real: jax.Array,
+    start: jax.Array,
+    hole_from: jax.Array,
+  ) -> Any:
+    """Prefills `blocks` `[B, W]` at slots `[start, start + W)` and samples the next token.
+
+    Slots `[hole_from[b], start)` of row b become pad (masked); positions are recounted
+    over the non-pad slots (future slots count); key slot j is attended by the block's
+    query i iff j <= start + i and slot j is not pad. The cache's `end_index` is set to
+    `start` so the model writes the block's keys and values there.
+    """
+    batch, width = blocks.shape
+    pad = self.tokenizer.pad_id()
+    slots = jnp.arange(state.token_buffer.shape[1], dtype=jnp.int32)[None, :]
+    hole = (slots >= hole_from[:, None]) & (slots < start)
+    tokens = jnp.where(hole, pad, state.token_buffer)
+    # a pad id among a block's real ids (one the agent sampled, fed again) stands in the
+    # buffer as `placeholder`: attended and counted from now on, as in the trainer's context
+    written = jnp.where(real, jnp.where(blocks == pad, self.placeholder, blocks), pad)
+    tokens = jax.lax.dynamic_update_slice(tokens, written, (jnp.int32(0), start))
+    positions = generate_utils.build_positions_from_mask((tokens != pad) | (slots >= start + width))
+    block_positions = jax.lax.dynamic_slice(positions, (jnp.int32(0), start), (batch, width))
+    queries = start + jnp.arange(width, dtype=jnp.int32)
+    mask = (tokens != pad)[:, None, :] & (slots[:, None, :] <= queries[None, :, None])
+    cache = {
+      name: {**layer, "end_index": jnp.full_like(layer["end_index"], start)}
+      for name, layer in state.cache.items()
+    }
+    graphdef, _ = self.model_def_and_state()
+    transformer = nnx.merge(graphdef, params)
+    kwargs = {"decode_only_last_token": True} if self._last_token_only else {}
+    logits, cache = transformer(blocks, block_positions, cache, mask, **kwargs)
+    state = dataclasses.replace(
+      state,
+      token_buffer=tokens,
+      positions=positions,
+      cache=cache,
+      decoding_step=start + width - 1,
+    )
+    return compat.sample_next_token(self, logits, cache, state)
+
+  def _compact_fn(self, state: Any, source: jax.Array, kept: jax.Array) -> Any:
+    """Slot j of row b takes slot `source[b, j]`'s token, keys and values where `kept[b, j]`
+    (`[B, S]`), else becomes pad: each row's kept slots moved, in order, to the front."""
+    pad = self.tokenizer.pad_id()
+    tokens = jnp.take_along_axis(state.token_buffer, source, axis=1)
+    index = source[:, :, None, None]
+    cache = {
+      name: {
+        **layer,
+        "k": jnp.take_along_axis(layer["k"], index, axis=1),
+        "v": jnp.take_along_axis(layer["v"], index, axis=1),
+      }
+      for name, layer in state.cache.items()
+    }
+    return dataclasses.replace(state, token_buffer=jnp.where(kept, tokens, pad), cache=cache)
+
+
+def _int32(x: int) -> jax.Array:
+  return jnp.asarray(x, jnp.int32)
+
+
+def _kept(sampled: np.ndarray, pad: int) -> int:
+  """How many of a turn's sampled ids (EOS included) the cache keeps: all but the last
+  (the decode loop may stop before feeding it), and none from a sampled pad id on: those
+  are fed again next turn, where the pad id is written as the placeholder that keeps it
+  attended (in the buffer a pad id is masked)."""
+  pads = np.flatnonzero(sampled == pad)
+  return int(min(len(sampled) - 1, pads[0])) if len(pads) else len(sampled) - 1
+
+
+def prefill_bucket(width: int) -> int:
+  """The prefill width for `width` new tokens: the next power of two (few compilations)."""
+  return 1 << max(width - 1, 0).bit_length()
+
+
+class Conversation:
+  """The sampling state of one batch of episodes between turns (`ContinuingSampler`).
+
+  Each `turn(contexts, active, sampling, fresh_width)` samples one turn for every row:
+  `contexts[b]` is row b's whole context so far (token ids); inactive rows (finished
+  episodes) are not sampled for. `reencodes` counts the turns that re-encoded,
+  `compactions` the times the state was compacted.
+  """
+
+  def __init__(self, sampler: ContinuingSampler, continued: bool):
+    self.sampler = sampler
+    self.continued = continued
+    self.reencodes = 0
+    self.compactions = 0
+    self._tokens = np.zeros((0, 0), np.int32)  # the token buffer after the last turn
+    self._state: Any = None
+    self._mode: tuple[Any, ...] | None = None
+    self._cached: list[np.ndarray] = []  # per row: the context ids the cache holds
+    self._hole_from = np.zeros(0, np.int32)
+    self._next_slot = 0  # where the next block goes
+
+  def turn(
+    self,
+    contexts: Sequence[Sequence[int]],
+    active: Sequence[bool],
+    sampling: TurnSampling,
+    fresh_width: int,
+  ) -> TurnOutput:
+    """Samples up to `sampling.max_tokens` tokens per active row after its context.
+
+    Continues from the cache when possible, else re-encodes every context left-padded to
+    `fresh_width` (or more, see `_fresh_width`) in a fresh state.
+    """
+    contexts = [np.asarray(c, np.int32) for c in contexts]
+    active_rows = np.asarray(active, bool)
+    blocks = self._blocks(contexts, active_rows, sampling)
+    if blocks is not None and not self._fits(blocks, sampling):
+      self._compact()
+      blocks = blocks if self._fits(blocks, sampling) else None
+    if blocks is None:
+      width = self._fresh_width(contexts, sampling, fresh_width)
+      start = self._start(contexts, active_rows, sampling, width)
+      self.reencodes += 1
+    else:
+      width = prefill_bucket(max(len(b) for b in blocks))
+      start = self._extend(blocks, active_rows, sampling, width)
+    return self._read(contexts, active_rows, sampling, start, blocks is None, width)
+
+  def _fresh_width(
+    self, contexts: list[np.ndarray], sampling: TurnSampling, fresh_width: int
+  ) -> int:
+    """`fresh_width`, or the longest context's power-of-two bucket (its length if the
+    bucket leaves no room for the turn) when a context is longer."""
+    longest = max(len(c) for c in contexts)
+    if longest <= fresh_width:
+      return fresh_width
+    bucket = prefill_bucket(longest)
+    fits = bucket + sampling.max_tokens <= self.sampler.cache_config.cache_size
+    return bucket if fits else longest
+
+  def _blocks(
+    self, contexts: list[np.ndarray], active: np.ndarray, sampling: TurnSampling
+  ) -> list[np.ndarray] | None:
+    """Per row, the ids its context gained since the cache's; None when the turn must
+    re-encode (first turn, old path, other settings, a context that does not extend the
+    cached one, or no room left in the buffer)."""
+    if not self.continued or self._state is None or self._mode != sampling.mode():
+      return None
+    if len(contexts) != len(self._cached):
+      return None
+    blocks = []
+    for context, cached, live in zip(contexts, self._cached, active, strict=True):
+      if not live:
+        blocks.append(np.zeros(0, np.int32))
+        continue
+      n = len(cached)
+      if len(context) <= n or not np.array_equal(context[:n], cached):
+        return None
+      blocks.append(context[n:])
+    return blocks if active.any() else None
+
+  def _fits(self, blocks: list[np.ndarray], sampling: TurnSampling) -> bool:
+    """Whether the blocks and the turn's tokens fit after the next free slot."""
+    width = prefill_bucket(max(len(b) for b in blocks))
+    return self._next_slot + width + sampling.max_tokens <= self.sampler.cache_config.cache_size
+
+  def _compact(self) -> None:
+    """Moves every row's kept slots (non-pad, before its hole), in order, to end at slot
+    `L` (the most any row keeps), left-padded: slots from `L` on are free."""
+    tokens = self._tokens
+    slots = np.arange(tokens.shape[1])
+    kept = (tokens != self.sampler.tokenizer.pad_id()) & (slots < self._hole_from[:, None])
+    longest = int(kept.sum(1).max())
+    source, moved = np.zeros(tokens.shape, np.int32), np.zeros(tokens.shape, bool)
+    for row, row_kept in enumerate(kept):
+      where = np.flatnonzero(row_kept)
+      source[row, longest - len(where) : longest] = where
+      moved[row, longest - len(where) : longest] = True
+    self._state = self.sampler._compact_jit(self._state, jnp.asarray(source), jnp.asarray(moved))
+    self._next_slot, self._hole_from = longest, np.full(len(tokens), longest, np.int32)
+    self.compactions += 1
+
+  def _start(
+    self, contexts: list[np.ndarray], active: np.ndarray, sampling: TurnSampling, width: int
+  ) -> int:
+    """A fresh state with `contexts` left-padded to `width`, prefilled by tunix's own
+    prefill; returns the first generated slot."""
+    sampler, pad = self.sampler, self.sampler.tokenizer.pad_id()
+    room = sampler.cache_config.cache_size
+    if width + sampling.max_tokens > room:
+      raise ValueError(
+        f"a context of {width} tokens plus {sampling.max_tokens} sampled ones does not fit "
+        f"the rollout KV cache of {room}; raise max_tokens_to_generate"
+      )
+    padded = np.stack([generate_utils.pad_to_length(c, width, pad, left=True) for c in contexts])
+    state = sampler.init_sample_state(
+      jnp.asarray(padded),
+      total_sampling_steps=room,
+      include_logits=False,
+      forbidden_token_ids=None,
+      temperature=sampling.temperature,
+      top_p=sampling.top_p if sampling.temperature > 0 else None,
+      top_k=sampling.top_k,
+      seed=jax.random.PRNGKey(sampling.seed),
+      beam_size=None,
+      include_logprobs=sampling.return_logprobs,
+    )
+    state = self._for_turn(state, active, width, sampling, num_input_tokens=width)
+    _, params = sampler.model_def_and_state()
+    state = sampler._start_jit(params, state, None, echo=False)
+    # `num_input_tokens` is static (a compilation key) and read only by tunix's prefill
+    state = dataclasses.replace(state, num_input_tokens=0)
+    self._state = sampler.decode(params, state, sampling.max_tokens)
+    self._mode = sampling.mode()
+    self._cached = list(contexts)
+    return width
+
+  def _extend(
+    self, blocks: list[np.ndarray], active: np.ndarray, sampling: TurnSampling, width: int
+  ) -> int:
+    """Prefills each row's new ids (left-padded to `width`) at the next free slot and
+    decodes; returns the first generated slot."""
+    sampler, pad = self.sampler, self.sampler.tokenizer.pad_id()
+    start = self._next_slot
+    padded = np.stack([generate_utils.pad_to_length(b, width, pad, left=True) for b in blocks])
+    real = np.arange(width)[None, :] >= width - np.array([len(b) for b in blocks])[:, None]
+    state = dataclasses.replace(self._state, seed=jax.random.PRNGKey(sampling.seed))
+    state = self._for_turn(state, active, start + width, sampling)
+    _, params = sampler.model_def_and_state()
+    state = sampler._extend_jit(
+      params,
+      state,
+      jnp.asarray(padded),
+      jnp.asarray(real),
+      _int32(start),
+      jnp.asarray(self._hole_from),
+    )
+    self._state = sampler.decode(params, state, sampling.max_tokens)
+    self._cached = [
+      c if not live else np.concatenate([c, b])
+      for c, b, live in zip(self._cached, blocks, active, strict=True)
+    ]
+    return start + width
+
+  @staticmethod
+  def _for_turn(state: Any, active: np.ndarray, first: int, sampling: TurnSampling, **more: Any):
+    """`state` set up to sample `max_tokens` tokens from slot `first` for the active rows
+    (int32 scalars throughout: one compilation of each jitted piece)."""
+    return dataclasses.replace(
+      state,
+      decoding_step=_int32(first - 1),
+      total_sampling_steps=_int32(first + sampling.max_tokens - 1),
+      done=jnp.asarray(~active),
+      **more,
+    )
+
+  def _read(
+    self,
+    contexts: list[np.ndarray],
+    active: np.ndarray,
+    sampling: TurnSampling,
+    first: int,
+    reencoded: bool,
+    width: int,
+  ) -> TurnOutput:
+    """The turn's samples per row, and the bookkeeping for the next turn: the cache keeps
+    every sampled token but the last (fed again next turn), the rest becomes a hole."""
+    state = self._state
+    tokens_buffer, last_step = jax.device_get((state.token_buffer, state.decoding_step))
+    logps_buffer = jax.device_get(state.logprobs_buffer) if sampling.return_logprobs else None
+    eos = self.sampler.tokenizer.eos_id()
+    tokens, logprobs, hole_from = [], [], np.full(len(contexts), first, np.int32)
+    for row, live in enumerate(active):
+      sampled = tokens_buffer[row, first : first + sampling.max_tokens]
+      stops = np.flatnonzero(sampled == eos)
+      n = int(stops[0]) if len(stops) else len(sampled)  # tokens before the EOS
+      tokens.append(sampled[:n])
+      if logps_buffer is not None:
+        logprobs.append(logps_buffer[row, first : first + n].tolist())
+      if live:
+        kept = _kept(sampled[: min(n + 1, len(sampled))], self.sampler.tokenizer.pad_id())
+        hole_from[row] = first + kept
+        self._cached[row] = np.concatenate([self._cached[row], sampled[:kept]])
+    self._hole_from, self._next_slot, self._tokens = hole_from, int(last_step), tokens_buffer
+    return TurnOutput(tokens, logprobs if logps_buffer is not None else None, reencoded, width)

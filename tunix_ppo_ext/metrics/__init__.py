@@ -1,2 +1,0 @@
-"""Metrics: the key taxonomy (`keys`), batch statistics (`stats`), sinks and readers
-(`sinks`), and the plot of a run (`plot`)."""

@@ -1,0 +1,40 @@
+"""Models and clusters: meshes, toy and Hugging Face policies, critics, LoRA, export.
+
+`build_cluster` builds tunix's real `RLCluster` (mesh, trainer and rollout configs) for a
+policy, a reference, a critic and a tokenizer; `load_checkpoint` reads a Hugging Face
+checkpoint of any supported family through tunix's own loaders.
+"""
+
+from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_mesh, make_models
+from tunix_ppo_ext._src.tunix.cluster.mesh import role_meshes
+from tunix_ppo_ext._src.tunix.cluster.optimizers import OptimizerSpec, build_optimizer
+from tunix_ppo_ext._src.tunix.models.hf_export import save_hf_checkpoint
+from tunix_ppo_ext._src.tunix.models.hf_models import load_checkpoint, read_hf_config
+from tunix_ppo_ext._src.tunix.models.lora import LoraSpec, apply_lora, merged
+from tunix_ppo_ext._src.tunix.models.toy_models import (
+  ValueModel,
+  critic_from_policy,
+  make_critic,
+  make_policy,
+  tiny_qwen3_config,
+)
+
+__all__ = [
+  "LoraSpec",
+  "OptimizerSpec",
+  "ValueModel",
+  "apply_lora",
+  "build_cluster",
+  "build_optimizer",
+  "critic_from_policy",
+  "load_checkpoint",
+  "make_critic",
+  "make_mesh",
+  "make_models",
+  "make_policy",
+  "merged",
+  "read_hf_config",
+  "role_meshes",
+  "save_hf_checkpoint",
+  "tiny_qwen3_config",
+]

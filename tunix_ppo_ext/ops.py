@@ -1,0 +1,85 @@
+"""Pure JAX math (jax, numpy and chex only): every function takes arrays and callables.
+
+Masked reductions; log-probs, entropy and the full-vocabulary KL from logits; per-token
+KL estimators and KL controllers; PPO policy and value losses with verl's aggregation
+modes; verl's other policy losses (GSPO, SAPO, GMPO, CISPO, Clip-Cov, KL-Cov, GPG);
+advantage estimators (GAE, GRPO, RLOO, REINFORCE++); rollout correction (verl's
+`rollout_is` / `rollout_rs`); DAPO's overlong penalty and informative groups; score
+normalization. Nothing here knows tunix; `compute_kl_divergence` here takes the
+estimator as a callable (the by-name form, tunix's signature, is
+`tunix_ppo_ext.compute_kl_divergence`).
+"""
+
+from tunix_ppo_ext._src.math.advantages import (
+  compute_gae_advantages,
+  compute_grpo_advantages,
+  compute_reinforce_plus_plus_advantages,
+  compute_rloo_advantages,
+)
+from tunix_ppo_ext._src.math.kl import (
+  AdaptiveKLController,
+  FixedKLController,
+  compute_kl_divergence,
+  kl_abs,
+  kl_k1,
+  kl_k2,
+  kl_k3,
+  make_kl_controller,
+)
+from tunix_ppo_ext._src.math.logits import full_kl_divergence, logps_and_entropy
+from tunix_ppo_ext._src.math.masked import masked_mean, masked_sum, masked_whiten
+from tunix_ppo_ext._src.math.overlong import informative_groups, overlong_penalty
+from tunix_ppo_ext._src.math.ppo_losses import (
+  aggregate_loss,
+  entropy_from_logits,
+  policy_loss,
+  value_loss,
+)
+from tunix_ppo_ext._src.math.rollout_is import rollout_is_weights, rollout_rejection_mask
+from tunix_ppo_ext._src.math.score_norm import normalize_scores, top_spread_groups
+from tunix_ppo_ext._src.math.verl_losses import (
+  cispo_loss,
+  clip_cov_loss,
+  geo_mean_loss,
+  gpg_loss,
+  gspo_loss,
+  kl_cov_loss,
+  sapo_loss,
+)
+
+__all__ = [
+  "AdaptiveKLController",
+  "FixedKLController",
+  "aggregate_loss",
+  "cispo_loss",
+  "clip_cov_loss",
+  "compute_gae_advantages",
+  "compute_grpo_advantages",
+  "compute_kl_divergence",
+  "compute_reinforce_plus_plus_advantages",
+  "compute_rloo_advantages",
+  "entropy_from_logits",
+  "full_kl_divergence",
+  "geo_mean_loss",
+  "gpg_loss",
+  "gspo_loss",
+  "informative_groups",
+  "kl_abs",
+  "kl_cov_loss",
+  "kl_k1",
+  "kl_k2",
+  "kl_k3",
+  "logps_and_entropy",
+  "make_kl_controller",
+  "masked_mean",
+  "masked_sum",
+  "masked_whiten",
+  "normalize_scores",
+  "overlong_penalty",
+  "policy_loss",
+  "rollout_is_weights",
+  "rollout_rejection_mask",
+  "sapo_loss",
+  "top_spread_groups",
+  "value_loss",
+]

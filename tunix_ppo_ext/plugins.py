@@ -1,0 +1,49 @@
+"""Plugins (stdlib only, no side effects): the kinds, what each must be, and the registry.
+
+A plugin is a name in one of the `tunix_ppo_ext.<kind>` entry-point groups (kinds:
+`kl_estimators`, `policy_losses`, `value_losses`, `advantage_estimators`,
+`metric_sinks`, `environments`) or an in-code `register(kind, name)`. `get(kind, name)`
+loads one (`name@distribution` picks one of two offers); `report()` lists what is
+installed and whether it loads (`tunix-ppo-ext plugins`).
+"""
+
+from tunix_ppo_ext._src.plugins.kinds import (
+  ADVANTAGE_ESTIMATORS,
+  ENVIRONMENTS,
+  KINDS,
+  KL_ESTIMATORS,
+  METRIC_SINKS,
+  POLICY_LOSSES,
+  VALUE_LOSSES,
+)
+from tunix_ppo_ext._src.plugins.protocols import Environment, StepOutput
+from tunix_ppo_ext._src.plugins.registry import (
+  PluginError,
+  UnknownNameError,
+  format_report,
+  get,
+  names,
+  register,
+  report,
+  unregister,
+)
+
+__all__ = [
+  "ADVANTAGE_ESTIMATORS",
+  "ENVIRONMENTS",
+  "KINDS",
+  "KL_ESTIMATORS",
+  "METRIC_SINKS",
+  "POLICY_LOSSES",
+  "VALUE_LOSSES",
+  "Environment",
+  "PluginError",
+  "StepOutput",
+  "UnknownNameError",
+  "format_report",
+  "get",
+  "names",
+  "register",
+  "report",
+  "unregister",
+]
