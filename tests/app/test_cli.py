@@ -8,13 +8,9 @@ import pytest
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.run import cli, job
-from tunix_ppo_ext._src.run.run_config import RunConfig, load_run_config
+from tunix_ppo_ext._src.run.run_config import load_run_config
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
-
-
-def test_default_yaml_holds_the_builtin_default():
-  assert load_run_config(str(CONFIGS / "default.yaml")) == load_run_config(None) == RunConfig()
 
 
 def test_dotted_overrides_reach_every_section():

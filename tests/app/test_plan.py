@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tunix_ppo_ext._src.run import cli, plan
-from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.guards import guarded_adam
@@ -366,5 +366,5 @@ def test_step_rows_count_episodes_with_groups():
   generations, the learner's chunk), inside a rollout of lcm(4, 8) = 8 episodes."""
   overrides = ["ppo.advantage_estimator=grpo", "ppo.num_generations=4"]
   overrides += ["batch.train_micro_batch_size=4", "batch.logps_micro_batch_size=8"]
-  rows = plan.step_rows(load_run_config(None, overrides, need_files=False))
+  rows = plan.step_rows(load_resolved(None, overrides, need_files=False))
   assert (rows.rollout, rows.logps, rows.train) == (8, 8, 4)

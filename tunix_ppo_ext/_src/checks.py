@@ -4,7 +4,8 @@
 - `check_number(name, value, ...)`: a real, finite number inside an interval, as float.
 - `check_integer(name, value, low)`: an integer (not a bool) `>= low`.
 
-Every error is one `ValueError` line naming the field, the value and what is allowed.
+Every error is one `ConfigError` line (a `ValueError`) naming the field, the value and what
+is allowed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ import math
 import numbers
 from collections.abc import Iterable
 
-__all__ = ["check_integer", "check_number", "did_you_mean"]
+__all__ = ["ConfigError", "check_integer", "check_number", "did_you_mean"]
+
+
+class ConfigError(ValueError):
+  """Bad input a user can fix: a config key, an option, a file or a value, named in one line.
+
+  The command line exits with status 2 for it (and for a broken plugin), status 1 for any
+  other failure.
+  """
 
 
 def did_you_mean(value: object, choices: Iterable[str], n: int = 1) -> str:
@@ -53,12 +62,12 @@ def check_number(
     ok = ok and (high is None or (value_f < high if high_open else value_f <= high))
   if not ok:
     allowed = f"a finite number in {interval(low, high, low_open, high_open)}"
-    raise ValueError(f"{name}={value!r} is invalid: must be {allowed}.")
+    raise ConfigError(f"{name}={value!r} is invalid: must be {allowed}.")
   return value_f
 
 
 def check_integer(name: str, value: object, low: int) -> int:
   """`value` if it is an integer (not a bool) `>= low`; ValueError naming `name` otherwise."""
   if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-    raise ValueError(f"{name}={value!r} is invalid: must be an integer >= {low}.")
+    raise ConfigError(f"{name}={value!r} is invalid: must be an integer >= {low}.")
   return int(value)

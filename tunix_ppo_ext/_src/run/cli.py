@@ -23,11 +23,12 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics import sinks as metrics
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import distributed
 from tunix_ppo_ext._src.run.job import run_meshes, train
-from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix.cluster.guards import NonFiniteTrainingError
 from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes
 
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except NonFiniteTrainingError as err:  # the NaN guard stopped the run after a checkpoint
     _error(str(err), args.debug)
     return EXIT_NAN_GUARD
-  except (ValueError, registry.PluginError) as err:
+  except (ConfigError, registry.PluginError) as err:  # bad input, named: the user can fix it
     _error(str(err), args.debug)
     return EXIT_BAD_INPUT
   except Exception as err:  # noqa: BLE001 (one line for anything else; --debug shows more)
@@ -140,14 +141,15 @@ def _error(message: str, debug: bool = False) -> None:
 def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.output_dir is not None:
     overrides.append(f"output_dir={args.output_dir}")
-  run = load_run_config(args.config, overrides)
+  resolved = load_resolved(args.config, overrides)  # the one resolution of this command
+  run = resolved.run
   distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ), os.environ)
   meshes = run_meshes(run)  # device counts are known only now (after joining other hosts)
   for line in describe_meshes(meshes).splitlines():
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)
   if run.wandb == "online" and not metrics.has_wandb_key():
     print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
-  train(run)
+  train(resolved)
   return 0
 
 
@@ -155,9 +157,9 @@ def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext plan`: compiles the config's step for a TPU topology, prints memory."""
   from tunix_ppo_ext._src.run import plan  # noqa: PLC0415 (compiler setup only here
 
-  run = load_run_config(args.config, overrides, need_files=False)
+  resolved = load_resolved(args.config, overrides, need_files=False)
   pieces = [p for p in (args.pieces or "").split(",") if p]
-  result = plan.plan(run, args.topology, pieces, args.compiler)
+  result = plan.plan(resolved, args.topology, pieces, args.compiler)
   print(plan.format_plan(result, args.config))
   if args.json:
     pathlib.Path(args.json).write_text(json.dumps(result.to_json(), indent=2))

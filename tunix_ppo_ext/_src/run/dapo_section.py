@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tunix_ppo_ext._src.checks import check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
 from tunix_ppo_ext._src.data.dynamic_sampling import (
   SCORE_METRICS,
   fill_with_informative_groups,
@@ -80,20 +80,20 @@ def validate_dapo(section: DapoSection, budget: int, num_generations: int) -> No
   check_integer("config key 'dapo.overlong_buffer.len'", over.len, low=1)
   check_number("config key 'dapo.overlong_buffer.penalty_factor'", over.penalty_factor, low=0.0)
   if over.enable and over.len > budget:
-    raise ValueError(
+    raise ConfigError(
       f"config key 'dapo.overlong_buffer.len'={over.len} exceeds the budget of {budget} agent "
       "tokens: min(env.max_completion_len, env.max_turns * env.max_tokens_per_turn)"
     )
   if groups.metric not in SCORE_METRICS:
     hint = did_you_mean(groups.metric, SCORE_METRICS)
-    raise ValueError(
+    raise ConfigError(
       f"config key 'dapo.filter_groups.metric'={groups.metric!r} unknown{hint} "
       f"(valid: {SCORE_METRICS})"
     )
   rounds = groups.max_num_gen_batches
   check_integer("config key 'dapo.filter_groups.max_num_gen_batches'", rounds, low=1)
   if groups.enable and num_generations < 2:
-    raise ValueError(
+    raise ConfigError(
       f"config key 'dapo.filter_groups.enable'=True needs groups: ppo.num_generations="
       f"{num_generations} makes groups of one, which dynamic sampling always keeps"
     )

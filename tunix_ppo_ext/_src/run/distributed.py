@@ -16,6 +16,8 @@ from typing import TypeVar
 
 import jax
 
+from tunix_ppo_ext._src.checks import ConfigError
+
 T = TypeVar("T")
 COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
 TPU_HOSTS_ENV = ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES")
@@ -47,7 +49,7 @@ def initialize_kwargs(env: Mapping[str, str]) -> dict[str, int]:
       try:
         kwargs[key] = int(env[name])
       except ValueError:
-        raise ValueError(f"environment variable {name}={env[name]!r} must be an int") from None
+        raise ConfigError(f"environment variable {name}={env[name]!r} must be an int") from None
   return kwargs
 
 

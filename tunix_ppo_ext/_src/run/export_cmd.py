@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pathlib
 
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import job, resume
 from tunix_ppo_ext._src.run.run_config import (
   RunConfig,
@@ -30,7 +31,7 @@ RUN_CONFIG = "config.json"
 def check_out_dir(out_dir: pathlib.Path) -> None:
   """OUT_DIR must not exist, or be an empty directory; ValueError naming it otherwise."""
   if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-    raise ValueError(
+    raise ConfigError(
       f"OUT_DIR {str(out_dir)!r} exists and is not empty: export into a new or empty directory"
     )
 
@@ -39,12 +40,12 @@ def latest_actor_step(run_dir: pathlib.Path) -> int:
   """The newest step orbax finished writing under `RUN_DIR/checkpoints/actor`; ValueError
   naming the run when it has none (or is no run directory at all)."""
   if not (run_dir / RUN_CONFIG).is_file():
-    raise ValueError(
+    raise ConfigError(
       f"RUN_DIR {str(run_dir)!r} has no {RUN_CONFIG}: give a train command's output directory"
     )
   steps = resume.finalized_steps(run_dir / "checkpoints" / "actor")
   if not steps:
-    raise ValueError(
+    raise ConfigError(
       f"RUN_DIR {str(run_dir)!r} has no finalized actor checkpoint in checkpoints/actor: "
       "train until a checkpoint is saved (train.checkpoint_every) first"
     )

@@ -33,10 +33,10 @@ from tunix_ppo_ext._src.plugins import registry as plugin_registry
 from tunix_ppo_ext._src.run import distributed, recipe, resume, run_dir
 from tunix_ppo_ext._src.run.dapo_section import dapo_source
 from tunix_ppo_ext._src.run.run_config import (
+  ResolvedRun,
   RunConfig,
-  episode_budget,
+  as_resolved,
   lora_section,
-  run_env_entries,
   tokenizer_directory,
 )
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster
@@ -61,11 +61,12 @@ SHOWN_METRICS = {  # published key -> progress-bar label
 }
 
 
-def build_run(run: RunConfig, output_dir: pathlib.Path):
-  """`(learner, train_batches, eval_batches, env_max_return)` for a validated run config."""
+def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
+  """`(learner, train_batches, eval_batches, env_max_return)` for a resolved run config (a
+  `RunConfig` is resolved first)."""
+  resolved = as_resolved(resolved)
+  run, ppo, entries = resolved.run, resolved.ppo, list(resolved.env_entries)
   meshes = run_meshes(run)
-  ppo = run.ppo_config()
-  entries = run_env_entries(run)
   tokenizer = _tokenizer(run)
   policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
   if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
@@ -74,7 +75,6 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
   keys = run.metrics.keys()
   wandb_sinks: list[metrics.WandbSink] = []  # tunix's logger builds it; samples use it too
   backends = _metric_backends(run, output_dir, wandb_sinks)
-  batch = recipe.resolve_batch(run.batch, train.batch_size, ppo.num_generations)
   sampling, eval_sampling = recipe.sampling_kwargs(run.sampling)
   cluster = build_cluster(
     policy,
@@ -87,7 +87,7 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     max_prompt_length=train.max_prompt_length,
     max_tokens_to_generate=run.env.max_completion_len + run.env.max_tokens_per_turn,
     optimizers=recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps),
-    **recipe.tunix_batch_sizes(batch, ppo.num_generations),
+    **recipe.tunix_batch_sizes(resolved.batch, ppo.num_generations),
     sampling=sampling,
     eval_sampling=eval_sampling,
     temperature=train.temperature,
@@ -100,10 +100,10 @@ def build_run(run: RunConfig, output_dir: pathlib.Path):
     eval_every=train.eval_every,
     return_logprobs=True,
   )
-  source = _trajectory_source(run, tokenizer, entries, _sample_writer(output_dir, wandb_sinks))
+  source = _trajectory_source(resolved, tokenizer, _sample_writer(output_dir, wandb_sinks))
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
   lora.keep_base_shared(cluster)  # LoRA: one copy of the base weights between steps
-  train_batches, eval_batches = _prompt_batches(run, ppo.num_generations)
+  train_batches, eval_batches = _prompt_batches(resolved)
   return learner, train_batches, eval_batches, _max_return(entries)
 
 
@@ -127,15 +127,14 @@ def _metric_backends(
   return backends
 
 
-def _trajectory_source(
-  run: RunConfig, tokenizer: Any, entries: list[recipe.EnvEntry], writer: Any
-) -> Any:
+def _trajectory_source(resolved: ResolvedRun, tokenizer: Any, writer: Any) -> Any:
   """The multi-turn rollout wrapped, in order, by: observations in the loss (if asked),
   validation's own rollout, DAPO, score shaping and group filtering."""
+  run = resolved.run
   source: Any = MultiTurnRollout(
     run.env.name,
     run.env.kwargs,
-    envs=recipe.env_specs(entries) if run.envs else None,
+    envs=recipe.env_specs(list(resolved.env_entries)) if run.envs else None,
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
@@ -146,17 +145,17 @@ def _trajectory_source(
   )
   if run.env.loss_on_observations:
     source = _observations_in_loss(source)
-  validation = _validation_rollout(run, writer)
+  validation = _validation_rollout(resolved, writer)
   source = recipe.validation_source(source, run.validation, validation)
-  source = dapo_source(source, run.dapo, episode_budget(run))
+  source = dapo_source(source, run.dapo, resolved.episode_budget)
   return recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
 
 
-def _prompt_batches(run: RunConfig, num_generations: int) -> tuple[Any, list[Any]]:
+def _prompt_batches(resolved: ResolvedRun) -> tuple[Any, list[Any]]:
   """`(train_batches, eval_batches)`: the training prompts' iterator and the evaluation
   batches (the run's own episodes, or the validation section's)."""
-  train = run.train
-  prompts_per_batch = train.batch_size // num_generations
+  run, num_generations = resolved.run, resolved.num_generations
+  train, prompts_per_batch = run.train, resolved.prompts_per_batch
   env_ids = recipe.entry_env_ids(run.envs)
   train_batches = episode_batches(train.steps, prompts_per_batch, seed=run.seed, env_ids=env_ids)
   if run.validation.is_default():
@@ -166,7 +165,7 @@ def _prompt_batches(run: RunConfig, num_generations: int) -> tuple[Any, list[Any
   else:
     eval_batches = recipe.validation_batches(
       run.validation,
-      recipe.validation_entries(run.validation, run.envs, num_generations),
+      list(resolved.validation_entries),
       train.eval_batches,
       train.batch_size,
       num_generations,
@@ -182,11 +181,11 @@ def _max_return(entries: list[recipe.EnvEntry]) -> float:
   return total / sum(e.groups for e in entries)
 
 
-def _validation_rollout(run: RunConfig, on_samples: Any) -> MultiTurnRollout:
+def _validation_rollout(resolved: ResolvedRun, on_samples: Any) -> MultiTurnRollout:
   """The multi-turn rollout of the `validation` section (environment(s), group size); its
   evaluation samples go to `on_samples` like the training environment's."""
+  run, specs = resolved.run, list(resolved.validation_entries)
   val = run.validation
-  specs = recipe.validation_entries(val, run.envs, run.ppo_config().num_generations)
   return MultiTurnRollout(
     val.env or run.env.name,
     val.kwargs if val.kwargs is not None else (run.env.kwargs if val.env is None else {}),
@@ -303,11 +302,6 @@ def _base_policy(run: RunConfig, tokenizer, mesh=None):
   return models.make_policy(config, run.seed)
 
 
-def checkpoint_roles(run: RunConfig) -> tuple[str, ...]:
-  """The trainers that checkpoint in this run: the actor, and the critic when one is used."""
-  return resume.ROLES if run.ppo_config().uses_critic else ("actor",)
-
-
 def summarize(
   metrics_path: pathlib.Path, max_return: float, wall_s: float, return_key: str = RETURN_KEY
 ) -> dict[str, Any]:
@@ -328,8 +322,10 @@ def summarize(
   }
 
 
-def train(run: RunConfig) -> dict[str, Any]:
+def train(resolved: ResolvedRun | RunConfig) -> dict[str, Any]:
   """Runs the main job; returns (and, on process 0, writes) the summary.
+
+  `resolved`: the command's `ResolvedRun` (a `RunConfig` is resolved here first).
 
   With checkpoints in the output directory it resumes from the latest step that both actor
   and critic saved (after `run_dir.check_rerun` accepted the requested config), and
@@ -337,22 +333,23 @@ def train(run: RunConfig) -> dict[str, Any]:
   directory (`run_dir.RunLock`). Other processes of a multi-host run write no files and
   return `{}`.
   """
-  out = pathlib.Path(run.output_dir).resolve()  # orbax wants absolute checkpoint paths
+  resolved = as_resolved(resolved)
+  out = pathlib.Path(resolved.run.output_dir).resolve()  # orbax wants absolute paths
   out.mkdir(parents=True, exist_ok=True)
   primary = distributed.is_primary(jax.process_index())
   lock = run_dir.RunLock(out) if primary else contextlib.nullcontext()
   with lock:
-    return _train_in(out, run, primary)
+    return _train_in(out, resolved, primary)
 
 
-def _build_restoring(run: RunConfig, out: pathlib.Path, primary: bool):
+def _build_restoring(resolved: ResolvedRun, out: pathlib.Path, primary: bool):
   """`build_run`; when restoring the newest checkpoint fails inside orbax (a deleted or
   truncated file), that step is set aside (`checkpoints/damaged/`, nothing deleted) and the
   next older one is restored instead, with a warning naming both (single process only)."""
-  roles = checkpoint_roles(run)
+  roles = resolved.checkpoint_roles
   while True:
     try:
-      return build_run(run, out)
+      return build_run(resolved, out)
     except Exception as err:
       step = resume.align_role_checkpoints(out / "checkpoints", roles) if primary else None
       if step is None or jax.process_count() > 1 or not _raised_in_orbax(err):
@@ -378,9 +375,10 @@ def _raised_in_orbax(err: BaseException) -> bool:
   return False
 
 
-def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any]:
+def _train_in(out: pathlib.Path, resolved: ResolvedRun, primary: bool) -> dict[str, Any]:
+  run = resolved.run
   if primary:
-    saved = resume.align_role_checkpoints(out / "checkpoints", checkpoint_roles(run))
+    saved = resume.align_role_checkpoints(out / "checkpoints", resolved.checkpoint_roles)
     run_dir.check_rerun(out, dataclasses.asdict(run), saved)
     if saved and not (out / "metrics.jsonl").is_file():
       print(
@@ -393,7 +391,7 @@ def _train_in(out: pathlib.Path, run: RunConfig, primary: bool) -> dict[str, Any
     metrics.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
   distributed.barrier("tunix-ppo-ext:checkpoints-aligned")
   start = time.perf_counter()
-  learner, train_batches, eval_batches, max_return = _build_restoring(run, out, primary)
+  learner, train_batches, eval_batches, max_return = _build_restoring(resolved, out, primary)
   restored = learner.rl_cluster.actor_trainer.train_steps  # tunix restored it while building
   if restored:
     print(f"tunix-ppo-ext: resuming from step {restored} ({out / 'checkpoints'})", file=sys.stderr)

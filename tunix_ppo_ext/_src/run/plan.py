@@ -30,11 +30,12 @@ from typing import Any
 import jax
 from flax import nnx
 
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import recipe
 from tunix_ppo_ext._src.run.job import role_models
-from tunix_ppo_ext._src.run.run_config import RunConfig, lora_section
+from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, lora_section
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
 from tunix_ppo_ext._src.tunix.models import toy_models as models
@@ -67,7 +68,7 @@ def parse_topology(topology: str) -> tuple[str, int]:
   """`(generation, chips)` of e.g. `v5e:2x4` (8 chips) or `v4:2x2x1` (4 chips)."""
   match = _TOPOLOGY.match(topology)
   if not match:
-    raise ValueError(
+    raise ConfigError(
       f"--topology {topology!r}: expected GENERATION:AxB[xC] with GENERATION one of "
       f"{sorted(HBM_GIB)}, e.g. v5e:2x4 or v4:2x2x1"
     )
@@ -80,7 +81,7 @@ def plan_devices(topology: str, compiler: str = "auto") -> PlanDevices:
   starts its backends)."""
   generation, chips = parse_topology(topology)
   if compiler not in COMPILERS:
-    raise ValueError(f"--compiler {compiler!r}: expected one of {COMPILERS}")
+    raise ConfigError(f"--compiler {compiler!r}: expected one of {COMPILERS}")
   hbm = HBM_GIB[generation] * GIB
   if compiler != "cpu":
     try:
@@ -92,14 +93,14 @@ def plan_devices(topology: str, compiler: str = "auto") -> PlanDevices:
       return PlanDevices(topology, list(desc.devices), "tpu", hbm)
     except RuntimeError as err:
       if "not installed" not in str(err) or compiler == "tpu":
-        raise ValueError(f"--topology {topology!r}: no TPU compiler: {err}") from err
+        raise ConfigError(f"--topology {topology!r}: no TPU compiler: {err}") from err
   try:  # refused once JAX's backends are up; then the device count below decides
     jax.config.update("jax_num_cpu_devices", chips)
   except RuntimeError:
     pass
   cpus = jax.devices("cpu")
   if len(cpus) < chips:
-    raise ValueError(
+    raise ConfigError(
       f"--topology {topology!r} has {chips} chips but JAX started with {len(cpus)} CPU "
       f"devices: set XLA_FLAGS=--xla_force_host_platform_device_count={chips}"
     )
@@ -173,7 +174,7 @@ class Plan:
 
 
 def plan(
-  run: RunConfig,
+  resolved: ResolvedRun,
   topology: str = DEFAULT_TOPOLOGY,
   pieces: Sequence[str] = (),
   compiler: str = "auto",
@@ -183,12 +184,12 @@ def plan(
   with `libtpu`, else CPU), `tpu` or `cpu`."""
   unknown = sorted(set(pieces) - set(PIECES))
   if unknown:
-    raise ValueError(f"--pieces {unknown}: unknown; valid: {list(PIECES)}")
-  ppo = run.ppo_config()
+    raise ConfigError(f"--pieces {unknown}: unknown; valid: {list(PIECES)}")
+  run, ppo = resolved.run, resolved.ppo
   built_pieces = [name for name in PIECES if ppo.uses_critic or not name.startswith("critic/")]
   absent = sorted(set(pieces) - set(built_pieces))
   if absent:
-    raise ValueError(
+    raise ConfigError(
       f"--pieces {absent}: ppo.advantage_estimator={ppo.advantage_estimator!r} builds no "
       "critic; valid here: " + str(built_pieces)
     )
@@ -196,7 +197,7 @@ def plan(
   meshes = role_meshes(run.mesh, devices.devices)
   check_batch_divisible(meshes, run.train.batch_size)
   config, source = model_config(run)
-  built = _Built(run, config, meshes)
+  built = _Built(resolved, config, meshes)
   compiled = [piece for name in (pieces or built_pieces) for piece in PIECES[name](built)]
   return Plan(
     topology=topology,
@@ -231,13 +232,12 @@ class StepRows:
   accumulation: int | None
 
 
-def step_rows(run: RunConfig) -> StepRows:
-  """The run's `StepRows` from its `batch` section (`recipe.resolve_batch`, as the job)."""
-  generations = run.ppo_config().num_generations
-  sizes = recipe.resolve_batch(run.batch, run.train.batch_size, generations)
-  mini = sizes.get("mini_batch_size", run.train.batch_size)
+def step_rows(resolved: ResolvedRun) -> StepRows:
+  """The run's `StepRows` from its resolved batch sizes (`ResolvedRun.batch`, as the job)."""
+  sizes, batch_size = resolved.batch, resolved.run.train.batch_size
+  mini = sizes.get("mini_batch_size", batch_size)
   train = sizes.get("train_micro_batch_size", mini)
-  rollout = recipe.rollout_chunk(sizes, run.train.batch_size)
+  rollout = resolved.rollout_chunk
   logps = sizes.get("logps_micro_batch_size", rollout)
   accumulation = mini // train if "train_micro_batch_size" in sizes else None
   return StepRows(rollout=rollout, logps=logps, train=train, accumulation=accumulation)
@@ -258,7 +258,7 @@ def _check_rows(rows: StepRows, meshes: dict[Role, Any], critic: bool) -> None:
     for role in roles:
       fsdp = meshes[role].shape["fsdp"]
       if count % fsdp:
-        raise ValueError(
+        raise ConfigError(
           f"plan: {count} rows per pass ({key}) do not split on the {role.value} mesh's "
           f"fsdp size {fsdp}; plan cannot model an unsharded batch"
         )
@@ -267,11 +267,12 @@ def _check_rows(rows: StepRows, meshes: dict[Role, Any], critic: bool) -> None:
 class _Built:
   """The run's abstract models, optimizers and sizes, shared by the pieces."""
 
-  def __init__(self, run: RunConfig, config: Any, meshes: dict[Role, Any]):
+  def __init__(self, resolved: ResolvedRun, config: Any, meshes: dict[Role, Any]):
+    run = resolved.run
     self.run, self.config, self.meshes = run, config, meshes
-    self.ppo = run.ppo_config()
+    self.ppo = resolved.ppo
     self.lora = lora_section(run.model)
-    self.rows = step_rows(run)
+    self.rows = step_rows(resolved)
     _check_rows(self.rows, meshes, self.ppo.uses_critic)
     self.actor, self.critic, self.reference = nnx.eval_shape(
       lambda: role_models(run, models.make_policy(config, run.seed))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import optax
 
-from tunix_ppo_ext._src.checks import check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
 from tunix_ppo_ext._src.data.score_shaping import (
   GROUPINGS,
   filter_groups,
@@ -123,10 +123,10 @@ def validate_shaping(section: ShapingSection) -> None:
     value = getattr(section, key)
     if value not in choices:
       hint = did_you_mean(value, choices)
-      raise ValueError(f"config key 'shaping.{key}'={value!r} unknown{hint} (valid: {choices})")
+      raise ConfigError(f"config key 'shaping.{key}'={value!r} unknown{hint} (valid: {choices})")
   check_number("config key 'shaping.eps'", section.eps, low=0.0, low_open=True)
   if section.format_penalty > 0:
-    raise ValueError(
+    raise ConfigError(
       f"config key 'shaping.format_penalty'={section.format_penalty} must be <= 0: it is added "
       f"to a malformed turn's reward (GRL's sign: -0.1 takes 0.1 off)"
     )
@@ -176,17 +176,17 @@ def validate_env_entries(key: str, entries: list[EnvEntry], group_size: int, row
   for i, entry in enumerate(entries):
     where = f"{key}[{i}]"
     if entry.name is None:
-      raise ValueError(f"config key '{where}.name' is required (an environment name)")
+      raise ConfigError(f"config key '{where}.name' is required (an environment name)")
     check_integer(f"config key '{where}.groups'", entry.groups, low=1)
     try:
       make_env(entry.name, **entry.kwargs)
     except (TypeError, ValueError) as err:
-      raise ValueError(
+      raise ConfigError(
         f"config keys '{where}.name'/'{where}.kwargs' ({entry.name!r}, {entry.kwargs!r}): {err}"
       ) from None
     tag = entry_tag(entry)
     if tag in tags:
-      raise ValueError(
+      raise ConfigError(
         f"config key '{where}.tag'={tag!r} is also {key}[{tags[tag]}]'s: each environment needs "
         "its own tag (its metrics' name)"
       )
@@ -194,7 +194,7 @@ def validate_env_entries(key: str, entries: list[EnvEntry], group_size: int, row
   groups = sum(entry.groups for entry in entries)
   if entries and groups * group_size != rows:
     counts = " + ".join(str(entry.groups) for entry in entries)
-    raise ValueError(
+    raise ConfigError(
       f"config key '{key}': {counts} = {groups} groups x {group_size} episodes = "
       f"{groups * group_size} episodes, but a batch holds {rows} (train.batch_size): the "
       f"groups must add up to {rows} / {group_size} = {rows / group_size:g}"
@@ -236,11 +236,11 @@ def validate_filter(section: FilterSection, chunk: int, num_generations: int) ->
   )
   if section.by not in FILTER_BY:
     hint = did_you_mean(section.by, FILTER_BY)
-    raise ValueError(f"config key 'filter.by'={section.by!r} unknown{hint} (valid: {FILTER_BY})")
+    raise ConfigError(f"config key 'filter.by'={section.by!r} unknown{hint} (valid: {FILTER_BY})")
   groups = chunk // num_generations
   kept = section.keep_ratio * groups
   if kept != round(kept):
-    raise ValueError(
+    raise ConfigError(
       f"config key 'filter.keep_ratio'={section.keep_ratio} keeps {section.keep_ratio} x "
       f"{groups} groups = {kept:g}, not a whole number: the learner receives rollouts in chunks "
       f"of {chunk} episodes (train.batch_size, or the batch section's micro-batches) = {groups} "
@@ -307,13 +307,13 @@ def validate_validation(
     batch = f"batch of train.batch_size={batch_size}"
     for what, rows in ((batch, batch_size), (f"chunk of {chunk}", chunk)):
       if rows % section.group_size:
-        raise ValueError(
+        raise ConfigError(
           f"config key 'validation.group_size'={section.group_size} must divide the evaluation "
           f"{what} episodes: {rows} / {section.group_size} = {rows / section.group_size:g} "
           "groups (chunks: the batch section's rollout / log-prob micro-batches)"
         )
   if section.envs and (section.env is not None or section.kwargs is not None):
-    raise ValueError(
+    raise ConfigError(
       "config keys 'validation.envs' and 'validation.env'/'validation.kwargs' both name the "
       "validation environment: give one"
     )
@@ -325,7 +325,7 @@ def validate_validation(
     try:
       make_env(name, **(section.kwargs or {}))
     except (TypeError, ValueError) as err:
-      raise ValueError(
+      raise ConfigError(
         f"config keys 'validation.env'/'validation.kwargs' ({name!r}, {section.kwargs!r}): {err}"
       ) from None
 
@@ -355,7 +355,7 @@ def validation_entries(
   for i, entry in enumerate(train_entries):
     episodes = entry.groups * num_generations
     if episodes % group:
-      raise ValueError(
+      raise ConfigError(
         f"config key 'validation.group_size'={group} must divide envs[{i}]'s {entry.groups} "
         f"x {num_generations} = {episodes} episodes per batch (or give validation.envs)"
       )
@@ -450,13 +450,13 @@ def resolve_batch(section: BatchSection, batch_size: int, num_generations: int) 
   micro = section.train_micro_batch_size
   if section.gradient_accumulation_steps is not None:
     if micro is not None:
-      raise ValueError(
+      raise ConfigError(
         "config keys 'batch.train_micro_batch_size' and 'batch.gradient_accumulation_steps' "
         "say the same thing (accumulation = mini_batch_size / train_micro_batch_size): give one"
       )
     steps = section.gradient_accumulation_steps
     if mini % steps:
-      raise ValueError(
+      raise ConfigError(
         f"config key 'batch.gradient_accumulation_steps'={steps} must divide the mini-batch of "
         f"{mini} episodes (each pass takes mini_batch_size / gradient_accumulation_steps)"
       )
@@ -474,7 +474,7 @@ def resolve_batch(section: BatchSection, batch_size: int, num_generations: int) 
       sizes[key] = value
   for key, value in sizes.items():
     if value % num_generations:
-      raise ValueError(
+      raise ConfigError(
         f"config key 'batch.{key}'={value} episodes must be a multiple of "
         f"ppo.num_generations={num_generations}: tunix splits batches by prompt, and each "
         f"prompt brings its {num_generations} samples"
@@ -484,7 +484,7 @@ def resolve_batch(section: BatchSection, batch_size: int, num_generations: int) 
 
 def _divides(key: str, part: int, whole_name: str, whole: int, what: str) -> None:
   if whole % part:
-    raise ValueError(
+    raise ConfigError(
       f"config key {key!r}={part} must divide {whole_name}={whole}: {whole} / {part} = "
       f"{whole / part:g} {what}, not a whole number"
     )

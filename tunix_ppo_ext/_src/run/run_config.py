@@ -1,10 +1,16 @@
 """The main job's configuration: YAML file + dotted `KEY=VALUE` overrides, checked eagerly.
 
 Sections: `model`, `env` (or several: `envs`), `train`, `metrics`, `mesh`, `optim`, `batch`,
-`sampling`, `shaping`, `filter`, `validation` (`app.recipe`), `dapo` (`app.dapo`), `ppo` (fields
-of `PpoExtConfig`, merged over `DEFAULT_PPO`) and top-level `seed`, `output_dir`, `wandb`,
-`sinks`. Unknown keys, wrong types and impossible values raise `ValueError` naming the key
-(with the closest valid names) before any compilation.
+`sampling`, `shaping`, `filter`, `validation` (`run.recipe`), `dapo` (`run.dapo_section`), `ppo`
+(fields of `PpoExtConfig`; a key left out keeps `PpoExtConfig`'s default) and top-level `seed`,
+`output_dir`, `wandb`, `sinks`. With no file, the embedded default (`default.yaml` beside this
+module, the same file as the repository's `configs/default.yaml`) is the base.
+
+`load_resolved` reads and checks a config and works it out once into a frozen `ResolvedRun`
+(the `PpoExtConfig`, the batch sizes, the rollout chunk, the environment and validation
+entries, the episode budget, the checkpointed roles), which every command passes down.
+Unknown keys, wrong types and impossible values raise `ConfigError` naming the key (with
+the closest valid names) before any compilation.
 """
 
 from __future__ import annotations
@@ -20,11 +26,11 @@ from typing import Any
 
 import yaml
 
-from tunix_ppo_ext._src.checks import check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
 from tunix_ppo_ext._src.envs import base as envs
 from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext._src.plugins import registry
-from tunix_ppo_ext._src.run import recipe
+from tunix_ppo_ext._src.run import recipe, resume
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
@@ -125,25 +131,6 @@ class TrainSection:
   eval_samples: int = 4  # conversations per evaluation to samples.jsonl and W&B
 
 
-# The embedded default is PPO (see README, "Measured"): GAE with a critic, two epochs over
-# each batch (so the clip acts), an entropy bonus, and a KL-to-reference loss whose
-# coefficient an adaptive controller steers toward a target. GAE advantages are not
-# whitened: once a batch is nearly deterministic its advantages are float noise, which
-# whitening scales up to unit size, drowning the entropy bonus (5-seed study, README).
-DEFAULT_PPO: dict[str, Any] = {
-  "advantage_estimator": "gae",
-  "num_generations": 1,
-  "num_iterations": 2,
-  "entropy_coef": 0.03,
-  "whiten_advantages": False,
-  "kl_penalty": "loss",
-  "kl_loss_coef": 0.01,
-  "kl_ctrl": "adaptive",
-  "kl_target": 4.0,
-  "kl_horizon": 1000.0,
-}
-
-
 @dataclasses.dataclass
 class MetricsSection:
   """Changes to the published metric keys (see `tunix_ppo_ext._src.metrics.keys`).
@@ -205,7 +192,7 @@ class RunConfig:
   filter: recipe.FilterSection = dataclasses.field(default_factory=recipe.FilterSection)
   validation: recipe.ValidationSection = dataclasses.field(default_factory=recipe.ValidationSection)
   dapo: DapoSection = dataclasses.field(default_factory=DapoSection)
-  ppo: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PPO))
+  ppo: dict[str, Any] = dataclasses.field(default_factory=dict)  # PpoExtConfig fields
 
   def ppo_config(self) -> PpoExtConfig:
     """The validated `PpoExtConfig` of the `ppo` section; log-probs at the sampling
@@ -217,17 +204,60 @@ _WANDB_MODES = ("disabled", "offline", "online")
 _KV_CACHE_MODES = ("continue", "reencode")
 
 
+EMBEDDED_DEFAULT = pathlib.Path(__file__).with_name("default.yaml")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedRun:
+  """A checked run config worked out once: what every consumer used to derive again."""
+
+  run: RunConfig
+  ppo: PpoExtConfig  # the `ppo` section over PpoExtConfig's defaults, validated
+  batch: dict[str, int]  # `recipe.resolve_batch`: the batch sizes in episodes
+  rollout_chunk: int  # episodes per chunk the learner receives (`recipe.rollout_chunk`)
+  env_entries: tuple[recipe.EnvEntry, ...]  # the training environments with their groups
+  validation_entries: tuple[recipe.EnvEntry, ...]  # validation's environments (or none)
+  episode_budget: int  # the most agent tokens an episode holds
+  checkpoint_roles: tuple[str, ...]  # "actor", and "critic" when the estimator uses one
+
+  @property
+  def num_generations(self) -> int:
+    """Episodes per prompt (`ppo.num_generations`)."""
+    return self.ppo.num_generations
+
+  @property
+  def prompts_per_batch(self) -> int:
+    """Prompts per batch: `train.batch_size` episodes over `num_generations`."""
+    return self.run.train.batch_size // self.ppo.num_generations
+
+
 def load_run_config(
   path: str | None = None, overrides: typing.Sequence[str] = (), *, need_files: bool = True
 ) -> RunConfig:
-  """Reads YAML `path` (defaults when None), applies `KEY=VALUE` overrides, validates.
+  """`load_resolved(...).run`: the checked run config (see `load_resolved`)."""
+  return load_resolved(path, overrides, need_files=need_files).run
+
+
+def load_resolved(
+  path: str | None = None, overrides: typing.Sequence[str] = (), *, need_files: bool = True
+) -> ResolvedRun:
+  """Reads YAML `path` (the embedded default when None), applies `KEY=VALUE` overrides,
+  checks every key and value, and resolves the run once.
 
   `need_files=False` (`tunix-ppo-ext plan`) leaves `model.checkpoint` and `model.tokenizer`
   unchecked: planning needs no weights and no tokenizer.
+
+  Raises:
+    ConfigError: naming the key, the value and what is allowed (PluginError: a broken
+      plugin).
   """
   token = _NEED_FILES.set(need_files)
   try:
-    return _load_run_config(path, overrides)
+    return resolve(_load_run_config(path, overrides))
+  except (ConfigError, registry.PluginError):
+    raise
+  except ValueError as err:  # PpoExtConfig's and the environments' checks: bad input here
+    raise ConfigError(str(err)) from err
   finally:
     _NEED_FILES.reset(token)
 
@@ -236,18 +266,16 @@ _NEED_FILES = contextvars.ContextVar("need_files", default=True)
 
 
 def _load_run_config(path: str | None, overrides: typing.Sequence[str]) -> RunConfig:
-  data: dict[str, Any] = {}
-  if path is not None:
-    file = pathlib.Path(path)
-    if not file.is_file():
-      raise ValueError(f"--config {path!r}: no such file")
-    data = _load_yaml(file, f"--config {path!r}") or {}
-    if not isinstance(data, dict):
-      raise ValueError(f"--config {path!r}: expected a mapping at the top level")
+  file = EMBEDDED_DEFAULT if path is None else pathlib.Path(path)
+  if not file.is_file():
+    raise ConfigError(f"--config {path!r}: no such file")
+  data = _load_yaml(file, f"--config {path!r}") or {}
+  if not isinstance(data, dict):
+    raise ConfigError(f"--config {path!r}: expected a mapping at the top level")
   for override in overrides:
     key, sep, raw = override.partition("=")
     if not sep or not key:
-      raise ValueError(f"override {override!r} must look like section.key=value")
+      raise ConfigError(f"override {override!r} must look like section.key=value")
     _set_dotted(data, key.split("."), _load_yaml(raw, f"override {override!r}"))
   return _build(RunConfig, data, prefix="")
 
@@ -280,33 +308,33 @@ def _load_yaml(source: pathlib.Path | str, where: str) -> Any:
     text = source.read_text() if isinstance(source, pathlib.Path) else source
     return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
   except UnicodeDecodeError as err:
-    raise ValueError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    raise ConfigError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
   except yaml.YAMLError as err:
     problem = getattr(err, "problem", None) or str(err).splitlines()[0]
     mark = getattr(err, "problem_mark", None)
     at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-    raise ValueError(f"{where}: invalid YAML: {problem}{at}") from None
+    raise ConfigError(f"{where}: invalid YAML: {problem}{at}") from None
 
 
 def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
   for key in keys[:-1]:
     data = data.setdefault(key, {})
     if not isinstance(data, dict):
-      raise ValueError(f"override path {'.'.join(keys)!r} goes through a non-mapping")
+      raise ConfigError(f"override path {'.'.join(keys)!r} goes through a non-mapping")
   data[keys[-1]] = value
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
   """Instantiates dataclass `cls` from `data`, checking keys and types recursively."""
   if not isinstance(data, dict):
-    raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
+    raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
   fields = {f.name: f for f in dataclasses.fields(cls)}
   hints = typing.get_type_hints(cls)
   kwargs = {}
   for key, value in data.items():
     if key not in fields:
       hint = did_you_mean(key, fields, n=3)
-      raise ValueError(f"unknown config key {prefix + key!r}{hint} (valid: {sorted(fields)})")
+      raise ConfigError(f"unknown config key {prefix + key!r}{hint} (valid: {sorted(fields)})")
     kwargs[key] = _check_type(prefix + key, value, hints[key])
   instance = cls(**kwargs)
   if cls is RunConfig:
@@ -337,49 +365,49 @@ def _check_type(name: str, value: Any, hint: Any) -> Any:
     if base is typing.Any:
       return value
   names = " or ".join(getattr(a, "__name__", str(a)) for a in allowed)
-  raise ValueError(f"config key {name!r} must be {names}, got {value!r}")
+  raise ConfigError(f"config key {name!r} must be {names}, got {value!r}")
 
 
 def _check_ppo(value: Any) -> dict[str, Any]:
   if not isinstance(value, dict):
-    raise ValueError(f"config key 'ppo' must be a mapping, got {value!r}")
+    raise ConfigError(f"config key 'ppo' must be a mapping, got {value!r}")
   names = [f.name for f in dataclasses.fields(PpoExtConfig)]
   for key in value:
     if key not in names:
       hint = did_you_mean(key, names, n=3)
-      raise ValueError(f"unknown config key {'ppo.' + key!r}{hint}")
-  return {**DEFAULT_PPO, **value}
+      raise ConfigError(f"unknown config key {'ppo.' + key!r}{hint}")
+  return dict(value)
 
 
 def _validate_model(model: ModelSection) -> None:
   if model.num_heads % model.num_kv_heads:
-    raise ValueError(
+    raise ConfigError(
       f"config key 'model.num_kv_heads'={model.num_kv_heads} must divide "
       f"model.num_heads={model.num_heads}"
     )
   if model.alphabet is not None:
     repeated = sorted({c for c in model.alphabet if model.alphabet.count(c) > 1})
     if repeated or not model.alphabet:
-      raise ValueError(
+      raise ConfigError(
         "config key 'model.alphabet' must be non-empty with each character once; "
         f"repeated: {repeated}"
       )
   if model.checkpoint is not None and _NEED_FILES.get():
     directory = pathlib.Path(model.checkpoint)
     if not directory.is_dir() or not list(directory.glob("*.safetensors")):
-      raise ValueError(
+      raise ConfigError(
         f"config key 'model.checkpoint': {model.checkpoint!r} is not a directory holding "
         "*.safetensors files"
       )
     _validate_checkpoint_config(model)
   tokenizer = model.tokenizer
   if tokenizer is not None and _NEED_FILES.get() and not pathlib.Path(tokenizer).is_dir():
-    raise ValueError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
+    raise ConfigError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
   if model.config_name is not None:
     names = models.qwen3_config_names()
     if model.config_name not in names:
       hint = did_you_mean(model.config_name, names, n=3)
-      raise ValueError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
+      raise ConfigError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
   _validate_lora(model)
 
 
@@ -424,7 +452,7 @@ def _validate_checkpoint_config(model: ModelSection) -> None:
   try:
     hf_models.validate_checkpoint(model.checkpoint, given, model.config_name)
   except ValueError as err:
-    raise ValueError(f"config key 'model.checkpoint' ({model.checkpoint!r}): {err}") from None
+    raise ConfigError(f"config key 'model.checkpoint' ({model.checkpoint!r}): {err}") from None
 
 
 def tokenizer_directory(model: ModelSection) -> str | None:
@@ -443,7 +471,7 @@ def _validate_mesh(section: MeshSection) -> None:
   for role, entry in section.roles.items():
     if role not in MESH_ROLES:
       hint = did_you_mean(role, MESH_ROLES, n=2)
-      raise ValueError(f"config key 'mesh.roles.{role}': unknown role{hint} (valid: {MESH_ROLES})")
+      raise ConfigError(f"config key 'mesh.roles.{role}': unknown role{hint} (valid: {MESH_ROLES})")
     own = _build(RoleMeshSection, entry, prefix=f"mesh.roles.{role}.")
     check_mesh_spec(f"mesh.roles.{role}", own.shape, own.axis_names or section.axis_names)
 
@@ -455,7 +483,7 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
   if tokenizer_directory(run.model) is None:
     first = max((env.reset(seed)[0] for seed in range(8)), key=len)
     if len(first) + 1 > run.train.max_prompt_length:
-      raise ValueError(
+      raise ConfigError(
         f"config key 'train.max_prompt_length'={run.train.max_prompt_length} is below the "
         f"first observation's {len(first) + 1} tokens (with BOS): {first!r}"
       )
@@ -465,47 +493,46 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
   kv_bytes *= cache * 4  # float32 keys and values
   memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   if model.config_name is None and model.checkpoint is None and kv_bytes > memory:
-    raise ValueError(
+    raise ConfigError(
       f"config key 'env.max_completion_len'={run.env.max_completion_len} needs a KV cache of "
       f"{kv_bytes / 2**30:.1f} GiB (batch {run.train.batch_size}, {model.num_layers} layers, "
       f"cache length {cache}), more than this machine's {memory / 2**30:.1f} GiB"
     )
 
 
-def run_env_entries(run: RunConfig) -> list[recipe.EnvEntry]:
+def run_env_entries(run: RunConfig, num_generations: int) -> list[recipe.EnvEntry]:
   """The run's training environments: `envs`, else `env.name` / `env.kwargs` with every
   group."""
   if run.envs:
     return list(run.envs)
-  groups = run.train.batch_size // max(1, run.ppo.get("num_generations", 1))
+  groups = run.train.batch_size // num_generations
   return [recipe.EnvEntry(run.env.name, dict(run.env.kwargs), max(1, groups))]
 
 
-def _validate_env_mix(run: RunConfig) -> None:
+def _validate_env_mix(run: RunConfig, num_generations: int) -> None:
   """`envs` instead of `env.name` / `env.kwargs` (not both), its groups filling the batch."""
   if not run.envs:
     return
   default = EnvSection()
   if run.env.name != default.name or run.env.kwargs:
-    raise ValueError(
+    raise ConfigError(
       "config keys 'envs' and 'env.name'/'env.kwargs' both name the training environment: "
       "give one ('env' keeps the limits: max_turns, max_completion_len, max_tokens_per_turn)"
     )
-  num_generations = run.ppo.get("num_generations", 1)
   recipe.validate_env_entries("envs", run.envs, num_generations, run.train.batch_size)
 
 
 def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
   if run.wandb not in _WANDB_MODES:
-    raise ValueError(f"config key 'wandb' must be one of {_WANDB_MODES}, got {run.wandb!r}")
+    raise ConfigError(f"config key 'wandb' must be one of {_WANDB_MODES}, got {run.wandb!r}")
   if run.env.kv_cache not in _KV_CACHE_MODES:
     hint = did_you_mean(str(run.env.kv_cache), _KV_CACHE_MODES, n=1)
-    raise ValueError(
+    raise ConfigError(
       f"config key 'env.kv_cache' must be one of {_KV_CACHE_MODES}, got {run.env.kv_cache!r}{hint}"
     )
   if not run.output_dir or pathlib.Path(run.output_dir).is_file():
-    raise ValueError(
+    raise ConfigError(
       f"config key 'output_dir' (--output-dir) must name a directory, got {run.output_dir!r}"
     )
   _validate_numbers(run)
@@ -513,15 +540,13 @@ def _validate_run(run: RunConfig) -> None:
   _validate_mesh(run.mesh)
   keys = run.metrics.keys()  # unknown metrics in rename/drop fail here, with suggestions
   if keys.final(SUMMARY_KEY) is None:
-    raise ValueError(f"config key 'metrics.drop' must keep {SUMMARY_KEY!r}: the summary uses it")
+    raise ConfigError(f"config key 'metrics.drop' must keep {SUMMARY_KEY!r}: the summary uses it")
   _validate_envs(run)
   for sink in run.sinks:  # `tunix_ppo_ext.metric_sinks` entry points (plugins), loaded here
     try:
       registry.get(registry.METRIC_SINKS, sink)
     except ValueError as err:
-      raise ValueError(f"config key 'sinks' ({sink!r}): {err}") from None
-  run.ppo_config()  # PpoExtConfig validation: names the field, the value and what is allowed
-  _validate_recipe(run)
+      raise ConfigError(f"config key 'sinks' ({sink!r}): {err}") from None
 
 
 def _validate_numbers(run: RunConfig) -> None:
@@ -556,27 +581,35 @@ def _validate_envs(run: RunConfig) -> None:
   try:  # builds the environment once: unknown names and bad kwargs fail here, by key
     env = envs.make_env(run.env.name, **run.env.kwargs)
   except (TypeError, ValueError) as err:
-    raise ValueError(
+    raise ConfigError(
       f"config keys 'env.name'/'env.kwargs' ({run.env.name!r}, {run.env.kwargs!r}): {err}"
     ) from None
   _check_lengths(run, env)
   if run.env.chat_template and tokenizer_directory(run.model) is None:
-    raise ValueError(
+    raise ConfigError(
       "config key 'env.chat_template'=True needs a Hugging Face tokenizer with a chat template "
       "(model.tokenizer or a checkpoint's own); the built-in character tokenizer has none"
     )
 
 
-def _validate_recipe(run: RunConfig) -> None:
-  """The environment mix and the recipe sections against the batch arithmetic (`app.recipe`,
-  `app.dapo`)."""
-  num_generations = run.ppo.get("num_generations", 1)
+def resolve(run: RunConfig) -> ResolvedRun:
+  """Works `run` out once: its `PpoExtConfig`, the batch arithmetic, the environment mix and
+  the recipe sections checked against each other (`run.recipe`, `run.dapo_section`).
+
+  Raises:
+    ConfigError: naming the key, the value and what is allowed.
+  """
+  try:
+    ppo = run.ppo_config()  # PpoExtConfig names the field, the value and what is allowed
+  except ValueError as err:
+    raise ConfigError(f"config key 'ppo': {err}") from None
+  num_generations = ppo.num_generations
   if run.train.batch_size % num_generations:
-    raise ValueError(
+    raise ConfigError(
       f"config key 'train.batch_size'={run.train.batch_size} must be a multiple of "
       f"ppo.num_generations={num_generations}"
     )
-  _validate_env_mix(run)
+  _validate_env_mix(run, num_generations)
   for entry in run.envs:
     _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
   recipe.validate_optim(run.optim)
@@ -588,10 +621,26 @@ def _validate_recipe(run: RunConfig) -> None:
   recipe.validate_validation(
     run.validation, run.train.batch_size, run.env.name, chunk, num_generations
   )
-  recipe.validation_entries(run.validation, run.envs, num_generations)
+  validation = recipe.validation_entries(run.validation, run.envs, num_generations)
   for entry in run.validation.envs:
     _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
-  validate_dapo(run.dapo, episode_budget(run), num_generations)
+  budget = episode_budget(run)
+  validate_dapo(run.dapo, budget, num_generations)
+  return ResolvedRun(
+    run=run,
+    ppo=ppo,
+    batch=sizes,
+    rollout_chunk=chunk,
+    env_entries=tuple(run_env_entries(run, num_generations)),
+    validation_entries=tuple(validation),
+    episode_budget=budget,
+    checkpoint_roles=resume.ROLES if ppo.uses_critic else ("actor",),
+  )
+
+
+def as_resolved(run: ResolvedRun | RunConfig) -> ResolvedRun:
+  """`run` itself when resolved already, else `resolve(run)` (for Python callers)."""
+  return run if isinstance(run, ResolvedRun) else resolve(run)
 
 
 def episode_budget(run: RunConfig) -> int:

@@ -18,6 +18,7 @@ import pathlib
 import time
 from typing import Any
 
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics.sinks import write_atomically
 
 FIXED = (
@@ -64,13 +65,13 @@ def check_rerun(out: pathlib.Path, config: dict[str, Any], checkpoint_step: int 
     refused = {k: v for k, v in changed.items() if _fixed(k)}
     if refused:
       listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in refused.items())
-      raise ValueError(
+      raise ConfigError(
         f"output dir {str(out)!r} holds checkpoints of another run ({listed}); use another "
         "--output-dir, or the saved settings to resume"
       )
     steps = config["train"]["steps"]
     if checkpoint_step > steps:
-      raise ValueError(
+      raise ConfigError(
         f"config key 'train.steps'={steps} is below the checkpoint in {str(out)!r} (step "
         f"{checkpoint_step}); raise it to continue that run, or use another --output-dir"
       )
@@ -105,7 +106,7 @@ class RunLock:
       except FileExistsError:
         holder = self._holder()
         if holder is not None and holder != os.getpid() and _alive(holder):
-          raise ValueError(
+          raise ConfigError(
             f"output dir {str(self.path.parent)!r} is in use by another run (pid {holder}); "
             "wait for it or choose another --output-dir"
           ) from None

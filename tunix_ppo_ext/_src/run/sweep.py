@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tunix_ppo_ext._src.checks import check_integer
+from tunix_ppo_ext._src.checks import ConfigError, check_integer
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl, write_atomically
 
@@ -69,7 +69,7 @@ def variants(overrides: Sequence[str]) -> list[Variant]:
   for override in overrides:
     key, sep, raw = override.partition("=")
     if not sep or not key:
-      raise ValueError(f"override {override!r} must look like section.key=value[,value...]")
+      raise ConfigError(f"override {override!r} must look like section.key=value[,value...]")
     values = split_values(raw)
     if len(values) == 1:
       fixed.append(override)

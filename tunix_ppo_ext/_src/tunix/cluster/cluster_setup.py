@@ -19,6 +19,7 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.rollout import base_rollout
 from tunix.sft import metrics_logger
 
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.metrics.sinks import KeyedBackend
 from tunix_ppo_ext._src.tunix import compat
@@ -43,7 +44,7 @@ def make_mesh(
   devices = list(jax.devices() if devices is None else devices)
   size = math.prod(shape)
   if size > len(devices):
-    raise ValueError(f"mesh shape {tuple(shape)} needs {size} devices, got {len(devices)}")
+    raise ConfigError(f"mesh shape {tuple(shape)} needs {size} devices, got {len(devices)}")
   auto = (jax.sharding.AxisType.Auto,) * len(shape)
   chosen = None if size == len(jax.devices()) == len(devices) else devices[:size]
   return jax.make_mesh(tuple(shape), tuple(axis_names), axis_types=auto, devices=chosen)
@@ -88,7 +89,7 @@ def _check_divisible(
     names = axes if isinstance(axes, tuple) else (axes,)
     parts = math.prod(mesh.shape[a] for a in names if a is not None)
     if dim % parts:
-      raise ValueError(
+      raise ConfigError(
         f"parameter {name} of shape {tuple(shape)} has a dimension of {dim} sharded on mesh "
         f"axes {names} of total size {parts}: not divisible. Choose a mesh.shape or model "
         "sizes (heads, kv heads, widths, vocabulary) that divide."
@@ -285,7 +286,7 @@ def build_cluster(
   meshes = {role: mesh for role in (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.ROLLOUT)}
   meshes.update(role_meshes or {})
   if mini_batch_size is not None and batch % mini_batch_size:
-    raise ValueError(f"batch={batch} is not a multiple of mini_batch_size={mini_batch_size}")
+    raise ConfigError(f"batch={batch} is not a multiple of mini_batch_size={mini_batch_size}")
   for model, role in ((policy, Role.ACTOR), (critic, Role.CRITIC), (reference, Role.REFERENCE)):
     if model is not None:
       shard_to_mesh(model, meshes[role])

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 from tunix.rl import rl_cluster as rl_cluster_lib
 
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
 
 Role = rl_cluster_lib.Role
@@ -32,10 +33,10 @@ def check_mesh_spec(key: str, shape: Sequence[int] | None, axis_names: Sequence[
   """
   names = list(axis_names)
   if len(set(names)) != len(names):
-    raise ValueError(f"config key '{key}.axis_names'={names} has repeated names")
+    raise ConfigError(f"config key '{key}.axis_names'={names} has repeated names")
   missing = [n for n in REQUIRED_AXES if n not in names]
   if missing:
-    raise ValueError(
+    raise ConfigError(
       f"config key '{key}.axis_names'={names} must include {list(REQUIRED_AXES)} (tunix's "
       f"Qwen3 shards weights on them and data on 'fsdp'); missing {missing}"
     )
@@ -43,12 +44,12 @@ def check_mesh_spec(key: str, shape: Sequence[int] | None, axis_names: Sequence[
     return
   sizes = list(shape)
   if len(sizes) != len(names):
-    raise ValueError(
+    raise ConfigError(
       f"config key '{key}.shape'={sizes} has {len(sizes)} axes but '{key}.axis_names'={names} "
       f"has {len(names)}"
     )
   if any(s == 0 or s < -1 for s in sizes) or sizes.count(-1) > 1:
-    raise ValueError(
+    raise ConfigError(
       f"config key '{key}.shape'={sizes}: sizes must be >= 1, with at most one -1 "
       "(the remaining devices)"
     )
@@ -68,13 +69,13 @@ def resolve_shape(
   if -1 in sizes:
     rest = math.prod(s for s in sizes if s != -1)
     if num_devices % rest:
-      raise ValueError(
+      raise ConfigError(
         f"config key '{key}.shape'={sizes}: the -1 axis needs jax.device_count()="
         f"{num_devices} to be a multiple of {rest}"
       )
     sizes[sizes.index(-1)] = num_devices // rest
   if math.prod(sizes) > num_devices:
-    raise ValueError(
+    raise ConfigError(
       f"config key '{key}.shape'={list(shape)} needs {math.prod(sizes)} devices, but "
       f"jax.device_count()={num_devices}"
     )
@@ -125,7 +126,7 @@ def check_batch_divisible(meshes: Mapping[Role, Any], batch_size: int) -> None:
   for role in (Role.ACTOR, Role.CRITIC):
     fsdp = meshes[role].shape["fsdp"]
     if batch_size % fsdp:
-      raise ValueError(
+      raise ConfigError(
         f"config key 'train.batch_size'={batch_size} must be a multiple of the {role.value} "
         f"mesh's fsdp size {fsdp} (tunix shards each batch's rows on 'fsdp')"
       )
@@ -140,7 +141,7 @@ def check_multi_turn_rollout_mesh(meshes: Mapping[Role, Any]) -> None:
   """
   rollout, actor = meshes.get(Role.ROLLOUT), meshes.get(Role.ACTOR)
   if rollout is not None and actor is not None and rollout != actor:
-    raise ValueError(
+    raise ConfigError(
       "config key 'mesh.roles.rollout': the multi-turn rollout needs the actor's mesh (tunix "
       "0.1.7's vanilla engine cannot sync the actor's weights to a rollout mesh of its own); "
       "remove mesh.roles.rollout or give it the actor's shape and axis names"

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from tunix.rl.ppo import ppo_learner
 
-from tunix_ppo_ext._src.checks import check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
 from tunix_ppo_ext._src.config.loss_options import validate_toolbox
 from tunix_ppo_ext._src.data.rewards import NONFINITE_REWARD_MODES
 from tunix_ppo_ext._src.math import kl_methods as names
@@ -154,7 +154,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     try:
       self.kl_method = names.canonical_kl_method(self.kl_method, include_full=True)
     except ValueError as e:
-      raise ValueError(f"PpoExtConfig.kl_method: {e}") from None
+      raise ConfigError(f"PpoExtConfig.kl_method: {e}") from None
     if self.kl_method == names.FULL_KL and self.kl_penalty != "loss":
       _fail(
         "kl_method",
@@ -166,7 +166,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       try:
         setattr(self, name, losses.canonical_loss_agg_mode(getattr(self, name)))
       except ValueError as e:
-        raise ValueError(f"PpoExtConfig.{name}: {e}") from None
+        raise ConfigError(f"PpoExtConfig.{name}: {e}") from None
     for name, kind in _REGISTRY_FIELDS:
       _registry_choice(self, name, kind)
     validate_toolbox(self)
@@ -212,11 +212,11 @@ def _registry_choice(config: PpoExtConfig, name: str, kind: str) -> None:
       _fail(name, value, f"a registered name ({err})")
     _choice(config, name, registry.names(kind))
   except (registry.PluginError, ValueError) as err:
-    raise ValueError(f"PpoExtConfig.{name}={value!r} is invalid: {err}") from None
+    raise ConfigError(f"PpoExtConfig.{name}={value!r} is invalid: {err}") from None
 
 
 def _fail(name: str, value: object, allowed: str) -> None:
-  raise ValueError(f"PpoExtConfig.{name}={value!r} is invalid: must be {allowed}.")
+  raise ConfigError(f"PpoExtConfig.{name}={value!r} is invalid: must be {allowed}.")
 
 
 def _number(

@@ -28,7 +28,7 @@ from tunix.models.qwen2 import params as qwen2_params
 from tunix.models.qwen3 import model as qwen3
 from tunix.models.qwen3 import params as qwen3_params
 
-from tunix_ppo_ext._src.checks import did_you_mean
+from tunix_ppo_ext._src.checks import ConfigError, did_you_mean
 
 CONFIG_FILE = "config.json"
 # tunix 0.1.7's Qwen3 and Llama 3 attention call `apply_rope` without the config's theta:
@@ -57,9 +57,9 @@ def read_hf_config(directory: str | pathlib.Path) -> dict[str, Any] | None:
   try:
     data = json.loads(file.read_text())
   except (json.JSONDecodeError, UnicodeDecodeError) as err:
-    raise ValueError(f"config key 'model.checkpoint': {str(file)!r} is not JSON: {err}") from None
+    raise ConfigError(f"config key 'model.checkpoint': {str(file)!r} is not JSON: {err}") from None
   if not isinstance(data, dict):
-    raise ValueError(f"config key 'model.checkpoint': {str(file)!r} is not a JSON object")
+    raise ConfigError(f"config key 'model.checkpoint': {str(file)!r} is not a JSON object")
   if isinstance(data.get("text_config"), dict):  # e.g. Gemma3ForConditionalGeneration
     data = {**data, **data["text_config"], "model_type": data["text_config"].get("model_type")}
   return data
@@ -67,7 +67,7 @@ def read_hf_config(directory: str | pathlib.Path) -> dict[str, Any] | None:
 
 def _key(hf: dict[str, Any], name: str) -> Any:
   if name not in hf or hf[name] is None:
-    raise ValueError(
+    raise ConfigError(
       f"checkpoint config.json has no {name!r} (model_type {hf.get('model_type')!r})"
     )
   return hf[name]
@@ -108,7 +108,7 @@ def _common(hf: dict[str, Any]) -> dict[str, Any]:
 
 
 def _refuse(hf: dict[str, Any], key: str, value: Any, why: str) -> None:
-  raise ValueError(
+  raise ConfigError(
     f"checkpoint config.json ({hf.get('model_type')}): {key}={value!r} is not supported: {why}"
   )
 
@@ -281,7 +281,7 @@ def family_of(hf: dict[str, Any]) -> Family:
     model_type = "gemma3_text"
   if model_type not in FAMILIES:
     hint = did_you_mean(str(model_type), list(FAMILIES), n=2)
-    raise ValueError(
+    raise ConfigError(
       f"checkpoint config.json: model_type {model_type!r} is not supported{hint} "
       f"(supported: {sorted(FAMILIES)})"
     )
@@ -311,7 +311,7 @@ def check_sizes(hf: dict[str, Any], given: dict[str, int]) -> None:
   sizes = _common(hf)
   for key, value in given.items():
     if sizes[key] != value:
-      raise ValueError(
+      raise ConfigError(
         f"config key 'model.{key}'={value} differs from the checkpoint's config.json "
         f"{SIZE_KEYS[key]}={sizes[key]} (drop model.{key}: it is read from config.json)"
       )
@@ -330,7 +330,7 @@ def load_checkpoint(
   loader straight onto `mesh` (sharded; None: the first device), in the file's dtype."""
   hf = read_hf_config(directory)
   if hf is None:
-    raise ValueError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
+    raise ConfigError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
   family = family_of(hf)
   config = tunix_config(hf)
   return family.load(str(directory), config, mesh)
@@ -369,13 +369,13 @@ def check_named_config(config: Any, config_name: str) -> None:
   fields = ("num_layers", "vocab_size", "embed_dim", "hidden_dim", "num_heads", "head_dim")
   for field in ("num_kv_heads", *fields) if isinstance(config, qwen3.ModelConfig) else ():
     if getattr(named, field) != getattr(config, field):
-      raise ValueError(
+      raise ConfigError(
         f"config key 'model.config_name'={config_name!r} has {field}={getattr(named, field)} "
         f"but the checkpoint's {CONFIG_FILE} gives {getattr(config, field)} (drop "
         "model.config_name: the sizes are read from the file)"
       )
   if not isinstance(config, qwen3.ModelConfig):
-    raise ValueError(
+    raise ConfigError(
       f"config key 'model.config_name'={config_name!r} names a Qwen3 size but the checkpoint's "
       f"{CONFIG_FILE} is not a Qwen3 (drop model.config_name)"
     )
@@ -384,7 +384,7 @@ def check_named_config(config: Any, config_name: str) -> None:
 def check_vocabulary(model_vocab: int, tokenizer_vocab: int) -> None:
   """A tokenizer may have fewer ids than the model's (padded) vocabulary, never more."""
   if tokenizer_vocab > model_vocab:
-    raise ValueError(
+    raise ConfigError(
       f"the tokenizer has {tokenizer_vocab} ids but the checkpoint's vocab_size is "
       f"{model_vocab}: use the checkpoint's own tokenizer (model.tokenizer)"
     )

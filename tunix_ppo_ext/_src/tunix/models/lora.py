@@ -25,6 +25,8 @@ import qwix
 from flax import nnx
 from tunix.sft import hooks
 
+from tunix_ppo_ext._src.checks import ConfigError
+
 # The projections of every family tunix-ppo-ext loads (Qwen2/3, Llama 3: q/k/v/o_proj and the
 # MLP's gate/up/down_proj; Gemma 3: q/kv/qkv_einsum and attn_vec_einsum).
 DEFAULT_TARGET_MODULES = (
@@ -65,15 +67,15 @@ def check_targets(pattern: str, paths: Iterable[str], what: str) -> None:
   none of `paths` (the projections of `what`, e.g. "the Qwen3 policy")."""
   key = f"config key '{KEY}.target_modules'={pattern!r}"
   if not pattern:
-    raise ValueError(f"{key} is empty: give a regex of module paths, e.g. '.*q_proj'")
+    raise ConfigError(f"{key} is empty: give a regex of module paths, e.g. '.*q_proj'")
   try:
     regex = re.compile(pattern)
   except re.error as err:
-    raise ValueError(f"{key} is not a regular expression: {err}") from None
+    raise ConfigError(f"{key} is not a regular expression: {err}") from None
   paths = list(paths)
   if not any(regex.fullmatch(p) for p in paths):
     shown = sorted({re.sub(r"/\d+/", "/N/", p) for p in paths})
-    raise ValueError(
+    raise ConfigError(
       f"{key} matches no module of {what} (it must match a whole path; its projections are {shown})"
     )
 
@@ -94,7 +96,7 @@ def apply_lora(model: nnx.Module, spec: LoraSpec, seed: int = 0) -> nnx.Module:
   provider = qwix.LoraProvider(module_path=spec.target_modules, rank=spec.rank, alpha=spec.alpha)
   adapted = qwix.apply_lora_to_model(model, provider, rngs=nnx.Rngs(seed), **_dummy_inputs(model))
   if not jax.tree.leaves(nnx.state(adapted, nnx.LoRAParam)):
-    raise ValueError(
+    raise ConfigError(
       f"config key '{KEY}.target_modules'={spec.target_modules!r} put no adapter on the "
       f"{type(model).__name__}: qwix adapts modules that multiply by a weight (einsum or "
       f"dot_general), e.g. {projection_paths(model)[-1]!r}"
@@ -156,7 +158,7 @@ def lora_delta(
     return jnp.einsum(f"{a_sub},{b_sub}->{weight_subscripts}", a, b)
   if a.ndim == 2 and b.ndim == 2 and len(shape) == 2:
     return a @ b
-  raise ValueError(f"cannot merge the LoRA adapter of {name!r} of shape {shape}")
+  raise ConfigError(f"cannot merge the LoRA adapter of {name!r} of shape {shape}")
 
 
 def memory_report(cluster: Any) -> dict[str, Any]:

@@ -1,0 +1,111 @@
+"""Configuration resolved once: the embedded default file, `PpoExtConfig`'s defaults for
+what a config leaves out, one `ResolvedRun` per command, and the CLI's exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import pytest
+
+from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.run import cli, run_config
+from tunix_ppo_ext._src.run.run_config import RunConfig, load_resolved, load_run_config
+from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
+SMOKE = str(CONFIGS / "smoke.yaml")
+
+
+def test_configs_default_yaml_is_the_embedded_default():
+  assert (CONFIGS / "default.yaml").read_bytes() == run_config.EMBEDDED_DEFAULT.read_bytes()
+  assert load_run_config(str(CONFIGS / "default.yaml")) == load_run_config(None)
+
+
+def test_the_embedded_default_differs_from_the_dataclass_defaults_only_in_its_ppo_tuning():
+  embedded = load_run_config(None)
+  assert dataclasses.replace(embedded, ppo={}) == RunConfig()
+  assert embedded.ppo["entropy_coef"] == 0.03 and embedded.ppo["kl_ctrl"] == "adaptive"
+
+
+def test_a_config_naming_one_ppo_key_inherits_ppo_ext_configs_defaults(tmp_path):
+  path = tmp_path / "mine.yaml"
+  path.write_text("ppo:\n  advantage_estimator: gae\n")
+  resolved = load_resolved(str(path))
+  defaults = PpoExtConfig(advantage_estimator="gae", logps_temperature=1.0)
+  assert resolved.ppo == defaults
+  # none of the embedded toy's tuning: tunix's and verl's conventions
+  assert resolved.ppo.kl_ctrl == "fixed" and resolved.ppo.whiten_advantages
+  assert resolved.ppo.entropy_coef == 0.0 and resolved.ppo.num_iterations == 1
+
+
+def test_grl_recipe_keeps_a_constant_kl_coefficient():
+  resolved = load_resolved(str(CONFIGS / "grl_ppo_recipe.yaml"), need_files=False)
+  assert resolved.ppo.kl_ctrl == "fixed" and resolved.ppo.beta == 0.001
+
+
+def test_resolved_run_holds_what_consumers_derived_again():
+  resolved = load_resolved(SMOKE, ["ppo.advantage_estimator=grpo", "ppo.num_generations=4"])
+  assert resolved.num_generations == 4 and resolved.prompts_per_batch == 2
+  assert resolved.checkpoint_roles == ("actor",)  # a group estimator builds no critic
+  assert resolved.rollout_chunk == resolved.run.train.batch_size == 8
+  assert [e.groups for e in resolved.env_entries] == [2]
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    resolved.rollout_chunk = 4  # type: ignore[misc]
+
+
+def test_train_resolves_the_config_exactly_once(tmp_path, monkeypatch):
+  built = {"resolved": 0, "ppo": 0}
+  resolved_init = run_config.ResolvedRun.__init__
+  ppo_post_init = PpoExtConfig.__post_init__
+
+  def count_resolved(self, *args, **kwargs):
+    built["resolved"] += 1
+    resolved_init(self, *args, **kwargs)
+
+  def count_ppo(self):
+    built["ppo"] += 1
+    ppo_post_init(self)
+
+  monkeypatch.setattr(run_config.ResolvedRun, "__init__", count_resolved)
+  monkeypatch.setattr(PpoExtConfig, "__post_init__", count_ppo)
+  out = tmp_path / "run"
+  assert cli.main(["train", "--config", SMOKE, "--output-dir", str(out), "train.steps=2"]) == 0
+  assert built == {"resolved": 1, "ppo": 1}
+
+
+def test_bad_input_is_a_config_error_and_exits_2(tmp_path, capsys):
+  with pytest.raises(ConfigError, match=r"config key 'ppo': PpoExtConfig.entropy_coef=-1"):
+    load_resolved(SMOKE, ["ppo.entropy_coef=-1"])
+  with pytest.raises(ConfigError, match="train.batch_size"):
+    load_resolved(SMOKE, ["ppo.num_generations=3"])
+  code = cli.main(["train", "--config", SMOKE, "--output-dir", str(tmp_path), "ppo.gamma=2"])
+  assert code == cli.EXIT_BAD_INPUT
+  assert "PpoExtConfig.gamma" in capsys.readouterr().err
+
+
+class _BrokenAtRunTime:
+  """An environment that passes every check and fails on its first step."""
+
+  name, max_return = "broken_at_run_time", 1.0
+
+  def reset(self, seed=None):
+    del seed
+    return "see a!", {}
+
+  def step(self, action):
+    raise ValueError(f"this environment fails at run time ({action!r})")
+
+
+def test_a_failure_at_run_time_exits_1_naming_it(tmp_path, capsys):
+  registry.register(registry.ENVIRONMENTS, "broken_at_run_time")(_BrokenAtRunTime)
+  try:
+    argv = ["train", "--config", SMOKE, "--output-dir", str(tmp_path / "run")]
+    code = cli.main([*argv, "env.name=broken_at_run_time"])
+  finally:
+    registry.unregister(registry.ENVIRONMENTS, "broken_at_run_time")
+  assert code == cli.EXIT_FAILED
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert err.startswith("tunix-ppo-ext: error: RuntimeError: environment 'broken_at_run_time'")
+  assert "raised ValueError: this environment fails at run time" in err
