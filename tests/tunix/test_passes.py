@@ -1,5 +1,7 @@
 """Mask-aware model passes: attention mask kept apart from the loss mask, tunix parity."""
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,7 @@ from flax import nnx
 from tunix.models.qwen3 import model as qwen3
 from tunix.rl import common as tunix_common
 
+import tunix_ppo_ext
 from tunix_ppo_ext._src.tunix.learner import passes
 
 VOCAB = 32
@@ -159,16 +162,32 @@ def test_mask_none_reproduces_tunix(model, config):
   )
 
 
-def test_given_mask_is_used_as_is(model):
+@pytest.mark.parametrize("name", ["completion_mask", "attention_mask"])
+def test_given_mask_is_used_as_is(model, name):
   prompt, completion, attention = trajectory(seed=5)
-  ids, positions, attn, real = passes.process_ids(
-    jnp.asarray(prompt), jnp.asarray(completion), PAD, EOS, jnp.asarray(attention)
+  ids, positions, attn, real = tunix_ppo_ext.process_ids(
+    jnp.asarray(prompt), jnp.asarray(completion), PAD, EOS, **{name: jnp.asarray(attention)}
   )
   expected_real = np.concatenate([prompt != PAD, attention.astype(bool)], axis=1)
   np.testing.assert_array_equal(real, expected_real.astype(np.int32))
   np.testing.assert_array_equal(positions, np.maximum(np.cumsum(expected_real, 1) - 1, 0))
   np.testing.assert_array_equal(ids, np.concatenate([prompt, completion], axis=1))
-  assert attn.shape == (3, 14, 14)
+  causal = np.tril(np.ones((14, 14), bool))[None] & expected_real[:, None, :]
+  np.testing.assert_array_equal(attn, causal)
+
+
+def test_process_ids_keeps_tunixs_signature_and_its_packed_path():
+  theirs = inspect.signature(tunix_common.process_ids).parameters
+  ours = inspect.signature(tunix_ppo_ext.process_ids).parameters
+  assert list(ours)[: len(theirs)] == list(theirs)
+  prompt = jnp.zeros((2, 0), jnp.int32)
+  packed = jnp.asarray([[3, 4, 5, 6], [7, 8, 9, PAD]], jnp.int32)
+  segments = jnp.asarray([[1, 1, 2, 2], [1, 1, 1, 0]], jnp.int32)
+  positions = jnp.asarray([[0, 1, 0, 1], [0, 1, 2, 0]], jnp.int32)
+  mine = tunix_ppo_ext.process_ids(prompt, packed, PAD, EOS, segments, positions)
+  tunix_out = tunix_common.process_ids(prompt, packed, PAD, EOS, segments, positions)
+  for a, b in zip(mine, tunix_out, strict=True):
+    assert (a is None and b is None) or np.array_equal(a, b)
 
 
 def test_score_uses_the_attention_mask(config):

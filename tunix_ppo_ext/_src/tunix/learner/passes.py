@@ -31,23 +31,40 @@ def process_ids(
   completion_tokens: jax.Array,
   pad_id: int,
   eos_id: int,
+  segment_ids: jax.Array | None = None,
+  segment_positions: jax.Array | None = None,
+  *,
+  completion_mask: jax.Array | None = None,
   attention_mask: jax.Array | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-  """Builds the model inputs for `[B, P]` prompts and `[B, T]` completions.
+) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+  """tunix's `rl.common.process_ids` (same signature, same outputs), with a given mask.
+
+  Builds the model inputs for `[B, P]` prompts and `[B, T]` completions.
 
   Args:
-    attention_mask: optional `[B, T]` attention mask over the completion (1 for every
-      real token); used as is. `None` derives `completion_tokens != pad_id` as tunix does.
+    segment_ids, segment_positions: tunix's packed-sequence inputs; with them the call is
+      tunix's own (no mask is derived).
+    completion_mask: optional `[B, T]` mask over the completion, 1 for every real token
+      (agent and observation tokens alike): the attention mask. This is the seed's (and
+      GRL's) name; `attention_mask` is the same argument under this package's name. Used
+      as is; `None` derives `completion_tokens != pad_id` as tunix does.
 
   Returns:
     `(input_ids [B, P+T], positions [B, P+T], causal_mask [B, P+T, P+T],
     real_token_mask [B, P+T] int32)`; the last is what tunix passes as `segment_ids`.
   """
+  if segment_ids is not None:
+    return tunix_common.process_ids(
+      prompt_tokens, completion_tokens, pad_id, eos_id, segment_ids, segment_positions
+    )
+  if completion_mask is not None and attention_mask is not None:
+    raise ValueError("process_ids: give completion_mask or attention_mask (the same), not both")
+  mask = attention_mask if completion_mask is None else completion_mask
   del eos_id  # Kept for tunix's signature; the mask is never derived from EOS tokens.
   input_ids = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
-  if attention_mask is None:
-    attention_mask = completion_tokens != pad_id
-  real = jnp.concatenate([prompt_tokens != pad_id, attention_mask.astype(jnp.bool_)], axis=-1)
+  if mask is None:
+    mask = completion_tokens != pad_id
+  real = jnp.concatenate([prompt_tokens != pad_id, mask.astype(jnp.bool_)], axis=-1)
   positions = tunix_common.build_positions_from_mask(real)
   causal_mask = tunix_common.make_causal_attn_mask(real)
   return input_ids, positions, causal_mask, real.astype(jnp.int32)
@@ -74,7 +91,7 @@ def _forward(
 ) -> jax.Array:
   """One model pass over prompt + completion; returns the model's first output `[B, P+T, ...]`."""
   input_ids, positions, causal_mask, real = process_ids(
-    prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask
+    prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask=attention_mask
   )
   kwargs = {"positions": positions, "cache": None, "attention_mask": causal_mask}
   if _accepts_segment_ids(model):
