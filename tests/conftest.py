@@ -29,9 +29,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 from flax import nnx
 from hypothesis import HealthCheck, settings
 
+from tests.import_graph import reaches_tunix
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_mesh, make_models  # noqa: F401
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import Conversation
@@ -281,3 +283,12 @@ def common_checkpoints(out: pathlib.Path, roles: Sequence[str] = ("actor", "crit
 
   ckpt = out / "checkpoints"
   return set.intersection(*(resume.finalized_steps(ckpt / role) for role in roles))
+
+
+def pytest_collection_modifyitems(config, items):
+  """The fast lane (`pytest -m fast`): every test whose file never reaches tunix, neither
+  directly nor through this package or the tunix helpers above (`tests/import_graph.py`)."""
+  del config
+  for item in items:
+    if not reaches_tunix(pathlib.Path(str(item.fspath))) and not item.get_closest_marker("slow"):
+      item.add_marker(pytest.mark.fast)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ast
 import importlib
-import pathlib
 import subprocess
 import sys
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "tunix_ppo_ext"
+from tests.import_graph import PACKAGE, imports, imports_tunix, module_name
+
 SRC = PACKAGE / "_src"
 # Lowest first; a module may import its own layer's modules and any lower layer's.
 LAYERS = ("checks", "plugins", "math", "data", "envs", "config", "metrics", "tunix", "run")
@@ -19,32 +19,8 @@ TUNIX_RANK = {name: rank for rank, name in enumerate(TUNIX_PARTS)}
 PUBLIC = ("config", "data", "envs", "metrics", "models", "ops", "plugins", "rollout")
 
 
-def _module_name(path: pathlib.Path) -> str:
-  parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _imports(path: pathlib.Path) -> set[str]:
-  """Modules of the package that `path` imports (at any depth of its code)."""
-  name = _module_name(path)
-  package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-  found, modules = set(), {_module_name(p) for p in PACKAGE.rglob("*.py")}
-  for node in ast.walk(ast.parse(path.read_text())):
-    if isinstance(node, ast.Import):
-      found |= {alias.name for alias in node.names}
-    elif isinstance(node, ast.ImportFrom):
-      base = node.module or ""
-      if node.level:
-        parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-        base = ".".join(parent + ([base] if base else []))
-      subs = {f"{base}.{alias.name}" for alias in node.names} & modules
-      found |= subs if len(subs) == len(node.names) else subs | {base}
-
-  return {m for m in found if m in modules and m != name}
-
-
 def _graph() -> dict[str, set[str]]:
-  return {_module_name(p): _imports(p) for p in PACKAGE.rglob("*.py")}
+  return {module_name(p): imports(p) for p in PACKAGE.rglob("*.py")}
 
 
 def _layer(module: str) -> str | None:
@@ -105,28 +81,18 @@ def test_no_two_modules_share_a_basename():
   assert len(stems) == len(set(stems)), sorted({s for s in stems if stems.count(s) > 1})
 
 
-def _imports_tunix(path: pathlib.Path) -> bool:
-  for node in ast.walk(ast.parse(path.read_text())):
-    if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "tunix" for a in node.names):
-      return True
-    if isinstance(node, ast.ImportFrom) and not node.level:
-      if (node.module or "").split(".")[0] == "tunix":
-        return True
-  return False
-
-
-def test_a_module_is_in_the_tunix_layer_if_and_only_if_it_imports_tunix():
+def test_a_module_is_in_the_tunix_layer_if_and_only_if_itimports_tunix():
   """Directly, or through another module of the tunix layer (`compat`'s seam, say); the
   layers above it reach tunix only through it."""
   graph, wrong = _graph(), []
   for path in PACKAGE.rglob("*.py"):
-    module = _module_name(path)
+    module = module_name(path)
     if path.name == "__init__.py":
       continue
     if _layer(module) == "tunix":
-      if not (_imports_tunix(path) or any(_layer(t) == "tunix" for t in graph[module])):
+      if not (imports_tunix(path) or any(_layer(t) == "tunix" for t in graph[module])):
         wrong.append(f"{module}: imports no tunix")
-    elif _imports_tunix(path):
+    elif imports_tunix(path):
       wrong.append(f"{module}: imports tunix outside the tunix layer")
     elif _layer(module) is not None and RANK[_layer(module)] < RANK["tunix"]:
       if any(_layer(t) == "tunix" for t in graph[module]):

@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tunix.rl.algo_core import compute_entropy_from_logits
-from tunix.rl.common import selective_log_softmax
 
 from tunix_ppo_ext._src.math.logits import full_kl_divergence, logps_and_entropy
 
@@ -216,14 +214,6 @@ def test_huge_logits_stay_finite(chunk):
 # ----------------------------------------------------------------------------
 # Agreement with tunix
 # ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("chunk", [0, 1, 5, 64])
-def test_matches_tunix(chunk):
-  logits, _, ids, _, _ = make_inputs(2, 13, 47, seed=6)
-  logp, ent = _logp_ent(logits, ids, 1.0, chunk)
-  np.testing.assert_allclose(logp, selective_log_softmax(logits, ids), rtol=RTOL, atol=ATOL)
-  np.testing.assert_allclose(ent, compute_entropy_from_logits(logits), rtol=RTOL, atol=ATOL)
 
 
 # ----------------------------------------------------------------------------

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tunix.rl import common as tunix_common
 
 from tunix_ppo_ext._src.math import kl
 from tunix_ppo_ext._src.math import ppo_losses as losses
@@ -121,21 +120,6 @@ def test_aggregate_matches_reference(mode):
 def test_aggregate_empty_mask_is_zero(mode):
   out = losses.aggregate_loss(jnp.ones((3, 4)), jnp.zeros((3, 4)), mode)
   assert float(out) == 0.0
-
-
-def test_aggregate_accepts_tunix_alias_and_matches_tunix():
-  _, _, x, mask, _, _ = random_batch(1)
-  ours = losses.aggregate_loss(x, mask, "sequence-mean-token-mean")
-  theirs = tunix_common.aggregate_loss(
-    jnp.asarray(x), jnp.asarray(mask), "sequence-mean-token-mean"
-  )
-  np.testing.assert_allclose(ours, theirs, rtol=RTOL)
-  for mode in ["token-mean", "seq-mean-token-sum"]:
-    np.testing.assert_allclose(
-      losses.aggregate_loss(x, mask, mode),
-      tunix_common.aggregate_loss(jnp.asarray(x), jnp.asarray(mask), mode),
-      rtol=RTOL,
-    )
 
 
 def test_aggregate_unknown_mode_suggests_closest():
