@@ -56,6 +56,37 @@ def test_events_map_to_published_keys_and_steps(event, step, key, published_step
     assert keys.step(event, step) == published_step
 
 
+@pytest.mark.parametrize(
+  "event, step, published_step",
+  [
+    ("actor/train/pg_loss", 3, 3),  # the trainers count updates already
+    ("batch/train/advantage/max", 0, 1),  # batch 0 is trained by updates 1..4
+    ("batch/train/advantage/max", 2, 9),  # batch 2 by updates 9..12
+    ("learner/train/kl_coef", 1, 5),
+    ("batch/eval/return/mean", 2, 8),  # evaluated after 2 batches: 8 updates
+  ],
+)
+def test_every_key_is_published_on_the_update_axis(event, step, published_step):
+  keys = MetricKeys(updates_per_batch=4)  # e.g. 2 epochs of 2 mini-batches
+  assert keys.step(event, step) == published_step
+
+
+def test_a_run_with_two_epochs_puts_every_key_on_one_axis(tmp_path):
+  out = tmp_path / "run"
+  overrides = ["ppo.num_iterations=2", "train.steps=4", "train.eval_every=2"]
+  argv = ["train", "--config", str(CONFIGS / "smoke.yaml"), "--output-dir", str(out)]
+  assert cli.main([*argv, *overrides]) == 0
+  steps: dict[str, set[int]] = {}
+  for row in read_jsonl(out / "metrics.jsonl"):
+    for key in row:
+      steps.setdefault(key, set()).add(row["step"])
+  assert steps["actor/pg_loss"] == {1, 2, 3, 4}  # four updates
+  assert steps["train/episode_return/mean"] == {1, 3}  # two batches, at their first update
+  assert steps["eval/return/mean"] == {0, 2}  # before training, after the first batch
+  assert max(max(s) for s in steps.values()) == 4
+  assert json.loads((out / "summary.json").read_text())["steps"] == 2  # batches
+
+
 def test_taxonomy_covers_the_documented_keys():
   known = set(metric_keys.known_keys())
   families = [f"train/{f}/{s}" for f in metric_keys.BATCH_FAMILIES for s in STATS]

@@ -5,7 +5,7 @@ tunix's metrics logger emits each scalar as a `jax.monitoring` event `<prefix>/<
 the published key, where `{mode}` stands for the mode. Internal names missing from the
 table are published as they are; eval-mode keys without `{mode}` get an `eval/` prefix (so
 `actor/pg_loss` evaluated is `eval/actor/pg_loss`). Every key is published at the step
-that counts the updates done (1 once the first batch is trained, as in verl). `MetricKeys`
+that counts the optimizer updates done (`MetricKeys.step`), the one x-axis of every sink. `MetricKeys`
 adds the user's renames and drops (`metrics.rename` / `metrics.drop` in the run config).
 """
 
@@ -125,6 +125,7 @@ class MetricKeys:
 
   rename: Mapping[str, str] = dataclasses.field(default_factory=dict)
   drop: Sequence[str] = ()
+  updates_per_batch: int = 1  # optimizer updates per training batch (epochs x mini-batches)
 
   def __post_init__(self):
     validate_changes(self.rename, self.drop)
@@ -142,18 +143,22 @@ class MetricKeys:
       return None
     return self.rename.get(key, key)
 
-  @staticmethod
-  def step(event: str, step: int) -> int:
-    """The published step: the number of updates done (verl's 1-based global step).
+  def step(self, event: str, step: int) -> int:
+    """The published step: the number of optimizer updates done (tunix's `train_steps`;
+    verl's 1-based global step when a batch is one update), for every key alike.
 
     tunix's trainers already log so (`actor/...`, `critic/...`; an evaluation at the
-    updates done before it). The learner's training-batch metrics carry tunix's 0-based
-    global step and move up by one, to the update that trains on that batch; its
-    evaluation rollouts stay where they are (measured after that many updates).
+    updates done before it). The learner's metrics carry tunix's 0-based global step, which
+    counts batches: a training batch's metrics go to the first update that trains on it,
+    `step * updates_per_batch + 1`, and an evaluation after `step` batches to the updates
+    done by then, `step * updates_per_batch`. So every panel of a run shares one x-axis.
     """
     prefix, _, rest = event.partition("/")
-    shift = prefix not in TRAINER_PREFIXES and rest.startswith("train/")
-    return step + 1 if shift else step
+    if prefix in TRAINER_PREFIXES:
+      return step
+    if rest.startswith("train/"):
+      return step * self.updates_per_batch + 1
+    return step * self.updates_per_batch
 
   def _key(self, event: str) -> str | None:
     parts = event.split("/", 2)

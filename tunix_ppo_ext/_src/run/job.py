@@ -72,7 +72,7 @@ def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
   if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
     critic = None
   train = run.train
-  keys = run.metrics.keys()
+  keys = dataclasses.replace(run.metrics.keys(), updates_per_batch=resolved.updates_per_batch)
   wandb_sinks: list[metrics.WandbSink] = []  # tunix's logger builds it; samples use it too
   backends = _metric_backends(run, output_dir, wandb_sinks)
   sampling, eval_sampling = recipe.sampling_kwargs(run.sampling)

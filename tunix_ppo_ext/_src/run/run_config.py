@@ -226,6 +226,13 @@ class ResolvedRun:
     return self.ppo.num_generations
 
   @property
+  def updates_per_batch(self) -> int:
+    """Optimizer updates per training batch: `ppo.num_iterations` epochs of its
+    mini-batches (tunix's `train_steps` counts these; `train.steps` is their total)."""
+    mini = self.batch.get("mini_batch_size", self.run.train.batch_size)
+    return self.ppo.num_iterations * (self.run.train.batch_size // mini)
+
+  @property
   def prompts_per_batch(self) -> int:
     """Prompts per batch: `train.batch_size` episodes over `num_generations`."""
     return self.run.train.batch_size // self.ppo.num_generations
