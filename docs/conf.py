@@ -19,7 +19,6 @@ extensions = [
   "myst_parser",
   "sphinx.ext.autodoc",
   "sphinx.ext.autosummary",
-  "sphinx.ext.napoleon",
   "sphinxarg.ext",
   "ppo_ext_reference",
 ]
@@ -30,13 +29,21 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 default_role = "code"  # `name` in docstrings is code, as in the README
 
-autosummary_generate = True
-autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
-autodoc_typehints = "description"
-autodoc_member_order = "bysource"
-napoleon_google_docstring = True
-napoleon_numpy_docstring = False
-suppress_warnings = ["myst.header"]
+autosummary_generate = False  # one page per public module (automodule), no stub pages
+autodoc_typehints = "signature"
+autodoc_member_order = "alphabetical"
+# Type names in signatures resolve to more than one documented re-export (e.g. `Environment`
+# is public in both `envs` and `plugins`): any of them is right.
+suppress_warnings = ["myst.header", "ref.python"]
+
+# A public class is documented under its public name only (its `_src` home is private), so
+# the same class re-exported by two public modules is not one object described twice.
+try:
+  from sphinx.ext.autodoc._property_types import _ClassDefProperties
+
+  _ClassDefProperties.canonical_full_name = property(lambda self: None)
+except ImportError:  # another Sphinx: classes keep their `:canonical:` option
+  pass
 
 html_theme = "sphinx_book_theme"
 html_title = f"tunix-ppo-ext {release}"

@@ -302,11 +302,10 @@ def write_api(directory: pathlib.Path) -> None:
   for name in PUBLIC_MODULES:
     module = importlib.import_module(name)
     short = name.replace(".", "_")
-    doc = (inspect.getdoc(module) or "").split("\n\n")[0].replace("\n", " ")
-    lines = [f"# `{name}`", "", doc, "", "```{eval-rst}", f".. currentmodule:: {name}", "",
-             ".. autosummary::", "   :toctree: _autosummary", "   :nosignatures:", ""]
+    lines = [f"# `{name}`", "", "```{eval-rst}", f".. currentmodule:: {name}", "",
+             ".. autosummary::", "   :nosignatures:", ""]
     lines += [f"   {item}" for item in sorted(module.__all__)]
-    lines += ["```", ""]
+    lines += ["", f".. automodule:: {name}", "   :members:", "   :undoc-members:", "```", ""]
     (directory / f"{short}.md").write_text("\n".join(lines))
 
 
@@ -332,6 +331,43 @@ def generate(app) -> None:
   write_api(api)
 
 
+_CODE = re.compile(r"(``.*?``|`[^`]*`)")
+
+
+def _escape(text: str) -> str:
+  if text.count("`") % 2:
+    text = text.replace("`", "'")
+  parts = _CODE.split(text)
+  for j in range(0, len(parts), 2):
+    part = parts[j].replace("\\", "\\\\").replace("*", "\\*").replace("|", "\\|")
+    parts[j] = re.sub(r"(\w)_(?=\W|$)", r"\1\\_", part)
+  for j in range(1, len(parts), 2):  # a code span glued to a word (`LoRAParam`s)
+    if j + 1 < len(parts) and re.match(r"\w", parts[j + 1]):
+      parts[j] += "\\ "
+    if re.search(r"\w$", parts[j - 1]):
+      parts[j] = "\\ " + parts[j]
+  return "".join(parts)
+
+
+def plain_docstring(app, what, name, obj, options, lines) -> None:
+  """The package's docstrings are Markdown-flavoured plain text, not reStructuredText: the
+  first paragraph becomes the summary (code spans kept, other markup characters literal),
+  the rest is shown as written, preformatted, as `help()` shows it."""
+  if not lines:
+    return
+  blank = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+  summary = _escape(" ".join(line.strip() for line in lines[:blank]))
+  rest = lines[blank:]
+  while rest and not rest[0].strip():
+    rest = rest[1:]
+  while rest and not rest[-1].strip():
+    rest = rest[:-1]
+  lines[:] = [summary]
+  if rest:
+    lines += ["", "::", ""] + [("   " + line) if line.strip() else "" for line in rest] + [""]
+
+
 def setup(app):
-  app.connect("builder-inited", generate)
+  app.connect("builder-inited", generate, priority=100)  # before autosummary's stubs
+  app.connect("autodoc-process-docstring", plain_docstring)
   return {"parallel_read_safe": True, "version": "1"}
