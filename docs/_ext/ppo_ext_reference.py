@@ -160,7 +160,9 @@ def _meaning(cls: type, name: str, key: str) -> str:
     return EXTRA_MEANINGS[key]
   doc = inspect.getdoc(cls) or ""
   for klass in cls.__mro__:
-    attrs = _attributes(inspect.getdoc(klass) or "") if "Attributes" in (klass.__doc__ or "") else {}
+    attrs = (
+      _attributes(inspect.getdoc(klass) or "") if "Attributes" in (klass.__doc__ or "") else {}
+    )
     if name in attrs:
       return attrs[name]
   for clause in _clauses(doc):
@@ -199,11 +201,13 @@ def _walk(cls: type, prefix: str, section: str, defaults: dict[str, Any] | None 
       "validation.envs": recipe.EnvEntry,
     }.get(key)
     if dataclasses.is_dataclass(tp) and not isinstance(default, (list, dict)):
-      yield from _walk(tp, key + ".", key, {f.name: getattr(default, f.name)
-                                             for f in dataclasses.fields(default)})
+      yield from _walk(
+        tp, key + ".", key, {f.name: getattr(default, f.name) for f in dataclasses.fields(default)}
+      )
       continue
-    yield ConfigEntry(key, _type_name(tp), _fmt_default(default), _meaning(cls, field.name, key),
-                      section)
+    yield ConfigEntry(
+      key, _type_name(tp), _fmt_default(default), _meaning(cls, field.name, key), section
+    )
     if sub is not None:
       sep = "[]." if key.endswith("envs") else "."
       yield from _walk(sub, key + sep, key + sep.rstrip("."))
@@ -234,8 +238,15 @@ def config_entries() -> list[ConfigEntry]:
       note = " (the run config sets it to `train.temperature` unless given)"
     key = f"ppo.{field.name}"
     meaning = _meaning(PpoExtConfig, field.name, key)
-    ppo.append(ConfigEntry(key, _type_name(hints.get(field.name, field.type)),
-                           _fmt_default(default), meaning + note, "ppo"))
+    ppo.append(
+      ConfigEntry(
+        key,
+        _type_name(hints.get(field.name, field.type)),
+        _fmt_default(default),
+        meaning + note,
+        "ppo",
+      )
+    )
   return top + rest + ppo
 
 
@@ -287,7 +298,9 @@ def write_metric_keys(path: pathlib.Path) -> None:
   for group, items in groups.items():
     lines += [f"## `{group}/`", "", "| key | internal name | published |", "| --- | --- | --- |"]
     for key, internal in items:
-      when = "only while its feature is on" if key.removeprefix("eval/") in conditional else "always"
+      when = (
+        "only while its feature is on" if key.removeprefix("eval/") in conditional else "always"
+      )
       lines.append(f"| `{key}` | `{internal}` | {when} |")
     lines.append("")
   dropped = sorted(k for k, v in keys.TAXONOMY.items() if v is None)
@@ -302,8 +315,16 @@ def write_api(directory: pathlib.Path) -> None:
   for name in PUBLIC_MODULES:
     module = importlib.import_module(name)
     short = name.replace(".", "_")
-    lines = [f"# `{name}`", "", "```{eval-rst}", f".. currentmodule:: {name}", "",
-             ".. autosummary::", "   :nosignatures:", ""]
+    lines = [
+      f"# `{name}`",
+      "",
+      "```{eval-rst}",
+      f".. currentmodule:: {name}",
+      "",
+      ".. autosummary::",
+      "   :nosignatures:",
+      "",
+    ]
     lines += [f"   {item}" for item in sorted(module.__all__)]
     lines += ["", f".. automodule:: {name}", "   :members:", "   :undoc-members:", "```", ""]
     (directory / f"{short}.md").write_text("\n".join(lines))
