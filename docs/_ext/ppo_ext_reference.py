@@ -312,21 +312,25 @@ def write_metric_keys(path: pathlib.Path) -> None:
 
 
 def write_api(directory: pathlib.Path) -> None:
+  """One page per public module: a summary table of its `__all__`, then every name."""
   for name in PUBLIC_MODULES:
     module = importlib.import_module(name)
     short = name.replace(".", "_")
-    lines = [
-      f"# `{name}`",
-      "",
-      "```{eval-rst}",
-      f".. currentmodule:: {name}",
-      "",
-      ".. autosummary::",
-      "   :nosignatures:",
-      "",
-    ]
-    lines += [f"   {item}" for item in sorted(module.__all__)]
-    lines += ["", f".. automodule:: {name}", "   :members:", "   :undoc-members:", "```", ""]
+    public = sorted(module.__all__)
+    # constants and type aliases: autodoc skips imported data, so they are named one by one
+    data = [n for n in public if not (inspect.isclass(v := getattr(module, n)) or callable(v))]
+    data += [n for n in public if typing.get_origin(getattr(module, n)) is not None]
+    data = sorted(set(data))
+    lines = [f"# `{name}`", "", "```{eval-rst}", f".. currentmodule:: {name}", ""]
+    lines += [".. autosummary::", "   :nosignatures:", ""]
+    lines += [f"   {item}" for item in public]
+    lines += ["", f".. automodule:: {name}", "   :members:", "   :undoc-members:"]
+    lines += ["   :imported-members:"]
+    if data:
+      lines += [f"   :exclude-members: {', '.join(data)}"]
+    for item in data:
+      lines += ["", f".. autodata:: {item}"]
+    lines += ["```", ""]
     (directory / f"{short}.md").write_text("\n".join(lines))
 
 
