@@ -55,3 +55,4 @@ html_theme_options = {
   "navigation_with_keys": False,
 }
 # offline: no intersphinx, no remote images
+smartquotes = False  # `--output-dir` stays two hyphens

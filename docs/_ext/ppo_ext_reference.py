@@ -259,6 +259,7 @@ def anchor(key: str) -> str:
 
 
 def write_config_keys(path: pathlib.Path) -> None:
+  """One table per section: key (with its own anchor), type, default, meaning."""
   lines = []
   sections: dict[str, list[ConfigEntry]] = {}
   for entry in config_entries():
@@ -267,10 +268,13 @@ def write_config_keys(path: pathlib.Path) -> None:
   for head, entries in sections.items():
     title = "Top level" if head == "top level" else f"`{head}`"
     lines += [f"({anchor('section-' + head)})=", f"## {title}", ""]
+    lines += ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     for entry in entries:
-      lines += [f"({anchor(entry.key)})=", f"### `{entry.key}`", ""]
-      lines += [f"type `{entry.type}`, default `{entry.default}`", ""]
-      lines += [entry.meaning or "(undocumented)", ""]
+      key = f'<span id="{anchor(entry.key)}"></span>`{entry.key}`'
+      cells = [key, f"`{_cell(entry.type)}`", f"`{_cell(entry.default)}`"]
+      cells.append(_cell(entry.meaning or "(undocumented)"))
+      lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
   path.write_text("\n".join(lines))
 
 
