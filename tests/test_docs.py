@@ -9,6 +9,7 @@ and the README and the docs name nothing that does not exist.
   every repository file or directory and `tests/...::test_name` exists, and every dotted
   run-config key (`ppo.kl_ctrl`, overrides like `train.steps=100`) is a key of the reference.
 - `test_every_config_file_key_is_in_the_reference`: the keys of `configs/*.yaml`.
+- `test_docs_name_only_metric_keys_that_exist`: metric keys and families the text names.
 - `test_marked_code_examples_run`: the Python blocks marked `% test: run` in the docs run.
 """
 
@@ -214,6 +215,43 @@ def _problems(path: pathlib.Path) -> list[str]:
   return problems
 
 
+METRIC = re.compile(
+  r"(?<![\w/.-])((?:train|eval|actor|critic|rollout|timing_s|rewards|generation|advantages)"
+  r"/[\w/{}<>*.,-]*)"
+)
+
+
+def _metric_problems(path: pathlib.Path) -> list[str]:
+  from tunix_ppo_ext._src.run.plan import PIECES
+  from tunix_ppo_ext.metrics import known_keys
+
+  known = set(known_keys()) | set(reference.EXTRA_METRICS)
+  pieces = set(PIECES)  # `plan`'s pieces share the look: `actor/train_step`
+  known |= {f"eval/{k.removeprefix('train/')}" for k in known}
+  problems = []
+  for span, language in _code_spans(path.read_text()):
+    if language:
+      continue  # code: paths and expressions, not metric names
+    for match in METRIC.finditer(span):
+      token = match.group(1).rstrip(".,")
+      stem = re.split(r"[{<*]", token)[0]
+      if token != stem or token.endswith("/"):  # a family: `train/score/{stats}`, `eval/`
+        ok = any(k.startswith(stem) for k in known) or re.match(r"(train|eval)/env", stem)
+      else:
+        ok = token in known | pieces or re.match(r"(train|eval)/env/", token) is not None
+      if not ok and not (REPO / token).exists():
+        problems.append(f"{path.name}: no metric key {token}")
+  return problems
+
+
+def test_docs_name_only_metric_keys_that_exist():
+  problems = [p for path in doc_files() for p in _metric_problems(path)]
+  assert not problems, "\n".join(problems)
+  source = "".join(p.read_text() for p in (REPO / "tunix_ppo_ext" / "_src").rglob("*.py"))
+  for key in reference.EXTRA_METRICS:  # the extra keys are still what the code logs
+    assert key.split("/")[-1] in source or key in source, key
+
+
 def test_docs_and_readme_name_only_what_exists():
   problems = [p for path in doc_files() for p in _problems(path)]
   assert not problems, "\n".join(problems)
@@ -228,6 +266,8 @@ def test_the_checks_catch_what_does_not_exist(tmp_path):
   )
   problems = _problems(bad)
   assert len(problems) == 5, problems
+  bad.write_text("`actor/kl_coeff`, `train/scores/{stats}`, `actor/kl_coef`, `train/env/<tag>/`")
+  assert len(_metric_problems(bad)) == 2, _metric_problems(bad)
   good = tmp_path / "good.md"
   good.write_text(
     "`tunix_ppo_ext.ops.kl_k3`, `tunix_ppo_ext.envs:render_board`, `configs/default.yaml`,\n"

@@ -77,6 +77,20 @@ EXTRA_MEANINGS = {
 }
 
 
+# Keys the recipe sections and the samples table publish under their own names (internal
+# names outside the taxonomy table are published as they are): (key, where it comes from).
+EXTRA_METRICS = {
+  "rollout/filter_kept_frac": "`filter`: share of groups kept (`tunix_ppo_ext/_src/run/recipe.py`)",
+  "rollout/in_group_std": "`filter`: mean in-group score std of all groups",
+  "rollout/kept_in_group_std": "`filter`: mean in-group score std of the kept groups",
+  "rollout/malformed_turns": "`shaping.format_penalty`: malformed turns per episode "
+  "(`tunix_ppo_ext/_src/data/score_shaping.py`)",
+  "rollout/format_penalty": "`shaping.format_penalty`: penalty added per episode",
+  "eval/samples": "W&B only: the sampled conversations of an evaluation, as a table "
+  "(`tunix_ppo_ext/_src/metrics/samples.py`)",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ConfigEntry:
   key: str
@@ -307,6 +321,11 @@ def write_metric_keys(path: pathlib.Path) -> None:
       )
       lines.append(f"| `{key}` | `{internal}` | {when} |")
     lines.append("")
+  lines += ["## Published by the recipe sections", ""]
+  lines += ["Outside the taxonomy table, under their own names, while the section is on:", ""]
+  lines += ["| key | from |", "| --- | --- |"]
+  lines += [f"| `{key}` | {_cell(where)} |" for key, where in EXTRA_METRICS.items()]
+  lines.append("")
   dropped = sorted(k for k, v in keys.TAXONOMY.items() if v is None)
   lines += ["## Dropped by default", "", ", ".join(f"`{k}`" for k in dropped), ""]
   lines += ["## Open-ended families", ""]
