@@ -1,7 +1,7 @@
 """PpoExtLearner from Python: tunix's own RLCluster and ClusterConfig, a tiny Qwen3, a reward.
 
-Run it with `python examples/python_api.py` (CPU, about a minute). The README's "Use it
-from Python" section shows this file; `tests/app/test_python_api.py` runs it.
+Run it with `python examples/python_api.py` (CPU, about a minute). The docs page
+"Coming from tunix's PPOLearner" shows this file; `tests/app/test_python_api.py` runs it.
 """
 
 import numpy as np
@@ -13,8 +13,8 @@ from tunix.rl import utils as rl_utils
 from tunix.rl.rollout import base_rollout
 
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
-from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
-from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
+from tunix_ppo_ext.models import make_mesh
+from tunix_ppo_ext.rollout import CharTokenizer
 
 # 1. A tokenizer and a tiny tunix Qwen3 (any tunix model and tokenizer work the same way).
 tokenizer = CharTokenizer()  # built-in characters; a Hugging Face tokenizer works too

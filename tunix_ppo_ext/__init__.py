@@ -37,6 +37,7 @@ _LAZY = {
   "compute_per_token_logps": "tunix_ppo_ext._src.tunix.learner.passes",
   "compute_score": "tunix_ppo_ext._src.tunix.learner.passes",
   "process_ids": "tunix_ppo_ext._src.tunix.learner.passes",
+  "register_builtins": "tunix_ppo_ext._src.tunix.learner.loss_fns",
 }
 
 
@@ -62,4 +63,5 @@ __all__ = [
   "compute_per_token_logps",
   "compute_score",
   "process_ids",
+  "register_builtins",
 ]

@@ -18,8 +18,12 @@ from tunix_ppo_ext._src.envs.base import (
   validate_reset_output,
   validate_step_output,
 )
-from tunix_ppo_ext._src.envs.countdown import CountdownEnv, CountdownMultiTurnEnv
-from tunix_ppo_ext._src.envs.frozenlake import FrozenLakeEnv
+from tunix_ppo_ext._src.envs.countdown import (
+  COUNTDOWN_ALPHABET,
+  CountdownEnv,
+  CountdownMultiTurnEnv,
+)
+from tunix_ppo_ext._src.envs.frozenlake import FrozenLakeEnv, render_board
 from tunix_ppo_ext._src.envs.gym_adapter import GymEnv
 from tunix_ppo_ext._src.envs.memory import MemoryEnv
 from tunix_ppo_ext._src.envs.sokoban import SokobanEnv
@@ -27,6 +31,7 @@ from tunix_ppo_ext._src.envs.stash import StashEnv
 from tunix_ppo_ext._src.plugins.protocols import Environment, StepOutput
 
 __all__ = [
+  "COUNTDOWN_ALPHABET",
   "MALFORMED_KEY",
   "CountdownEnv",
   "CountdownMultiTurnEnv",
@@ -41,6 +46,7 @@ __all__ = [
   "env_name",
   "is_malformed",
   "make_env",
+  "render_board",
   "validate_reset_output",
   "validate_step_output",
 ]

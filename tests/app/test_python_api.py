@@ -1,4 +1,5 @@
-"""The README's "Use it from Python" program runs as written, and bad data gets one clear line."""
+"""The docs' "Coming from tunix's PPOLearner" program runs as written, and bad data gets one
+clear line."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def readme_program() -> str:
-  text = (REPO / "README.md").read_text()
-  section = text.split("### Use it from Python", 1)[1]
-  return section.split("```python\n", 1)[1].split("```", 1)[0]
+  """The program the docs page includes (`literalinclude` of the example file)."""
+  page = (REPO / "docs" / "getting_started" / "from_tunix.md").read_text()
+  assert "```{literalinclude} ../../examples/python_api.py" in page
+  return (REPO / "examples" / "python_api.py").read_text()
 
 
 def run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess:
@@ -26,7 +28,7 @@ def run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess:
 def test_readme_program_is_the_example_and_trains(tmp_path):
   program = readme_program()
   example = (REPO / "examples" / "python_api.py").read_text()
-  assert program.strip() in example  # the README shows the example file, verbatim
+  assert program.strip() in example  # the docs show the example file, verbatim
   done = run(program, tmp_path)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "trained steps: 3" in done.stdout

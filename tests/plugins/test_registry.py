@@ -387,8 +387,8 @@ def test_plugins_command_lists_every_group_with_builtins(capsys):
     assert (name, "tunix-ppo-ext", tunix_ppo_ext.__version__, "ok") in rows
 
 
-def test_readme_shows_the_minimal_plugin_and_it_works(use_plugins):
-  readme = (REPO / "README.md").read_text()
+def test_docs_show_the_minimal_plugin_and_it_works(use_plugins):
+  readme = (REPO / "docs" / "guides" / "plugins.md").read_text()
   source, _ = PLUGINS["minimal"]
   for name in ("pyproject.toml", "my_kl.py"):
     assert (source / name).read_text().strip() in readme, name

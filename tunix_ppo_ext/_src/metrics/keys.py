@@ -5,8 +5,9 @@ tunix's metrics logger emits each scalar as a `jax.monitoring` event `<prefix>/<
 the published key, where `{mode}` stands for the mode. Internal names missing from the
 table are published as they are; eval-mode keys without `{mode}` get an `eval/` prefix (so
 `actor/pg_loss` evaluated is `eval/actor/pg_loss`). Every key is published at the step
-that counts the optimizer updates done (`MetricKeys.step`), the one x-axis of every sink. `MetricKeys`
-adds the user's renames and drops (`metrics.rename` / `metrics.drop` in the run config).
+that counts the optimizer updates done (`MetricKeys.step`), the one x-axis of every sink.
+`MetricKeys` adds the user's renames and drops (`metrics.rename` / `metrics.drop` in the run
+config).
 """
 
 from __future__ import annotations

@@ -41,8 +41,35 @@ def curves(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]
   return [s for s, _ in points], [v for _, v in points]
 
 
-def plot_run(run_dir: str | pathlib.Path, columns: int = 4) -> pathlib.Path:
-  """Draws `PANELS` from `RUN_DIR/metrics.jsonl` into `RUN_DIR/curves.png`; returns its path."""
+def robust_limits(values: list[float], tail: float = 1.0) -> tuple[float, float] | None:
+  """y-limits that keep a few spikes from flattening a curve: the `tail`-th and
+  `(100 - tail)`-th percentiles, widened by a tenth of their span (`None` for no values).
+
+  With fewer than 20 values, or when nothing lies outside that band, the full range is
+  kept (still padded): a short run shows every point.
+  """
+  data = np.asarray([v for v in values if np.isfinite(v)], np.float64)
+  if not data.size:
+    return None
+  low, high = float(data.min()), float(data.max())
+  if data.size >= 20:
+    low_p, high_p = np.percentile(data, [tail, 100.0 - tail])
+    span_p = float(high_p - low_p)
+    # clip only when the outliers stretch the range well beyond the bulk of the curve
+    if span_p > 0 and (high - low) > 2.0 * span_p:
+      low, high = float(low_p), float(high_p)
+  pad = 0.1 * (high - low) if high > low else max(abs(high) * 0.1, 1e-3)
+  return low - pad, high + pad
+
+
+def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
+  """Draws the `PANELS` a run logged from `RUN_DIR/metrics.jsonl` into `RUN_DIR/curves.png`.
+
+  Panels whose keys the run never logged (no critic, no success rate, dropped keys) are
+  left out; all panels share one step axis (the number of updates done); y-limits are
+  robust to a few spikes (`robust_limits`), and a panel says how many points lie outside.
+  Returns the PNG's path.
+  """
   import matplotlib  # noqa: PLC0415 (only this command needs it)
 
   matplotlib.use("Agg")
@@ -53,20 +80,46 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 4) -> pathlib.Path:
   if not metrics_path.is_file():
     raise ValueError(f"RUN_DIR {str(run_dir)!r} has no metrics.jsonl")
   rows, keys = read_jsonl(metrics_path), run_keys(run_dir)
-  rows_needed = -(-len(PANELS) // columns)
-  figure, axes = plt.subplots(rows_needed, columns, figsize=(4 * columns, 3 * rows_needed))
-  for axis, (title, names) in zip(axes.ravel(), PANELS.items(), strict=False):
+  panels: list[tuple[str, list[tuple[str, list[int], list[float]]]]] = []
+  for title, names in PANELS.items():
+    lines = []
     for name in names:
       key = keys.final(name)
       steps, values = curves(rows, key) if key else ([], [])
       if steps:
-        axis.plot(steps, values, label=key, marker="." if len(steps) < 20 else None)
-    axis.set_title(title)
-    axis.set_xlabel("step")
-    if axis.lines:
+        lines.append((key, steps, values))
+    if lines:
+      panels.append((title, lines))
+  if not panels:
+    raise ValueError(f"RUN_DIR {str(run_dir)!r}: metrics.jsonl holds none of the plotted keys")
+  columns = min(columns, len(panels))
+  rows_needed = -(-len(panels) // columns)
+  figure, axes = plt.subplots(
+    rows_needed, columns, figsize=(4.5 * columns, 2.8 * rows_needed), sharex=True, squeeze=False
+  )
+  flat = list(axes.ravel())
+  for axis, (title, lines) in zip(flat, panels, strict=False):
+    every: list[float] = []
+    for key, steps, values in lines:
+      axis.plot(steps, values, label=key, marker="." if len(steps) < 20 else None)
+      every += values
+    limits = robust_limits(every)
+    outside = 0
+    if limits is not None:
+      axis.set_ylim(*limits)
+      outside = sum(1 for v in every if np.isfinite(v) and not limits[0] <= v <= limits[1])
+    axis.set_title(title if not outside else f"{title} ({outside} points off-scale)", fontsize=10)
+    axis.grid(alpha=0.3)
+    if len(lines) > 1:
       axis.legend(fontsize="x-small")
     else:
-      axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes)
+      axis.set_ylabel(lines[0][0], fontsize=7)
+  for axis in flat[len(panels) :]:
+    axis.remove()  # the last row's unused cells: no empty frames
+  for axis in flat[: len(panels)]:
+    if axis.get_subplotspec().is_last_row() or flat.index(axis) + columns >= len(panels):
+      axis.set_xlabel("step (updates done)")
+      axis.tick_params(labelbottom=True)
   figure.suptitle(str(run_dir.resolve().name))
   figure.tight_layout()
   out = run_dir / FILENAME
