@@ -1,5 +1,24 @@
-"""Names in a configuration resolved to callables, once (`names`)."""
+"""Configuration: run configs read, checked and resolved once, and configured names.
 
+- `load_resolved(path, overrides)`: a YAML run config (the embedded default when `path`
+  is None) with dotted `KEY=VALUE` overrides, every key and value checked, worked out once
+  into a frozen `ResolvedRun` (`.run` the `RunConfig`, `.ppo` the `PpoExtConfig`, batch
+  sizes, rollout chunk, environment and validation entries, episode budget, checkpointed
+  roles); `resolve(run)` does the second half for a `RunConfig` built in Python.
+- `ConfigError`: every bad key, value, option or file, in one line naming it (a
+  `ValueError`; the command line exits 2 for it).
+- KL method names (`resolve_kl_method`, `kl_method_names`, `canonical_kl_method`) and
+  `compute_kl_divergence(logp, ref, method=NAME)`, tunix's signature.
+
+The run-config names load tunix on first use; the rest do not.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.math.kl_methods import (
   FULL_KL,
   KL_METHOD_ALIASES,
@@ -10,12 +29,36 @@ from tunix_ppo_ext._src.math.kl_methods import (
   resolve_kl_method,
 )
 
+if TYPE_CHECKING:
+  from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, load_resolved, resolve
+
+_RUN_CONFIG = "tunix_ppo_ext._src.run.run_config"  # imports tunix (PpoExtConfig)
+_LAZY = {name: _RUN_CONFIG for name in ("ResolvedRun", "RunConfig", "load_resolved", "resolve")}
+
+
+def __getattr__(name: str) -> Any:
+  if name in _LAZY:
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+  raise AttributeError(f"module 'tunix_ppo_ext.config' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+  return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
   "FULL_KL",
   "KL_METHOD_ALIASES",
+  "ConfigError",
   "KlMethod",
+  "ResolvedRun",
+  "RunConfig",
   "canonical_kl_method",
   "compute_kl_divergence",
   "kl_method_names",
+  "load_resolved",
+  "resolve",
   "resolve_kl_method",
 ]

@@ -240,14 +240,17 @@ def config_entries() -> list[ConfigEntry]:
       continue
   top = [e for e in entries if "." not in e.key and not e.key.endswith("]")]
   rest = [e for e in entries if e not in top]
-  # `ppo`: every field of PpoExtConfig, the run config's defaults (`DEFAULT_PPO`) applied
+  # `ppo`: every field of PpoExtConfig with its default (a config inherits it), and the
+  # embedded default's own tuning where it differs
   ppo = []
   hints = typing.get_type_hints(PpoExtConfig)
+  embedded = run_config.load_run_config(None).ppo
   for field in dataclasses.fields(PpoExtConfig):
-    default = run_config.DEFAULT_PPO.get(field.name, field.default)
+    default = field.default
     note = ""
-    if field.name in run_config.DEFAULT_PPO and run_config.DEFAULT_PPO[field.name] != field.default:
-      note = f" (`PpoExtConfig`'s own default: `{_fmt_default(field.default)}`)"
+    if field.name in embedded and embedded[field.name] != field.default:
+      shown = _fmt_default(embedded[field.name])
+      note = f" (the embedded default, `configs/default.yaml`, sets `{shown}`)"
     if field.name == "logps_temperature":
       note = " (the run config sets it to `train.temperature` unless given)"
     key = f"ppo.{field.name}"

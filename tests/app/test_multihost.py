@@ -58,6 +58,7 @@ def free_port() -> int:
     return sock.getsockname()[1]
 
 
+@pytest.mark.slow  # two processes train: out of the fast lane
 def test_two_processes_train_on_one_mesh_and_only_process_zero_writes(tmp_path):
   out = tmp_path / "run"
   port = free_port()

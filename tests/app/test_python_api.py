@@ -7,6 +7,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -15,6 +17,9 @@ def readme_program() -> str:
   page = (REPO / "docs" / "getting_started" / "from_tunix.md").read_text()
   assert "```{literalinclude} ../../examples/python_api.py" in page
   return (REPO / "examples" / "python_api.py").read_text()
+
+
+pytestmark = pytest.mark.slow  # each test runs a Python program that trains (not the fast lane)
 
 
 def run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess:
