@@ -476,6 +476,40 @@ CASES: dict[str, Case] = {
   "run_max_nonfinite_steps_negative": Case(
     run_config("ppo.max_nonfinite_steps=-3"), match="max_nonfinite_steps=-3"
   ),
+  # built-in environments' kwargs: one check for every one (floats and strings refused at
+  # load, by key), and generators that cannot meet their kwargs named at load
+  "run_memory_num_turns_float": Case(
+    run_config("env.kwargs.num_turns=2.5"),
+    match=r"'env.kwargs'.*num_turns=2.5 is invalid: must be an integer >= 2",
+  ),
+  "run_countdown_min_numbers_float": Case(
+    run_config("env.name=countdown", "env.kwargs.min_numbers=2.5"),
+    match=r"'env.kwargs'.*min_numbers=2.5 is invalid: must be an integer >= 2",
+  ),
+  "run_countdown_unreachable_targets": Case(
+    run_config("env.name=countdown", "env.kwargs={max_value: 9, max_numbers: 3, min_target: 5000}"),
+    match=r"countdown: no problem with a target in \[min_target=5000, max_target=100\]",
+  ),
+  "run_sokoban_max_steps_string": Case(
+    run_config("env.name=sokoban", "env.kwargs.max_steps='3'"),
+    match=r"'env.kwargs'.*max_steps='3' is invalid: must be an integer >= 1",
+  ),
+  "run_sokoban_unreachable_distance": Case(
+    run_config("env.name=sokoban", "env.kwargs.min_distance=9"),
+    match=r"sokoban: no room with every box at least min_distance .*min_distance=9",
+  ),
+  "run_frozenlake_map_name_unknown": Case(
+    run_config("env.name=frozenlake", "env.kwargs.map_name=9x9"),
+    match=r"'env.kwargs'.*map_name='9x9' is invalid: must be one of \['4x4', '8x8'\]",
+  ),
+  "run_frozenlake_lowercase_desc": Case(
+    run_config("env.name=frozenlake", "env.kwargs.desc=[sfff, fhfh, fffh, hffg]"),
+    match=r"desc=.* is invalid: must be only the cells S, F, H, G \(uppercase",
+  ),
+  "run_frozenlake_max_steps_string": Case(
+    run_config("env.name=frozenlake", "env.kwargs.max_steps='3'"),
+    match=r"max_steps='3' is invalid",
+  ),
   # trajectories: shapes, mask values, rewards
   "trajectory_completion_1d": Case(
     lambda _: trajectory(completion_ids=np.zeros(T, np.int32)).validate(),

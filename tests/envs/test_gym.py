@@ -156,7 +156,10 @@ def test_user_renderer_and_parser_from_module_strings():
   "overrides, message",
   [
     (["env.name=gym:FrozenLak-v1"], r"Did you mean: `FrozenLake`"),
-    (["env.name=gym:FrozenLake-v1", "env.kwargs={max_steps: 0}"], r"max_steps must be an int"),
+    (
+      ["env.name=gym:FrozenLake-v1", "env.kwargs={max_steps: 0}"],
+      r"max_steps=0 is invalid: must be an integer >= 1",
+    ),
     (["env.name=gym:CartPole-v1", "env.kwargs={render: 'nope:fn'}"], r"render 'nope:fn' cannot"),
   ],
 )
@@ -245,3 +248,40 @@ def test_ppo_trains_on_frozenlake_with_exact_masks(monkeypatch):
   invalid = logger.get_metric_history("env", "invalid_action", "train")
   assert len(success) >= 1 and np.all((0 <= np.asarray(success)) & (np.asarray(success) <= 1))
   assert len(invalid) >= 1 and np.all(np.isfinite(invalid))
+
+
+@pytest.mark.parametrize(
+  "kwargs, message",
+  [
+    ({"map_name": "9x9"}, r"map_name='9x9' is invalid: must be one of \['4x4', '8x8'\]"),
+    ({"map_name": "4X4"}, r"map_name='4X4' is invalid: .*did you mean '4x4'"),
+    (  # Gymnasium finds no start, hole or goal in lowercase cells: refused, not trained
+      {"desc": ["sfff", "fhfh", "fffh", "hffg"]},
+      r"desc=\['sfff', .*\] is invalid: must be only the cells S, F, H, G \(uppercase",
+    ),
+    ({"desc": ["SFF", "FG"]}, r"desc=.* is invalid: must be rows of one length"),
+    ({"desc": ["SFFF", "FFFF"]}, r"desc=.* is invalid: must be one start S and at least one goal"),
+    ({"desc": "SFFG"}, r"desc='SFFG' is invalid: must be a list of rows"),
+    ({"max_steps": "3"}, r"max_steps='3' is invalid: must be an integer >= 1"),
+    ({"max_steps": 2.5}, r"max_steps=2.5 is invalid"),
+    ({"is_slippery": "yes"}, r"is_slippery='yes' is invalid: must be true or false"),
+  ],
+)
+def test_bad_frozenlake_kwargs_are_one_line_naming_the_key(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    FrozenLakeEnv(**kwargs)
+
+
+def test_a_custom_frozenlake_map_plays():
+  env = FrozenLakeEnv(desc=["SF", "HG"])
+  assert env.reset(0)[0] == "pf hg"
+  assert env.step("r")[0] == "sp hg"
+  _, reward, terminated, _, info = env.step("d")
+  assert reward == 1.0 and terminated and info["success"]
+
+
+def test_a_gymnasium_factory_error_names_the_id_and_kwargs():
+  with pytest.raises(
+    ValueError, match=r"gym:FrozenLake-v1 with make_kwargs .*'map_name': '9x9'.*KeyError"
+  ):
+    GymEnv("FrozenLake-v1", max_return=1.0, make_kwargs={"map_name": "9x9"})

@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tunix_ppo_ext._src.checks import check_integer
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
 
 PREFIX = "gym:"
@@ -118,9 +119,7 @@ class GymEnv:
     self.env = _make(import_gymnasium(), env_id, dict(make_kwargs or {}), render is None)
     self.name = f"{PREFIX}{env_id}"
     self.max_return = _max_return(self.env, env_id, max_return)
-    if max_steps is not None and (isinstance(max_steps, bool) or int(max_steps) < 1):
-      raise ValueError(f"max_steps must be an int >= 1 or None, got {max_steps!r}")
-    self.max_steps = max_steps
+    self.max_steps = None if max_steps is None else check_integer("max_steps", max_steps, low=1)
     self.render = resolve_callable(render, "render") or ansi_text
     names = [str(n).lower() for n in action_names]
     self.parse_action = resolve_callable(parse_action, "parse_action") or (
@@ -176,6 +175,10 @@ def _make(gym: Any, env_id: str, make_kwargs: dict[str, Any], want_ansi: bool) -
     return gym.make(env_id, **make_kwargs)
   except gym.error.Error as err:
     raise ValueError(f"gym:{env_id}: {err}") from None
+  except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:  # the env's own
+    raise ValueError(
+      f"gym:{env_id} with make_kwargs {make_kwargs!r}: {type(err).__name__}: {err}"
+    ) from None
 
 
 def _render_modes(gym: Any, spec: Any) -> list[str]:
