@@ -487,8 +487,11 @@ CASES: dict[str, Case] = {
     match=r"'env.kwargs'.*min_numbers=2.5 is invalid: must be an integer >= 2",
   ),
   "run_countdown_unreachable_targets": Case(
-    run_config("env.name=countdown", "env.kwargs={max_value: 9, max_numbers: 3, min_target: 5000}"),
-    match=r"countdown: no problem with a target in \[min_target=5000, max_target=100\]",
+    run_config(
+      "env.name=countdown",
+      "env.kwargs={max_value: 9, max_numbers: 3, min_target: 5000, max_target: 5001}",
+    ),
+    match=r"countdown: no problem with a target in \[min_target=5000, max_target=5001\]",
   ),
   "run_sokoban_max_steps_string": Case(
     run_config("env.name=sokoban", "env.kwargs.max_steps='3'"),
