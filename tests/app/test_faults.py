@@ -14,9 +14,10 @@ import signal
 import subprocess
 import time
 
+import jax
 import pytest
 
-from tests.conftest import common_checkpoints, subprocess_env, train_command
+from tests.conftest import SMOKE, common_checkpoints, subprocess_env, train_command
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, run_dir
@@ -178,3 +179,57 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path, capsy
   assert json.loads((out / "summary.json").read_text())["steps"] == 6
   steps = [row["step"] for row in read_jsonl(out / "metrics.jsonl")]
   assert steps == sorted(set(steps)) and max(steps) == 6
+
+
+# ----- plan: the family and dtype the checkpoint says -----
+
+
+def _checkpoint_config(directory: pathlib.Path, family: str, **keys: object) -> pathlib.Path:
+  """A tiny `family` checkpoint's `config.json` (no weights: plan needs none), plus `keys`."""
+  from tests.tunix.hf_fixtures import write_config_only  # noqa: PLC0415 (imports transformers)
+
+  write_config_only(directory, family)
+  hf = {**json.loads((directory / "config.json").read_text()), **keys}
+  (directory / "config.json").write_text(json.dumps(hf))
+  return directory
+
+
+def test_plan_builds_the_checkpoint_s_family_in_its_dtype(tmp_path):
+  """A Gemma 3 checkpoint is planned as a Gemma 3 (not a Qwen3 of its sizes), its weights in
+  the `dtype` transformers >= 4.56 writes (float32 here: 4 bytes a parameter)."""
+  from flax import nnx  # noqa: PLC0415
+
+  from tunix_ppo_ext._src.run import plan  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.run_config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.models import hf_models  # noqa: PLC0415
+
+  directory = _checkpoint_config(tmp_path, "gemma3", dtype="float32", torch_dtype=None)
+  run = load_run_config(str(SMOKE), [f"model.checkpoint={directory}"], need_files=False)
+  result = plan.plan(run, "v5e:1x1", ["reference/logps_pass"], "cpu")
+  hf = hf_models.read_hf_config(directory)
+  gemma = nnx.eval_shape(
+    lambda: hf_models.family_of(hf).model_class(hf_models.tunix_config(hf), rngs=nnx.Rngs(0))
+  )
+  expected = sum(x.size for x in jax.tree.leaves(nnx.state(gemma, nnx.Param)))
+  assert "(gemma3, float32 weights)" in result.model_source
+  assert result.parameters == expected
+  assert result.resident["reference weights"] == 4 * expected
+
+
+def test_plan_reads_dtype_then_torch_dtype_and_refuses_others(tmp_path):
+  from tunix_ppo_ext._src.run import plan  # noqa: PLC0415
+
+  file = tmp_path / "config.json"
+  assert (
+    plan.checkpoint_dtype({"dtype": "float32", "torch_dtype": "bfloat16"}, file)[0] == "float32"
+  )
+  assert plan.checkpoint_dtype({"torch_dtype": "float16"}, file)[0] == "float16"
+  assert plan.checkpoint_dtype({}, file)[0] == "bfloat16"
+  with pytest.raises(ValueError, match=r"config.json': dtype='int8' is not a weight dtype"):
+    plan.checkpoint_dtype({"dtype": "int8"}, file)
+
+
+def test_plan_refuses_a_topology_with_a_zero_side(capsys):
+  assert cli.main(["plan", "--topology", "v5e:0x4"]) == 2
+  (line,) = capsys.readouterr().err.splitlines()
+  assert "--topology 'v5e:0x4': expected GENERATION:AxB[xC]" in line and "sides >= 1" in line
