@@ -624,3 +624,20 @@ def test_exponent_floats_without_a_dot_are_floats(tmp_path):
   run = load_run_config(str(file), ["train.critic_lr=2E-3"])
   assert (run.train.lr, run.train.critic_lr) == (1e-4, 2e-3)
   assert run.optim.actor.eps == 1e-8
+
+
+@pytest.mark.parametrize("loss", ["policy_loss", "sapo_loss", "cispo_loss"])
+def test_ppo_kl_clamps_the_log_ratio_like_verl(loss):
+  """`actor/ppo_kl` is the masked mean of `old - logp` after the ±20 clamp verl applies
+  before averaging (PPO, SAPO, CISPO): a log-ratio of 30 counts as 20."""
+  from tunix_ppo_ext import ops  # noqa: PLC0415
+
+  logp = np.array([[-1.0, -2.0, -0.5]], np.float32)
+  old = logp - np.array([[30.0, 0.1, -0.2]], np.float32)
+  mask = np.ones_like(logp)
+  reference = np.mean(-np.clip(logp - old, -20.0, 20.0))  # verl: -6.633 (unclamped -9.967)
+  _, metrics = getattr(ops, loss)(
+    jnp.asarray(logp), jnp.asarray(old), jnp.ones(1), jnp.asarray(mask)
+  )
+  np.testing.assert_allclose(float(metrics["ppo_kl"]), reference, rtol=1e-5)
+  assert abs(float(metrics["ppo_kl"]) - -6.6333) < 1e-3
