@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import time
@@ -233,3 +234,75 @@ def test_plan_refuses_a_topology_with_a_zero_side(capsys):
   assert cli.main(["plan", "--topology", "v5e:0x4"]) == 2
   (line,) = capsys.readouterr().err.splitlines()
   assert "--topology 'v5e:0x4': expected GENERATION:AxB[xC]" in line and "sides >= 1" in line
+
+
+# ----- export: nothing half-written, a damaged newest checkpoint skipped, a live run refused -----
+
+
+@pytest.fixture(scope="module")
+def four_steps(tmp_path_factory) -> pathlib.Path:
+  """A finished smoke run with actor checkpoints at steps 2 and 4 (in this process)."""
+  out = tmp_path_factory.mktemp("four") / "run"
+  assert cli.main(smoke_args(out, "train.steps=4", "train.checkpoint_every=2")) == 0
+  return out
+
+
+def _export(run: pathlib.Path, out: pathlib.Path, capsys) -> tuple[int, list[str]]:
+  code = cli.main(["export", str(run), str(out)])
+  return code, capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize(
+  "error, code, message",
+  [
+    (OSError(28, "No space left on device"), 2, "cannot be written (No space left on device)"),
+    (KeyboardInterrupt(), 130, "interrupted; nothing was left in OUT_DIR"),
+  ],
+)
+def test_a_failed_export_leaves_nothing_and_the_retry_works(
+  four_steps, tmp_path, monkeypatch, capsys, error, code, message
+):
+  from tunix_ppo_ext._src.tunix.models import hf_export  # noqa: PLC0415
+
+  original = hf_export.save_file
+
+  def half_then_fail(tensors, path, metadata=None):
+    pathlib.Path(path).write_bytes(b"\0" * 100)  # a truncated model.safetensors
+    raise error
+
+  monkeypatch.setattr(hf_export, "save_file", half_then_fail)
+  out = tmp_path / "exported"
+  exit_code, err = _export(four_steps, out, capsys)
+  assert exit_code == code and len(err) == 1 and message in err[0], err
+  assert list(tmp_path.iterdir()) == []  # neither OUT_DIR nor a partial sibling
+  monkeypatch.setattr(hf_export, "save_file", original)
+  assert _export(four_steps, out, capsys)[0] == 0  # the retry is not refused
+  assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_export_skips_a_damaged_newest_checkpoint(four_steps, tmp_path, capsys):
+  run = tmp_path / "run"
+  shutil.copytree(four_steps, run)
+  for file in (run / "checkpoints" / "actor" / "4").rglob("*"):
+    if file.is_file():  # every file of the actor's newest step cut in half
+      file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+  code, err = _export(run, tmp_path / "exported", capsys)
+  assert code == 0, err
+  assert any("actor checkpoint step 4 cannot be restored" in line for line in err), err
+  assert any("exporting step 2 instead" in line for line in err)
+  assert (tmp_path / "exported" / "model.safetensors").is_file()
+  assert not (run / "checkpoints" / "damaged").exists()  # export only reads the run
+
+
+def test_export_of_a_run_still_training_is_refused(four_steps, tmp_path, capsys):
+  holder = subprocess.Popen(["sleep", "600"])  # noqa: S607 (a live process holding the lock)
+  try:
+    (four_steps / run_dir.LOCK).write_text(str(holder.pid))
+    code, err = _export(four_steps, tmp_path / "exported", capsys)
+  finally:
+    (four_steps / run_dir.LOCK).unlink()
+    holder.kill()
+    holder.wait()
+  assert code == 2 and len(err) == 1
+  assert f"is in use by a running train (pid {holder.pid})" in err[0]
+  assert not (tmp_path / "exported").exists()
