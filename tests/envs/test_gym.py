@@ -285,3 +285,34 @@ def test_a_gymnasium_factory_error_names_the_id_and_kwargs():
     ValueError, match=r"gym:FrozenLake-v1 with make_kwargs .*'map_name': '9x9'.*KeyError"
   ):
     GymEnv("FrozenLake-v1", max_return=1.0, make_kwargs={"map_name": "9x9"})
+
+
+GAME = """
+import gymnasium
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
+
+gymnasium.register("{id}", entry_point=FrozenLakeEnv, kwargs={{"is_slippery": False}})
+
+
+def render(env, observation):
+  return f"at {{int(observation)}}"
+"""
+
+
+@pytest.mark.parametrize("route", ["module:id", "render module"])
+def test_a_user_s_own_gymnasium_environment_works_from_the_run_config(route, tmp_path, monkeypatch):
+  """The README's routes: `gym:<module>:<id>` imports the module that registers the id; a
+  `render` from that module is imported before the id is looked up."""
+  module, env_id = f"my_game_{route[0]}", f"MyGame{route[0].upper()}-v0"
+  (tmp_path / f"{module}.py").write_text(GAME.format(id=env_id))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  name = f"gym:{module}:{env_id}" if route == "module:id" else f"gym:{env_id}"
+  kwargs = f"{{max_return: 1.0, render: '{module}:render'}}"
+  run = load_run_config(None, [f"env.name={name}", f"env.kwargs={kwargs}"])
+  env = make_env(run.env.name, **run.env.kwargs)
+  assert env.reset(0)[0] == "at 0" and env.step("2")[0] == "at 1"
+
+
+def test_a_module_that_cannot_be_imported_is_named():
+  with pytest.raises(ValueError, match=r"module 'no_such_game' .* cannot be imported"):
+    load_run_config(None, ["env.name=gym:no_such_game:Game-v0", "env.kwargs={max_return: 1}"])

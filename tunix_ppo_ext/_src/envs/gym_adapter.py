@@ -1,5 +1,9 @@
 """Gymnasium environments as text environments: `env.name=gym:<id>` (e.g. `gym:FrozenLake-v1`).
 
+Your own environment: `gymnasium.register(...)` it in a module and name it `gym:<module>:<id>`
+(Gymnasium's own form: the module is imported first), or register it in the module your
+`render` or `parse_action` comes from (those are imported before the id is looked up).
+
 `GymEnv` wraps `gymnasium.make(<id>, **make_kwargs)`. Each observation is text from a
 renderer, each agent reply becomes an action through an action parser; both can be
 replaced (a callable, or a `"module:function"` string from the run config):
@@ -116,15 +120,17 @@ class GymEnv:
     success_reward: float | None = None,
     make_kwargs: dict[str, Any] | None = None,
   ):
-    self.env = _make(import_gymnasium(), env_id, dict(make_kwargs or {}), render is None)
-    self.name = f"{PREFIX}{env_id}"
-    self.max_return = _max_return(self.env, env_id, max_return)
-    self.max_steps = None if max_steps is None else check_integer("max_steps", max_steps, low=1)
+    gym = import_gymnasium()
+    # the renderer's and parser's modules first: one of them may register the id
     self.render = resolve_callable(render, "render") or ansi_text
     names = [str(n).lower() for n in action_names]
     self.parse_action = resolve_callable(parse_action, "parse_action") or (
       lambda text, env: discrete_action(text, env, names)
     )
+    self.env = _make(gym, registered_id(env_id), dict(make_kwargs or {}), render is None)
+    self.name = f"{PREFIX}{env_id}"
+    self.max_return = _max_return(self.env, env_id, max_return)
+    self.max_steps = None if max_steps is None else check_integer("max_steps", max_steps, low=1)
     if parse_action is None and not hasattr(self.env.action_space, "n"):
       raise ValueError(
         f"{self.name}: the default action parser needs a Discrete action space, got "
@@ -163,6 +169,21 @@ class GymEnv:
     elif self.success_reward is not None:
       info["success"] = terminated and reward >= self.success_reward
     return info
+
+
+def registered_id(env_id: str) -> str:
+  """`module:Id` (Gymnasium's own form) imports `module` (which registers `Id`) and gives
+  `Id`; a plain id is returned as it is. ValueError naming the module when it cannot load."""
+  module, sep, name = env_id.rpartition(":")
+  if not sep:
+    return env_id
+  try:
+    importlib.import_module(module)
+  except ImportError as err:
+    raise ValueError(
+      f"gym:{env_id}: module {module!r} (which should register {name!r}) cannot be imported: {err}"
+    ) from None
+  return name
 
 
 def _make(gym: Any, env_id: str, make_kwargs: dict[str, Any], want_ansi: bool) -> Any:
