@@ -316,3 +316,13 @@ def test_a_user_s_own_gymnasium_environment_works_from_the_run_config(route, tmp
 def test_a_module_that_cannot_be_imported_is_named():
   with pytest.raises(ValueError, match=r"module 'no_such_game' .* cannot be imported"):
     load_run_config(None, ["env.name=gym:no_such_game:Game-v0", "env.kwargs={max_return: 1}"])
+
+
+def test_a_renderer_of_the_wrong_signature_is_named_at_load(tmp_path, monkeypatch):
+  (tmp_path / "one_argument_render.py").write_text("def render(observation):\n  return ''\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  kwargs = "{render: 'one_argument_render:render'}"
+  with pytest.raises(ValueError, match=r"render 'one_argument_render:render' must take \(env, ob"):
+    load_run_config(None, ["env.name=gym:FrozenLake-v1", f"env.kwargs={kwargs}"])
+  with pytest.raises(ValueError, match=r"parse_action .* must take \(text, env\) -> action"):
+    GymEnv("FrozenLake-v1", parse_action=lambda text: 0)

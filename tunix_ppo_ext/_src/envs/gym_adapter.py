@@ -31,6 +31,7 @@ raises one line saying so.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -58,7 +59,10 @@ def resolve_callable(
   value: str | Callable[..., Any] | None, what: str
 ) -> Callable[..., Any] | None:
   """A callable as given, or loaded from `"module:function"`; ValueError naming `what`."""
-  if value is None or callable(value):
+  if value is None:
+    return value
+  if callable(value):
+    check_two_arguments(value, what, value)
     return value
   module, _, name = str(value).partition(":")
   try:
@@ -67,7 +71,25 @@ def resolve_callable(
     raise ValueError(f"{what} {value!r} cannot be loaded: {err}") from None
   if not callable(loaded):
     raise ValueError(f"{what} must be a callable or 'module:function', got {value!r}")
+  check_two_arguments(loaded, what, value)
   return loaded
+
+
+SIGNATURES = {"render": "(env, observation) -> str", "parse_action": "(text, env) -> action"}
+
+
+def check_two_arguments(function: Callable[..., Any], what: str, value: object) -> None:
+  """ValueError naming `what` when `function` cannot be called with two positional
+  arguments (a renderer's or parser's signature); unknown signatures pass."""
+  try:
+    signature = inspect.signature(function)
+  except (TypeError, ValueError):  # a builtin without one
+    return
+  try:
+    signature.bind(None, None)
+  except TypeError as err:
+    expected = SIGNATURES.get(what, "two arguments")
+    raise ValueError(f"{what} {value!r} must take {expected}: {err}") from None
 
 
 def ansi_text(env: Any, observation: Any) -> str:
