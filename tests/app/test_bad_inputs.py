@@ -476,6 +476,43 @@ CASES: dict[str, Case] = {
   "run_max_nonfinite_steps_negative": Case(
     run_config("ppo.max_nonfinite_steps=-3"), match="max_nonfinite_steps=-3"
   ),
+  # built-in environments' kwargs: one check for every one (floats and strings refused at
+  # load, by key), and generators that cannot meet their kwargs named at load
+  "run_memory_num_turns_float": Case(
+    run_config("env.kwargs.num_turns=2.5"),
+    match=r"'env.kwargs'.*num_turns=2.5 is invalid: must be an integer >= 2",
+  ),
+  "run_countdown_min_numbers_float": Case(
+    run_config("env.name=countdown", "env.kwargs.min_numbers=2.5"),
+    match=r"'env.kwargs'.*min_numbers=2.5 is invalid: must be an integer >= 2",
+  ),
+  "run_countdown_unreachable_targets": Case(
+    run_config(
+      "env.name=countdown",
+      "env.kwargs={max_value: 9, max_numbers: 3, min_target: 5000, max_target: 5001}",
+    ),
+    match=r"countdown: no problem with a target in \[min_target=5000, max_target=5001\]",
+  ),
+  "run_sokoban_max_steps_string": Case(
+    run_config("env.name=sokoban", "env.kwargs.max_steps='3'"),
+    match=r"'env.kwargs'.*max_steps='3' is invalid: must be an integer >= 1",
+  ),
+  "run_sokoban_unreachable_distance": Case(
+    run_config("env.name=sokoban", "env.kwargs.min_distance=9"),
+    match=r"sokoban: no room with every box at least min_distance .*min_distance=9",
+  ),
+  "run_frozenlake_map_name_unknown": Case(
+    run_config("env.name=frozenlake", "env.kwargs.map_name=9x9"),
+    match=r"'env.kwargs'.*map_name='9x9' is invalid: must be one of \['4x4', '8x8'\]",
+  ),
+  "run_frozenlake_lowercase_desc": Case(
+    run_config("env.name=frozenlake", "env.kwargs.desc=[sfff, fhfh, fffh, hffg]"),
+    match=r"desc=.* is invalid: must be only the cells S, F, H, G \(uppercase",
+  ),
+  "run_frozenlake_max_steps_string": Case(
+    run_config("env.name=frozenlake", "env.kwargs.max_steps='3'"),
+    match=r"max_steps='3' is invalid",
+  ),
   # trajectories: shapes, mask values, rewards
   "trajectory_completion_1d": Case(
     lambda _: trajectory(completion_ids=np.zeros(T, np.int32)).validate(),
@@ -587,3 +624,20 @@ def test_exponent_floats_without_a_dot_are_floats(tmp_path):
   run = load_run_config(str(file), ["train.critic_lr=2E-3"])
   assert (run.train.lr, run.train.critic_lr) == (1e-4, 2e-3)
   assert run.optim.actor.eps == 1e-8
+
+
+@pytest.mark.parametrize("loss", ["policy_loss", "sapo_loss", "cispo_loss"])
+def test_ppo_kl_clamps_the_log_ratio_like_verl(loss):
+  """`actor/ppo_kl` is the masked mean of `old - logp` after the ±20 clamp verl applies
+  before averaging (PPO, SAPO, CISPO): a log-ratio of 30 counts as 20."""
+  from tunix_ppo_ext import ops  # noqa: PLC0415
+
+  logp = np.array([[-1.0, -2.0, -0.5]], np.float32)
+  old = logp - np.array([[30.0, 0.1, -0.2]], np.float32)
+  mask = np.ones_like(logp)
+  reference = np.mean(-np.clip(logp - old, -20.0, 20.0))  # verl: -6.633 (unclamped -9.967)
+  _, metrics = getattr(ops, loss)(
+    jnp.asarray(logp), jnp.asarray(old), jnp.ones(1), jnp.asarray(mask)
+  )
+  np.testing.assert_allclose(float(metrics["ppo_kl"]), reference, rtol=1e-5)
+  assert abs(float(metrics["ppo_kl"]) - -6.6333) < 1e-3

@@ -39,7 +39,7 @@ def test_dotted_overrides_reach_every_section():
     ("ppo.num_generations=5", r"batch_size'=32 must be a multiple of ppo.num_generations=5"),
     ("env.name=mmeory", r"'env.name'/'env.kwargs'.*unknown environment 'mmeory'"),
     ("env.kwargs.num_symbol=4", r"'env.kwargs'.*num_symbol"),
-    ("env.kwargs.num_turns=1", r"'env.kwargs'.*num_turns must be >= 2"),
+    ("env.kwargs.num_turns=1", r"'env.kwargs'.*num_turns=1 is invalid: must be an integer >= 2"),
     ("steps", r"must look like section.key=value"),
   ],
 )

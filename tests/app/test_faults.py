@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import time
 
+import jax
 import pytest
 
-from tests.conftest import common_checkpoints, subprocess_env, train_command
+from tests.conftest import SMOKE, common_checkpoints, subprocess_env, train_command
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, run_dir
@@ -178,3 +180,129 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path, capsy
   assert json.loads((out / "summary.json").read_text())["steps"] == 6
   steps = [row["step"] for row in read_jsonl(out / "metrics.jsonl")]
   assert steps == sorted(set(steps)) and max(steps) == 6
+
+
+# ----- plan: the family and dtype the checkpoint says -----
+
+
+def _checkpoint_config(directory: pathlib.Path, family: str, **keys: object) -> pathlib.Path:
+  """A tiny `family` checkpoint's `config.json` (no weights: plan needs none), plus `keys`."""
+  from tests.tunix.hf_fixtures import write_config_only  # noqa: PLC0415 (imports transformers)
+
+  write_config_only(directory, family)
+  hf = {**json.loads((directory / "config.json").read_text()), **keys}
+  (directory / "config.json").write_text(json.dumps(hf))
+  return directory
+
+
+def test_plan_builds_the_checkpoint_s_family_in_its_dtype(tmp_path):
+  """A Gemma 3 checkpoint is planned as a Gemma 3 (not a Qwen3 of its sizes), its weights in
+  the `dtype` transformers >= 4.56 writes (float32 here: 4 bytes a parameter)."""
+  from flax import nnx  # noqa: PLC0415
+
+  from tunix_ppo_ext._src.run import plan  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.run_config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.models import hf_models  # noqa: PLC0415
+
+  directory = _checkpoint_config(tmp_path, "gemma3", dtype="float32", torch_dtype=None)
+  run = load_run_config(str(SMOKE), [f"model.checkpoint={directory}"], need_files=False)
+  result = plan.plan(run, "v5e:1x1", ["reference/logps_pass"], "cpu")
+  hf = hf_models.read_hf_config(directory)
+  gemma = nnx.eval_shape(
+    lambda: hf_models.family_of(hf).model_class(hf_models.tunix_config(hf), rngs=nnx.Rngs(0))
+  )
+  expected = sum(x.size for x in jax.tree.leaves(nnx.state(gemma, nnx.Param)))
+  assert "(gemma3, float32 weights)" in result.model_source
+  assert result.parameters == expected
+  assert result.resident["reference weights"] == 4 * expected
+
+
+def test_plan_reads_dtype_then_torch_dtype_and_refuses_others(tmp_path):
+  from tunix_ppo_ext._src.run import plan  # noqa: PLC0415
+
+  file = tmp_path / "config.json"
+  assert (
+    plan.checkpoint_dtype({"dtype": "float32", "torch_dtype": "bfloat16"}, file)[0] == "float32"
+  )
+  assert plan.checkpoint_dtype({"torch_dtype": "float16"}, file)[0] == "float16"
+  assert plan.checkpoint_dtype({}, file)[0] == "bfloat16"
+  with pytest.raises(ValueError, match=r"config.json': dtype='int8' is not a weight dtype"):
+    plan.checkpoint_dtype({"dtype": "int8"}, file)
+
+
+def test_plan_refuses_a_topology_with_a_zero_side(capsys):
+  assert cli.main(["plan", "--topology", "v5e:0x4"]) == 2
+  (line,) = capsys.readouterr().err.splitlines()
+  assert "--topology 'v5e:0x4': expected GENERATION:AxB[xC]" in line and "sides >= 1" in line
+
+
+# ----- export: nothing half-written, a damaged newest checkpoint skipped, a live run refused -----
+
+
+@pytest.fixture(scope="module")
+def four_steps(tmp_path_factory) -> pathlib.Path:
+  """A finished smoke run with actor checkpoints at steps 2 and 4 (in this process)."""
+  out = tmp_path_factory.mktemp("four") / "run"
+  assert cli.main(smoke_args(out, "train.steps=4", "train.checkpoint_every=2")) == 0
+  return out
+
+
+def _export(run: pathlib.Path, out: pathlib.Path, capsys) -> tuple[int, list[str]]:
+  code = cli.main(["export", str(run), str(out)])
+  return code, capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize(
+  "error, code, message",
+  [
+    (OSError(28, "No space left on device"), 2, "cannot be written (No space left on device)"),
+    (KeyboardInterrupt(), 130, "interrupted; nothing was left in OUT_DIR"),
+  ],
+)
+def test_a_failed_export_leaves_nothing_and_the_retry_works(
+  four_steps, tmp_path, monkeypatch, capsys, error, code, message
+):
+  from tunix_ppo_ext._src.tunix.models import hf_export  # noqa: PLC0415
+
+  original = hf_export.save_file
+
+  def half_then_fail(tensors, path, metadata=None):
+    pathlib.Path(path).write_bytes(b"\0" * 100)  # a truncated model.safetensors
+    raise error
+
+  monkeypatch.setattr(hf_export, "save_file", half_then_fail)
+  out = tmp_path / "exported"
+  exit_code, err = _export(four_steps, out, capsys)
+  assert exit_code == code and len(err) == 1 and message in err[0], err
+  assert list(tmp_path.iterdir()) == []  # neither OUT_DIR nor a partial sibling
+  monkeypatch.setattr(hf_export, "save_file", original)
+  assert _export(four_steps, out, capsys)[0] == 0  # the retry is not refused
+  assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_export_skips_a_damaged_newest_checkpoint(four_steps, tmp_path, capsys):
+  run = tmp_path / "run"
+  shutil.copytree(four_steps, run)
+  for file in (run / "checkpoints" / "actor" / "4").rglob("*"):
+    if file.is_file():  # every file of the actor's newest step cut in half
+      file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+  code, err = _export(run, tmp_path / "exported", capsys)
+  assert code == 0, err
+  assert any("actor checkpoint step 4 cannot be restored" in line for line in err), err
+  assert any("exporting step 2 instead" in line for line in err)
+  assert (tmp_path / "exported" / "model.safetensors").is_file()
+  assert not (run / "checkpoints" / "damaged").exists()  # export only reads the run
+
+
+def test_export_of_a_run_still_training_is_refused(four_steps, tmp_path, capsys):
+  holder = subprocess.Popen(["sleep", "600"])  # noqa: S607 (a live process holding the lock)
+  try:
+    (four_steps / run_dir.LOCK).write_text(str(holder.pid))
+    code, err = _export(four_steps, tmp_path / "exported", capsys)
+  finally:
+    (four_steps / run_dir.LOCK).unlink()
+    holder.kill()
+    holder.wait()
+  assert code == 2 and len(err) == 1
+  assert f"is in use by a running train (pid {holder.pid})" in err[0]
+  assert not (tmp_path / "exported").exists()

@@ -55,7 +55,7 @@ from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
     (["filter.keep_ratio=0"], r"'filter.keep_ratio'=0.0 is invalid"),
     (["validation.group_size=3"], r"'validation.group_size'=3 must divide .* 32 / 3 = 10.6667"),
     (["validation.env=memroy"], r"'validation.env'/'validation.kwargs' .*did you mean 'memory'"),
-    (["validation.kwargs={num_symbols: 1}"], r"'validation.kwargs' .*num_symbols must be in"),
+    (["validation.kwargs={num_symbols: 1}"], r"'validation.kwargs' .*num_symbols=1 is invalid"),
     (["shaping.format_penalty=0.1"], r"'shaping.format_penalty'=0.1 must be <= 0"),
     (["envs=[{name: memroy, groups: 32}]"], r"'envs\[0\].name'/.*did you mean 'memory'"),
     (["envs=[{groups: 32}]"], r"'envs\[0\].name' is required"),

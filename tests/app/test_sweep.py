@@ -1,14 +1,19 @@
-"""`tunix-ppo-ext sweep`: variants, the table's statistics, and a 2-seed run of the smoke
+"""`tunix-ppo-ext sweep`: variants, the table's statistics, a 2-seed run (seed=3,4) of the smoke
 config with a group estimator (no critic anywhere), resumed afterwards."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,14 +23,14 @@ from tunix_ppo_ext._src.run import sweep
 
 
 def test_overrides_with_commas_make_the_product_of_variants():
-  study = sweep.variants(["train.steps=4", "ppo.advantage_estimator=gae,grpo", "seed=1,2"])
+  study = sweep.variants(["train.steps=4", "ppo.advantage_estimator=gae,grpo", "train.lr=1,2"])
   assert [v.name for v in study] == [
-    "advantage_estimator=gae_seed=1",
-    "advantage_estimator=gae_seed=2",
-    "advantage_estimator=grpo_seed=1",
-    "advantage_estimator=grpo_seed=2",
+    "advantage_estimator=gae_lr=1",
+    "advantage_estimator=gae_lr=2",
+    "advantage_estimator=grpo_lr=1",
+    "advantage_estimator=grpo_lr=2",
   ]
-  assert study[1].overrides == ("train.steps=4", "ppo.advantage_estimator=gae", "seed=2")
+  assert study[1].overrides == ("train.steps=4", "ppo.advantage_estimator=gae", "train.lr=2")
   assert sweep.variants([]) == [sweep.Variant("default", ())]
   assert sweep.split_values("[1,2],{a: 1, b: 2},x") == ["[1,2]", "{a: 1, b: 2}", "x"]
   with pytest.raises(ValueError, match=r"override 'steps' must look like section.key=value"):
@@ -59,23 +64,38 @@ def test_sweep_runs_seeds_without_a_critic_and_they_resume(tmp_path, monkeypatch
     "-m",
     "tunix_ppo_ext._src.run.cli",
     "sweep",
-    "--seeds",
-    "2",
     "--jobs",
     "2",
   ]
   command += ["--config", str(SMOKE), "--output-dir", str(out), "ppo.advantage_estimator=grpo"]
+  command += ["seed=3,4"]  # the seeds themselves (not 0 .. N-1 under both names)
   done = subprocess.run(command, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
   assert "| advantage_estimator=grpo | 2 |" in done.stdout
   (row,) = json.loads((out / "table.json").read_text())
   assert row["seeds"] == 2 and row["max_return"] == 1.25
   assert (out / "table.md").read_text() == done.stdout and (out / "curves.png").is_file()
-  seed0 = out / "advantage_estimator=grpo" / "seed0"
-  summaries = [json.loads((seed0.parent / f"seed{k}" / "summary.json").read_text()) for k in (0, 1)]
+  seed0 = out / "advantage_estimator=grpo" / "seed3"
+  assert sorted(p.name for p in seed0.parent.iterdir()) == ["seed3", "seed4"]
+  summaries = [json.loads((seed0.parent / f"seed{k}" / "summary.json").read_text()) for k in (3, 4)]
   finals = [s["final_return"] for s in summaries]
   assert row["final_min"] == min(finals) and np.isclose(row["final_mean"], np.mean(finals))
-  assert json.loads((seed0.parent / "seed1" / "config.json").read_text())["seed"] == 1
+  assert [
+    json.loads((seed0.parent / f"seed{k}" / "config.json").read_text())["seed"] for k in (3, 4)
+  ] == [3, 4]
+  # the same sweep again: its saved configs match, nothing is trained, the same table
+  rerun = subprocess.run(command, capture_output=True, text=True, check=False)
+  assert rerun.returncode == 0 and rerun.stdout == done.stdout, rerun.stderr[-2000:]
+  assert "tunix-ppo-ext sweep: " not in rerun.stderr
+  # another config into the same directory is refused, not reported as this one's results
+  other = yaml.safe_load(SMOKE.read_text())
+  other["train"]["lr"] = 0.01
+  (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
+  again = [str(tmp_path / "other.yaml") if arg == str(SMOKE) else arg for arg in command]
+  refused = subprocess.run(again, capture_output=True, text=True, check=False)
+  assert refused.returncode == 2 and refused.stdout == "", refused.stderr[-2000:]
+  (line,) = refused.stderr.splitlines()
+  assert f"{str(seed0)!r} holds a run of another config (train.lr: 0.001 -> 0.01)" in line
   # no critic: not built, checkpointed, timed or logged
   assert sorted(p.name for p in (seed0 / "checkpoints").iterdir()) == ["actor"]
   keys = set().union(*read_jsonl(seed0 / "metrics.jsonl"))
@@ -85,7 +105,7 @@ def test_sweep_runs_seeds_without_a_critic_and_they_resume(tmp_path, monkeypatch
   # a run without critic resumes from its actor checkpoint
   assert common_checkpoints(seed0, roles=("actor",)) == {2, 4}
   resumed = subprocess.run(
-    train_command(seed0, "ppo.advantage_estimator=grpo", "train.steps=6"),
+    train_command(seed0, "ppo.advantage_estimator=grpo", "seed=3", "train.steps=6"),
     capture_output=True,
     text=True,
     check=False,
@@ -97,3 +117,58 @@ def test_sweep_runs_seeds_without_a_critic_and_they_resume(tmp_path, monkeypatch
     5,
     6,
   ]
+
+
+def test_variant_directories_are_unique():
+  names = [v.name for v in sweep.variants(["model.alphabet=ab/,ab:"])]
+  assert len(set(names)) == 2 and all(n.startswith("alphabet=ab--") for n in names)
+  values = ",".join(f"{{a: {'x' * 130}{k}}}" for k in (1, 2))  # alike in the first 100
+  names = [v.name for v in sweep.variants([f"env.kwargs={values}"])]
+  assert len(set(names)) == 2 and all(len(n) <= 109 for n in names)
+  assert len({v.name.casefold() for v in sweep.variants(["env.name=A,a"])}) == 2
+  assert sweep.variants(["train.lr=0.1,0.2"])[0].name == "lr=0.1"  # lossless: no hash
+
+
+def test_repeated_values_keys_and_seeds_are_refused(tmp_path):
+  for overrides, message in [
+    (["train.lr=0.001,0.001"], "override 'train.lr=0.001,0.001' lists '0.001' more than once"),
+    (["train.lr=0.1", "train.lr=0.2,0.3"], "key 'train.lr' is given twice"),
+    (["seed=3,03"], "override 'seed=3,03' lists a seed twice"),
+    (["seed=-1"], "override 'seed=-1' must list seeds as integers >= 0"),
+    (["train.lr=0.001,1e-3"], "variants 'lr=0.001' and 'lr=1e-3' resolve to the same config"),
+  ]:
+    with pytest.raises(ValueError, match=re.escape(message)):
+      sweep.sweep(2, tmp_path, overrides, str(SMOKE))
+  assert sweep.split_seeds(5, ["seed=3,4", "train.lr=1"]) == ([3, 4], ["train.lr=1"])
+  assert sweep.split_seeds(2, []) == ([0, 1], [])
+  assert list(tmp_path.iterdir()) == []
+
+
+def _lock_holder(lock, process) -> int:
+  """The pid written into a seed's `.lock` (waits for the file; fails if `process` exits)."""
+  deadline = time.monotonic() + 600
+  while process.poll() is None and time.monotonic() < deadline:
+    text = lock.read_text().strip() if lock.is_file() else ""
+    if text:
+      return int(text)
+    time.sleep(0.05)
+  _, stderr = process.communicate(timeout=60)
+  raise AssertionError(f"no {lock} before the sweep exited: {stderr[-2000:]}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_sweep_and_its_running_seed(tmp_path, signum):
+  out = tmp_path / "sweep"
+  command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "sweep", "--config", str(SMOKE)]
+  command += ["--output-dir", str(out), "seed=3,4"]
+  process = subprocess.Popen(  # noqa: S603
+    command, env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+  )
+  child = _lock_holder(out / "default" / "seed3" / ".lock", process)
+  process.send_signal(signum)
+  _, stderr = process.communicate(timeout=300)
+  assert process.returncode == 130, stderr[-2000:]
+  assert "interrupted" in stderr.splitlines()[-1]
+  with pytest.raises(ProcessLookupError):  # the seed stopped with the sweep: no orphan
+    os.kill(child, 0)
+  assert not (out / "default" / "seed4").exists()  # and the next seed never started

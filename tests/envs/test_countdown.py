@@ -409,7 +409,16 @@ def test_every_short_style_text_fits_the_countdown_alphabet():
     ({"min_value": 0}, "min_value=0"),
     ({"min_target": 50, "max_target": 10}, "min_target=50, max_target=10"),
     ({"format_reward": 2.0}, "format_reward=2.0"),
-    ({"max_attempts": 0}, "max_attempts must be an int >= 1, got 0"),
+    ({"max_attempts": 0}, "max_attempts=0 is invalid: must be an integer >= 1"),
+    ({"min_numbers": 2.5}, r"min_numbers=2.5 is invalid: must be an integer >= 2"),
+    ({"max_value": "9"}, r"max_value='9' is invalid"),
+    ({"correct_reward": float("nan")}, r"correct_reward=nan is invalid"),
+    ({"allow_unary_minus": "no"}, r"allow_unary_minus='no' is invalid: must be true or false"),
+    (  # no expression of three numbers up to 9 reaches 5000: named at once, not at a reset
+      {"max_numbers": 3, "max_value": 9, "min_target": 5000, "max_target": 5001},
+      r"countdown: no problem with a target in \[min_target=5000, max_target=5001\] from "
+      r"min_numbers=3, max_numbers=3 numbers in \[min_value=1, max_value=9\]",
+    ),
   ],
 )
 def test_bad_kwargs_are_named(kwargs, message):

@@ -115,6 +115,17 @@ def test_misuse_raises():
     MemoryEnv(num_symbols=1)
   with pytest.raises(ValueError, match="num_turns"):
     MemoryEnv(num_turns=1)
+  # a float or a string is refused by the same check as stash's (2.5 turns never recall)
+  with pytest.raises(ValueError, match=r"num_turns=2.5 is invalid: must be an integer >= 2"):
+    MemoryEnv(num_turns=2.5)
+  with pytest.raises(ValueError, match=r"num_symbols='3' is invalid"):
+    MemoryEnv(num_symbols="3")
+  with pytest.raises(
+    ValueError, match=r"num_symbols=26 is invalid: must be an integer in \[2, 25\]"
+  ):
+    MemoryEnv(num_symbols=26)
+  with pytest.raises(ValueError, match=r"recall_reward=inf is invalid"):
+    MemoryEnv(recall_reward=float("inf"))
 
 
 def test_registry_and_protocol():

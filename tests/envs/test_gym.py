@@ -156,7 +156,10 @@ def test_user_renderer_and_parser_from_module_strings():
   "overrides, message",
   [
     (["env.name=gym:FrozenLak-v1"], r"Did you mean: `FrozenLake`"),
-    (["env.name=gym:FrozenLake-v1", "env.kwargs={max_steps: 0}"], r"max_steps must be an int"),
+    (
+      ["env.name=gym:FrozenLake-v1", "env.kwargs={max_steps: 0}"],
+      r"max_steps=0 is invalid: must be an integer >= 1",
+    ),
     (["env.name=gym:CartPole-v1", "env.kwargs={render: 'nope:fn'}"], r"render 'nope:fn' cannot"),
   ],
 )
@@ -245,3 +248,81 @@ def test_ppo_trains_on_frozenlake_with_exact_masks(monkeypatch):
   invalid = logger.get_metric_history("env", "invalid_action", "train")
   assert len(success) >= 1 and np.all((0 <= np.asarray(success)) & (np.asarray(success) <= 1))
   assert len(invalid) >= 1 and np.all(np.isfinite(invalid))
+
+
+@pytest.mark.parametrize(
+  "kwargs, message",
+  [
+    ({"map_name": "9x9"}, r"map_name='9x9' is invalid: must be one of \['4x4', '8x8'\]"),
+    ({"map_name": "4X4"}, r"map_name='4X4' is invalid: .*did you mean '4x4'"),
+    (  # Gymnasium finds no start, hole or goal in lowercase cells: refused, not trained
+      {"desc": ["sfff", "fhfh", "fffh", "hffg"]},
+      r"desc=\['sfff', .*\] is invalid: must be only the cells S, F, H, G \(uppercase",
+    ),
+    ({"desc": ["SFF", "FG"]}, r"desc=.* is invalid: must be rows of one length"),
+    ({"desc": ["SFFF", "FFFF"]}, r"desc=.* is invalid: must be one start S and at least one goal"),
+    ({"desc": "SFFG"}, r"desc='SFFG' is invalid: must be a list of rows"),
+    ({"max_steps": "3"}, r"max_steps='3' is invalid: must be an integer >= 1"),
+    ({"max_steps": 2.5}, r"max_steps=2.5 is invalid"),
+    ({"is_slippery": "yes"}, r"is_slippery='yes' is invalid: must be true or false"),
+  ],
+)
+def test_bad_frozenlake_kwargs_are_one_line_naming_the_key(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    FrozenLakeEnv(**kwargs)
+
+
+def test_a_custom_frozenlake_map_plays():
+  env = FrozenLakeEnv(desc=["SF", "HG"])
+  assert env.reset(0)[0] == "pf hg"
+  assert env.step("r")[0] == "sp hg"
+  _, reward, terminated, _, info = env.step("d")
+  assert reward == 1.0 and terminated and info["success"]
+
+
+def test_a_gymnasium_factory_error_names_the_id_and_kwargs():
+  with pytest.raises(
+    ValueError, match=r"gym:FrozenLake-v1 with make_kwargs .*'map_name': '9x9'.*KeyError"
+  ):
+    GymEnv("FrozenLake-v1", max_return=1.0, make_kwargs={"map_name": "9x9"})
+
+
+GAME = """
+import gymnasium
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
+
+gymnasium.register("{id}", entry_point=FrozenLakeEnv, kwargs={{"is_slippery": False}})
+
+
+def render(env, observation):
+  return f"at {{int(observation)}}"
+"""
+
+
+@pytest.mark.parametrize("route", ["module:id", "render module"])
+def test_a_user_s_own_gymnasium_environment_works_from_the_run_config(route, tmp_path, monkeypatch):
+  """The README's routes: `gym:<module>:<id>` imports the module that registers the id; a
+  `render` from that module is imported before the id is looked up."""
+  module, env_id = f"my_game_{route[0]}", f"MyGame{route[0].upper()}-v0"
+  (tmp_path / f"{module}.py").write_text(GAME.format(id=env_id))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  name = f"gym:{module}:{env_id}" if route == "module:id" else f"gym:{env_id}"
+  kwargs = f"{{max_return: 1.0, render: '{module}:render'}}"
+  run = load_run_config(None, [f"env.name={name}", f"env.kwargs={kwargs}"])
+  env = make_env(run.env.name, **run.env.kwargs)
+  assert env.reset(0)[0] == "at 0" and env.step("2")[0] == "at 1"
+
+
+def test_a_module_that_cannot_be_imported_is_named():
+  with pytest.raises(ValueError, match=r"module 'no_such_game' .* cannot be imported"):
+    load_run_config(None, ["env.name=gym:no_such_game:Game-v0", "env.kwargs={max_return: 1}"])
+
+
+def test_a_renderer_of_the_wrong_signature_is_named_at_load(tmp_path, monkeypatch):
+  (tmp_path / "one_argument_render.py").write_text("def render(observation):\n  return ''\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  kwargs = "{render: 'one_argument_render:render'}"
+  with pytest.raises(ValueError, match=r"render 'one_argument_render:render' must take \(env, ob"):
+    load_run_config(None, ["env.name=gym:FrozenLake-v1", f"env.kwargs={kwargs}"])
+  with pytest.raises(ValueError, match=r"parse_action .* must take \(text, env\) -> action"):
+    GymEnv("FrozenLake-v1", parse_action=lambda text: 0)

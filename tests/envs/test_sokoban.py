@@ -142,9 +142,15 @@ def test_uniform_random_baseline():
 @pytest.mark.parametrize(
   "kwargs, message",
   [
-    ({"height": 1}, "height and width must be in"),
-    ({"num_boxes": 0}, "need num_boxes >= 1"),
-    ({"max_steps": 0}, "max_steps must be an int >= 1"),
+    ({"height": 1}, r"height=1 is invalid: must be an integer >= 2"),
+    ({"width": 9}, r"width=9 is invalid: must be an integer in \[2, 8\]"),
+    ({"num_boxes": 0}, r"num_boxes=0 is invalid: must be an integer >= 1"),
+    ({"num_walls": 7}, r"num_walls=7 and num_boxes=1 are invalid: .* half the 16 cells"),
+    ({"max_steps": 0}, r"max_steps=0 is invalid: must be an integer >= 1"),
+    ({"max_steps": "3"}, r"max_steps='3' is invalid"),  # refused here, not at the first step
+    ({"scramble": 2.5}, r"scramble=2.5 is invalid"),
+    ({"box_reward": "x"}, r"box_reward='x' is invalid: must be a finite number"),
+    ({"min_distance": 9}, r"sokoban: no room .* min_distance=9\): lower min_distance"),
   ],
 )
 def test_bad_kwargs_are_named(kwargs, message):

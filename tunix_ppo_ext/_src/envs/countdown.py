@@ -37,6 +37,7 @@ is solvable; the expression is kept as `CountdownProblem.solution`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import string
 from collections import Counter
@@ -45,6 +46,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tunix_ppo_ext._src.checks import check_integer, check_number
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
 
 MAX_EQUATION_CHARS = 200
@@ -311,7 +313,31 @@ def generate_problem(
     if min_target <= target <= max_target:
       shown = tuple(int(n) for n in rng.permutation(numbers))
       return CountdownProblem(shown, int(target), solution)
-  raise RuntimeError(f"no problem with a target in [{min_target}, {max_target}] in {max_tries}")
+  raise ValueError(
+    f"countdown: no problem with a target in [min_target={min_target}, max_target={max_target}] "
+    f"from min_numbers={min_numbers}, max_numbers={max_numbers} numbers in [min_value="
+    f"{min_value}, max_value={max_value}] in {max_tries} tries (seed {seed}): widen the target "
+    "range or the numbers"
+  )
+
+
+def check_ranges(**ranges: Any) -> dict[str, int]:
+  """The `generate_problem` ranges, checked: integers, `2 <= min_numbers <= max_numbers`,
+  `1 <= min_value <= max_value`, `1 <= min_target <= max_target` (ValueError naming them)."""
+  for kind, low in (("numbers", 2), ("value", 1), ("target", 1)):
+    lo = check_integer(f"min_{kind}", ranges[f"min_{kind}"], low=low)
+    hi = check_integer(f"max_{kind}", ranges[f"max_{kind}"], low=low)
+    if lo > hi:
+      raise ValueError(
+        f"need {low} <= min_{kind} <= max_{kind}, got min_{kind}={lo}, max_{kind}={hi}"
+      )
+  return {key: int(value) for key, value in ranges.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _feasible(ranges: tuple[tuple[str, int], ...]) -> None:
+  """Generates seed 0's problem once per set of ranges (a ValueError naming them if none)."""
+  generate_problem(0, **dict(ranges))
 
 
 # ----- the environments -----
@@ -370,32 +396,26 @@ class CountdownEnv:
     allow_unary_minus: bool = False,
   ):
     _check_style(style)
-    if not 2 <= min_numbers <= max_numbers:
-      raise ValueError(
-        f"need 2 <= min_numbers <= max_numbers, got min_numbers={min_numbers}, "
-        f"max_numbers={max_numbers}"
-      )
-    if not 1 <= min_value <= max_value:
-      raise ValueError(
-        f"need 1 <= min_value <= max_value, got min_value={min_value}, max_value={max_value}"
-      )
-    if not 1 <= min_target <= max_target:
-      raise ValueError(
-        f"need 1 <= min_target <= max_target, got min_target={min_target}, max_target={max_target}"
-      )
-    if not 0.0 <= format_reward <= correct_reward:
+    self.ranges = check_ranges(
+      min_numbers=min_numbers,
+      max_numbers=max_numbers,
+      min_value=min_value,
+      max_value=max_value,
+      min_target=min_target,
+      max_target=max_target,
+    )
+    format_reward = check_number("format_reward", format_reward, low=0.0)
+    correct_reward = check_number("correct_reward", correct_reward, low=0.0)
+    if not format_reward <= correct_reward:
       raise ValueError(
         f"need 0 <= format_reward <= correct_reward, got format_reward={format_reward}, "
         f"correct_reward={correct_reward}"
       )
-    self.ranges = {
-      "min_numbers": min_numbers,
-      "max_numbers": max_numbers,
-      "min_value": min_value,
-      "max_value": max_value,
-      "min_target": min_target,
-      "max_target": max_target,
-    }
+    if not isinstance(allow_unary_minus, bool):
+      raise ValueError(
+        f"allow_unary_minus={allow_unary_minus!r} is invalid: must be true or false."
+      )
+    _feasible(tuple(self.ranges.items()))  # kwargs no problem can meet fail here, not at a reset
     self.style: Style = style
     self.format_reward = float(format_reward)
     self.correct_reward = float(correct_reward)
@@ -471,6 +491,4 @@ class CountdownMultiTurnEnv(CountdownEnv):
 
   def __init__(self, *, max_attempts: int = 4, **kwargs: Any):
     super().__init__(**kwargs)
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-      raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-    self.max_attempts = max_attempts
+    self.max_attempts = check_integer("max_attempts", max_attempts, low=1)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunix_ppo_ext._src.envs.gym_adapter import GymEnv
+from tunix_ppo_ext._src.checks import check_integer, did_you_mean
+from tunix_ppo_ext._src.envs.gym_adapter import GymEnv, import_gymnasium
 
 ACTIONS = ("l", "d", "r", "u")  # Gymnasium's order: left, down, right, up
 INVALID = "bad"
 FROZENLAKE_ALPHABET = "sfhgp " + "ldru" + "ab"
+MAP_CELLS = ("S", "F", "H", "G")  # a `desc` map's cells: start, frozen, hole, goal
 
 
 def render_board(env: Any, observation: Any) -> str:
@@ -37,6 +39,44 @@ def parse_letter(text: str, env: Any) -> int | None:
   return ACTIONS.index(reply) if reply in ACTIONS else None
 
 
+def check_map_name(map_name: object) -> str:
+  """`map_name`, one of Gymnasium's FrozenLake maps (`4x4`, `8x8`); ValueError naming it."""
+  maps = _gym_maps()
+  if not isinstance(map_name, str) or map_name not in maps:
+    raise ValueError(
+      f"map_name={map_name!r} is invalid: must be one of {sorted(maps)}, or give desc (a custom "
+      f"map){did_you_mean(map_name, maps)}"
+    )
+  return map_name
+
+
+def _gym_maps() -> list[str]:
+  import_gymnasium()  # one line saying how to install it when missing
+  from gymnasium.envs.toy_text.frozen_lake import MAPS  # noqa: PLC0415 (gymnasium is optional)
+
+  return list(MAPS)
+
+
+def check_desc(desc: object) -> list[str]:
+  """A custom map: rows of equal length of Gymnasium's cells `S F H G` (uppercase), one
+  start and at least one goal; ValueError naming `desc` and the problem."""
+  rows = list(desc) if isinstance(desc, list | tuple) else []
+  problem = "" if rows and all(isinstance(r, str) and r for r in rows) else "a list of rows"
+  cells = "".join(rows) if not problem else ""
+  if not problem and len({len(r) for r in rows}) != 1:
+    problem = "rows of one length"
+  elif not problem and set(cells) - set(MAP_CELLS):
+    bad = sorted(set(cells) - set(MAP_CELLS))
+    problem = f"only the cells {', '.join(MAP_CELLS)} (uppercase; got {', '.join(map(repr, bad))})"
+  elif not problem and (cells.count("S") != 1 or "G" not in cells):
+    problem = "one start S and at least one goal G"
+  if problem:
+    raise ValueError(
+      f"desc={desc!r} is invalid: must be {problem}, e.g. ['SFFF', 'FHFH', 'FFFH', 'HFFG']."
+    )
+  return rows
+
+
 class FrozenLakeEnv(GymEnv):
   """FrozenLake as a text game (see the module docstring); kwargs: `map_name`,
   `is_slippery`, `max_steps`, `desc` (a custom map as a list of row strings)."""
@@ -49,9 +89,14 @@ class FrozenLakeEnv(GymEnv):
     max_steps: int = 8,
     desc: list[str] | None = None,
   ):
-    make_kwargs: dict[str, Any] = {"map_name": map_name, "is_slippery": bool(is_slippery)}
+    if not isinstance(is_slippery, bool):
+      raise ValueError(f"is_slippery={is_slippery!r} is invalid: must be true or false.")
+    max_steps = check_integer("max_steps", max_steps, low=1)
+    make_kwargs: dict[str, Any] = {"map_name": map_name, "is_slippery": is_slippery}
     if desc is not None:
-      make_kwargs["desc"] = list(desc)
+      make_kwargs["desc"] = check_desc(desc)
+    else:
+      check_map_name(map_name)
     super().__init__(
       "FrozenLake-v1",
       max_return=1.0,

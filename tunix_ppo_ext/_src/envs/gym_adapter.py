@@ -1,5 +1,9 @@
 """Gymnasium environments as text environments: `env.name=gym:<id>` (e.g. `gym:FrozenLake-v1`).
 
+Your own environment: `gymnasium.register(...)` it in a module and name it `gym:<module>:<id>`
+(Gymnasium's own form: the module is imported first), or register it in the module your
+`render` or `parse_action` comes from (those are imported before the id is looked up).
+
 `GymEnv` wraps `gymnasium.make(<id>, **make_kwargs)`. Each observation is text from a
 renderer, each agent reply becomes an action through an action parser; both can be
 replaced (a callable, or a `"module:function"` string from the run config):
@@ -27,10 +31,12 @@ raises one line saying so.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tunix_ppo_ext._src.checks import check_integer
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
 
 PREFIX = "gym:"
@@ -53,7 +59,10 @@ def resolve_callable(
   value: str | Callable[..., Any] | None, what: str
 ) -> Callable[..., Any] | None:
   """A callable as given, or loaded from `"module:function"`; ValueError naming `what`."""
-  if value is None or callable(value):
+  if value is None:
+    return value
+  if callable(value):
+    check_two_arguments(value, what, value)
     return value
   module, _, name = str(value).partition(":")
   try:
@@ -62,7 +71,25 @@ def resolve_callable(
     raise ValueError(f"{what} {value!r} cannot be loaded: {err}") from None
   if not callable(loaded):
     raise ValueError(f"{what} must be a callable or 'module:function', got {value!r}")
+  check_two_arguments(loaded, what, value)
   return loaded
+
+
+SIGNATURES = {"render": "(env, observation) -> str", "parse_action": "(text, env) -> action"}
+
+
+def check_two_arguments(function: Callable[..., Any], what: str, value: object) -> None:
+  """ValueError naming `what` when `function` cannot be called with two positional
+  arguments (a renderer's or parser's signature); unknown signatures pass."""
+  try:
+    signature = inspect.signature(function)
+  except (TypeError, ValueError):  # a builtin without one
+    return
+  try:
+    signature.bind(None, None)
+  except TypeError as err:
+    expected = SIGNATURES.get(what, "two arguments")
+    raise ValueError(f"{what} {value!r} must take {expected}: {err}") from None
 
 
 def ansi_text(env: Any, observation: Any) -> str:
@@ -115,17 +142,17 @@ class GymEnv:
     success_reward: float | None = None,
     make_kwargs: dict[str, Any] | None = None,
   ):
-    self.env = _make(import_gymnasium(), env_id, dict(make_kwargs or {}), render is None)
-    self.name = f"{PREFIX}{env_id}"
-    self.max_return = _max_return(self.env, env_id, max_return)
-    if max_steps is not None and (isinstance(max_steps, bool) or int(max_steps) < 1):
-      raise ValueError(f"max_steps must be an int >= 1 or None, got {max_steps!r}")
-    self.max_steps = max_steps
+    gym = import_gymnasium()
+    # the renderer's and parser's modules first: one of them may register the id
     self.render = resolve_callable(render, "render") or ansi_text
     names = [str(n).lower() for n in action_names]
     self.parse_action = resolve_callable(parse_action, "parse_action") or (
       lambda text, env: discrete_action(text, env, names)
     )
+    self.env = _make(gym, registered_id(env_id), dict(make_kwargs or {}), render is None)
+    self.name = f"{PREFIX}{env_id}"
+    self.max_return = _max_return(self.env, env_id, max_return)
+    self.max_steps = None if max_steps is None else check_integer("max_steps", max_steps, low=1)
     if parse_action is None and not hasattr(self.env.action_space, "n"):
       raise ValueError(
         f"{self.name}: the default action parser needs a Discrete action space, got "
@@ -166,6 +193,21 @@ class GymEnv:
     return info
 
 
+def registered_id(env_id: str) -> str:
+  """`module:Id` (Gymnasium's own form) imports `module` (which registers `Id`) and gives
+  `Id`; a plain id is returned as it is. ValueError naming the module when it cannot load."""
+  module, sep, name = env_id.rpartition(":")
+  if not sep:
+    return env_id
+  try:
+    importlib.import_module(module)
+  except ImportError as err:
+    raise ValueError(
+      f"gym:{env_id}: module {module!r} (which should register {name!r}) cannot be imported: {err}"
+    ) from None
+  return name
+
+
 def _make(gym: Any, env_id: str, make_kwargs: dict[str, Any], want_ansi: bool) -> Any:
   """`gymnasium.make`, in `ansi` render mode when the default renderer can use it."""
   try:
@@ -176,6 +218,10 @@ def _make(gym: Any, env_id: str, make_kwargs: dict[str, Any], want_ansi: bool) -
     return gym.make(env_id, **make_kwargs)
   except gym.error.Error as err:
     raise ValueError(f"gym:{env_id}: {err}") from None
+  except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:  # the env's own
+    raise ValueError(
+      f"gym:{env_id} with make_kwargs {make_kwargs!r}: {type(err).__name__}: {err}"
+    ) from None
 
 
 def _render_modes(gym: Any, spec: Any) -> list[str]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from tunix_ppo_ext._src.checks import check_integer, check_number
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
 
 
@@ -40,17 +41,16 @@ class MemoryEnv:
     recall_reward: float = 1.0,
     partial_credit: float = 0.0,
   ):
-    if not 2 <= num_symbols <= len(self.SYMBOLS):
-      raise ValueError(f"num_symbols must be in [2, {len(self.SYMBOLS)}], got {num_symbols}")
-    if num_turns < 2:
-      raise ValueError(f"num_turns must be >= 2 (acknowledge, then recall), got {num_turns}")
-    if not 0.0 <= partial_credit <= 1.0:
-      raise ValueError(f"partial_credit must be in [0, 1], got {partial_credit}")
+    num_symbols = check_integer("num_symbols", num_symbols, low=2)
+    if num_symbols > len(self.SYMBOLS):
+      raise ValueError(
+        f"num_symbols={num_symbols!r} is invalid: must be an integer in [2, {len(self.SYMBOLS)}]."
+      )
     self.symbols = self.SYMBOLS[:num_symbols]
-    self.num_turns = num_turns
-    self.ack_reward = float(ack_reward)
-    self.recall_reward = float(recall_reward)
-    self.partial_credit = float(partial_credit)
+    self.num_turns = check_integer("num_turns", num_turns, low=2)  # acknowledge, then recall
+    self.ack_reward = check_number("ack_reward", ack_reward)
+    self.recall_reward = check_number("recall_reward", recall_reward)
+    self.partial_credit = check_number("partial_credit", partial_credit, 0.0, 1.0)
     self.max_return = (num_turns - 1) * self.ack_reward + self.recall_reward
     self._symbol: str | None = None
     self._turn = 0

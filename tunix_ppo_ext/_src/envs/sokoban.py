@@ -20,10 +20,12 @@ Every text fits `SOKOBAN_ALPHABET` (the built-in tokenizer's `model.alphabet`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
 
+from tunix_ppo_ext._src.checks import check_integer, check_number
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
 
 MOVES = {"l": (0, -1), "d": (1, 0), "r": (0, 1), "u": (-1, 0)}
@@ -123,12 +125,39 @@ def generate_room(
       room = _pull(room, str(letter))
     if all(_distance(box, room.goals) >= min_distance for box in room.boxes):
       return room
-  raise RuntimeError(f"no scrambled room in {max_tries} tries (seed {seed})")
+  kwargs = f"height={height}, width={width}, num_boxes={num_boxes}, num_walls={num_walls}, "
+  kwargs += f"scramble={scramble}, min_distance={min_distance}"
+  raise ValueError(
+    f"sokoban: no room with every box at least min_distance from a goal in {max_tries} tries "
+    f"(seed {seed}; {kwargs}): lower min_distance or raise scramble"
+  )
+
+
+@functools.lru_cache(maxsize=64)
+def _feasible(layout: tuple[tuple[str, int], ...]) -> None:
+  """Generates seed 0's room once per layout (a ValueError naming the kwargs if none)."""
+  generate_room(0, **dict(layout))
 
 
 def _distance(cell: Cell, goals: frozenset[Cell]) -> int:
   """Manhattan distance from `cell` to the nearest goal."""
   return min(abs(cell[0] - g[0]) + abs(cell[1] - g[1]) for g in goals)
+
+
+def _check_layout(**layout: Any) -> dict[str, int]:
+  """The room kwargs, checked: integers, sides in [2, 8], at most half the cells used."""
+  lows = {"height": 2, "width": 2, "num_boxes": 1, "num_walls": 0, "scramble": 1}
+  checked = {k: check_integer(k, v, low=lows.get(k, 0)) for k, v in layout.items()}
+  for side in ("height", "width"):
+    if checked[side] > 8:
+      raise ValueError(f"{side}={checked[side]!r} is invalid: must be an integer in [2, 8].")
+  cells = checked["height"] * checked["width"]
+  if checked["num_walls"] + checked["num_boxes"] + 1 > cells // 2:
+    raise ValueError(
+      f"num_walls={checked['num_walls']} and num_boxes={checked['num_boxes']} are invalid: "
+      f"with the player they must use at most half the {cells} cells ({cells // 2})."
+    )
+  return checked
 
 
 class SokobanEnv:
@@ -150,18 +179,19 @@ class SokobanEnv:
     solve_reward: float = 1.0,
     step_penalty: float = 0.0,
   ):
-    if not (2 <= height <= 8 and 2 <= width <= 8):
-      raise ValueError(f"height and width must be in [2, 8], got {height}x{width}")
-    if num_boxes < 1 or num_walls < 0 or num_walls + num_boxes + 1 > height * width // 2:
-      raise ValueError(
-        f"need num_boxes >= 1, num_walls >= 0 and at most half the {height * width} cells "
-        f"used, got num_boxes={num_boxes}, num_walls={num_walls}"
-      )
-    for key, value in (("scramble", scramble), ("max_steps", max_steps)):
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{key} must be an int >= 1, got {value!r}")
-    self.layout = {"height": height, "width": width, "num_boxes": num_boxes}
-    self.layout |= {"num_walls": num_walls, "scramble": scramble, "min_distance": min_distance}
+    self.layout = _check_layout(
+      height=height,
+      width=width,
+      num_boxes=num_boxes,
+      num_walls=num_walls,
+      scramble=scramble,
+      min_distance=min_distance,
+    )
+    max_steps = check_integer("max_steps", max_steps, low=1)
+    box_reward = check_number("box_reward", box_reward)
+    solve_reward = check_number("solve_reward", solve_reward)
+    step_penalty = check_number("step_penalty", step_penalty)
+    _feasible(tuple(self.layout.items()))  # kwargs no room can meet fail here, not at a reset
     self.max_steps = max_steps
     self.box_reward, self.solve_reward = float(box_reward), float(solve_reward)
     self.step_penalty = float(step_penalty)

@@ -123,8 +123,9 @@ def policy_loss(
     adv = adv[:, None]
   adv = jnp.broadcast_to(adv, logp.shape)
 
-  log_ratio = logp - old_logp
-  ratio = jnp.exp(jnp.clip(log_ratio, -kl_lib.LOG_RATIO_LIMIT, kl_lib.LOG_RATIO_LIMIT))
+  # clamped as verl does, for the ratio and for `ppo_kl` alike
+  log_ratio = jnp.clip(logp - old_logp, -kl_lib.LOG_RATIO_LIMIT, kl_lib.LOG_RATIO_LIMIT)
+  ratio = jnp.exp(log_ratio)
   pg1 = -adv * ratio
   pg2 = -adv * jnp.clip(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
   clipped = jnp.maximum(pg1, pg2)

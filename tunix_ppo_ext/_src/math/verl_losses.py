@@ -117,11 +117,12 @@ def sapo_loss(
   A soft gate instead of the hard clip: `r = exp(clip(logp - old_logp, -20, 20))`,
   `tau = tau_pos if A > 0 else tau_neg`, `f(r) = sigmoid(tau (r - 1)) * 4 / tau` (slope 1
   at `r = 1`), `pg = -f(r) A`, always aggregated `seq-mean-token-mean` (verl forces it).
-  No clip: `pg_clipfrac` and `pg_clipfrac_lower` are 0; `ppo_kl` as for PPO.
+  No clip: `pg_clipfrac` and `pg_clipfrac_lower` are 0; `ppo_kl` as for PPO (the masked mean
+  of the clamped `old_logp - logp`, as verl).
   """
   logp, old_logp, adv, mask = _inputs(logp, old_logp, advantages, mask)
-  log_ratio = logp - old_logp
-  ratio = jnp.exp(jnp.clip(log_ratio, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+  log_ratio = jnp.clip(logp - old_logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)  # ppo_kl's too
+  ratio = jnp.exp(log_ratio)
   tau = jnp.where(adv > 0, jnp.float32(tau_pos), jnp.float32(tau_neg))
   gate = jax.nn.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
   per_token = _weighted(-gate * adv, is_weights)
@@ -188,11 +189,12 @@ def cispo_loss(
   `r = exp(clip(logp - old_logp, -20, 20))`, `pg = -sg(clip(r, 1 - eps_low, 1 + eps_high))
   A logp`: every token keeps a gradient (REINFORCE through `logp`), the clipped ratio only
   weights it. Aggregated with `loss_agg_mode`. `pg_clipfrac`: share of tokens whose ratio
-  the clip changed; `pg_clipfrac_lower` 0; `ppo_kl` as for PPO.
+  the clip changed; `pg_clipfrac_lower` 0; `ppo_kl` as for PPO (of the clamped log-ratio,
+  as verl).
   """
   logp, old_logp, adv, mask = _inputs(logp, old_logp, advantages, mask)
-  log_ratio = logp - old_logp
-  ratio = jnp.exp(jnp.clip(log_ratio, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+  log_ratio = jnp.clip(logp - old_logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)  # ppo_kl's too
+  ratio = jnp.exp(log_ratio)
   clipped = jnp.clip(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
   per_token = _weighted(-jax.lax.stop_gradient(clipped) * adv * logp, is_weights)
   pg_loss = aggregate_loss(per_token, mask, canonical_loss_agg_mode(loss_agg_mode))

@@ -193,6 +193,9 @@ def _export_command(run_dir: str, out_dir: str, debug: bool) -> int:
 
   try:
     print(export_run(run_dir, out_dir))
+  except KeyboardInterrupt:
+    _error("interrupted; nothing was left in OUT_DIR: run the same command again", debug)
+    return EXIT_INTERRUPTED
   except ValueError as err:
     _error(str(err), debug)
     return EXIT_BAD_INPUT

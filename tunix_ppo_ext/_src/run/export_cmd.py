@@ -9,14 +9,27 @@ the built-in character tokenizer has none. A run from a checkpoint keeps its fam
 `config.json`; a built-in toy or named-size model is written as a Qwen3. A LoRA run's
 checkpoint holds only the adapters: they are restored onto the base weights and merged into
 them (`W + alpha/rank * A B`, `tunix.lora.merged`).
+
+Nothing is left half-written: the files go to a sibling `OUT_DIR.partial-<pid>` renamed onto
+`OUT_DIR` once complete, removed on any failure or Ctrl-C (a full disk or an unwritable
+`OUT_DIR` is one line naming it). A run a live `train` holds (its `.lock`) is refused: its
+checkpoints may be deleted while they are read. A newest checkpoint that cannot be restored
+(a deleted or truncated file) is skipped for the next older one, as `train` does, with a
+warning naming it (nothing is moved: export only reads the run).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pathlib
+import shutil
+import sys
+from collections.abc import Iterator
 
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import job, resume
+from tunix_ppo_ext._src.run import run_dir as run_dir_lib
 from tunix_ppo_ext._src.run.run_config import (
   RunConfig,
   load_run_config,
@@ -36,9 +49,9 @@ def check_out_dir(out_dir: pathlib.Path) -> None:
     )
 
 
-def latest_actor_step(run_dir: pathlib.Path) -> int:
-  """The newest step orbax finished writing under `RUN_DIR/checkpoints/actor`; ValueError
-  naming the run when it has none (or is no run directory at all)."""
+def actor_steps(run_dir: pathlib.Path) -> list[int]:
+  """The steps orbax finished writing under `RUN_DIR/checkpoints/actor`, newest first;
+  ValueError naming the run when it has none (or is no run directory at all)."""
   if not (run_dir / RUN_CONFIG).is_file():
     raise ConfigError(
       f"RUN_DIR {str(run_dir)!r} has no {RUN_CONFIG}: give a train command's output directory"
@@ -49,35 +62,95 @@ def latest_actor_step(run_dir: pathlib.Path) -> int:
       f"RUN_DIR {str(run_dir)!r} has no finalized actor checkpoint in checkpoints/actor: "
       "train until a checkpoint is saved (train.checkpoint_every) first"
     )
-  return max(steps)
+  return sorted(steps, reverse=True)
+
+
+def latest_actor_step(run_dir: pathlib.Path) -> int:
+  """The newest finalized actor step (see `actor_steps`)."""
+  return actor_steps(run_dir)[0]
+
+
+def check_not_training(run_dir: pathlib.Path) -> None:
+  """ValueError when a live process holds `RUN_DIR/.lock` (a `train` still writing there)."""
+  lock = run_dir / run_dir_lib.LOCK
+  try:
+    holder = int(lock.read_text().strip() or "0")
+  except (OSError, ValueError):
+    return
+  if holder and holder != os.getpid() and run_dir_lib._alive(holder):  # noqa: SLF001
+    raise ConfigError(
+      f"RUN_DIR {str(run_dir)!r} is in use by a running train (pid {holder}): its checkpoints "
+      "may be deleted while export reads them; export once it has stopped"
+    )
 
 
 def trained_policy(run_dir: pathlib.Path) -> tuple[RunConfig, object, int]:
-  """`(run, policy, step)`: the run's config, its policy with the latest actor checkpoint's
-  parameters, and that step. The policy is built as `train` builds it (with its critic and
-  reference, then dropped); a LoRA policy comes back with its adapters merged."""
-  step = latest_actor_step(run_dir)
+  """`(run, policy, step)`: the run's config, its policy with the newest actor checkpoint's
+  parameters that can be restored (a damaged newer one is skipped with a warning), and
+  that step. The policy is built as `train` builds it (with its critic and reference, then
+  dropped); a LoRA policy comes back with its adapters merged."""
+  steps = actor_steps(run_dir)
   run = load_run_config(str(run_dir / RUN_CONFIG), [f"output_dir={run_dir}"])
-  policy = job._models(run, job._tokenizer(run))[0]  # noqa: SLF001 (the job's own builder)
-  hf_export.restore_params(policy, run_dir / "checkpoints" / "actor", step)
-  section = lora_section(run.model)
-  if section is not None:
-    policy = lora.merged(policy, section.spec())
-  return run, policy, step
+  for index, step in enumerate(steps):
+    policy = job._models(run, job._tokenizer(run))[0]  # noqa: SLF001 (the job's own builder)
+    try:
+      hf_export.restore_params(policy, run_dir / "checkpoints" / "actor", step)
+    except Exception as err:  # noqa: BLE001 (orbax raises many kinds for a damaged file)
+      if not job._raised_in_orbax(err):  # noqa: SLF001 (the job's own test)
+        raise
+      if index + 1 == len(steps):
+        raise ConfigError(
+          f"RUN_DIR {str(run_dir)!r}: no actor checkpoint can be restored (steps "
+          f"{sorted(steps)}; the oldest: {type(err).__name__}); train again from scratch"
+        ) from err
+      print(
+        f"tunix-ppo-ext: warning: actor checkpoint step {step} cannot be restored "
+        f"({type(err).__name__}); exporting step {steps[index + 1]} instead",
+        file=sys.stderr,
+      )
+      continue
+    section = lora_section(run.model)
+    if section is not None:
+      policy = lora.merged(policy, section.spec())
+    return run, policy, step
+  raise AssertionError("unreachable: the last step returns or raises")
+
+
+@contextlib.contextmanager
+def _staged(out_dir: pathlib.Path) -> Iterator[pathlib.Path]:
+  """A sibling directory to write into, renamed onto `out_dir` when the block succeeds and
+  removed when it fails (or is interrupted); an OSError becomes one ValueError naming it."""
+  staging = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
+  try:
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    yield staging
+    if out_dir.is_dir():
+      out_dir.rmdir()  # empty (check_out_dir): the rename needs it gone
+    staging.rename(out_dir)
+  except OSError as err:
+    raise ConfigError(
+      f"OUT_DIR {str(out_dir)!r} cannot be written ({err.strerror or err}): free space or "
+      "choose a writable directory; nothing was left there"
+    ) from err
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def export_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path) -> pathlib.Path:
   """Writes the run's trained policy (and tokenizer, if any) into `out_dir`; returns it."""
   run_dir, out_dir = pathlib.Path(run_dir).resolve(), pathlib.Path(out_dir).resolve()
   check_out_dir(out_dir)
+  check_not_training(run_dir)
   run, policy, _ = trained_policy(run_dir)
   source = None
   if run.model.checkpoint is not None:
     source = hf_models.read_hf_config(run.model.checkpoint)
-  hf_export.save_hf_checkpoint(policy, out_dir, source)
-  tokenizer = tokenizer_directory(run.model)
-  if tokenizer is not None:
-    import transformers  # noqa: PLC0415 (only for runs with a Hugging Face tokenizer)
+  with _staged(out_dir) as staging:
+    hf_export.save_hf_checkpoint(policy, staging, source)
+    tokenizer = tokenizer_directory(run.model)
+    if tokenizer is not None:
+      import transformers  # noqa: PLC0415 (only for runs with a Hugging Face tokenizer)
 
-    transformers.AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out_dir)
+      transformers.AutoTokenizer.from_pretrained(tokenizer).save_pretrained(staging)
   return out_dir

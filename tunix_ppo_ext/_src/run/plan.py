@@ -20,7 +20,6 @@ pass), so the verdict is rough.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import pathlib
 import re
@@ -28,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from tunix_ppo_ext._src.checks import ConfigError
@@ -38,6 +38,7 @@ from tunix_ppo_ext._src.run.job import role_models
 from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, lora_section
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
+from tunix_ppo_ext._src.tunix.models import hf_models
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import prefill_bucket
 
@@ -48,7 +49,7 @@ CPU_CAVEAT = (
 )
 # HBM per chip by TPU generation (Cloud TPU documentation).
 HBM_GIB = {"v2": 8, "v3": 16, "v4": 32, "v5e": 16, "v5litepod": 16, "v5p": 95, "v6e": 32}
-_TOPOLOGY = re.compile(r"^(v2|v3|v4|v5e|v5litepod|v5p|v6e):(\d+(?:x\d+){1,2})$")
+_TOPOLOGY = re.compile(r"^(v2|v3|v4|v5e|v5litepod|v5p|v6e):([1-9]\d*(?:x[1-9]\d*){1,2})$")
 DEFAULT_TOPOLOGY = "v5e:2x4"
 MEGACORE = ("v4", "v5p")  # one JAX device per chip of two TensorCores
 COMPILERS = ("auto", "tpu", "cpu")
@@ -70,7 +71,7 @@ def parse_topology(topology: str) -> tuple[str, int]:
   if not match:
     raise ConfigError(
       f"--topology {topology!r}: expected GENERATION:AxB[xC] with GENERATION one of "
-      f"{sorted(HBM_GIB)}, e.g. v5e:2x4 or v4:2x2x1"
+      f"{sorted(HBM_GIB)} and sides >= 1, e.g. v5e:2x4 or v4:2x2x1"
     )
   return match.group(1), math.prod(int(d) for d in match.group(2).split("x"))
 
@@ -107,23 +108,38 @@ def plan_devices(topology: str, compiler: str = "auto") -> PlanDevices:
   return PlanDevices(topology, cpus[:chips], "cpu", hbm)
 
 
-def model_config(run: RunConfig) -> tuple[Any, str]:
-  """`(tunix ModelConfig with the weights' dtype, where the sizes came from)`.
+@dataclasses.dataclass(frozen=True)
+class PlannedModel:
+  """The policy to plan: tunix's `model_class(config)`, its weights cast to `weight_dtype`
+  (None: as the config builds them), and where the sizes came from."""
 
-  A checkpoint's `config.json` when present; else `model.config_name` (a named checkpoint
-  is assumed bfloat16, as Qwen3's are); else the toy sizes (random init, float32).
-  """
+  config: Any
+  model_class: type
+  weight_dtype: Any
+  source: str
+
+
+def model_config(run: RunConfig) -> PlannedModel:
+  """The policy as the job builds it: a checkpoint's `config.json` gives the family (its
+  `model_type`, as `hf_models` loads it) and the sizes, and the weights' dtype (`dtype`, the
+  key transformers >= 4.56 writes, else `torch_dtype`; bfloat16 when neither is there);
+  else `model.config_name` (a named checkpoint is assumed bfloat16, as Qwen3's are); else
+  the toy sizes (random init, float32)."""
   model = run.model
   hf_config = pathlib.Path(model.checkpoint or "", "config.json")
   if model.checkpoint is not None and hf_config.is_file():
-    config, dtype = abstract.qwen3_config_from_hf(json.loads(hf_config.read_text()))
-    return abstract.with_weight_dtype(config, dtype), str(hf_config)
+    hf = hf_models.read_hf_config(model.checkpoint) or {}
+    family = hf_models.family_of(hf)
+    name, dtype = checkpoint_dtype(hf, hf_config)
+    source = f"{hf_config} ({family.name}, {name} weights)"
+    return PlannedModel(hf_models.tunix_config(hf), family.model_class, dtype, source)
   if model.config_name is not None:
     config = models.named_qwen3_config(model.config_name)
     if model.checkpoint is not None:
       config = abstract.with_weight_dtype(config, "bfloat16")
-      return config, f"ModelConfig.{model.config_name} (bfloat16 weights assumed: no {hf_config})"
-    return config, f"ModelConfig.{model.config_name} (random init)"
+      source = f"ModelConfig.{model.config_name} (bfloat16 weights assumed: no {hf_config})"
+      return PlannedModel(config, QWEN3, None, source)
+    return PlannedModel(config, QWEN3, None, f"ModelConfig.{model.config_name} (random init)")
   vocab = len(_tokenizer(run))
   config = models.tiny_qwen3_config(
     vocab,
@@ -134,7 +150,33 @@ def model_config(run: RunConfig) -> tuple[Any, str]:
     head_dim=model.head_dim,
     num_kv_heads=model.num_kv_heads,
   )
-  return config, "the model section's toy sizes (random init)"
+  return PlannedModel(config, QWEN3, None, "the model section's toy sizes (random init)")
+
+
+QWEN3 = hf_models.FAMILIES["qwen3"].model_class  # the family of named and toy configs
+WEIGHT_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16, "float32": jnp.float32}
+
+
+def checkpoint_dtype(hf: dict[str, Any], file: pathlib.Path) -> tuple[str, Any]:
+  """`(name, jnp dtype)` of a checkpoint's weights from its `config.json`: `dtype`, else
+  `torch_dtype`, else bfloat16; ValueError naming the file and key for another value."""
+  key = "dtype" if hf.get("dtype") is not None else "torch_dtype"
+  name = str(hf.get(key) or "bfloat16").removeprefix("torch.")
+  if name not in WEIGHT_DTYPES:
+    raise ConfigError(
+      f"{str(file)!r}: {key}={hf.get(key)!r} is not a weight dtype plan knows "
+      f"({sorted(WEIGHT_DTYPES)}); fix the file or plan without model.checkpoint"
+    )
+  return name, WEIGHT_DTYPES[name]
+
+
+def _policy(planned: PlannedModel, seed: int) -> nnx.Module:
+  """The policy module (inside `nnx.eval_shape`), its weights in the checkpoint's dtype."""
+  policy = planned.model_class(planned.config, rngs=nnx.Rngs(seed))
+  if planned.weight_dtype is not None:
+    weights = nnx.state(policy, nnx.Param)
+    nnx.update(policy, jax.tree.map(lambda x: x.astype(planned.weight_dtype), weights))
+  return policy
 
 
 def _tokenizer(run: RunConfig) -> CharTokenizer:
@@ -196,14 +238,14 @@ def plan(
   devices = plan_devices(topology, compiler)
   meshes = role_meshes(run.mesh, devices.devices)
   check_batch_divisible(meshes, run.train.batch_size)
-  config, source = model_config(run)
-  built = _Built(resolved, config, meshes)
+  planned = model_config(run)
+  built = _Built(resolved, planned, meshes)
   compiled = [piece for name in (pieces or built_pieces) for piece in PIECES[name](built)]
   return Plan(
     topology=topology,
     compiler=devices.compiler,
     hbm_bytes=devices.hbm_bytes,
-    model_source=source,
+    model_source=planned.source,
     parameters=built.parameters,
     mesh=dict(meshes[Role.ACTOR].shape),
     pieces=compiled,
@@ -267,15 +309,15 @@ def _check_rows(rows: StepRows, meshes: dict[Role, Any], critic: bool) -> None:
 class _Built:
   """The run's abstract models, optimizers and sizes, shared by the pieces."""
 
-  def __init__(self, resolved: ResolvedRun, config: Any, meshes: dict[Role, Any]):
+  def __init__(self, resolved: ResolvedRun, planned: PlannedModel, meshes: dict[Role, Any]):
     run = resolved.run
-    self.run, self.config, self.meshes = run, config, meshes
+    self.run, self.config, self.meshes = run, planned.config, meshes
     self.ppo = resolved.ppo
     self.lora = lora_section(run.model)
     self.rows = step_rows(resolved)
     _check_rows(self.rows, meshes, self.ppo.uses_critic)
     self.actor, self.critic, self.reference = nnx.eval_shape(
-      lambda: role_models(run, models.make_policy(config, run.seed))
+      lambda: role_models(run, _policy(planned, run.seed))
     )
     actor_tx, critic_tx = recipe.optimizers(
       run.optim, run.train.lr, run.train.critic_lr, run.train.steps

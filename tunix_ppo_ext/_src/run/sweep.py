@@ -3,11 +3,23 @@
   tunix-ppo-ext sweep --seeds 5 [--jobs J] [--config PATH] [--output-dir DIR] [KEY=VALUE[,...] ...]
 
 Each `KEY=V1,V2` override (commas outside brackets) makes one variant per value; several
-such keys make their product. Every variant runs seeds `0 .. N-1`, each a normal
-`tunix-ppo-ext train` in `DIR/<variant>/seed<k>` (a subprocess, so a killed sweep resumes
-where it stopped; a seed whose `summary.json` exists is not run again), `J` of them at a
-time (default 1: one after the other; each process uses every core XLA finds, so on a
-many-core machine limit its threads, e.g. `XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`). Then
+such keys make their product (a key given twice, a value listed twice, or two variants that
+resolve to the same config are refused). Every variant runs seeds `0 .. N-1` (or the seeds
+a `seed=3,4` override lists; `--seeds` is then not used), each a normal
+`tunix-ppo-ext train` in `DIR/<variant>/seed<k>`, a subprocess, so a killed sweep resumes
+where it stopped: a seed whose `summary.json` exists is not run again. Before any seed
+runs, each seed directory with a saved `config.json` is compared with the config the
+sweep would train there; one of another config (another `--config` or other fixed
+overrides into the same `DIR`) is refused with one line naming the directory and the
+differing keys (use another `DIR`, or delete that directory). `<variant>` is the varying
+keys' last parts and values (`ppo.kl_ctrl=adaptive` -> `kl_ctrl=adaptive`); one that would
+lose characters (other than letters, digits and `=-_.`, or beyond 100) or equal another's
+ignoring case ends in `-` and 8 hex digits of its overrides' hash. `J` seeds run at a time
+(default 1: one after the other; each process uses every core XLA finds, so on a many-core
+machine limit its threads, e.g. `XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`). SIGTERM
+or SIGINT is forwarded to the running seeds (each checkpoints and stops as `train` does);
+no further seed starts and the sweep exits 130 once they have stopped. A failed seed also
+stops further starts; the sweep then fails naming it. Then
 `DIR/table.md`, `DIR/table.json` and `DIR/curves.png` (mean training return per variant,
 with its min-max band over seeds) are written.
 
@@ -21,14 +33,18 @@ curve (at least one point).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import itertools
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -63,51 +79,154 @@ def split_values(raw: str) -> list[str]:
   return [*parts, current]
 
 
+def _split_override(override: str, seen: dict[str, str]) -> tuple[str, list[str]]:
+  """`(key, values)` of one override; ValueError for a malformed one, a key given twice or a
+  value listed twice."""
+  key, sep, raw = override.partition("=")
+  if not sep or not key:
+    raise ConfigError(f"override {override!r} must look like section.key=value[,value...]")
+  if key in seen:
+    raise ConfigError(
+      f"sweep: key {key!r} is given twice ({seen[key]!r}, {override!r}); give it once, "
+      "with every value after one '='"
+    )
+  seen[key] = override
+  values = split_values(raw)
+  repeated = sorted({v for v in values if values.count(v) > 1})
+  if repeated:
+    raise ConfigError(
+      f"sweep: override {override!r} lists {repeated[0]!r} more than once; list each value once"
+    )
+  return key, values
+
+
 def variants(overrides: Sequence[str]) -> list[Variant]:
-  """The product of the overrides' values; a variant is named by its varying keys."""
-  fixed, varying = [], []
+  """The product of the overrides' values; a variant is named by its varying keys (a
+  short hash of them is added when the name would lose characters or collide)."""
+  fixed, varying, seen = [], [], {}
   for override in overrides:
-    key, sep, raw = override.partition("=")
-    if not sep or not key:
-      raise ConfigError(f"override {override!r} must look like section.key=value[,value...]")
-    values = split_values(raw)
+    key, values = _split_override(override, seen)
     if len(values) == 1:
       fixed.append(override)
     else:
       varying.append([f"{key}={v}" for v in values])
   if not varying:
-    return [Variant("default" if not fixed else _dir_name(fixed), tuple(fixed))]
-  return [Variant(_dir_name(choice), (*fixed, *choice)) for choice in itertools.product(*varying)]
+    names = _dir_names([tuple(fixed)]) if fixed else ["default"]
+    return [Variant(names[0], tuple(fixed))]
+  choices = list(itertools.product(*varying))
+  return [
+    Variant(name, (*fixed, *choice))
+    for name, choice in zip(_dir_names(choices), choices, strict=True)
+  ]
 
 
-def _dir_name(overrides: Sequence[str]) -> str:
-  """A directory name from overrides: `ppo.kl_ctrl=adaptive` -> `kl_ctrl=adaptive`."""
-  short = [o.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + o.split("=", 1)[1] for o in overrides]
-  name = "_".join(short)
-  return "".join(c if c.isalnum() or c in "=-_." else "-" for c in name)[:120]
+def _dir_names(choices: Sequence[Sequence[str]]) -> list[str]:
+  """Directory names of the variants' named overrides: `ppo.kl_ctrl=adaptive` ->
+  `kl_ctrl=adaptive`; a name that had to drop or map characters (`/` -> `-`, cut at 100),
+  or that equals another's ignoring case, ends in `-` and 8 hex digits of its overrides' hash."""
+  raw = [
+    "_".join(o.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + o.split("=", 1)[1] for o in c)
+    for c in choices
+  ]
+  kept = ["".join(c if c.isalnum() or c in "=-_." else "-" for c in name)[:100] for name in raw]
+  folded = [name.casefold() for name in kept]
+  names = []
+  for choice, name, short in zip(choices, raw, kept, strict=True):
+    if short == name and folded.count(short.casefold()) == 1 and short not in (".", ".."):
+      names.append(short)
+    else:
+      digest = hashlib.sha256("\n".join(choice).encode()).hexdigest()[:8]
+      names.append(f"{short}-{digest}")
+  return names
+
+
+def split_seeds(seeds: int, overrides: Sequence[str]) -> tuple[list[int], list[str]]:
+  """`(seeds, other overrides)`: `0 .. seeds-1`, or the values of a `seed=3,4` override
+  (then the study's seeds are those, whatever `--seeds` says)."""
+  given = [o for o in overrides if o.partition("=")[0] == "seed"]
+  rest = [o for o in overrides if o.partition("=")[0] != "seed"]
+  if not given:
+    return list(range(check_integer("--seeds", seeds, low=1))), rest
+  _, values = _split_override(given[0], {})
+  if len(given) > 1:
+    raise ConfigError(
+      f"sweep: key 'seed' is given twice ({given[0]!r}, {given[1]!r}); give it once"
+    )
+  if not all(v.strip().isdigit() for v in values):
+    raise ConfigError(
+      f"sweep: override {given[0]!r} must list seeds as integers >= 0, e.g. seed=3,4"
+    )
+  numbers = [int(v) for v in values]
+  if len(set(numbers)) < len(numbers):
+    raise ConfigError(f"sweep: override {given[0]!r} lists a seed twice; list each seed once")
+  return numbers, rest
+
+
+def seed_overrides(overrides: Sequence[str], seed: int) -> list[str]:
+  """The `KEY=VALUE` overrides of one seed's `train` (W&B off unless overridden)."""
+  return ["wandb=disabled", *overrides, f"seed={seed}"]
 
 
 def train_command(config: str | None, out: pathlib.Path, overrides: Sequence[str]) -> list[str]:
-  """The `tunix-ppo-ext train` subprocess of one seed (W&B off unless overridden)."""
+  """The `tunix-ppo-ext train` subprocess of one seed (`overrides` from `seed_overrides`)."""
   command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "train", "--output-dir", str(out)]
   if config is not None:
     command += ["--config", config]
-  return [*command, "wandb=disabled", *overrides]
+  return [*command, *overrides]
 
 
-def run_seed(config: str | None, out: pathlib.Path, overrides: Sequence[str], seed: int) -> None:
-  """Trains one seed into `out` unless its `summary.json` is there already.
+class Seeds:
+  """Runs seeds as `train` subprocesses (each in its own session, so a terminal's Ctrl-C
+  reaches it once, through the sweep) and stops them all on SIGTERM/SIGINT.
 
-  Raises RuntimeError naming the run directory when the training command fails.
+  `stop(signum)` (the signal handler) forwards the signal to every running child and makes
+  `run` start no further seed; a failed seed also stops new starts (the running ones finish).
   """
-  if (out / "summary.json").is_file():
-    return
-  command = train_command(config, out, [*overrides, f"seed={seed}"])
-  print(f"tunix-ppo-ext sweep: {out}", file=sys.stderr, flush=True)
-  done = subprocess.run(command, env=os.environ, stdout=subprocess.PIPE, text=True, check=False)  # noqa: S603 (our own CLI)
-  print(done.stdout, end="", file=sys.stderr)  # the seed's summary; stdout is the table's
-  if done.returncode != 0:
-    raise RuntimeError(f"seed {seed} failed (exit {done.returncode}) in {out}")
+
+  def __init__(self, config: str | None):
+    self.config = config
+    self.children: set[subprocess.Popen[str]] = set()
+    self.lock = threading.Lock()
+    self.signal: int | None = None
+    self.failed = False
+
+  def stop(self, signum: int, frame: Any = None) -> None:
+    """Signal handler: forwards `signum` to the running children; no new seed starts."""
+    del frame
+    self.signal = signum
+    for child in list(self.children):
+      _send(child, signum)
+
+  def run(self, out: pathlib.Path, overrides: Sequence[str], seed: int) -> None:
+    """Trains one seed into `out` unless it finished already (or the sweep is stopping).
+
+    Raises RuntimeError naming the run directory when the training command fails.
+    """
+    if (out / "summary.json").is_file():
+      return
+    command = train_command(self.config, out, seed_overrides(overrides, seed))
+    with self.lock:
+      if self.signal is not None or self.failed:
+        return
+      print(f"tunix-ppo-ext sweep: {out}", file=sys.stderr, flush=True)
+      child = subprocess.Popen(  # noqa: S603 (our own CLI)
+        command, env=os.environ, stdout=subprocess.PIPE, text=True, start_new_session=True
+      )
+      self.children.add(child)
+    if self.signal is not None:  # it arrived while the child started
+      _send(child, self.signal)
+    stdout, _ = child.communicate()
+    with self.lock:
+      self.children.discard(child)
+    print(stdout, end="", file=sys.stderr)  # the seed's summary; stdout is the table's
+    if child.returncode != 0 and self.signal is None:
+      self.failed = True
+      raise RuntimeError(f"seed {seed} failed (exit {child.returncode}) in {out}")
+
+
+def _send(child: subprocess.Popen[str], signum: int) -> None:
+  with contextlib.suppress(ProcessLookupError):  # it has just exited
+    child.send_signal(signum)
 
 
 def smoothed(values: Sequence[float]) -> np.ndarray:
@@ -179,17 +298,28 @@ def sweep(
   jobs: int = 1,
 ) -> list[dict[str, Any]]:
   """Runs every variant's seeds (skipping finished ones), `jobs` at a time, and writes the
-  table and plot. The first failed seed is raised once the running ones have finished."""
-  check_integer("--seeds", seeds, low=1)
+  table and plot. The first failed seed is raised once the running ones have finished (no
+  further seed starts). SIGTERM or SIGINT is forwarded to the running seeds and raised as
+  KeyboardInterrupt once they have stopped.
+
+  Raises:
+    ValueError: a bad override, or a seed directory holding a run of another config.
+  """
   check_integer("--jobs", jobs, low=1)
+  seed_list, overrides = split_seeds(seeds, overrides)
   out = pathlib.Path(output_dir)
   study = variants(overrides)
-  _check_configs(config, study)
-  runs = [(v, seed, out / v.name / f"seed{seed}") for v in study for seed in range(seeds)]
-  with futures.ThreadPoolExecutor(jobs) as pool:
-    pending = [pool.submit(run_seed, config, d, v.overrides, seed) for v, seed, d in runs]
-    for done in pending:
-      done.result()
+  runs = [(v, seed, out / v.name / f"seed{seed}") for v in study for seed in seed_list]
+  _check_configs(config, study, runs)
+  runner = Seeds(config)
+  with _forwarding_signals(runner), futures.ThreadPoolExecutor(jobs) as pool:
+    pending = [pool.submit(runner.run, d, v.overrides, seed) for v, seed, d in runs]
+    errors = [done.exception() for done in pending]
+  if runner.signal is not None:
+    raise KeyboardInterrupt(f"sweep stopped by signal {runner.signal}")
+  for error in errors:
+    if error is not None:
+      raise error
   results: dict[str, list[dict[str, Any]]] = {}
   for variant, _, run_dir in runs:
     results.setdefault(variant.name, []).append(seed_result(run_dir))
@@ -202,9 +332,68 @@ def sweep(
   return rows
 
 
-def _check_configs(config: str | None, study: Sequence[Variant]) -> None:
-  """Every variant's config is loaded and validated before the first seed runs."""
+@contextlib.contextmanager
+def _forwarding_signals(runner: Seeds) -> Iterator[None]:
+  """SIGTERM and SIGINT go to `runner.stop` (main thread only; elsewhere as they were)."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = {s: signal.signal(s, runner.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    yield
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
+
+
+def _check_configs(
+  config: str | None,
+  study: Sequence[Variant],
+  runs: Sequence[tuple[Variant, int, pathlib.Path]],
+) -> None:
+  """Before the first seed runs: every variant's config loads and validates, no two variants
+  resolve to the same config, and every seed directory with a saved `config.json` holds a
+  run of the config this sweep would train there (else one ValueError naming it)."""
   from tunix_ppo_ext._src.run.run_config import load_run_config  # noqa: PLC0415
 
+  def resolved(overrides: Sequence[str], seed: int, run_dir: pathlib.Path) -> dict[str, Any]:
+    settings = [*seed_overrides(overrides, seed), f"output_dir={run_dir}"]
+    return json.loads(json.dumps(dataclasses.asdict(load_run_config(config, settings))))
+
+  first: dict[str, str] = {}
   for variant in study:
-    load_run_config(config, [*variant.overrides, "seed=0"])
+    same = json.dumps(resolved(variant.overrides, 0, pathlib.Path("runs")), sort_keys=True)
+    if same in first:
+      raise ConfigError(
+        f"sweep: variants {first[same]!r} and {variant.name!r} resolve to the same config; "
+        "list each value once"
+      )
+    first[same] = variant.name
+  for variant, seed, run_dir in runs:
+    saved_file = run_dir / "config.json"
+    if saved_file.is_file():
+      saved = json.loads(saved_file.read_text())
+      _compare(run_dir, saved, resolved(variant.overrides, seed, run_dir))
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+  out: dict[str, Any] = {}
+  for key, value in config.items():
+    if isinstance(value, dict) and key != "kwargs":
+      out |= _flat(value, f"{prefix}{key}.")
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def _compare(run_dir: pathlib.Path, saved: dict[str, Any], wanted: dict[str, Any]) -> None:
+  """ValueError listing the settings in which `run_dir`'s saved config differs."""
+  old, new = _flat(saved), _flat(wanted)
+  changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
+  if changed:
+    listed = "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:3])
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    raise ConfigError(
+      f"sweep: {str(run_dir)!r} holds a run of another config ({listed}{more}); use another "
+      "--output-dir, or delete that directory to train it again"
+    )
