@@ -21,6 +21,7 @@ tunix's `function_registry` when it is built.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
@@ -41,16 +42,26 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-  if name in _LAZY:
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-  raise AttributeError(f"module 'tunix_ppo_ext' has no attribute {name!r}")
+def _lazy_attributes(
+  table: dict[str, str], namespace: dict[str, Any], module: str
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+  """A public module's `__getattr__` and `__dir__` that import `table`'s names (name ->
+  defining module) on first access, keeping the module itself free of tunix until then."""
+
+  def __getattr__(name: str) -> Any:
+    if name in table:
+      value = getattr(importlib.import_module(table[name]), name)
+      namespace[name] = value
+      return value
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+  def __dir__() -> list[str]:
+    return sorted(set(namespace) | set(table))
+
+  return __getattr__, __dir__
 
 
-def __dir__() -> list[str]:
-  return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)
 
 
 __all__ = [

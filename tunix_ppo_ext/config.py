@@ -15,9 +15,9 @@ The run-config names load tunix on first use; the rest do not.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tunix_ppo_ext import _lazy_attributes
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.math.kl_methods import (
   FULL_KL,
@@ -36,16 +36,7 @@ _RUN_CONFIG = "tunix_ppo_ext._src.run.run_config"  # imports tunix (PpoExtConfig
 _LAZY = {name: _RUN_CONFIG for name in ("ResolvedRun", "RunConfig", "load_resolved", "resolve")}
 
 
-def __getattr__(name: str) -> Any:
-  if name in _LAZY:
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-  raise AttributeError(f"module 'tunix_ppo_ext.config' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-  return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)
 
 
 __all__ = [
