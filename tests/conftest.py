@@ -18,6 +18,7 @@ length, type: 1 full, 2 first, 3 middle, 4 last) and a chunk of a serialized
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -26,17 +27,28 @@ import struct
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from flax import nnx
 from hypothesis import HealthCheck, settings
 
 from tests.import_graph import reaches_tunix
-from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_mesh, make_models  # noqa: F401
-from tunix_ppo_ext._src.tunix.models import toy_models as models
-from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import Conversation
+
+if TYPE_CHECKING:
+  from flax import nnx
+
+# tunix's cluster builders, re-exported for the tests that build clusters; imported on
+# first use, so that the fast lane (`pytest -m fast`) never imports tunix
+_CLUSTER = "tunix_ppo_ext._src.tunix.cluster.cluster_setup"
+_TUNIX_HELPERS = {"build_cluster": _CLUSTER, "make_mesh": _CLUSTER, "make_models": _CLUSTER}
+
+
+def __getattr__(name: str) -> Any:
+  if name in _TUNIX_HELPERS:
+    return getattr(importlib.import_module(_TUNIX_HELPERS[name]), name)
+  raise AttributeError(f"module 'tests.conftest' has no attribute {name!r}")
+
 
 settings.register_profile(
   "ci",
@@ -55,6 +67,8 @@ TARGET_CHAR = "a"
 def record_turns(monkeypatch) -> list[tuple[list[list[int]], Any]]:
   """Spies on the multi-turn rollout's real sampler: every turn's `(contexts, TurnOutput)`
   (`output.tokens[row]`, `output.logprobs[row]`), in call order."""
+  from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import Conversation  # noqa: PLC0415
+
   original, turns = Conversation.turn, []
 
   def turn(self, contexts, active, sampling, fresh_width):
@@ -180,6 +194,11 @@ def rollout_cluster(
   """A tunix cluster of toy models (`make_models(tokenizer, seed)`) for multi-turn rollouts:
   `tokens_per_call` generated tokens per engine call, the sampler's log-probs returned;
   the policy is `cluster.actor_trainer.model`. `kwargs` go to `build_cluster`."""
+  from tunix_ppo_ext._src.tunix.cluster.cluster_setup import (  # noqa: PLC0415
+    build_cluster,
+    make_models,
+  )
+
   policy, critic, reference = make_models(tokenizer, seed=seed)
   return build_cluster(
     policy,
@@ -239,6 +258,8 @@ def toy_policy(vocab_size, seed=7, **sizes):
     "num_kv_heads": 1,
     **sizes,
   }
+  from tunix_ppo_ext._src.tunix.models import toy_models as models  # noqa: PLC0415
+
   return models.make_policy(models.tiny_qwen3_config(vocab_size, **sizes), seed)
 
 
@@ -283,6 +304,14 @@ def common_checkpoints(out: pathlib.Path, roles: Sequence[str] = ("actor", "crit
 
   ckpt = out / "checkpoints"
   return set.intersection(*(resume.finalized_steps(ckpt / role) for role in roles))
+
+
+def pytest_ignore_collect(collection_path: pathlib.Path, config) -> bool | None:
+  """With `-m fast`, the test files that reach tunix are not even imported."""
+  fast_lane = config.getoption("markexpr", "") == "fast"
+  if fast_lane and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+    return True if reaches_tunix(collection_path.resolve()) else None
+  return None
 
 
 def pytest_collection_modifyitems(config, items):
