@@ -232,6 +232,9 @@ def test_smollm2_tokenizer_ids_match_transformers_and_the_file(smollm2):
   # the file's EOS is <|im_end|> (id 2), what ends an assistant turn; transformers 5.12's
   # own GGUF reading says <|im_start|>
   assert (ours.eos_token, ours.eos_token_id, ours.bos_token_id) == ("<|im_end|>", 2, 1)
+  # the file pads with its EOS too; tunix's sampler would mask it in the context: padded
+  # with <|endoftext|> instead
+  assert (ours.pad_token, ours.pad_token_id) == ("<|endoftext|>", 0)
   assert (
     ours.chat_template == gguf_files.metadata(gguf.GGUFReader(str(file)))["tokenizer.chat_template"]
   )

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 ENV_CACHE = "TUNIX_PPO_EXT_CACHE"
+CONVERSION = 2  # part of the cache key: a changed conversion converts again
 SUFFIX = ".gguf"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -100,7 +101,7 @@ def is_gguf(ref: str | os.PathLike | None) -> bool:
 
 def cache_directory(file: pathlib.Path) -> pathlib.Path:
   stat = file.stat()
-  key = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
+  key = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{CONVERSION}".encode()
   return cache_root() / f"{file.stem}-{hashlib.sha256(key).hexdigest()[:12]}"
 
 
@@ -289,14 +290,16 @@ def _write_metadata(file: pathlib.Path, out: pathlib.Path) -> None:
 
 
 def special_tokens(reader: Any, meta: dict[str, Any]) -> dict[str, str]:
-  """`{bos_token, eos_token, pad_token, unk_token}` as the metadata's ids name them."""
+  """`{bos_token, eos_token, pad_token, unk_token}` as the metadata's ids name them, except
+  a padding id equal to the EOS (SmolLM2's file has both 2): tunix's sampler masks the pad
+  id in the context it prefills, so every earlier turn's EOS would vanish from later turns'
+  context; the unknown token (`<|endoftext|>`, never in an episode) pads instead."""
   tokens = reader.fields["tokenizer.ggml.tokens"]
-  out = {}
-  for role, key in {**_SPECIAL, "unk": "unknown_token_id"}.items():
-    index = meta.get(f"tokenizer.ggml.{key}")
-    if index is not None:
-      out[f"{role}_token"] = str(tokens.contents(int(index)))
-  return out
+  ids = {role: meta.get(f"tokenizer.ggml.{key}") for role, key in _SPECIAL.items()}
+  ids["unk"] = meta.get("tokenizer.ggml.unknown_token_id")
+  if ids["pad"] is not None and ids["pad"] == ids["eos"] and ids["unk"] not in (None, ids["eos"]):
+    ids["pad"] = ids["unk"]
+  return {f"{role}_token": str(tokens.contents(int(i))) for role, i in ids.items() if i is not None}
 
 
 def save_tokenizer(
