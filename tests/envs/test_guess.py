@@ -54,6 +54,16 @@ def test_random_guessing_succeeds_about_as_computed():
   assert abs(wins / 2000 - (1 - 0.9**4)) < 0.03
 
 
+def test_the_format_reward_pays_each_guess_in_range():
+  env = GuessEnv(valid_reward=0.1)
+  env.reset(1)
+  secret = int(env.optimal_action())
+  wrong = 1 if secret != 1 else 2
+  steps = _play(env, 1, ["42", "seven", str(wrong), str(secret)])
+  assert [s[1] for s in steps] == pytest.approx([0.0, 0.0, 0.1, 1.0 - 0.2 * 3 + 0.1])
+  assert env.max_return == pytest.approx(1.1)
+
+
 def test_bad_settings_are_refused():
   with pytest.raises(ValueError, match="high must be above low"):
     GuessEnv(low=5, high=5)
@@ -61,3 +71,5 @@ def test_bad_settings_are_refused():
     GuessEnv(max_turns=0)
   with pytest.raises(ValueError, match="turn_penalty"):
     GuessEnv(max_turns=6, turn_penalty=0.2)
+  with pytest.raises(ValueError, match="valid_reward"):
+    GuessEnv(valid_reward=-1)

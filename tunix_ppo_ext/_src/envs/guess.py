@@ -25,7 +25,10 @@ class GuessEnv:
   The first integer in the reply is the guess; a reply without one is answered "Reply
   with just a number from 1 to 10." (reward 0). The episode ends on the right number or
   after `max_turns` guesses (`success` False). The reward is deterministic: `1.0` for a
-  first-turn hit, `turn_penalty` less for each guess before it. `max_return` is 1.0;
+  first-turn hit, `turn_penalty` less for each guess before it, plus `valid_reward` for
+  every reply whose guess is in range (a format reward: an instruct model at temperature 1
+  mostly answers out of range or with words, and a group estimator needs some spread).
+  `max_return` is `1.0 + valid_reward`;
   guessing uniformly at random, ignoring the feedback, succeeds in about
   `1 - (1 - 1/high) ** max_turns` of episodes (34% for 10 and 4).
   """
@@ -33,7 +36,12 @@ class GuessEnv:
   name = "guess"
 
   def __init__(
-    self, low: int = 1, high: int = 10, max_turns: int = 4, turn_penalty: float = 0.2
+    self,
+    low: int = 1,
+    high: int = 10,
+    max_turns: int = 4,
+    turn_penalty: float = 0.2,
+    valid_reward: float = 0.0,
   ) -> None:
     if high <= low:
       raise ValueError(f"high must be above low, got low={low}, high={high}")
@@ -43,8 +51,11 @@ class GuessEnv:
       raise ValueError(f"turn_penalty * (max_turns - 1) must be in [0, 1), got {turn_penalty}")
     self.low, self.high = int(low), int(high)
     self.max_turns = int(max_turns)
+    if valid_reward < 0:
+      raise ValueError(f"valid_reward must be >= 0, got {valid_reward}")
     self.turn_penalty = float(turn_penalty)
-    self.max_return = 1.0
+    self.valid_reward = float(valid_reward)
+    self.max_return = 1.0 + self.valid_reward
     self._secret: int | None = None
     self._turn = 0
 
@@ -69,6 +80,8 @@ class GuessEnv:
     last = hit or self._turn >= self.max_turns
     info: dict[str, Any] = {"guess": guess, "secret": self._secret}
     reward = 1.0 - self.turn_penalty * (self._turn - 1) if hit else 0.0
+    if guess is not None and self.low <= guess <= self.high:
+      reward += self.valid_reward
     if last:
       info["success"] = hit  # the success rate's source (`metrics.episodes`)
       self._secret = None
