@@ -27,6 +27,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import tempfile
 from typing import Any
 
@@ -285,6 +286,7 @@ def _write_metadata(file: pathlib.Path, out: pathlib.Path) -> None:
   try:
     os.replace(tmp, out)
   except OSError:  # another process converted it first
+    shutil.rmtree(tmp, ignore_errors=True)
     if not (out / CONFIG_FILE).is_file():
       raise
 
