@@ -1,7 +1,7 @@
 """A real pretrained model before and after PPO: SmolLM2-135M-Instruct on the `guess` game.
 
 For each seed, two runs of `configs/smollm2.yaml` (or `--config`) through the job itself:
-the baseline (`train.lr=0`: the same sampling, the policy never moves, `--baseline-steps`
+the baseline (`train.lr=1e-12`: the same sampling, the policy does not move, `--baseline-steps`
 batches of sampled episodes) and the trained run (`--steps` optimizer updates). It writes
 `OUT/results.json`, `OUT/table.md` (success rate and return: baseline mean over its
 batches, trained mean over the last quarter of the steps, per seed and over seeds; wall
@@ -26,6 +26,8 @@ SUCCESS = "train/success_rate"
 RETURN = "train/episode_return/mean"
 LENGTH = "train/response_length/mean"
 STEP_TIMES = ("timing_s/rollout", "timing_s/step")
+# the baseline: the same run with Adam steps of about this size (the config refuses lr 0)
+FROZEN_LR = 1e-12
 
 
 def _register_guess() -> None:
@@ -124,7 +126,7 @@ def main() -> None:
     common = [f"seed={seed}", "train.eval_batches=0", *args.overrides]
     walls, summaries = [], {}
     for name, extra in (
-      ("baseline", [f"train.steps={args.baseline_steps}", "train.lr=0"]),
+      ("baseline", [f"train.steps={args.baseline_steps}", f"train.lr={FROZEN_LR}"]),
       ("trained", [f"train.steps={args.steps}"]),
     ):
       start = time.perf_counter()
