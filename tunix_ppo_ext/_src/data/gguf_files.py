@@ -97,7 +97,8 @@ def is_gguf(ref: str | os.PathLike | None) -> bool:
   """Whether `model.checkpoint=ref` names a GGUF file or a short name."""
   if ref is None:
     return False
-  return str(ref) in SHORT_NAMES or pathlib.Path(ref).suffix == SUFFIX
+  path = pathlib.Path(ref)
+  return (str(ref) in SHORT_NAMES and not path.exists()) or path.suffix == SUFFIX
 
 
 def cache_directory(file: pathlib.Path) -> pathlib.Path:
