@@ -4,7 +4,8 @@
 (observation, reward, terminated, truncated, info)`, plus `name` and `max_return`.
 `make_env(name, **kwargs)` builds any registered environment (built-ins, plugins,
 `gym:<id>` for Gymnasium ids). Built-ins: `MemoryEnv` (`memory`, the embedded default),
-`StashEnv`, `CountdownEnv` and `CountdownMultiTurnEnv`, `FrozenLakeEnv`, `SokobanEnv`,
+`StashEnv`, `CountdownEnv` and `CountdownMultiTurnEnv`, `GuessEnv` (`guess`: a number
+guessing game with higher/lower feedback, for instruct models), `FrozenLakeEnv`, `SokobanEnv`,
 and `GymEnv` (any Gymnasium text-renderable environment). tunix's own agentic
 environments are in `tunix_ppo_ext.rollout.TunixEnv`.
 """
@@ -24,6 +25,7 @@ from tunix_ppo_ext._src.envs.countdown import (
   CountdownMultiTurnEnv,
 )
 from tunix_ppo_ext._src.envs.frozenlake import FrozenLakeEnv, render_board
+from tunix_ppo_ext._src.envs.guess import GuessEnv
 from tunix_ppo_ext._src.envs.gym_adapter import GymEnv
 from tunix_ppo_ext._src.envs.memory import MemoryEnv
 from tunix_ppo_ext._src.envs.sokoban import SokobanEnv
@@ -38,6 +40,7 @@ __all__ = [
   "EnvSpec",
   "Environment",
   "FrozenLakeEnv",
+  "GuessEnv",
   "GymEnv",
   "MemoryEnv",
   "SokobanEnv",

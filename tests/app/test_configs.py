@@ -41,7 +41,10 @@ def local_model_dirs(tmp_path_factory) -> dict[str, str]:
 def load(config: pathlib.Path, dirs: dict[str, str]) -> RunConfig:
   """`load_run_config` with the config's checkpoint/tokenizer paths replaced by local ones."""
   model = (yaml.safe_load(config.read_text()) or {}).get("model") or {}
-  overrides = [f"model.{key}={dirs[key]}" for key in ("checkpoint", "tokenizer") if model.get(key)]
+  # a checkpoint that brings its own tokenizer (a GGUF file: configs/smollm2.yaml) gets the
+  # local tokenizer too
+  keys = [key for key in ("checkpoint", "tokenizer") if model.get(key) or model.get("checkpoint")]
+  overrides = [f"model.{key}={dirs[key]}" for key in keys]
   return load_run_config(str(config), overrides)
 
 

@@ -155,27 +155,14 @@ def test_ppo_steps_train_each_family_through_the_job(family, tmp_path):
   [
     (
       "qwen3",
-      {"rope_parameters": {"rope_type": "default", "rope_theta": 10_000.0}},
-      "rope_theta=10000.0 is not supported: tunix 0.1.7's qwen3 attention always uses theta 1e+06",
+      {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}},
+      "rope_type='yarn' is not supported: the RoPE types supported here are "
+      "['default', 'linear', 'llama3']",
     ),
     (
       "llama",
-      {"rope_parameters": {"rope_type": "default", "rope_theta": 500_000.0}},
-      "rope_theta=500000.0 is not supported",
-    ),
-    (
-      "llama",
-      {
-        "rope_parameters": {
-          "rope_type": "llama3",
-          "rope_theta": 1e6,
-          "factor": 8.0,
-          "low_freq_factor": 1.0,
-          "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 64,
-        }
-      },
-      "rope_type='llama3' is not supported",
+      {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 5e5, "factor": 2.0}},
+      "rope_type='dynamic' is not supported",
     ),
     ("qwen2", {"use_sliding_window": True}, "use_sliding_window=True is not supported"),
     ("gemma3", {"query_pre_attn_scalar": 64}, "query_pre_attn_scalar=64 is not supported"),

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.envs import base as envs
 from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext._src.plugins import registry
@@ -400,8 +401,10 @@ def _validate_model(model: ModelSection) -> None:
         f"repeated: {repeated}"
       )
   if model.checkpoint is not None and _NEED_FILES.get():
-    directory = pathlib.Path(model.checkpoint)
-    if not directory.is_dir() or not list(directory.glob("*.safetensors")):
+    directory = pathlib.Path(_checkpoint_directory(model.checkpoint))
+    if not gguf_files.is_gguf(model.checkpoint) and (
+      not directory.is_dir() or not list(directory.glob("*.safetensors"))
+    ):
       raise ConfigError(
         f"config key 'model.checkpoint': {model.checkpoint!r} is not a directory holding "
         "*.safetensors files"
@@ -468,8 +471,17 @@ def tokenizer_directory(model: ModelSection) -> str | None:
   if model.tokenizer is not None or model.checkpoint is None:
     return model.tokenizer
   if hf_models.read_hf_config(model.checkpoint) and hf_models.has_tokenizer(model.checkpoint):
-    return model.checkpoint
+    return _checkpoint_directory(model.checkpoint)  # a GGUF file's: its converted directory
   return None
+
+
+def _checkpoint_directory(checkpoint: str) -> str:
+  """`model.checkpoint` itself, or for a GGUF file (or short name) the Hugging Face
+  directory it is converted into (config and tokenizer; the weights when loaded)."""
+  try:
+    return gguf_files.resolve(checkpoint)
+  except ValueError as err:
+    raise ConfigError(f"config key 'model.checkpoint' ({checkpoint!r}): {err}") from None
 
 
 def _validate_mesh(section: MeshSection) -> None:

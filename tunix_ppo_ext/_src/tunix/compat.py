@@ -34,6 +34,11 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   sharding constraints whenever `jax.devices()[0]` is a CPU, always the case when `plan`
   compiles for a TPU topology from a host without one: the module function is replaced
   while a piece is traced, under a lock).
+- models: `use_rope_frequencies` (tunix 0.1.7's Llama 3 and Qwen3 `Attention.block` call
+  their module's `apply_rope` without the config's `rope_theta`, so it is always 1e6, and
+  know no RoPE scaling: each attention layer of a loaded model is made a subclass whose
+  `block` runs tunix's own with that module's `apply_rope` replaced, under a lock, by a
+  rotation with the inverse frequencies the config carries, `rope_inv_freq`).
 - models: `qwen3_key_mapping` (tunix's HF-to-tunix parameter table, read backwards to
   export a checkpoint), `qwen2_rope_tables` (the sin/cos tables tunix's Qwen2 computes once
   per forward pass and hands to every layer; a value model runs those layers without the
@@ -59,6 +64,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 from tunix.generate import sampler as sampler_lib
+from tunix.models.llama3 import model as llama3_model
 from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import model as qwen3_model
 from tunix.models.qwen3 import params as qwen3_params
@@ -87,12 +93,15 @@ PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
   ),
   "tunix.sft.peft_trainer.PeftTrainer": (peft_trainer.PeftTrainer, ("_write_train_metrics",)),
   "tunix.models.qwen3.params": (qwen3_params, ("_get_key_and_transform_mapping",)),
-  "tunix.models.qwen3.model": (qwen3_model, ("shard",)),
+  # `shard`, and the module globals `Attention.block` looks up at trace time (`apply_rope`,
+  # replaced by use_rope_frequencies) and the class it subclasses
+  "tunix.models.qwen3.model": (qwen3_model, ("shard", "apply_rope", "Attention")),
   "tunix.generate.sampler.Sampler": (
     sampler_lib.Sampler,
     ("_prefill_fn", "_decode_fn", "_sample"),
   ),
   "tunix.models.qwen2.model": (qwen2_model, ("_generate_pos_embeddings",)),
+  "tunix.models.llama3.model": (llama3_model, ("apply_rope", "Attention")),
 }
 # Instance attributes set in constructors (checked on live objects by the tests).
 PINNED_INSTANCE_ATTRIBUTES = {
@@ -310,6 +319,70 @@ def qwen3_activation_sharding(mesh: Any) -> Iterator[None]:
       yield
     finally:
       qwen3_model.shard = original
+
+
+_ROPE_LOCK = threading.RLock()
+ROPE_MODULES = (llama3_model, qwen3_model)  # the families whose attention ignores the theta
+
+
+def rotate(inputs: Any, positions: Any, inv_freq: Any) -> Any:
+  """RoPE as Hugging Face's Llama applies it: angles `position * inv_freq` in float32, the
+  two halves of each head rotated, sin and cos cast to the inputs' dtype."""
+  angle = positions[..., None].astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)
+  angle = angle[..., None, :]  # [B, L, 1, head_dim // 2]: one table for every head
+  sin, cos = jnp.sin(angle).astype(inputs.dtype), jnp.cos(angle).astype(inputs.dtype)
+  first, second = jnp.split(inputs, 2, axis=-1)
+  out = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+  return out.astype(inputs.dtype)
+
+
+def _configured_block(attention_class: type, module: Any) -> Callable[..., Any]:
+  """`attention_class.block` run with `module.apply_rope` rotating by `config.rope_inv_freq`."""
+
+  def block(self: Any, *args: Any, **kwargs: Any) -> Any:
+    inv_freq = self.config.rope_inv_freq
+
+    def apply_rope(inputs: Any, positions: Any, head_dim: int, rope_theta: Any = None) -> Any:
+      del head_dim, rope_theta  # what tunix passes (or not): the config decides
+      return rotate(inputs, positions, inv_freq)
+
+    with _ROPE_LOCK:
+      original = module.apply_rope
+      module.apply_rope = apply_rope
+      try:
+        return attention_class.block(self, *args, **kwargs)
+      finally:
+        module.apply_rope = original
+
+  return block
+
+
+_ROPE_CLASSES: dict[type, type] = {}
+
+
+def _rope_class(attention_class: type, module: Any) -> type:
+  """The subclass of a tunix `Attention` whose `block` rotates with the config's
+  frequencies (defined in the class itself: a mixin base would change the instance layout,
+  and `__class__` could not be reassigned)."""
+  if attention_class not in _ROPE_CLASSES:
+    body = {"block": _configured_block(attention_class, module), "__module__": __name__}
+    name = f"ConfiguredRope{attention_class.__name__}"
+    _ROPE_CLASSES[attention_class] = type(attention_class)(name, (attention_class,), body)
+  return _ROPE_CLASSES[attention_class]
+
+
+def use_rope_frequencies(model: Any) -> Any:
+  """Makes every attention layer of a tunix Llama 3 or Qwen3 `model` rotate with its
+  config's `rope_inv_freq` (a tuple of `head_dim // 2` floats); returns the model. A model
+  whose config has none, or of another family, is left as it is."""
+  if getattr(model.config, "rope_inv_freq", None) is None:
+    return model
+  for module in ROPE_MODULES:
+    for layer in getattr(model, "layers", ()):
+      attention = getattr(layer, "attn", None)
+      if type(attention) is module.Attention:
+        attention.__class__ = _rope_class(module.Attention, module)
+  return model
 
 
 def qwen3_key_mapping(config: Any) -> dict[str, tuple[str, Callable | None]]:

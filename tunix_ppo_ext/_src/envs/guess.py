@@ -1,0 +1,99 @@
+"""`GuessEnv`: guess a secret whole number over several turns, told "higher" or "lower"."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from tunix_ppo_ext._src.plugins.protocols import StepOutput
+
+_NUMBER = re.compile(r"-?\d+")
+
+
+class GuessEnv:
+  """A number-guessing game in natural language, for instruct models through their chat
+  template.
+
+  Episode (`high=10`, `max_turns=4`, secret 7):
+    reset -> "I am thinking of a whole number from 1 to 10. Guess it! Reply with just
+              the number."
+    agent "5"  -> "Higher. Guess again."  (reward 0)
+    agent "8"  -> "Lower. Guess again."   (reward 0)
+    agent "7"  -> "" terminated           (reward `1 - turn_penalty * 2`, success)
+  The first integer in the reply is the guess; a reply without one is answered "Reply
+  with just a number from 1 to 10." (reward 0). The episode ends on the right number or
+  after `max_turns` guesses (`success` False). The reward is deterministic: `1.0` for a
+  first-turn hit, `turn_penalty` less for each guess before it, plus `valid_reward` for
+  every reply whose guess is in range (a format reward: an instruct model at temperature 1
+  mostly answers out of range or with words, and a group estimator needs some spread).
+  `max_return` is `1.0 + valid_reward`;
+  guessing uniformly at random, ignoring the feedback, succeeds in about
+  `1 - (1 - 1/high) ** max_turns` of episodes (34% for 10 and 4).
+  """
+
+  name = "guess"
+
+  def __init__(
+    self,
+    low: int = 1,
+    high: int = 10,
+    max_turns: int = 4,
+    turn_penalty: float = 0.2,
+    valid_reward: float = 0.0,
+  ) -> None:
+    if high <= low:
+      raise ValueError(f"high must be above low, got low={low}, high={high}")
+    if max_turns < 1:
+      raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    if not 0.0 <= turn_penalty * (max_turns - 1) < 1.0:
+      raise ValueError(f"turn_penalty * (max_turns - 1) must be in [0, 1), got {turn_penalty}")
+    self.low, self.high = int(low), int(high)
+    self.max_turns = int(max_turns)
+    if valid_reward < 0:
+      raise ValueError(f"valid_reward must be >= 0, got {valid_reward}")
+    self.turn_penalty = float(turn_penalty)
+    self.valid_reward = float(valid_reward)
+    self.max_return = 1.0 + self.valid_reward
+    self._secret: int | None = None
+    self._turn = 0
+
+  def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+    """Draws the secret from `seed`."""
+    rng = np.random.default_rng(seed)
+    self._secret = int(rng.integers(self.low, self.high + 1))
+    self._turn = 0
+    return (
+      f"I am thinking of a whole number from {self.low} to {self.high}. Guess it! "
+      "Reply with just the number."
+    ), {}
+
+  def step(self, action: str) -> StepOutput:
+    """Scores one guess; terminates on the secret or after `max_turns` guesses."""
+    if self._secret is None:
+      raise RuntimeError("call reset() before step()")
+    self._turn += 1
+    match = _NUMBER.search(action)
+    guess = int(match.group()) if match else None
+    hit = guess == self._secret
+    last = hit or self._turn >= self.max_turns
+    info: dict[str, Any] = {"guess": guess, "secret": self._secret}
+    reward = 1.0 - self.turn_penalty * (self._turn - 1) if hit else 0.0
+    if guess is not None and self.low <= guess <= self.high:
+      reward += self.valid_reward
+    if last:
+      info["success"] = hit  # the success rate's source (`metrics.episodes`)
+      self._secret = None
+      return "", reward, True, False, info
+    if guess is None:
+      observation = f"Reply with just a number from {self.low} to {self.high}."
+    else:
+      observation = f"{'Higher' if guess < self._secret else 'Lower'}. Guess again."
+    return observation, reward, False, False, info
+
+  def optimal_action(self) -> str:
+    """The secret (for scripted baselines and tests)."""
+    if self._secret is None:
+      raise RuntimeError("no episode in progress")
+    return str(self._secret)
