@@ -62,8 +62,8 @@ from tunix.generate import sampler as sampler_lib
 from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import model as qwen3_model
 from tunix.models.qwen3 import params as qwen3_params
-from tunix.rl import rl_learner
 from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl import rl_learner
 from tunix.rl.ppo import ppo_learner
 from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import peft_trainer
