@@ -18,6 +18,8 @@ from tunix.sft import peft_trainer
 
 from tunix_ppo_ext._src.tunix import compat
 
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tunix_ppo_ext"
 TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent
 # Non-self objects our own code may set attributes on (our dataclasses and functions).

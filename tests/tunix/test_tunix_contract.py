@@ -25,6 +25,8 @@ from tunix.tests import test_common as tc
 from tests.conftest import make_mesh
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
 
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+
 PROMPTS = ["input string", "hello world", "My name", "hello there"]
 TRAIN_STEPS, EVAL_EVERY = 4, 2
 
