@@ -39,9 +39,23 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   per forward pass and hands to every layer; a value model runs those layers without the
   logits, `models.backbone_hidden_states`).
 
-`PINNED` lists the private names by tunix object; `check_tunix()` runs at import: on the
-tested tunix it does nothing; on another version it fails with one line naming what is
-missing, or warns once when everything is still there.
+Two tunix versions are tested (`TESTED_TUNIX`): 0.1.7 (PyPI) and tunix main at c7d8950f,
+whose version string is 0.1.8 (`tunix_api()` tells them apart by the API: main has
+`RLEngine`). Every pinned name above is on both. What differs between them, one place each:
+
+- `RLLearner.__init__`'s first keyword (`rl_cluster` on 0.1.7, `rl_engine` on main):
+  `init_without_critic` passes the cluster positionally (both versions).
+- `PPOLearner.__init__`'s keywords (`rl_cluster`/`ppo_config` on 0.1.7, `rl_engine`/
+  `algo_config` on main) and main's closure around the actor's loss: handled in
+  `PpoExtLearner.__init__` with public API only (positional call, `with_loss_fn`).
+- the rest (`LossOutput`, configs moved to `tunix.common`, `TrainExample`'s packing fields,
+  `compute_per_token_logps(return_entropy, chunk_size)`) needs no code here: tuples are
+  still accepted, the old module paths re-export, the new fields default to None, and
+  this package's own log-prob path runs on both (docs/compatibility.md).
+
+`PINNED` lists the private names by tunix object; `check_tunix()` runs at import: on a
+tested tunix (version string with its API) it does nothing; on another version it fails
+with one line naming what is missing, or warns once when everything is still there.
 """
 
 from __future__ import annotations
