@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tunix.rl.algo_core import compute_entropy_from_logits
 from tunix.rl.common import selective_log_softmax
 
 from tunix_ppo_ext._src.math.logits import full_kl_divergence, logps_and_entropy
+from tunix_ppo_ext._src.tunix.compat import compute_entropy_from_logits  # moved in tunix main
 
 RTOL, ATOL = 1e-5, 1e-5
 GRAD_ATOL = 1e-6

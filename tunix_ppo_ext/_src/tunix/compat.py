@@ -48,6 +48,8 @@ whose version string is 0.1.8 (`tunix_api()` tells them apart by the API: main h
 - `PPOLearner.__init__`'s keywords (`rl_cluster`/`ppo_config` on 0.1.7, `rl_engine`/
   `algo_config` on main) and main's closure around the actor's loss: handled in
   `PpoExtLearner.__init__` with public API only (positional call, `with_loss_fn`).
+- `compute_entropy_from_logits` (tunix's entropy of logits, the tests' reference):
+  `tunix.rl.algo_core` on 0.1.7, `tunix.rl.common` on main; imported here from either.
 - the rest (`LossOutput`, configs moved to `tunix.common`, `TrainExample`'s packing fields,
   `compute_per_token_logps(return_entropy, chunk_size)`) needs no code here: tuples are
   still accepted, the old module paths re-export, the new fields default to None, and
@@ -76,11 +78,19 @@ from tunix.generate import sampler as sampler_lib
 from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import model as qwen3_model
 from tunix.models.qwen3 import params as qwen3_params
+from tunix.rl import algo_core, rl_learner
+from tunix.rl import common as tunix_common
 from tunix.rl import rl_cluster as rl_cluster_lib
-from tunix.rl import rl_learner
 from tunix.rl.ppo import ppo_learner
 from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import peft_trainer
+
+# tunix main (0.1.8) moved it from `tunix.rl.algo_core` (0.1.7) to `tunix.rl.common`.
+compute_entropy_from_logits = (
+  tunix_common.compute_entropy_from_logits
+  if hasattr(tunix_common, "compute_entropy_from_logits")
+  else algo_core.compute_entropy_from_logits
+)
 
 # The tunix versions this package is tested with, by version string, and the API each
 # version string must show (`tunix_api()`); CI runs the suite's tunix-facing part on both.
