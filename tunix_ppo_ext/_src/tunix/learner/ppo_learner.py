@@ -113,7 +113,8 @@ class PpoExtLearner(compat.LearnerHooks):
     else:  # positional: tunix's keywords differ between versions (see `__init__`)
       super().__init__(rl_cluster, ppo_config, **kwargs)
     # The actor's loss as tunix 0.1.7 installs it: tunix main wraps it in a closure that
-    # passes only `algo_config` and its own chunk size, not what `_actor_inputs` gives.
+    # takes only `train_example` and `algo_config` (adding pad/eos ids and its chunk size),
+    # not the temperature and reference state `_actor_inputs` gives.
     loss_fn = function_registry.get_policy_loss_fn(ppo_config.policy_loss_fn)
     rl_cluster.actor_trainer.with_loss_fn(loss_fn, has_aux=True)
     self.trajectory_source = trajectory_source
