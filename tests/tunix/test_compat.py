@@ -18,6 +18,8 @@ from tunix.sft import peft_trainer
 
 from tunix_ppo_ext._src.tunix import compat
 
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tunix_ppo_ext"
 TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent
 # Non-self objects our own code may set attributes on (our dataclasses and functions).
@@ -26,8 +28,38 @@ OWN_OBJECTS = {"episode", "batch", "config", "source_with_observations_in_loss"}
 
 def test_installed_tunix_is_the_tested_one_and_has_every_pinned_name():
   assert compat.tunix_version() in compat.TESTED_TUNIX
+  assert compat.EXPECTED_API[compat.tunix_version()] == compat.tunix_api()
   assert compat.missing_names() == []
-  compat.check_tunix()  # silent on the tested version
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    compat.check_tunix()  # silent on the tested version
+
+
+def test_the_api_is_read_from_tunix_itself():
+  """main (0.1.8) renamed `RLCluster` to `RLEngine` and kept the old name as an alias."""
+  has_engine = hasattr(rl_cluster, "RLEngine")
+  assert compat.tunix_api() == (compat.API_MAIN if has_engine else compat.API_0_1_7)
+  if has_engine:
+    assert rl_cluster.RLCluster is rl_cluster.RLEngine
+
+
+@pytest.mark.parametrize(
+  ("version", "api"), [("0.1.8", compat.API_0_1_7), ("0.1.7", compat.API_MAIN)]
+)
+def test_a_version_string_with_the_other_api_is_untested(monkeypatch, version, api):
+  monkeypatch.setattr(compat, "tunix_version", lambda: version)
+  monkeypatch.setattr(compat, "tunix_api", lambda: api)
+  with pytest.warns(UserWarning, match=rf"untested with google-tunix {version} .*{api} API"):
+    compat.check_tunix()
+
+
+@pytest.mark.parametrize("version", ["0.1.7", "0.1.8"])
+def test_each_tested_version_with_its_api_is_silent(monkeypatch, version):
+  monkeypatch.setattr(compat, "tunix_version", lambda: version)
+  monkeypatch.setattr(compat, "tunix_api", lambda: compat.EXPECTED_API[version])
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    compat.check_tunix()
 
 
 def test_pinned_instance_attributes_are_set_by_tunix_constructors():

@@ -14,6 +14,8 @@ from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import ContinuingSampler, TurnSampling
 
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+
 PAD, EOS = 0, 2
 G, TURNS, ROWS = 4, 5, 12
 ALPHABET = "abcdefghijklmnopqrstuvwx"

@@ -77,6 +77,7 @@ def history(cluster, prefix, name):
   return np.asarray(cluster._rl_metrics_logger.get_metric_history(prefix, name, "train"))
 
 
+@pytest.mark.tunix_facing  # on tunix main too (lane 2 of .ci/run runs no other here)
 def test_default_config_matches_stock_ppo_step_for_step():
   losses = {}
   for cls, config in [
@@ -200,6 +201,7 @@ def test_critic_warmup_freezes_the_actor():
   assert not np.allclose(critic_after, critic_before)
 
 
+@pytest.mark.tunix_facing  # on tunix main too (lane 2 of .ci/run runs no other here)
 def test_group_estimators_train_without_a_critic():
   # one estimator here; `grpo` through the CLI in tests/app/test_sweep.py
   config = PpoExtConfig(advantage_estimator="reinforce_plus_plus", num_generations=2)

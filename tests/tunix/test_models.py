@@ -22,6 +22,8 @@ from tests.conftest import (
 from tunix_ppo_ext._src.data.char_tokenizer import DEFAULT_ALPHABET, CharTokenizer
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+
 # ----- tokenizer -----
 
 

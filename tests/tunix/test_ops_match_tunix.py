@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from tunix.rl import common as tunix_common
-from tunix.rl.algo_core import compute_entropy_from_logits
 from tunix.rl.common import selective_log_softmax
 
 from tests.ops.test_advantages import TOL, B, T
@@ -19,6 +18,7 @@ from tests.ops.test_losses import random_batch
 from tunix_ppo_ext._src.math import kl_methods as names
 from tunix_ppo_ext._src.math import ppo_losses as losses
 from tunix_ppo_ext._src.math.advantages import compute_gae_advantages
+from tunix_ppo_ext._src.tunix.compat import compute_entropy_from_logits  # moved in tunix main
 
 
 def test_gae_matches_tunix_on_prefix_masks():

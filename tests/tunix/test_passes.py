@@ -13,6 +13,8 @@ from tunix.rl import common as tunix_common
 import tunix_ppo_ext
 from tunix_ppo_ext._src.tunix.learner import passes
 
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+
 VOCAB = 32
 PAD = 0
 EOS = 1

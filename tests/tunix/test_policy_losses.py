@@ -26,6 +26,8 @@ from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import TrainExample
 from tunix_ppo_ext._src.tunix.learner.verl_loss_fns import NAMES, clip_cov_key
 
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+
 CORRECTION = ["ppo.rollout_is=token", "ppo.rollout_rs=token_k1", "ppo.rollout_rs_threshold=1.5"]
 # a sampling temperature of 0.7 against log-probs at 1.0: a real sampler-trainer gap
 CORRECTION += ["train.temperature=0.7", "ppo.logps_temperature=1.0", "ppo.kl_penalty=loss"]

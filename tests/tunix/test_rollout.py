@@ -27,6 +27,8 @@ from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
 
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+
 ALPHABET = "abcehikstw!.? "
 PAD, EOS = 0, 2
 P, T, G = 8, 28, 4  # max_prompt_length, max_completion_len, max_turn_tokens

@@ -25,6 +25,8 @@ from tunix.tests import test_common as tc
 from tests.conftest import make_mesh
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
 
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+
 PROMPTS = ["input string", "hello world", "My name", "hello there"]
 TRAIN_STEPS, EVAL_EVERY = 4, 2
 
@@ -193,3 +195,24 @@ def test_tunix_default_empty_mesh_trains():
   learner = PpoExtLearner(rl_cluster=cluster, ppo_config=PpoExtConfig())
   learner.train(dataset(repeat=1, batch=1), None)
   assert cluster.actor_trainer.train_steps == TRAIN_STEPS
+
+
+def test_the_learner_takes_both_tunix_spellings_of_its_arguments():
+  """tunix 0.1.7: `PPOLearner(rl_cluster=, ppo_config=)`; tunix main:
+  `PPOLearner(rl_engine=, algo_config=)` (`rl_cluster=` still accepted there)."""
+  cluster, _, _ = make_cluster(reward_model=True, eval_temperature=None)
+  config = PpoExtConfig()
+  for kwargs in (
+    {"rl_cluster": cluster, "ppo_config": config},
+    {"rl_engine": cluster, "algo_config": config},
+    {"rl_cluster": cluster, "algo_config": config},
+  ):
+    learner = PpoExtLearner(**kwargs)
+    assert learner.rl_cluster is cluster and learner.algo_config is config, kwargs
+  assert PpoExtLearner(cluster, config).rl_cluster is cluster
+  with pytest.raises(ValueError, match="both 'rl_engine' and 'rl_cluster'"):
+    PpoExtLearner(rl_cluster=cluster, rl_engine=cluster, ppo_config=config)
+  with pytest.raises(ValueError, match="both 'algo_config' and 'ppo_config'"):
+    PpoExtLearner(cluster, ppo_config=config, algo_config=config)
+  with pytest.raises(TypeError, match="'algo_config' \\(or 'ppo_config'\\)"):
+    PpoExtLearner(cluster)

@@ -44,9 +44,25 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   per forward pass and hands to every layer; a value model runs those layers without the
   logits, `models.backbone_hidden_states`).
 
-`PINNED` lists the private names by tunix object; `check_tunix()` runs at import: on the
-tested tunix it does nothing; on another version it fails with one line naming what is
-missing, or warns once when everything is still there.
+Two tunix versions are tested (`TESTED_TUNIX`): 0.1.7 (PyPI) and tunix main at c7d8950f,
+whose version string is 0.1.8 (`tunix_api()` tells them apart by the API: main has
+`RLEngine`). Every pinned name above is on both. What differs between them, one place each:
+
+- `RLLearner.__init__`'s first keyword (`rl_cluster` on 0.1.7, `rl_engine` on main):
+  `init_without_critic` passes the cluster positionally (both versions).
+- `PPOLearner.__init__`'s keywords (`rl_cluster`/`ppo_config` on 0.1.7, `rl_engine`/
+  `algo_config` on main) and main's closure around the actor's loss: handled in
+  `PpoExtLearner.__init__` with public API only (positional call, `with_loss_fn`).
+- `compute_entropy_from_logits` (tunix's entropy of logits, the tests' reference):
+  `tunix.rl.algo_core` on 0.1.7, `tunix.rl.common` on main; imported here from either.
+- the rest (`LossOutput`, configs moved to `tunix.common`, `TrainExample`'s packing fields,
+  `compute_per_token_logps(return_entropy, chunk_size)`) needs no code here: tuples are
+  still accepted, the old module paths re-export, the new fields default to None, and
+  this package's own log-prob path runs on both (docs/compatibility.md).
+
+`PINNED` lists the private names by tunix object; `check_tunix()` runs at import: on a
+tested tunix (version string with its API) it does nothing; on another version it fails
+with one line naming what is missing, or warns once when everything is still there.
 """
 
 from __future__ import annotations
@@ -68,13 +84,27 @@ from tunix.models.llama3 import model as llama3_model
 from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import model as qwen3_model
 from tunix.models.qwen3 import params as qwen3_params
-from tunix.rl import function_registry, rl_learner
+from tunix.rl import algo_core, rl_learner
+from tunix.rl import common as tunix_common
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.ppo import ppo_learner
 from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import peft_trainer
 
-TESTED_TUNIX = ("0.1.7",)
+# tunix main (0.1.8) moved it from `tunix.rl.algo_core` (0.1.7) to `tunix.rl.common`.
+compute_entropy_from_logits = (
+  tunix_common.compute_entropy_from_logits
+  if hasattr(tunix_common, "compute_entropy_from_logits")
+  else algo_core.compute_entropy_from_logits
+)
+
+# The tunix versions this package is tested with, by version string, and the API each
+# version string must show (`tunix_api()`); CI runs the suite's tunix-facing part on both.
+TUNIX_0_1_7 = "0.1.7"  # PyPI
+TUNIX_MAIN = "0.1.8"  # tunix main at c7d8950f (2026-08-21): its pyproject already says 0.1.8
+TESTED_TUNIX = (TUNIX_0_1_7, TUNIX_MAIN)
+API_0_1_7, API_MAIN = "0.1.7", "main"
+EXPECTED_API = {TUNIX_0_1_7: API_0_1_7, TUNIX_MAIN: API_MAIN}
 PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
   # object the names live on -> (the object, private names used here)
   "tunix.rl.ppo.ppo_learner.PPOLearner": (
@@ -120,6 +150,13 @@ def tunix_version() -> str:
   return importlib.metadata.version("google-tunix")
 
 
+def tunix_api() -> str:
+  """`API_MAIN` where tunix's cluster class is `RLEngine` (tunix main, released as 0.1.8;
+  `RLCluster` stays as an alias there), else `API_0_1_7`. Read from the API, not the
+  version string, so a build of main under another version string is recognised."""
+  return API_MAIN if hasattr(rl_cluster_lib, "RLEngine") else API_0_1_7
+
+
 def missing_names() -> list[str]:
   """`owner.name` of every pinned private name this tunix lacks."""
   return [
@@ -132,8 +169,8 @@ def missing_names() -> list[str]:
 
 def check_tunix() -> None:
   """Nothing on a tested tunix; else RuntimeError naming missing names, or one warning."""
-  version = tunix_version()
-  if version in TESTED_TUNIX:
+  version, api = tunix_version(), tunix_api()
+  if EXPECTED_API.get(version) == api:
     return
   missing = missing_names()
   if missing:
@@ -142,7 +179,8 @@ def check_tunix() -> None:
       f"{version} lacks {missing}: install google-tunix=={TESTED_TUNIX[-1]}"
     )
   warnings.warn(
-    f"tunix-ppo-ext is untested with google-tunix {version} (tested: {TESTED_TUNIX})",
+    f"tunix-ppo-ext is untested with google-tunix {version} (tested: {TESTED_TUNIX}; "
+    f"this one has the {api} API)",
     stacklevel=2,
   )
 
@@ -190,14 +228,14 @@ def init_without_critic(
 ) -> None:
   """Initialises `learner` as `PPOLearner.__init__` does, for a cluster without critic.
 
-  tunix's `RLLearner.__init__` (public), then the reward check and the actor's loss from
-  tunix's `function_registry`, as `PPOLearner.__init__` sets them; its critic check and
-  critic-trainer setup are what is left out.
+  tunix's `RLLearner.__init__` (public), then the reward check, as `PPOLearner.__init__`
+  does; its critic check and critic-trainer setup are what is left out (`PpoExtLearner`
+  installs the actor's loss itself, on every cluster).
   """
   rl_learner.RLLearner.__init__(
     learner,
-    rl_cluster=rl_cluster,
-    algo_config=ppo_config,
+    rl_cluster,  # positional: its keyword is `rl_cluster` on 0.1.7, `rl_engine` on main
+    ppo_config,
     reward_fns=reward_fns,
     metric_fns=metric_fns,
     data_shuffle_seed=data_shuffle_seed,
@@ -209,8 +247,6 @@ def init_without_critic(
   if bool(reward_fns) == bool(reward_model):
     raise ValueError("PPO needs exactly one of `reward_fns` or a reward model in the cluster")
   learner._use_reward_model = bool(reward_model)
-  loss_fn = function_registry.get_policy_loss_fn(ppo_config.policy_loss_fn)
-  rl_cluster.actor_trainer.with_loss_fn(loss_fn, has_aux=True)
 
 
 def compute_rewards(learner: Any, **kwargs: Any) -> Any:

@@ -80,13 +80,21 @@ class PpoExtLearner(compat.LearnerHooks):
 
   def __init__(
     self,
-    rl_cluster: rl_cluster_lib.RLCluster,
-    ppo_config: PpoExtConfig,
+    rl_cluster: rl_cluster_lib.RLCluster | None = None,
+    ppo_config: PpoExtConfig | None = None,
     reward_fns: Callable[..., Any] | list[Callable[..., Any]] | None = None,
     metric_fns: Sequence[Callable[..., Any]] | None = None,
     data_shuffle_seed: int | None = None,
     trajectory_source: TrajectorySource | None = None,
+    *,
+    rl_engine: rl_cluster_lib.RLCluster | None = None,
+    algo_config: PpoExtConfig | None = None,
   ):
+    """tunix's `PPOLearner` arguments, in either spelling: tunix 0.1.7 names them
+    `rl_cluster` and `ppo_config`, tunix main `rl_engine` (`rl_cluster` still accepted
+    there) and `algo_config`; both spellings work on both versions, one of each pair."""
+    rl_cluster = one_of("rl_engine", rl_engine, "rl_cluster", rl_cluster)
+    ppo_config = one_of("algo_config", algo_config, "ppo_config", ppo_config)
     if not isinstance(ppo_config, PpoExtConfig):
       raise TypeError(f"ppo_config must be a PpoExtConfig, got {type(ppo_config).__name__}")
     if trajectory_source is not None and reward_fns is None:
@@ -102,8 +110,13 @@ class PpoExtLearner(compat.LearnerHooks):
     kwargs["data_shuffle_seed"] = data_shuffle_seed
     if critic is None:  # group estimators: no critic (verl); tunix's PPOLearner insists on one
       compat.init_without_critic(self, rl_cluster, ppo_config, **kwargs)
-    else:
+    else:  # positional: tunix's keywords differ between versions (see `__init__`)
       super().__init__(rl_cluster, ppo_config, **kwargs)
+    # The actor's loss as tunix 0.1.7 installs it: tunix main wraps it in a closure that
+    # takes only `train_example` and `algo_config` (adding pad/eos ids and its chunk size),
+    # not the temperature and reference state `_actor_inputs` gives.
+    loss_fn = function_registry.get_policy_loss_fn(ppo_config.policy_loss_fn)
+    rl_cluster.actor_trainer.with_loss_fn(loss_fn, has_aux=True)
     self.trajectory_source = trajectory_source
     config = ppo_config
     self.kl_controller = kl_lib.make_kl_controller(
@@ -529,6 +542,16 @@ class PpoExtLearner(compat.LearnerHooks):
       self.rl_cluster.buffer_metrics(
         {metric_keys.custom_name(name): value for name, value in values.items()}, mode=mode
       )
+
+
+def one_of(name: str, value: Any, old_name: str, old_value: Any) -> Any:
+  """The one of two spellings of an argument given, as tunix's `alias_init_param` takes
+  them: ValueError for both, TypeError for neither."""
+  if value is not None and old_value is not None:
+    raise ValueError(f"Cannot specify both '{name}' and '{old_name}'. Please use '{name}' only.")
+  if value is None and old_value is None:
+    raise TypeError(f"PpoExtLearner() missing required argument: '{name}' (or '{old_name}')")
+  return old_value if value is None else value
 
 
 def critic_trainer(rl_cluster: rl_cluster_lib.RLCluster):

@@ -49,14 +49,20 @@ TUNIX_FIXED_ROPE_THETA = 1_000_000.0
 ROPE_TYPES = ("default", "linear", "llama3")  # what `rope_frequencies` computes
 
 
-@dataclasses.dataclass(frozen=True)
+def _frozen_as(config_class: type) -> bool:
+  """Whether tunix's config dataclass is frozen (a subclass must match it): Llama 3's is
+  in tunix 0.1.7 and is not on tunix main (c7d8950f); Qwen3's is in neither."""
+  return config_class.__dataclass_params__.frozen
+
+
+@dataclasses.dataclass(frozen=_frozen_as(llama3.ModelConfig))
 class Llama3Config(llama3.ModelConfig):
   """tunix's Llama 3 config plus the inverse RoPE frequencies its attention rotates with."""
 
   rope_inv_freq: tuple[float, ...] | None = None
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, frozen=_frozen_as(qwen3.ModelConfig))
 class Qwen3Config(qwen3.ModelConfig):
   """tunix's Qwen3 config plus the inverse RoPE frequencies its attention rotates with."""
 
