@@ -35,7 +35,7 @@ from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import recipe
 from tunix_ppo_ext._src.run.job import role_models
-from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, lora_section
+from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, as_resolved, lora_section
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
 from tunix_ppo_ext._src.tunix.models import hf_models
@@ -216,7 +216,7 @@ class Plan:
 
 
 def plan(
-  resolved: ResolvedRun,
+  resolved: ResolvedRun | RunConfig,
   topology: str = DEFAULT_TOPOLOGY,
   pieces: Sequence[str] = (),
   compiler: str = "auto",
@@ -227,6 +227,7 @@ def plan(
   unknown = sorted(set(pieces) - set(PIECES))
   if unknown:
     raise ConfigError(f"--pieces {unknown}: unknown; valid: {list(PIECES)}")
+  resolved = as_resolved(resolved)  # a RunConfig from Python is resolved here
   run, ppo = resolved.run, resolved.ppo
   built_pieces = [name for name in PIECES if ppo.uses_critic or not name.startswith("critic/")]
   absent = sorted(set(pieces) - set(built_pieces))
