@@ -2,7 +2,7 @@
 
 Compiles `jax.value_and_grad` w.r.t. bf16 logits of `sum(logp) + sum(entropy)` for
   (a) tunix 0.1.7's `selective_log_softmax` + `compute_entropy_from_logits` (stock), and
-  (b) `tunix_ppo_ext._src.math.logits.logps_and_entropy(chunk_size=N)`,
+  (b) `tunix_ppo_ext.ops.logps_and_entropy(chunk_size=N)`,
 and of `sum(full_kl_divergence)` unchunked vs chunked, and prints XLA's
 `memory_analysis().temp_size_in_bytes` (compile only: nothing runs at the full shape).
 The numerical comparison runs at the smaller `--check-shape` (full-shape execution
@@ -22,7 +22,7 @@ import numpy as np
 from tunix.rl.algo_core import compute_entropy_from_logits
 from tunix.rl.common import selective_log_softmax
 
-from tunix_ppo_ext._src.math.logits import full_kl_divergence, logps_and_entropy
+from tunix_ppo_ext.ops import full_kl_divergence, logps_and_entropy
 
 GIB = 2.0**30
 

@@ -30,24 +30,15 @@ STEP_TIMES = ("timing_s/rollout", "timing_s/step")
 FROZEN_LR = 1e-12
 
 
-def _register_guess() -> None:
-  """`guess` from this checkout when the installed entry points predate it."""
-  from tunix_ppo_ext._src.envs.guess import GuessEnv  # noqa: PLC0415
-  from tunix_ppo_ext._src.plugins import registry  # noqa: PLC0415
-
-  if not registry.has("environments", "guess"):
-    registry.register("environments", "guess")(GuessEnv)
-
-
 def run_once(config: str, out: pathlib.Path, overrides: list[str]) -> list[dict[str, Any]]:
   """Trains one run (resuming if `out` holds one) and returns its `metrics.jsonl` rows."""
-  from tunix_ppo_ext._src.metrics.sinks import read_jsonl  # noqa: PLC0415
-  from tunix_ppo_ext._src.run import job  # noqa: PLC0415
-  from tunix_ppo_ext._src.run.run_config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext import jobs  # noqa: PLC0415
+  from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext.metrics import read_jsonl  # noqa: PLC0415
 
   run = load_run_config(config, [f"output_dir={out}", *overrides])
   start = time.perf_counter()
-  job.train(run)
+  jobs.train(run)
   rows = read_jsonl(out / "metrics.jsonl")
   (out / "bench_wall_s.txt").write_text(f"{time.perf_counter() - start:.1f}\n")
   return rows
@@ -119,7 +110,6 @@ def main() -> None:
   parser.add_argument("--out", default="bench/results/real_model")
   parser.add_argument("overrides", nargs="*")
   args = parser.parse_args()
-  _register_guess()
   out = pathlib.Path(args.out)
   results: dict[str, Any] = {"args": vars(args), "seeds": {}}
   for seed in range(args.seeds):
@@ -143,7 +133,7 @@ def main() -> None:
 
 
 def _batch_size(config: str, overrides: list[str]) -> int:
-  from tunix_ppo_ext._src.run.run_config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
 
   return load_run_config(config, overrides).train.batch_size
 

@@ -23,12 +23,10 @@ import time
 
 import jax
 
-from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
-from tunix_ppo_ext._src.data.trajectory import episode_batches
-from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_models
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
-from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
+from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
+from tunix_ppo_ext.data import episode_batches
+from tunix_ppo_ext.models import build_cluster, make_models
+from tunix_ppo_ext.rollout import CharTokenizer, Mode, MultiTurnRollout
 
 PROMPT = 16  # max_prompt_length
 TURNS = (1, 2, 4, 8, 16)

@@ -19,9 +19,9 @@ import jax
 import numpy as np
 from _timing import timed
 
-from tunix_ppo_ext._src.metrics.sinks import read_jsonl
-from tunix_ppo_ext._src.run.job import build_run
-from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext.config import load_run_config
+from tunix_ppo_ext.jobs import build_run
+from tunix_ppo_ext.metrics import read_jsonl
 
 PHASES = ["rollout", "old_logp", "ref_logp", "values", "advantages"]
 

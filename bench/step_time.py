@@ -19,10 +19,9 @@ import numpy as np
 from _timing import timed
 from tunix.rl.ppo import ppo_learner
 
-from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
-from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_models
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
+from tunix_ppo_ext.models import build_cluster, make_models
+from tunix_ppo_ext.rollout import CharTokenizer
 
 
 def prompts(batch: int, seed: int):

@@ -5,7 +5,6 @@ Run it with `python examples/python_api.py` (CPU, about a minute). The docs page
 """
 
 import numpy as np
-import optax
 from flax import nnx
 from tunix.models.qwen3 import model as qwen3
 from tunix.rl import rl_cluster as rl_cluster_lib
@@ -13,7 +12,7 @@ from tunix.rl import utils as rl_utils
 from tunix.rl.rollout import base_rollout
 
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
-from tunix_ppo_ext.models import make_mesh
+from tunix_ppo_ext.models import guarded_adam, make_mesh
 from tunix_ppo_ext.rollout import CharTokenizer
 
 # 1. A tokenizer and a tiny tunix Qwen3 (any tunix model and tokenizer work the same way).
@@ -38,8 +37,9 @@ cluster = rl_cluster_lib.RLCluster(
     rollout_engine="vanilla",
     offload_to_cpu=False,
     training_config=rl_cluster_lib.RLTrainingConfig(
-      actor_optimizer=optax.adam(1e-3),
-      critic_optimizer=optax.adam(1e-3),
+      # optax's Adam behind a NaN guard: a NaN or inf update is skipped, not applied
+      actor_optimizer=guarded_adam(1e-3),
+      critic_optimizer=guarded_adam(1e-3),
       eval_every_n_steps=10,
       max_steps=3,
     ),

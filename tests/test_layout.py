@@ -9,6 +9,8 @@ import sys
 
 from tests.import_graph import PACKAGE, imports, imports_tunix, module_name
 
+REPO = PACKAGE.parent
+
 SRC = PACKAGE / "_src"
 # Lowest first; a module may import its own layer's modules and any lower layer's.
 LAYERS = ("checks", "plugins", "math", "data", "envs", "config", "metrics", "tunix", "run")
@@ -16,7 +18,7 @@ RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # Inside the tunix layer, the same rule between its parts.
 TUNIX_PARTS = ("compat", "models", "cluster", "learner", "rollout", "aot")
 TUNIX_RANK = {name: rank for rank, name in enumerate(TUNIX_PARTS)}
-PUBLIC = ("config", "data", "envs", "metrics", "models", "ops", "plugins", "rollout")
+PUBLIC = ("config", "data", "envs", "jobs", "metrics", "models", "ops", "plugins", "rollout")
 
 
 def _graph() -> dict[str, set[str]]:
@@ -153,3 +155,11 @@ def test_plugins_layer_is_stdlib_only():
         continue
       for name in names:
         assert name.split(".")[0] in allowed, (path.name, name)
+
+
+def test_the_benches_examples_and_notebooks_use_only_the_public_api():
+  """What a user reads as an example imports no `tunix_ppo_ext._src` name."""
+  places = [*REPO.glob("bench/*.py"), *REPO.glob("examples/*.py"), *REPO.glob("notebooks/*.ipynb")]
+  assert places
+  private = [str(p.relative_to(REPO)) for p in places if "tunix_ppo_ext._src" in p.read_text()]
+  assert not private, private

@@ -4,7 +4,8 @@
   is None) with dotted `KEY=VALUE` overrides, every key and value checked, worked out once
   into a frozen `ResolvedRun` (`.run` the `RunConfig`, `.ppo` the `PpoExtConfig`, batch
   sizes, rollout chunk, environment and validation entries, episode budget, checkpointed
-  roles); `resolve(run)` does the second half for a `RunConfig` built in Python.
+  roles); `resolve(run)` does the second half for a `RunConfig` built in Python, and
+  `load_run_config(path, overrides)` the first half alone (the checked `RunConfig`).
 - `ConfigError`: every bad key, value, option or file, in one line naming it (a
   `ValueError`; the command line exits 2 for it).
 - KL method names (`resolve_kl_method`, `kl_method_names`, `canonical_kl_method`) and
@@ -30,10 +31,17 @@ from tunix_ppo_ext._src.math.kl_methods import (
 )
 
 if TYPE_CHECKING:
-  from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, load_resolved, resolve
+  from tunix_ppo_ext._src.run.run_config import (
+    ResolvedRun,
+    RunConfig,
+    load_resolved,
+    load_run_config,
+    resolve,
+  )
 
 _RUN_CONFIG = "tunix_ppo_ext._src.run.run_config"  # imports tunix (PpoExtConfig)
-_LAZY = {name: _RUN_CONFIG for name in ("ResolvedRun", "RunConfig", "load_resolved", "resolve")}
+_RUN_NAMES = ("ResolvedRun", "RunConfig", "load_resolved", "load_run_config", "resolve")
+_LAZY = dict.fromkeys(_RUN_NAMES, _RUN_CONFIG)
 
 
 __getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)
@@ -50,6 +58,7 @@ __all__ = [
   "compute_kl_divergence",
   "kl_method_names",
   "load_resolved",
+  "load_run_config",
   "resolve",
   "resolve_kl_method",
 ]

@@ -6,6 +6,7 @@ checkpoint of any supported family through tunix's own loaders.
 """
 
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_mesh, make_models
+from tunix_ppo_ext._src.tunix.cluster.guards import guarded_adam
 from tunix_ppo_ext._src.tunix.cluster.mesh import role_meshes
 from tunix_ppo_ext._src.tunix.cluster.optimizers import OptimizerSpec, build_optimizer
 from tunix_ppo_ext._src.tunix.models.hf_export import save_hf_checkpoint
@@ -27,6 +28,7 @@ __all__ = [
   "build_cluster",
   "build_optimizer",
   "critic_from_policy",
+  "guarded_adam",
   "load_checkpoint",
   "make_critic",
   "make_mesh",

@@ -33,6 +33,7 @@ PUBLIC_MODULES = (
   "tunix_ppo_ext.data",
   "tunix_ppo_ext.metrics",
   "tunix_ppo_ext.plugins",
+  "tunix_ppo_ext.jobs",
 )
 
 # Fields whose class docstring and source line say nothing about them.

@@ -50,6 +50,16 @@ def test_bad_input_exits_2_with_a_clear_message(override, message, capsys):
   assert re.search(message, err), err
 
 
+def test_a_top_k_above_the_vocabulary_exits_2_naming_the_key(tmp_path, capsys):
+  smoke = str(CONFIGS / "smoke.yaml")
+  for key in ("top_k", "eval_top_k"):
+    argv = ["train", "--config", smoke, f"output_dir={tmp_path / key}", "wandb=disabled"]
+    assert cli.main([*argv, f"sampling.{key}=100000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"'sampling.{key}'=100000 is larger than the model's" in err[0]
+    assert not (tmp_path / key / "metrics.jsonl").exists()
+
+
 def test_missing_config_file(tmp_path, capsys):
   assert cli.main(["train", "--config", str(tmp_path / "nope.yaml")]) == 2
   assert "no such file" in capsys.readouterr().err

@@ -37,6 +37,7 @@ def test_readme_program_is_the_example_and_trains(tmp_path):
   done = run(program, tmp_path)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "trained steps: 3" in done.stdout
+  assert "apply_if_finite" not in done.stderr  # the example's optimizers are guarded
 
 
 def test_a_python_list_of_prompts_is_refused_with_the_expected_format(tmp_path):

@@ -209,6 +209,28 @@ def test_skips_are_counted_and_the_run_stops_with_a_checkpoint_of_the_last_good_
   assert skip_counts(resumed.actor_trainer.optimizer.opt_state).consecutive == 3
 
 
+def test_a_short_run_that_ends_skipping_fails_at_its_last_step_with_a_checkpoint(tmp_path):
+  """Shorter than `max_nonfinite_steps`, so the in-a-row stop never comes: the last step's
+  check refuses a run whose final skips are at least half of its updates (3 of 4 here)."""
+  pattern = ".xxx"
+  cluster, config = setup(tmp_path, steps=len(pattern), max_nonfinite_steps=10)
+  learner = PpoExtLearner(cluster, config, reward_fns=reward)
+  with pytest.raises(NonFiniteTrainingError) as caught:
+    learner.train(batches(pattern))
+  message = str(caught.value)
+  assert message.startswith("training ended untrained at step 4: the actor trainer skipped ")
+  assert "its last 3 of the run's 4 optimizer updates (2 to 4; 3 skipped in total)" in message
+  assert "actor at step 4" in message  # the checkpoint of the last good state
+  resumed, _ = setup(tmp_path, steps=len(pattern), max_nonfinite_steps=10)
+  assert resumed.actor_trainer.train_steps == 4
+
+
+def test_a_short_run_whose_skips_are_not_at_its_end_succeeds(tmp_path):
+  cluster, config = setup(tmp_path, steps=3, max_nonfinite_steps=10)
+  PpoExtLearner(cluster, config, reward_fns=reward).train(batches("xx."))
+  assert skip_counts(cluster.actor_trainer.optimizer.opt_state) == SkipCounts(0, 2)
+
+
 def test_an_update_that_would_overflow_the_parameters_is_skipped_and_counted():
   """A finite gradient with a huge step: the parameters stay as they were (last good)."""
   params = {"w": jnp.array([3e38, 1.0], jnp.float32)}

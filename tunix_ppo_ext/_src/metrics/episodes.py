@@ -61,8 +61,9 @@ def episode_metrics(episodes: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str
   """
   finals = [last_values(infos) for infos in episodes]
   metrics: dict[str, float] = {}
-  if any(SUCCESS_KEY in final for final in finals):
-    metrics[SUCCESS_METRIC] = sum(final.get(SUCCESS_KEY, 0.0) > 0 for final in finals) / len(finals)
+  succeeded = _successes(finals)
+  if succeeded[0] is not None:
+    metrics[SUCCESS_METRIC] = sum(succeeded) / len(finals)
   keys = sorted({key for final in finals for key in final} - {SUCCESS_KEY})
   for key in keys:
     reported = [final[key] for final in finals if key in final]
@@ -70,10 +71,17 @@ def episode_metrics(episodes: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str
   return metrics
 
 
-def episode_succeeded(infos: Sequence[Mapping[str, Any]]) -> bool | None:
-  """The episode's success (last reported `info["success"]`); None when never reported."""
-  value = last_values(infos).get(SUCCESS_KEY)
-  return None if value is None else value > 0
+def episode_successes(episodes: Sequence[Sequence[Mapping[str, Any]]]) -> list[bool | None]:
+  """Each episode's success, as `batch/success_rate` counts it: the last reported
+  `info["success"]`, False for an episode that never reported it once another episode of
+  the batch did; all None when no episode reported it."""
+  return _successes([last_values(infos) for infos in episodes])
+
+
+def _successes(finals: Sequence[Mapping[str, float]]) -> list[bool | None]:
+  if not any(SUCCESS_KEY in final for final in finals):
+    return [None] * len(finals)
+  return [final.get(SUCCESS_KEY, 0.0) > 0 for final in finals]
 
 
 def conversation(turns: Sequence[tuple[str, str]]) -> list[dict[str, str]]:

@@ -69,6 +69,7 @@ def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
   meshes = run_meshes(run)
   tokenizer = _tokenizer(run)
   policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
+  recipe.check_top_k(run.sampling, hf_models.vocab_size(policy))
   if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
     critic = None
   train = run.train

@@ -505,6 +505,16 @@ def optimizers(
   )
 
 
+def check_top_k(section: SamplingSection, vocab: int) -> None:
+  """Refuses a `top_k` above the model's vocabulary (`vocab` ids), naming the key."""
+  for key, value in (("top_k", section.top_k), ("eval_top_k", section.eval_top_k)):
+    if value and value > vocab:
+      raise ConfigError(
+        f"config key 'sampling.{key}'={value} is larger than the model's vocabulary "
+        f"({vocab} ids): use at most {vocab}, or 0 for no top-k"
+      )
+
+
 def sampling_kwargs(section: SamplingSection) -> tuple[dict[str, Any], dict[str, Any]]:
   """`(sampling, eval_sampling)` for `build_cluster`: training's top-p/top-k, and what
   evaluation changes (empty: evaluation samples as training does)."""

@@ -7,7 +7,9 @@
   critic's optimizer state, reports the skips as metrics and, after
   `PpoExtConfig.max_nonfinite_steps` consecutive skipped updates of one trainer, saves a
   checkpoint of the current state (the last good one: skipped updates change nothing),
-  closes the run and raises `NonFiniteTrainingError`.
+  closes the run and raises `NonFiniteTrainingError`; at the run's last step it does the
+  same when the updates skipped in a row at the end are at least half of the run's updates
+  (a short run that trained nothing does not end as a success).
 (Non-finite rewards are a reward policy: `tunix_ppo_ext._src.data.rewards.NonFiniteRewards`.)
 """
 
@@ -103,7 +105,9 @@ def guarded(
 
 
 def guarded_adam(learning_rate: float) -> optax.GradientTransformation:
-  """Adam behind the NaN guard (`guarded`)."""
+  """optax Adam behind the NaN guard (`guarded`): an update whose gradient or result is
+  NaN or inf is skipped and counted (the learner's `actor/nonfinite_skips`), never applied.
+  Use it for tunix's `RLTrainingConfig(actor_optimizer=..., critic_optimizer=...)`."""
   return guarded(optax.adam, learning_rate)
 
 
@@ -152,12 +156,14 @@ class NanGuard:
     self.rl_cluster = rl_cluster
     self.max_consecutive = max_consecutive
     self._seen = {role: counts.total for role, counts in self._counts().items()}
+    # the updates a resumed run starts from: the run's own updates are counted from here
+    self._start = {role: trainer.train_steps for role, trainer in self._trainers().items()}
     unguarded = sorted(set(self._trainers()) - set(self._seen))
     if unguarded:
       warnings.warn(
         f"the {' and '.join(unguarded)} optimizer has no optax.apply_if_finite: updates with "
         "a NaN or inf gradient are applied, not skipped (build it with "
-        "guarded_adam (tunix_ppo_ext._src.tunix.cluster.guards), as build_cluster does)",
+        "tunix_ppo_ext.models.guarded_adam, as build_cluster does)",
         stacklevel=3,
       )
 
@@ -194,6 +200,20 @@ class NanGuard:
       raise NonFiniteTrainingError(self._message(stuck, saved))
     return metrics
 
+  def at_last_step(self) -> None:
+    """At the run's last step: raises (after the checkpoint and close of
+    `after_global_step`) when a trainer's updates skipped in a row at the end are at least
+    half of the updates this run made, so a run shorter than `max_consecutive` that skipped
+    all or nearly all of them does not end as a success."""
+    stuck = {}
+    for role, counts in self._counts().items():
+      made = self._trainers()[role].train_steps - self._start.get(role, 0)
+      if counts.consecutive > 0 and 2 * counts.consecutive >= made:
+        stuck[role] = counts
+    if stuck:
+      saved = self._save_and_close()
+      raise NonFiniteTrainingError(self._message(stuck, saved, ended=True))
+
   def _save_and_close(self) -> dict[str, int | None]:
     """Saves each trainer's current (= last good) state, then closes the cluster."""
     saved = {}
@@ -216,20 +236,25 @@ class NanGuard:
     self.rl_cluster.close()
     return saved
 
-  def _message(self, stuck: dict[str, SkipCounts], saved: dict[str, int | None]) -> str:
+  def _message(
+    self, stuck: dict[str, SkipCounts], saved: dict[str, int | None], ended: bool = False
+  ) -> str:
     parts = []
     for role, counts in stuck.items():
-      last = self._trainers()[role].train_steps
+      trainer = self._trainers()[role]
+      last, made = trainer.train_steps, trainer.train_steps - self._start.get(role, 0)
+      of = f" of the run's {made}" if ended else ""
       parts.append(
-        f"the {role} trainer skipped its last {counts.consecutive} optimizer updates "
+        f"the {role} trainer skipped its last {counts.consecutive}{of} optimizer updates "
         f"({last - counts.consecutive + 1} to {last}; {counts.total} skipped in total)"
       )
     where = ", ".join(f"{r} at step {s}" for r, s in saved.items() if s is not None)
     checkpoint = (
       f"checkpoints of the last good state: {where}" if where else "no checkpoint directory"
     )
+    verb = "ended untrained" if ended else "stopped"
     return (
-      f"training stopped at step {self.rl_cluster.global_steps + 1}: "
+      f"training {verb} at step {self.rl_cluster.global_steps + 1}: "
       + "; ".join(parts)
       + " because the loss or gradient was NaN or inf (PpoExtConfig.max_nonfinite_steps="
       f"{self.max_consecutive}); {checkpoint}. Lower the learning rate, check the rewards, "

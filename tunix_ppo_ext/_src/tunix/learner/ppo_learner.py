@@ -164,12 +164,14 @@ class PpoExtLearner(compat.LearnerHooks):
     """After each of tunix's global steps: `timing_s/step`, then the NaN guard.
 
     The guard counts the updates skipped for a non-finite gradient and stops the run
-    after `max_nonfinite_steps` in a row (`guards.NonFiniteTrainingError`).
+    after `max_nonfinite_steps` in a row (`guards.NonFiniteTrainingError`), or at the last
+    step when the skips in a row at the end are at least half of the run's updates.
     """
     self.rl_cluster.buffer_metrics({"timing_s/step": (seconds, np.mean)}, mode=Mode.TRAIN)
     self.rl_cluster.buffer_metrics(self._nan_guard.after_global_step(), mode=Mode.TRAIN)
     cluster = self.rl_cluster
     if cluster.actor_trainer.train_steps >= cluster.cluster_config.training_config.max_steps:
+      self._nan_guard.at_last_step()  # a run that ends skipping does not end as a success
       # tunix 0.1.7 closes the shared metrics logger with the actor trainer, before the
       # critic trainer writes its last step's metrics: write them while it is open.
       if self.has_critic:

@@ -481,7 +481,9 @@ class MultiTurnRollout:
       return
     firsts = np.flatnonzero(np.r_[True, np.diff(group_ids) != 0])
     rows = [*firsts, *(r for r in range(len(episodes)) if r not in set(firsts))]
-    samples = [_sample(row, episodes[row]) for row in rows[: self.num_samples]]
+    successes = episode_report.episode_successes([e.infos for e in episodes])
+    shown = rows[: self.num_samples]
+    samples = [_sample(row, episodes[row], successes[row]) for row in shown]
     self.on_samples(int(cluster.global_steps), samples)
 
   # ----- assembling the batch -----
@@ -564,13 +566,14 @@ def _row(episode: _Episode, width: int, pad_id: int) -> dict[str, np.ndarray]:
   }
 
 
-def _sample(row: int, episode: _Episode) -> dict[str, Any]:
-  """One episode as a sample: row, seed, return, success (None: not reported), turns."""
+def _sample(row: int, episode: _Episode, success: bool | None) -> dict[str, Any]:
+  """One episode as a sample: row, seed, return, success (None: the batch reported none;
+  `episode_report.episode_successes`), turns."""
   return {
     "row": int(row),
     "seed": episode.seed,
     "return": float(sum(r for _, r in episode.rewards)),
-    "success": episode_report.episode_succeeded(episode.infos),
+    "success": success,
     "turns": episode_report.conversation(episode.transcript),
   }
 

@@ -1,0 +1,24 @@
+"""The command line's jobs, from Python: train, plan, sweep and export a run.
+
+- `main(argv)`: the `tunix-ppo-ext` command itself (`train`, `plan`, `sweep`, `export`,
+  `plugins`), returning its exit status; what a notebook calls to run a job as the shell
+  would.
+- `train(resolved)`: the main job on a `ResolvedRun` (or a `RunConfig`, resolved first),
+  resuming from the output directory's checkpoints; returns the summary.
+- `build_run(resolved, output_dir)`: what `train` builds, untrained: the learner over
+  tunix's cluster, the training and evaluation batches and the best reachable return.
+- `plan(resolved, topology)`: the run's jitted pieces compiled for a TPU topology, with
+  their memory per chip (`format_plan` prints it as the command does).
+- `sweep(seeds, output_dir, overrides)`: seeds times variants of a run, with their table.
+- `export_run(run_dir, out_dir)`: a trained run's policy as a Hugging Face checkpoint.
+
+Every name here loads tunix.
+"""
+
+from tunix_ppo_ext._src.run.cli import main
+from tunix_ppo_ext._src.run.export_cmd import export_run
+from tunix_ppo_ext._src.run.job import build_run, train
+from tunix_ppo_ext._src.run.plan import format_plan, plan
+from tunix_ppo_ext._src.run.sweep import sweep
+
+__all__ = ["build_run", "export_run", "format_plan", "main", "plan", "sweep", "train"]
