@@ -6,6 +6,7 @@ import re
 import numpy as np
 import pytest
 
+from tests.conftest import save_hf_tokenizer
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.run import cli, job
 from tunix_ppo_ext._src.run.run_config import load_run_config
@@ -55,9 +56,25 @@ def test_a_top_k_above_the_vocabulary_exits_2_naming_the_key(tmp_path, capsys):
   for key in ("top_k", "eval_top_k"):
     argv = ["train", "--config", smoke, f"output_dir={tmp_path / key}", "wandb=disabled"]
     assert cli.main([*argv, f"sampling.{key}=100000"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(err) == 1 and f"'sampling.{key}'=100000 is larger than the model's" in err[0]
     assert not (tmp_path / key / "metrics.jsonl").exists()
+
+
+def test_a_tokenizer_that_changes_the_text_is_refused_naming_its_directory(tmp_path, capsys):
+  """transformers picks Qwen2Tokenizer for a generic tokenizer saved beside a qwen2
+  config.json, and it drops spaces and newlines: the run stops before training."""
+  directory = tmp_path / "tokenizer"
+  save_hf_tokenizer(directory, "abcdefghijklmnopqrstuvwxyz!?:. \n")
+  smoke = str(CONFIGS / "smoke.yaml")
+  argv = ["train", "--config", smoke, "wandb=disabled", f"model.tokenizer={directory}"]
+  assert cli.main([*argv, f"output_dir={tmp_path / 'plain'}", "train.steps=1"]) == 0
+  capsys.readouterr()
+  (directory / "config.json").write_text('{"model_type": "qwen2"}')
+  assert cli.main([*argv, f"output_dir={tmp_path / 'qwen2'}"]) == 2
+  err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+  assert len(err) == 1 and f"the tokenizer in {str(directory)!r} (Qwen2Tokenizer)" in err[0]
+  assert "changes the text it encodes" in err[0]
 
 
 def test_missing_config_file(tmp_path, capsys):

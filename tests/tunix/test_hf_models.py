@@ -214,6 +214,26 @@ def test_a_named_qwen3_size_must_agree_with_config_json(tmp_path):
   )
 
 
+def test_a_quoted_size_in_config_json_is_refused_naming_the_key(tmp_path):
+  write_config_only(tmp_path, "llama")
+  config = tmp_path / "config.json"
+  quoted = config.read_text().replace('"num_hidden_layers": 2', '"num_hidden_layers": "2"')
+  config.write_text(quoted)
+  with pytest.raises(ValueError, match=r"config.json num_hidden_layers='2': must be an integer"):
+    load_run_config(None, [f"model.checkpoint={tmp_path}"])
+
+
+def test_truncated_weights_are_refused_naming_the_checkpoint(tmp_path):
+  directory = write_checkpoint(tmp_path / "ckpt", "qwen3")
+  weights = directory / "model.safetensors"
+  weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+  with pytest.raises(ValueError) as caught:
+    hf_models.load_checkpoint(directory)
+  message = str(caught.value)
+  assert message.startswith(f"checkpoint {str(directory)!r} cannot be loaded (")
+  assert "weight files are damaged or disagree with its config.json" in message
+
+
 def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path):
   directory = write_checkpoint(tmp_path / "ckpt", "qwen2", vocab_size=12)
   run, out = _run_config(tmp_path, directory)

@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.data.trajectory import episode_batches
@@ -68,6 +69,7 @@ def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
   run, ppo, entries = resolved.run, resolved.ppo, list(resolved.env_entries)
   meshes = run_meshes(run)
   tokenizer = _tokenizer(run)
+  _check_round_trip(tokenizer, run, entries[0])
   policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
   recipe.check_top_k(run.sampling, hf_models.vocab_size(policy))
   if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
@@ -240,6 +242,23 @@ def _tokenizer(run: RunConfig):
 
     return transformers.AutoTokenizer.from_pretrained(directory)
   return CharTokenizer(**({} if run.model.alphabet is None else {"alphabet": run.model.alphabet}))
+
+
+def _check_round_trip(tokenizer: Any, run: RunConfig, entry: recipe.EnvEntry) -> None:
+  """Refuses a Hugging Face tokenizer that changes the text it encodes: the first
+  environment's first observation must come back from `decode(encode(text))` as it was
+  (a tokenizer class picked for another file layout can drop spaces and newlines)."""
+  directory = tokenizer_directory(run.model)
+  if directory is None:  # the built-in character tokenizer refuses what it cannot encode
+    return
+  text = envs.make_env(entry.name, **entry.kwargs).reset(0)[0]
+  back = tokenizer.decode(tokenizer.encode(text, add_special_tokens=False))
+  if back != text:
+    raise ConfigError(
+      f"the tokenizer in {directory!r} ({type(tokenizer).__name__}) changes the text it "
+      f"encodes: {text[:40]!r} comes back as {back[:40]!r}; use the checkpoint's own "
+      "tokenizer files (model.tokenizer), whose decode(encode(text)) is the text"
+    )
 
 
 def _observations_in_loss(source):

@@ -358,6 +358,10 @@ def family_of(hf: dict[str, Any]) -> Family:
 def tunix_config(hf: dict[str, Any]) -> Any:
   """The family's tunix `ModelConfig` for a checkpoint's config dict, after the refusals."""
   family = family_of(hf)
+  for name in (*SIZE_KEYS.values(), "vocab_size"):  # a quoted "2" fails deep in tunix
+    value = hf.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+      raise ConfigError(f"checkpoint config.json {name}={value!r}: must be an integer >= 1")
   family.checks(hf)
   return family.to_config(hf)
 
@@ -401,7 +405,15 @@ def load_checkpoint(
     raise ConfigError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
   family = family_of(hf)
   config = tunix_config(hf)
-  return compat.use_rope_frequencies(family.load(str(directory), config, mesh))
+  try:
+    model = family.load(str(directory), config, mesh)
+  except (ValueError, TypeError, KeyError, OSError) as err:  # tunix's loader names no file
+    detail = str(err).splitlines()[0] if str(err) else ""
+    raise ConfigError(
+      f"checkpoint {str(directory)!r} cannot be loaded ({type(err).__name__}: {detail[:200]}): "
+      f"its weight files are damaged or disagree with its {CONFIG_FILE}"
+    ) from err
+  return compat.use_rope_frequencies(model)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
