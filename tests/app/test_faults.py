@@ -13,6 +13,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import jax
@@ -162,6 +163,23 @@ def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
   assert "Traceback" not in text and "run the same command to resume" in text
   assert not (out / run_dir.LOCK).exists()
   rerun_and_check(out, env)
+
+
+def test_the_command_exits_after_a_failure_even_with_a_thread_left_waiting(tmp_path):
+  """A worker thread that waits for ever (as one of tunix's or orbax's can after Ctrl-C)
+  would hold the interpreter's exit: the console script leaves it after the grace."""
+  program = (
+    "import threading\n"
+    "from tunix_ppo_ext._src.run import cli\n"
+    "cli.EXIT_GRACE_S = 1.0\n"
+    "def interrupted_run():\n"
+    "  threading.Thread(target=threading.Event().wait).start()  # never set\n"
+    "  return cli.EXIT_INTERRUPTED\n"
+    "cli.main = interrupted_run\n"
+    "cli.console_main()\n"
+  )
+  done = subprocess.run([sys.executable, "-c", program], timeout=300, cwd=tmp_path)
+  assert done.returncode == cli.EXIT_INTERRUPTED
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path, capsys):

@@ -20,6 +20,8 @@ import json
 import os
 import pathlib
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Sequence
 
@@ -33,6 +35,9 @@ from tunix_ppo_ext._src.tunix.cluster.guards import NonFiniteTrainingError
 from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes
 
 EXIT_BAD_INPUT, EXIT_NAN_GUARD, EXIT_INTERRUPTED, EXIT_FAILED = 2, 3, 130, 1
+# After a failed or interrupted run, how long the command waits for the threads still
+# running (checkpoint writes finishing) before it exits without them.
+EXIT_GRACE_S = 30.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -208,5 +213,33 @@ def _plugins_command() -> int:
   return 0
 
 
+def _other_threads() -> list[threading.Thread]:
+  """The live non-daemon threads besides this one (those the interpreter waits for)."""
+  me = threading.current_thread()
+  return [t for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
+
+
+def console_main() -> None:
+  """The `tunix-ppo-ext` console script: `main()`, then exit with its status.
+
+  A run stopped by Ctrl-C or an error can leave a worker thread waiting for the main
+  thread that will never come back to it (one of tunix's or orbax's), and the
+  interpreter would wait for it for ever: threads still alive `EXIT_GRACE_S` seconds
+  after a non-zero status are left behind (`os._exit`). Checkpoints already committed
+  are kept; a save still being written is one orbax never committed, so a rerun resumes
+  from the one before.
+  """
+  code = main()
+  if code != 0:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    deadline = time.monotonic() + EXIT_GRACE_S
+    for thread in _other_threads():
+      thread.join(max(0.0, deadline - time.monotonic()))
+    if any(thread.is_alive() for thread in _other_threads()):
+      os._exit(code)
+  sys.exit(code)
+
+
 if __name__ == "__main__":
-  sys.exit(main())
+  console_main()
