@@ -38,6 +38,15 @@ from tests.import_graph import reaches_tunix
 if TYPE_CHECKING:
   from flax import nnx
 
+# One persistent XLA compilation cache for the whole suite: both xdist workers and every
+# subprocess the tests start. The toy runs compile the same programs again and again, and
+# on CPU compiling is most of their time. Entries are keyed by the program and by the jax
+# and XLA versions and flags, so none is ever used for another program. Set before jax is
+# imported (it reads the variables once); a cache directory set by the caller wins.
+JAX_CACHE = pathlib.Path(__file__).resolve().parents[1] / "build" / "jax-test-cache"
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(JAX_CACHE))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
 # tunix's cluster builders, re-exported for the tests that build clusters; imported on
 # first use, so that the fast lane (`pytest -m fast`) never imports tunix
 _CLUSTER = "tunix_ppo_ext._src.tunix.cluster.cluster_setup"
@@ -288,13 +297,10 @@ def train_command(out: pathlib.Path, *overrides: str) -> list[str]:
 
 
 def subprocess_env(tmp_path: pathlib.Path) -> dict[str, str]:
-  """One CPU device; a persistent compilation cache so a rerun skips most compiling."""
-  return {
-    **os.environ,
-    "JAX_PLATFORMS": "cpu",
-    "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-  }
+  """One CPU device, and the suite's persistent compilation cache (`JAX_CACHE`, in
+  `os.environ`) so a run skips the compiling other tests did."""
+  del tmp_path  # the cache is the suite's, not the test's
+  return {**os.environ, "JAX_PLATFORMS": "cpu"}
 
 
 def common_checkpoints(out: pathlib.Path, roles: Sequence[str] = ("actor", "critic")) -> set[int]:

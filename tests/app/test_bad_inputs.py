@@ -161,7 +161,8 @@ def step_output(reward: Any) -> Callable[[Any], Any]:
 class FlakyEnv:
   """Two turns: acknowledge (0.25), then a last turn that misbehaves on odd seeds.
 
-  `fault`: `nan` / `inf` reward, `raise` (the environment crashes), or `none`.
+  `fault`: `nan` / `inf` reward, `huge` (3e38 on both turns: finite, but the return
+  overflows float32), `raise` (the environment crashes), or `none`.
   """
 
   name = "flaky"
@@ -177,10 +178,11 @@ class FlakyEnv:
   def step(self, action: str):
     self.turn += 1
     if self.turn == 1:
-      return self.reply, 0.25, False, False, {}
+      huge = self.fault == "huge" and self.seed % 2
+      return self.reply, 3e38 if huge else 0.25, False, False, {}
     if self.seed % 2 and self.fault == "raise":
       raise ZeroDivisionError("scoring an empty answer")
-    bad = {"nan": NAN, "inf": INF}.get(self.fault, 1.0) if self.seed % 2 else 1.0
+    bad = {"nan": NAN, "inf": INF, "huge": 3e38}.get(self.fault, 1.0) if self.seed % 2 else 1.0
     return "", bad, True, False, {}
 
 
@@ -293,6 +295,13 @@ def reward_fn_inf_is_dropped_and_counted(tiny):
   assert tiny.dropped() == 1
 
 
+def reward_fn_inf_everywhere_is_dropped_with_a_warning(tiny):
+  everywhere = lambda prompts, completions, **_: [INF] * len(completions)  # noqa: E731
+  with pytest.warns(RuntimeWarning, match=r"every episode of the batch \(4\) has a non-finite"):
+    example = tiny.example_with_finite_metrics(PROMPTS, reward=everywhere, nonfinite_rewards="drop")
+  assert not np.asarray(example.loss_mask).any() and tiny.dropped() == 4
+
+
 def env_nan_reward_is_rejected(tiny):
   tiny.example(EPISODES, source=rollout(fault="nan"))
 
@@ -304,6 +313,17 @@ def env_inf_reward_is_dropped_and_counted(tiny):
   loss = np.asarray(example.loss_mask)
   assert not loss[1].any() and (loss[[0, 2, 3]].sum(axis=1) > 0).all()
   assert tiny.dropped() == 1
+
+
+def env_overflowing_return_is_rejected(tiny):
+  tiny.example(EPISODES, source=rollout(fault="huge"))
+
+
+def env_overflowing_return_is_dropped_and_counted(tiny):
+  example = tiny.example_with_finite_metrics(
+    EPISODES, source=rollout(fault="huge"), nonfinite_rewards="drop"
+  )
+  assert not np.asarray(example.loss_mask)[1].any() and tiny.dropped() == 1
 
 
 def env_raising_mid_episode(tiny):
@@ -405,6 +425,16 @@ CASES: dict[str, Case] = {
     run_config("train.temperature=.inf"), match="'train.temperature'=inf"
   ),
   "run_lr_inf": Case(run_config("train.lr=.inf"), match=r"'train.lr'=inf is invalid: .*finite"),
+  # finite but absurd: one applied update leaves ~1e30 weights, every later one is NaN
+  "run_lr_1e30": Case(
+    run_config("train.lr=1e30"), match=r"'train.lr'=1e\+30 is invalid: .*\(0.0, 1.0\]"
+  ),
+  "run_critic_lr_2": Case(
+    run_config("train.critic_lr=2"), match=r"'train.critic_lr'=2.0 is invalid: .*\(0.0, 1.0\]"
+  ),
+  "run_temperature_1e-30": Case(
+    run_config("train.temperature=1e-30"), match=r"'train.temperature'=1e-30 is invalid"
+  ),
   "run_seed_negative": Case(run_config("seed=-1"), match=r"'seed'=-1 is invalid"),
   "run_eval_batches_negative": Case(
     run_config("train.eval_batches=-1"), match=r"'train.eval_batches'=-1 is invalid"
@@ -562,10 +592,21 @@ CASES: dict[str, Case] = {
     model=True,
   ),
   "reward_fn_inf_dropped": Case(reward_fn_inf_is_dropped_and_counted, None, model=True),
+  "env_overflowing_return_rejected": Case(
+    env_overflowing_return_is_rejected,
+    match=r"non-finite reward \(or a return past float32's range\) in 1 episode\(s\): row 1",
+    model=True,
+  ),
+  "env_overflowing_return_dropped": Case(
+    env_overflowing_return_is_dropped_and_counted, None, model=True
+  ),
   "env_nan_reward_rejected": Case(
     env_nan_reward_is_rejected,
     match=r"environment 'flaky', turn 2: reward must be finite, got nan .*\(episode row 1\)",
     model=True,
+  ),
+  "reward_fn_inf_everywhere": Case(
+    reward_fn_inf_everywhere_is_dropped_with_a_warning, None, model=True
   ),
   "env_inf_reward_dropped": Case(env_inf_reward_is_dropped_and_counted, None, model=True),
   "env_raises_mid_episode": Case(

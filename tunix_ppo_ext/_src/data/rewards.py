@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,10 +20,15 @@ DROPPED_METRIC = "learner/dropped_episodes"
 
 
 def nonfinite_rows(token_rewards: Any, episode_returns: Any | None = None) -> np.ndarray:
-  """Rows (episodes) with a NaN or inf among their `[B, T]` token rewards or `[B]` returns."""
-  bad = ~np.isfinite(np.asarray(token_rewards, np.float64)).all(axis=-1)
-  if episode_returns is not None:
-    bad |= ~np.isfinite(np.asarray(episode_returns, np.float64))
+  """Rows (episodes) with a NaN or inf among their `[B, T]` token rewards or `[B]` returns,
+  or whose rewards overflow float32 when summed (3e38 a turn: returns and advantages,
+  computed in float32, would be NaN)."""
+  rewards = np.asarray(token_rewards, np.float64)
+  bad = ~np.isfinite(rewards).all(axis=-1)
+  with np.errstate(over="ignore", invalid="ignore"):
+    bad |= ~np.isfinite(np.abs(rewards).sum(axis=-1).astype(np.float32))
+    if episode_returns is not None:
+      bad |= ~np.isfinite(np.asarray(episode_returns, np.float64).astype(np.float32))
   return np.flatnonzero(bad)
 
 
@@ -117,8 +123,18 @@ class NonFiniteRewards:
       return batch, 0
     if self.mode == "error":
       raise ValueError(
-        f"non-finite reward in {rows.size} episode(s): {describe_rows(batch, rows)}. "
+        f"non-finite reward (or a return past float32's range) in {rows.size} episode(s): "
+        f"{describe_rows(batch, rows)}. "
         "Fix the reward source, or set PpoExtConfig.nonfinite_rewards='drop' "
         "(ppo.nonfinite_rewards=drop) to drop such episodes."
+      )
+    if rows.size == np.shape(batch.token_rewards)[0]:
+      warnings.warn(
+        f"every episode of the batch ({rows.size}) has a non-finite reward (or return) and "
+        "was dropped "
+        f"(ppo.nonfinite_rewards=drop): the batch trains nothing; {describe_rows(batch, rows)}. "
+        "Fix the reward source.",
+        RuntimeWarning,
+        stacklevel=2,
       )
     return drop_rows(batch, rows), int(rows.size)

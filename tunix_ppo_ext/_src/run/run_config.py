@@ -591,8 +591,10 @@ def _validate_numbers(run: RunConfig) -> None:
   check_integer("config key 'seed'", run.seed, low=0)
   check_integer("config key 'train.eval_batches'", run.train.eval_batches, low=0)
   check_integer("config key 'train.eval_samples'", run.train.eval_samples, low=0)
-  for key in ("lr", "critic_lr", "temperature"):  # finite: inf passes a "> 0" check
-    check_number(f"config key 'train.{key}'", getattr(run.train, key), low=0.0, low_open=True)
+  for key in ("lr", "critic_lr"):  # Adam moves each weight by about lr a step: 1 at most
+    check_number(f"config key 'train.{key}'", getattr(run.train, key), 0.0, 1.0, low_open=True)
+  # logits / 1e-30 overflow: every update would be skipped
+  check_number("config key 'train.temperature'", run.train.temperature, low=1e-3)
 
 
 def _validate_envs(run: RunConfig) -> None:

@@ -140,7 +140,7 @@ PINNED_INSTANCE_ATTRIBUTES = {
     "_rollout_micro_batch_size",
     "_compute_logps_micro_batch_size",
   ),
-  "PeftTrainer": ("_lora_enabled", "_pbar"),
+  "PeftTrainer": ("_lora_enabled", "_pbar", "_restored_custom_metadata"),
   "RLCluster": ("_buffered_train_metrics",),
   "VanillaRollout": ("_sampler",),
 }
@@ -275,8 +275,11 @@ def add_checkpoint_metadata(trainer: Any, extra: Callable[[], dict[str, Any]]) -
 
 
 def restored_metadata(trainer: Any) -> dict[str, Any]:
-  """The custom checkpoint metadata tunix's trainer restored (empty on a fresh run)."""
-  return getattr(trainer, "_restored_custom_metadata", None) or {}
+  """The custom checkpoint metadata tunix's trainer restored (empty on a fresh run).
+
+  Read without a fallback: were tunix to rename the attribute, a resumed run must fail
+  here (pinned by test_compat) rather than silently resume without its sampling state."""
+  return trainer._restored_custom_metadata or {}
 
 
 def lora_enabled(trainer: Any) -> bool:
