@@ -97,13 +97,9 @@ class PpoExtLearner(compat.LearnerHooks):
     ppo_config = one_of("algo_config", algo_config, "ppo_config", ppo_config)
     if not isinstance(ppo_config, PpoExtConfig):
       raise TypeError(f"ppo_config must be a PpoExtConfig, got {type(ppo_config).__name__}")
-    if trajectory_source is not None and reward_fns is None:
-      reward_fns = _rewards_come_from_the_source
     self._nonfinite_rewards = NonFiniteRewards(ppo_config.nonfinite_rewards)
+    reward_fns = self._checked_reward_fns(reward_fns, trajectory_source)
     tunix_losses.register_configured(ppo_config)  # tunix's constructor looks them up
-    if trajectory_source is None and reward_fns is not None:  # catch NaN before tunix's nansum
-      fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
-      reward_fns = [self._nonfinite_rewards.check(fn) for fn in fns]
     critic = critic_trainer(rl_cluster)
     check_critic(ppo_config, critic)
     kwargs = {"reward_fns": reward_fns, "metric_fns": metric_fns}
@@ -112,41 +108,52 @@ class PpoExtLearner(compat.LearnerHooks):
       compat.init_without_critic(self, rl_cluster, ppo_config, **kwargs)
     else:  # positional: tunix's keywords differ between versions (see `__init__`)
       super().__init__(rl_cluster, ppo_config, **kwargs)
+    self.trajectory_source = trajectory_source
+    self.kl_controller = kl_lib.make_kl_controller(
+      ppo_config.kl_ctrl, ppo_config.kl_coef, ppo_config.kl_target, ppo_config.kl_horizon
+    )
+    self._restore_learner_state()
+    self._set_up_actor(rl_cluster.actor_trainer, ppo_config)
+    if critic is not None:
+      self._set_up_critic(critic)
+    self._set_up_reference(ppo_config)
+    prompts = compat.logps_micro_batch_size(self)  # tunix counts prompts; a pass sees rows
+    rows = None if prompts is None else prompts * ppo_config.num_generations  # as tunix's GRPO
+    self._passes = RolePasses(rl_cluster, rows)
+    self._nan_guard = guards.NanGuard(rl_cluster, ppo_config.max_nonfinite_steps)
+
+  def _checked_reward_fns(self, reward_fns, trajectory_source) -> Any:
+    """The reward functions tunix gets: each wrapped to catch NaN before tunix's nansum;
+    with a trajectory source and none given, the source's own rewards."""
+    if trajectory_source is not None:
+      return _rewards_come_from_the_source if reward_fns is None else reward_fns
+    if reward_fns is None:
+      return None
+    fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
+    return [self._nonfinite_rewards.check(fn) for fn in fns]
+
+  def _set_up_actor(self, actor, config: PpoExtConfig) -> None:
+    """The actor trainer's loss, checkpoint metadata, inputs, update timer, logged terms."""
     # The actor's loss as tunix 0.1.7 installs it: tunix main wraps it in a closure that
     # takes only `train_example` and `algo_config` (adding pad/eos ids and its chunk size),
     # not the temperature and reference state `_actor_inputs` gives.
-    loss_fn = function_registry.get_policy_loss_fn(ppo_config.policy_loss_fn)
-    rl_cluster.actor_trainer.with_loss_fn(loss_fn, has_aux=True)
-    self.trajectory_source = trajectory_source
-    config = ppo_config
-    self.kl_controller = kl_lib.make_kl_controller(
-      config.kl_ctrl, config.kl_coef, config.kl_target, config.kl_horizon
-    )
-    self._restore_learner_state()
-    actor = rl_cluster.actor_trainer
+    actor.with_loss_fn(function_registry.get_policy_loss_fn(config.policy_loss_fn), has_aux=True)
     compat.add_checkpoint_metadata(actor, self._learner_state)
     actor.with_gen_model_input_fn(self._actor_inputs)
-    actor.with_training_hooks(timing.UpdateTimer(rl_cluster, "timing_s/update_actor"))
-    actor.with_rl_metrics_to_log(
-      {
-        name: np.mean
-        for name in ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
-      }
-      | ({"kl_loss": np.mean} if config.kl_penalty == "loss" else {})
-    )
-    if critic is not None:
-      self._set_up_critic(critic)
+    actor.with_training_hooks(timing.UpdateTimer(self.rl_cluster, "timing_s/update_actor"))
+    logged = ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
+    kl_loss = ("kl_loss",) if config.kl_penalty == "loss" else ()
+    actor.with_rl_metrics_to_log(dict.fromkeys((*logged, *kl_loss), np.mean))
+
+  def _set_up_reference(self, config: PpoExtConfig) -> None:
+    """The KL estimator of the reference log-probs, or the reference model's state for
+    `kl_method: full` (plain arrays, which can cross tunix's `nnx.value_and_grad`)."""
     self._ref_state, self._kl_method = None, None
     if config.kl_method != names.FULL_KL:
       self._kl_method = names.resolve_kl_method(config.kl_method)
     else:
-      # Plain arrays (no Variable objects) so the state can cross tunix's nnx.value_and_grad.
       graphdef, state = flax.nnx.split(self._reference_model())
       self._ref_state = (graphdef, flax.nnx.to_pure_dict(state))
-    prompts = compat.logps_micro_batch_size(self)  # tunix counts prompts; a pass sees rows
-    rows = None if prompts is None else prompts * config.num_generations  # as tunix's GRPO
-    self._passes = RolePasses(rl_cluster, rows)
-    self._nan_guard = guards.NanGuard(rl_cluster, config.max_nonfinite_steps)
 
   def _set_up_critic(self, critic) -> None:
     """The critic trainer's inputs, update timer and logged loss terms."""
