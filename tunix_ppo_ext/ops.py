@@ -1,6 +1,7 @@
 """Pure JAX math (jax, numpy and chex only): every function takes arrays and callables.
 
-Masked reductions; log-probs, entropy and the full-vocabulary KL from logits; per-token
+Masked reductions; log-probs, entropy and the full-vocabulary KL from logits, and
+log-probs and entropy from hidden states through a fused LM head; per-token
 KL estimators and KL controllers; PPO policy and value losses with verl's aggregation
 modes; verl's other policy losses (GSPO, SAPO, GMPO, CISPO, Clip-Cov, KL-Cov, GPG);
 advantage estimators (GAE, GRPO, RLOO, REINFORCE++); rollout correction (verl's
@@ -26,7 +27,11 @@ from tunix_ppo_ext._src.math.kl import (
   kl_k3,
   make_kl_controller,
 )
-from tunix_ppo_ext._src.math.logits import full_kl_divergence, logps_and_entropy
+from tunix_ppo_ext._src.math.logits import (
+  full_kl_divergence,
+  fused_logps_and_entropy,
+  logps_and_entropy,
+)
 from tunix_ppo_ext._src.math.masked import masked_mean, masked_sum, masked_whiten
 from tunix_ppo_ext._src.math.overlong import informative_groups, overlong_penalty
 from tunix_ppo_ext._src.math.ppo_losses import (
@@ -60,6 +65,7 @@ __all__ = [
   "compute_rloo_advantages",
   "entropy_from_logits",
   "full_kl_divergence",
+  "fused_logps_and_entropy",
   "geo_mean_loss",
   "gpg_loss",
   "gspo_loss",

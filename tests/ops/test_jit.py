@@ -23,6 +23,8 @@ VALUES = jnp.asarray(_rng.normal(0, 1, (B, T)), jnp.float32)
 LOGITS = jnp.asarray(_rng.normal(0, 2, (B, T, V)), jnp.float32)
 REF_LOGITS = LOGITS + jnp.asarray(_rng.normal(0, 0.5, (B, T, V)), jnp.float32)
 IDS = jnp.asarray(_rng.integers(0, V, (B, T)), jnp.int32)
+HIDDEN = jnp.asarray(_rng.normal(0, 1, (B, T, 5)), jnp.float32)
+HEAD = jnp.asarray(_rng.normal(0, 0.5, (5, V)), jnp.float32)
 SCORES = jnp.asarray([1.0, 0.0, 0.5, 0.5], jnp.float32)
 GROUPS = jnp.asarray([0, 0, 1, 1], jnp.int32)
 KEY = jax.random.key(3)
@@ -40,6 +42,7 @@ CASES = {
   "compute_rloo_advantages": ((SCORES, GROUPS, MASK), {}),
   "entropy_from_logits": ((LOGITS,), {"chunk_size": 4}),
   "full_kl_divergence": ((LOGITS, REF_LOGITS), {"temperature": 0.7, "chunk_size": 5}),
+  "fused_logps_and_entropy": ((HIDDEN, HEAD, IDS), {"temperature": 0.9, "chunk_size": 4}),
   "geo_mean_loss": (PG, {}),
   "gpg_loss": (PG, {}),
   "gspo_loss": (PG, {}),

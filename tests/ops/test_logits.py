@@ -11,7 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunix_ppo_ext._src.math.logits import full_kl_divergence, logps_and_entropy
+from tunix_ppo_ext._src.math.logits import (
+  full_kl_divergence,
+  fused_logps_and_entropy,
+  logps_and_entropy,
+)
 
 RTOL, ATOL = 1e-5, 1e-5
 GRAD_ATOL = 1e-6
@@ -246,6 +250,107 @@ def test_chunked_temp_memory_is_small():
   plain, chunked = _temp_bytes(kl(0), x, x), _temp_bytes(kl(64), x, x)
   assert chunked * 8 < plain, (chunked, plain)
   assert chunked < f32_full / 2, (chunked, f32_full)
+
+
+# ----------------------------------------------------------------------------
+# The fused LM head: from hidden states and output weights, against NumPy
+# ----------------------------------------------------------------------------
+
+D = 6  # hidden width of the fused-head cases
+
+
+def head_inputs(b, t, v, seed=0, dtype=np.float32):
+  rng = np.random.default_rng(seed)
+  hidden = rng.standard_normal((b, t, D)).astype(dtype)
+  weight = (rng.standard_normal((D, v)) * 1.5).astype(dtype)
+  ids = rng.integers(0, v, (b, t)).astype(np.int32)
+  w1, w2 = rng.standard_normal((2, b, t)).astype(np.float32)
+  return hidden, weight, ids, w1, w2
+
+
+def np_head_reference(hidden, weight, ids, temperature, w1, w2):
+  """(logp, entropy, d hidden, d weight) of sum(w1 logp + w2 entropy), float64: the
+  logits' gradient of `np_reference` taken back through `logits = hidden @ weight`."""
+  h, w = np.asarray(hidden, np.float64), np.asarray(weight, np.float64)
+  logp, ent, grad = np_reference(h @ w, ids, temperature, w1, w2)
+  return logp, ent, grad @ w.T, np.einsum("btd,btv->dv", h, grad)
+
+
+def fused(hidden, weight, ids, w1, w2, temperature, chunk, return_entropy=True):
+  def loss(h, w):
+    logp, ent = fused_logps_and_entropy(
+      h, w, ids, temperature=temperature, chunk_size=chunk, return_entropy=return_entropy
+    )
+    total = jnp.sum(w1 * logp) + (0.0 if ent is None else jnp.sum(w2 * ent))
+    return total, (logp, ent)
+
+  (_, (logp, ent)), grads = jax.jit(jax.value_and_grad(loss, (0, 1), has_aux=True))(hidden, weight)
+  return logp, ent, *grads
+
+
+@pytest.mark.parametrize("b, t, v, chunk, temperature", CASES)
+def test_fused_head_values_and_grads(b, t, v, chunk, temperature):
+  hidden, weight, ids, w1, w2 = head_inputs(b, t, v)
+  got = fused(hidden, weight, ids, w1, w2, temperature, chunk)
+  want = np_head_reference(hidden, weight, ids, temperature, w1, w2)
+  for name, g, w in zip(("logp", "entropy", "d hidden", "d weight"), got, want, strict=True):
+    np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_fused_head_without_entropy_and_with_a_tied_embedding():
+  hidden, weight, ids, w1, _ = head_inputs(2, 9, 13, seed=1)
+  embedding = jnp.asarray(weight.T)  # tied: [V, D], passed transposed
+  logp, ent, d_hidden, d_weight = fused(hidden, embedding.T, ids, w1, w1, 0.8, 4, False)
+  assert ent is None
+  want = np_head_reference(hidden, weight, ids, 0.8, w1, np.zeros_like(w1))
+  for g, w in zip((logp, d_hidden, d_weight), (want[0], *want[2:]), strict=True):
+    np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_head_bfloat16_matches_float32_of_the_rounded_inputs():
+  hidden, weight, ids, w1, w2 = head_inputs(2, 11, 40, seed=2)
+  h16, w16 = jnp.asarray(hidden, jnp.bfloat16), jnp.asarray(weight, jnp.bfloat16)
+  logp, ent, d_hidden, d_weight = fused(h16, w16, ids, w1, w2, 1.0, 4)
+  assert d_hidden.dtype == jnp.bfloat16 and d_weight.dtype == jnp.bfloat16
+  rounded = (np.asarray(h16, np.float64), np.asarray(w16, np.float64))
+  want = np_head_reference(*rounded, ids, 1.0, w1, w2)
+  np.testing.assert_allclose(np.asarray(logp), want[0], rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(ent), want[1], rtol=1e-4, atol=1e-4)
+  for g, w in zip((d_hidden, d_weight), want[2:], strict=True):  # rounded to bfloat16
+    np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=2e-2, atol=2e-2)
+
+
+def test_fused_head_holds_one_chunk_of_logits_not_the_sequence():
+  """Forward and backward of the fused head at a shape where one float32 [B, T, V]
+  buffer would dwarf everything else: its temporaries stay a small fraction of it."""
+  b, t, d, v = 1, 4096, 64, 16384
+  hidden = jax.ShapeDtypeStruct((b, t, d), jnp.bfloat16)
+  weight = jax.ShapeDtypeStruct((d, v), jnp.bfloat16)
+  ids = jax.ShapeDtypeStruct((b, t), jnp.int32)
+  f32_full = b * t * v * 4
+
+  def step(chunk):
+    def loss(h, w, i):
+      return sum(jnp.sum(a) for a in fused_logps_and_entropy(h, w, i, chunk_size=chunk))
+
+    return jax.value_and_grad(loss, (0, 1))
+
+  chunk = 128
+  plain, chunked = (
+    _temp_bytes(step(0), hidden, weight, ids),
+    _temp_bytes(step(chunk), hidden, weight, ids),
+  )
+  assert plain >= f32_full  # unfused: the logits and their gradient are [B, T, V]
+  # a few float32 [B, chunk, V] buffers (logits, softmax, their gradient) at a time
+  assert chunked < 6 * b * chunk * v * 4 < f32_full / 4, (chunked, f32_full)
+
+
+def test_fused_head_bad_shapes_are_named():
+  hidden, weight, ids, _, _ = head_inputs(1, 3, 7)
+  with pytest.raises(ValueError, match=r"weight \(7, 6\) must be \[D, V\] with D = hidden"):
+    fused_logps_and_entropy(hidden, weight.T, ids)
+  with pytest.raises(ValueError, match=r"target_ids shape \(1, 2\) does not match hidden"):
+    fused_logps_and_entropy(hidden, weight, ids[:, :2])
 
 
 # ----------------------------------------------------------------------------

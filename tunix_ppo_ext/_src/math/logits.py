@@ -14,6 +14,10 @@ holds a full `[B, T, V]` float32 temporary. T need not be a multiple of
 before it and recomputes those positions; every result is per-token, so the
 overlapping writes are identical). `chunk_size >= T` is a single chunk.
 `chunk_size=0` is the plain (autodiff) implementation of the same formulas.
+
+`fused_logps_and_entropy` goes one step further back: from the final hidden states and
+the output weights, it computes each chunk's logits inside the custom VJP too, so not
+even the model's `[B, T, V]` logits exist (the fused LM head).
 """
 
 from __future__ import annotations
@@ -224,6 +228,18 @@ def _logps_entropy_chunked(
 _logps_entropy_chunked.defvjp(_logps_entropy_fwd, _logps_entropy_bwd)
 
 
+def _check_targets(target_ids: jax.Array, shape: tuple[int, ...], of: str) -> None:
+  """Raises ValueError unless `target_ids` is an integer `[B, T]` array of `shape`."""
+  if jnp.ndim(target_ids) != 2:
+    raise ValueError(f"target_ids must have rank 2 [B, T], got shape {jnp.shape(target_ids)}")
+  if tuple(jnp.shape(target_ids)) != tuple(shape):
+    raise ValueError(
+      f"target_ids shape {jnp.shape(target_ids)} does not match {of} [B, T] {tuple(shape)}"
+    )
+  if not jnp.issubdtype(jnp.result_type(target_ids), jnp.integer):
+    raise ValueError(f"target_ids must be integer, got {jnp.result_type(target_ids)}")
+
+
 def logps_and_entropy(
   logits: jax.Array,
   target_ids: jax.Array,
@@ -239,15 +255,7 @@ def logps_and_entropy(
   chunks along T (any T) with a custom VJP; 0 is unchunked. `temperature` is static.
   """
   _check_common(logits, temperature, chunk_size)
-  if jnp.ndim(target_ids) != 2:
-    raise ValueError(f"target_ids must have rank 2 [B, T], got shape {jnp.shape(target_ids)}")
-  if jnp.shape(target_ids) != jnp.shape(logits)[:2]:
-    raise ValueError(
-      f"target_ids shape {jnp.shape(target_ids)} does not match logits [B, T] "
-      f"{jnp.shape(logits)[:2]}"
-    )
-  if not jnp.issubdtype(jnp.result_type(target_ids), jnp.integer):
-    raise ValueError(f"target_ids must be integer, got {jnp.result_type(target_ids)}")
+  _check_targets(target_ids, jnp.shape(logits)[:2], "logits")
   temperature = float(temperature)
   return_entropy = bool(return_entropy)
   if chunk_size == 0 or logits.shape[1] == 0:
@@ -352,3 +360,128 @@ def full_kl_divergence(
     kl = _kl_chunked(logits, ref_logits, temperature, int(chunk_size))
   chex.assert_shape(kl, logits.shape[:2])
   return kl
+
+
+# ----------------------------------------------------------------------------
+# The fused LM head: log p(target) and entropy from hidden states and output weights
+# ----------------------------------------------------------------------------
+
+
+def _head_logits(hidden: jax.Array, weight: jax.Array) -> jax.Array:
+  """float32 logits `[B, t, V]` of hidden states `[B, t, D]` through `weight [D, V]`."""
+  return jnp.einsum("btd,dv->btv", hidden, weight, preferred_element_type=jnp.float32)
+
+
+def _head_fwd(
+  hidden: jax.Array,
+  weight: jax.Array,
+  target_ids: jax.Array,
+  temperature: float,
+  chunk_size: int,
+  return_entropy: bool,
+) -> tuple[tuple[jax.Array, jax.Array | None], tuple[Any, ...]]:
+  """Chunked forward: one chunk's logits at a time; residuals: inputs + per-token stats."""
+
+  def stats(h: jax.Array, ids: jax.Array) -> tuple[Any, ...]:
+    return _logp_entropy_stats(_head_logits(h, weight), ids, temperature, return_entropy)
+
+  logp, ent, m, log_s = _map_seq_chunks(stats, chunk_size, hidden, target_ids)
+  return (logp, ent), (hidden, weight, target_ids, m, log_s, ent)
+
+
+def _head_bwd(
+  temperature: float,
+  chunk_size: int,
+  return_entropy: bool,
+  res: tuple[Any, ...],
+  cts: tuple[jax.Array, jax.Array | None],
+) -> tuple[jax.Array, jax.Array, None]:
+  """Chunked backward: each chunk's logits recomputed, their gradient (`_logp_entropy_grad`)
+  taken back through the head: `dh = dz W^T` per chunk, `dW = sum_chunks h^T dz`.
+
+  The last chunk is shifted back to end at T like `_map_seq_chunks`'s; its positions that
+  the chunk before already covered get no share of `dW` (they would be counted twice).
+  """
+  del return_entropy  # `ent` and its cotangent are None when it is off
+  hidden, weight, target_ids, m, log_s, ent = res
+  g_logp, g_ent = cts
+  seq_len = hidden.shape[1]
+  size = min(chunk_size, seq_len)
+  per_token = (hidden, target_ids, m, log_s, ent, g_logp, g_ent)
+
+  def body(i: jax.Array, carry: Any) -> Any:
+    grad_h, grad_w, per_token, i = lax.optimization_barrier((*carry, i))
+    start = jnp.minimum(i * size, seq_len - size)
+    h, ids, m_c, ls_c, ent_c, gl_c, ge_c = jax.tree.map(
+      lambda a: lax.dynamic_slice_in_dim(a, start, size, axis=1), per_token
+    )
+    dz = _logp_entropy_grad(_head_logits(h, weight), ids, m_c, ls_c, ent_c, gl_c, ge_c, temperature)
+    dh = jnp.einsum("btv,dv->btd", dz, weight, preferred_element_type=jnp.float32)
+    grad_h = lax.dynamic_update_slice_in_dim(grad_h, dh.astype(grad_h.dtype), start, axis=1)
+    new = (start + jnp.arange(size)) >= i * size  # not covered by the chunk before
+    dz = jnp.where(new[None, :, None], dz, 0.0)
+    grad_w = grad_w + jnp.einsum("btd,btv->dv", h, dz, preferred_element_type=jnp.float32)
+    return grad_h, grad_w, per_token
+
+  init = (jnp.zeros_like(hidden), jnp.zeros(weight.shape, jnp.float32), per_token)
+  grad_h, grad_w, _ = lax.fori_loop(0, -(-seq_len // size), body, init)
+  return grad_h, grad_w.astype(weight.dtype), None
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _head_chunked(
+  hidden: jax.Array,
+  weight: jax.Array,
+  target_ids: jax.Array,
+  temperature: float,
+  chunk_size: int,
+  return_entropy: bool,
+) -> tuple[jax.Array, jax.Array | None]:
+  """Fused head `(logp, entropy|None)` whose passes hold one chunk's logits at a time."""
+  return _head_fwd(hidden, weight, target_ids, temperature, chunk_size, return_entropy)[0]
+
+
+_head_chunked.defvjp(_head_fwd, _head_bwd)
+
+
+def fused_logps_and_entropy(
+  hidden: jax.Array,
+  weight: jax.Array,
+  target_ids: jax.Array,
+  *,
+  temperature: float = 1.0,
+  chunk_size: int = 256,
+  return_entropy: bool = True,
+) -> tuple[jax.Array, jax.Array | None]:
+  """`logps_and_entropy(hidden @ weight, target_ids)` without the `[B, T, V]` logits.
+
+  The LM head fused into the log-probs, as Liger's fused linear cross-entropy and Cut
+  Cross-Entropy (Wijmans et al., 2024, "Cut Your Losses in Large-Vocabulary Language
+  Models") do for the loss: hidden states `[B, T, D]` (the final norm applied) and the
+  output weights `[D, V]` (a tied embedding `[V, D]` is passed as its transpose) go
+  through the head `chunk_size` positions at a time inside a `jax.custom_vjp`, so the
+  forward and the backward each hold one chunk's float32 logits `[B, chunk, V]`, never
+  the whole sequence's. Gradients flow to `hidden` and `weight` (in their dtypes; the
+  weight's accumulated in float32). Returns float32 `(logps [B, T], entropy [B, T] or
+  None)`, equal to the unfused `logps_and_entropy` of float32 logits `hidden @ weight`.
+  `chunk_size=0` is the unfused autodiff path (the reference).
+  """
+  if jnp.ndim(hidden) != 3 or jnp.ndim(weight) != 2:
+    raise ValueError(
+      f"hidden must be [B, T, D] and weight [D, V], got {jnp.shape(hidden)} and {jnp.shape(weight)}"
+    )
+  if jnp.shape(weight)[0] != jnp.shape(hidden)[2]:
+    raise ValueError(
+      f"weight {jnp.shape(weight)} must be [D, V] with D = hidden's last axis "
+      f"{jnp.shape(hidden)[2]} (pass a tied [V, D] embedding transposed)"
+    )
+  _check_common(hidden, temperature, chunk_size)
+  _check_targets(target_ids, jnp.shape(hidden)[:2], "hidden")
+  if chunk_size == 0 or jnp.shape(hidden)[1] == 0:
+    return logps_and_entropy(
+      _head_logits(hidden, weight), target_ids, temperature=temperature,
+      return_entropy=return_entropy,
+    )  # fmt: skip
+  return _head_chunked(
+    hidden, weight, target_ids, float(temperature), int(chunk_size), bool(return_entropy)
+  )
