@@ -3,12 +3,16 @@
 Compiles `jax.value_and_grad` w.r.t. bf16 logits of `sum(logp) + sum(entropy)` for
   (a) tunix 0.1.7's `selective_log_softmax` + `compute_entropy_from_logits` (stock), and
   (b) `tunix_ppo_ext.ops.logps_and_entropy(chunk_size=N)`,
-and of `sum(full_kl_divergence)` unchunked vs chunked, and prints XLA's
+and of `sum(full_kl_divergence)` unchunked vs chunked; then, from bf16 hidden states
+`[B, T, --hidden]` and a bf16 head `[--hidden, V]`, (c) the unfused head (the model's
+logits, then (b)) against (d) the fused head `tunix_ppo_ext.ops.fused_logps_and_entropy`
+(gradients w.r.t. hidden states and head); and prints XLA's
 `memory_analysis().temp_size_in_bytes` (compile only: nothing runs at the full shape).
 The numerical comparison runs at the smaller `--check-shape` (full-shape execution
 of the stock path needs ~14 GiB of temporaries plus the inputs).
 
-  python bench/logits_memory.py [--batch 2 --seq 2048 --vocab 151936 --chunk-size 128]
+  python bench/logits_memory.py [--batch 2 --seq 2048 --vocab 151936 --chunk-size 128
+                                 --hidden 1024]
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 from tunix.rl.algo_core import compute_entropy_from_logits
 from tunix.rl.common import selective_log_softmax
 
-from tunix_ppo_ext.ops import full_kl_divergence, logps_and_entropy
+from tunix_ppo_ext.ops import full_kl_divergence, fused_logps_and_entropy, logps_and_entropy
 
 GIB = 2.0**30
 
@@ -51,17 +55,35 @@ def kl_loss(chunk_size: int):
   return loss
 
 
+def head_loss(chunk_size: int, fused: bool):
+  """From hidden states: the fused head, or the model's logits then `chunked_loss`."""
+
+  def loss(hidden: jax.Array, head: jax.Array, ids: jax.Array):
+    if fused:
+      logp, ent = fused_logps_and_entropy(hidden, head, ids, chunk_size=chunk_size)
+      return jnp.sum(logp) + jnp.sum(ent)
+    logits = jnp.einsum("btd,dv->btv", hidden, head)  # bf16, as a model writes them
+    return chunked_loss(chunk_size)(logits, ids)[0]
+
+  return loss
+
+
 def temp_gib(fn, *args) -> float:
   """XLA temporary bytes (GiB) of `jit(fn)` compiled for `args` (arrays or ShapeDtypeStructs)."""
   return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes / GIB
 
 
-def memory_table(shape: tuple[int, int, int], chunk_size: int) -> dict[str, float]:
+def memory_table(shape: tuple[int, int, int], chunk_size: int, hidden: int) -> dict[str, float]:
   b, t, v = shape
   x = jax.ShapeDtypeStruct(shape, jnp.bfloat16)
   ids = jax.ShapeDtypeStruct((b, t), jnp.int32)
+  h = jax.ShapeDtypeStruct((b, t, hidden), jnp.bfloat16)
+  w = jax.ShapeDtypeStruct((hidden, v), jnp.bfloat16)
   vg = lambda f: jax.value_and_grad(f, has_aux=True)  # noqa: E731
+  head = lambda fused: jax.value_and_grad(head_loss(chunk_size, fused), (0, 1))  # noqa: E731
   return {
+    "head_unfused": temp_gib(head(False), h, w, ids),
+    "head_fused": temp_gib(head(True), h, w, ids),
     "stock": temp_gib(vg(stock_loss), x, ids),
     "chunked": temp_gib(vg(chunked_loss(chunk_size)), x, ids),
     "kl_plain": temp_gib(jax.value_and_grad(kl_loss(0)), x, x),
@@ -113,6 +135,7 @@ def main() -> None:
   parser.add_argument("--seq", type=int, default=2048)
   parser.add_argument("--vocab", type=int, default=151936)
   parser.add_argument("--chunk-size", type=int, default=128)
+  parser.add_argument("--hidden", type=int, default=1024, help="hidden width (Qwen3-0.6B: 1024)")
   parser.add_argument(
     "--check-shape",
     type=parse_shape,
@@ -135,9 +158,9 @@ def main() -> None:
     f"chunk_size={args.chunk_size}"
   )
   start = time.perf_counter()
-  mem = memory_table(shape, args.chunk_size)
+  mem = memory_table(shape, args.chunk_size, args.hidden)
   print(f"(compile-only memory analysis: {time.perf_counter() - start:.1f} s)")
-  print(f"{'value_and_grad path':<44}{'temp GiB':>10}{'ratio':>9}")
+  print(f"{'value_and_grad path':<52}{'temp GiB':>10}{'ratio':>9}")
   rows = [
     ("(a) tunix selective_log_softmax+entropy", mem["stock"], 1.0),
     (
@@ -152,12 +175,20 @@ def main() -> None:
       mem["kl_plain"] / mem["kl_chunked"],
     ),
   ]
+  rows += [
+    (f"(c) hidden {args.hidden} -> bf16 logits -> (b)", mem["head_unfused"], 1.0),
+    (
+      f"(d) fused_logps_and_entropy(chunk_size={args.chunk_size})",
+      mem["head_fused"],
+      mem["head_unfused"] / mem["head_fused"],
+    ),
+  ]
   for name, gib, ratio in rows:
-    print(f"{name:<44}{gib:>10.3f}{ratio:>8.1f}x")
-  print(f"{'(floor) size of the bf16 gradient output':<44}{grad_gib:>10.3f}")
+    print(f"{name:<52}{gib:>10.3f}{ratio:>8.1f}x")
+  print(f"{'(floor) size of the bf16 gradient output':<52}{grad_gib:>10.3f}")
 
   for c in [int(s) for s in args.sweep.split(",") if s]:
-    m = memory_table(shape, c)
+    m = memory_table(shape, c, args.hidden)
     check = jax.jit(jax.value_and_grad(chunked_loss(c), has_aux=True))
     x = jnp.zeros(args.check_shape, jnp.bfloat16)
     ids = jnp.zeros(args.check_shape[:2], jnp.int32)
