@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from tunix.rl.agentic.environments import base_environment
 from tunix.rl.agentic.environments.tool_environment import ToolEnvironment
+from tunix.rl.agentic.parser.tool_parser import tool_parser_base
 from tunix.rl.agentic.rewards import reward as tunix_rewards
+from tunix.rl.agentic.tools import base_tool
 from tunix.rl.agentic.tools.calculator_tool import CalculatorTool
 
 from tests.conftest import param_leaf, record_turns, rollout_cluster
@@ -69,6 +71,32 @@ def test_the_tool_prompt_is_tunix_s_and_bad_calls_do_not_crash():
   for _ in range(2):
     *_, terminated, _, _ = env.step(CALL)
   assert env.step(CALL)[2] is True  # tunix's max_steps=3 ends the episode
+
+
+class BracketParser(tool_parser_base.ToolParser):
+  """A user's own call format, `[calculator a b op]`, as a tunix `ToolParser` subclass."""
+
+  def parse(self, model_response):
+    inside = model_response.strip()
+    if not (inside.startswith("[calculator ") and inside.endswith("]")):
+      return []
+    a, b, op = inside[len("[calculator ") : -1].split()
+    return [base_tool.ToolCall(name="calculator", arguments={"a": int(a), "b": int(b), "op": op})]
+
+  def get_tool_prompt(self, tools, *, schema_style="openai"):
+    return "call: [calculator A B OP]"
+
+
+def test_a_user_s_own_tool_parser_is_used_and_a_bad_name_is_named():
+  for parser in (BracketParser, BracketParser()):
+    env = make_tool_env(parser=parser)
+    prompt, _ = env.reset(0)
+    assert prompt == "call: [calculator A B OP]\n8*7=?"
+    observation, _, terminated, _, info = env.step("[calculator 3 4 *]")
+    assert observation == "<tool_response>12</tool_response>" and info["tool_calls"] == 1
+    assert not terminated
+  with pytest.raises(ValueError, match=r"parser='qwn' is not a tool parser in tunix's registry"):
+    make_tool_env(parser="qwn")
 
 
 class CountdownToZero(base_environment.BaseTaskEnv):

@@ -8,8 +8,10 @@ tunix's tools, `TaskEnvironment`) behind this package's `Environment` protocol, 
   tool prompt of tunix's parser (`tool_prompt=True`, for environments with tools); a tool
   result becomes `<tool_response>OUTPUT</tool_response>` per call. Observations are
   attended, never trained (the rollout's loss mask).
-- Replies: parsed by tunix's own tool parser (`parser`, tunix's registry name, default
-  `qwen`: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`). With tool calls the
+- Replies: parsed by a tunix tool parser (`parser`: a name in tunix's registry, default
+  `qwen`: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; or your own subclass
+  of tunix's `ToolParser`, class or instance, for another call format: tunix has no public
+  way to add a name to its registry, and none is needed). With tool calls the
   environment runs them; without, the reply is a `finish` call with the reply as its
   response, as tunix's `ToolAgent` does (environments without tools get the reply text).
 - Rewards: the environment's (a `RewardOutput`'s `reward`), as turn rewards. `done` ends the
@@ -25,9 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 from tunix.rl.agentic.environments import base_environment
-from tunix.rl.agentic.parser.tool_parser import tool_parser_registry
+from tunix.rl.agentic.parser.tool_parser import tool_parser_base, tool_parser_registry
 from tunix.rl.agentic.rewards import reward_types
 
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
 
 RESPONSE = "<tool_response>{}</tool_response>"
@@ -44,6 +47,27 @@ def observation_text(observation: Any) -> str:
   return str(observation)
 
 
+def tool_parser(parser: Any) -> tool_parser_base.ToolParser:
+  """A tunix `ToolParser` from a registry name, a `ToolParser` subclass or an instance."""
+  if isinstance(parser, tool_parser_base.ToolParser):
+    return parser
+  if isinstance(parser, type) and issubclass(parser, tool_parser_base.ToolParser):
+    return parser()
+  if isinstance(parser, str):
+    try:
+      return tool_parser_registry.get_tool_parser(parser)()
+    except ValueError:
+      raise ConfigError(
+        f"parser={parser!r} is not a tool parser in tunix's registry (e.g. 'qwen', "
+        "'gemini'); for another format pass your own subclass of tunix's "
+        "tool_parser_base.ToolParser"
+      ) from None
+  raise ConfigError(
+    f"parser={parser!r}: must be a name in tunix's tool-parser registry or a tunix "
+    "tool_parser_base.ToolParser (class or instance)"
+  )
+
+
 class TunixEnv:
   """A tunix agentic environment as a text `Environment` (see the module docstring).
 
@@ -51,7 +75,8 @@ class TunixEnv:
     make_env: `seed -> tunix BaseEnv`, one fresh environment per episode.
     name: the name in errors and metrics.
     max_return: the best episode return (for the summary).
-    parser: tunix's tool-parser name (`tool_parser_registry`).
+    parser: tunix's tool-parser name (`tool_parser_registry`), or a subclass (or
+      instance) of tunix's `tool_parser_base.ToolParser`.
     tool_prompt: put the parser's tool prompt before the first observation.
     success_reward: see the module docstring (None: no success reported).
   """
@@ -62,13 +87,13 @@ class TunixEnv:
     *,
     name: str = "tunix",
     max_return: float = 1.0,
-    parser: str = "qwen",
+    parser: str | type[tool_parser_base.ToolParser] | tool_parser_base.ToolParser = "qwen",
     tool_prompt: bool = True,
     success_reward: float | None = None,
   ):
     self.make_env = make_env
     self.name, self.max_return = name, float(max_return)
-    self.parser = tool_parser_registry.get_tool_parser(parser)()
+    self.parser = tool_parser(parser)
     self.tool_prompt, self.success_reward = tool_prompt, success_reward
     self.env: base_environment.BaseEnv | None = None
 
