@@ -77,6 +77,16 @@ def test_a_tokenizer_that_changes_the_text_is_refused_naming_its_directory(tmp_p
   assert "changes the text it encodes" in err[0]
 
 
+def test_a_dotted_key_inside_a_section_keeps_the_section_s_other_defaults():
+  """`optim.actor`'s own default is a cosine decay to a tenth: setting one of its keys, in
+  an override or a config file's partial section, keeps the rest of it."""
+  for config in (None, str(CONFIGS / "smoke.yaml")):
+    actor = load_run_config(config, ["optim.actor.clip_grad_norm=1.0"]).optim.actor
+    assert (actor.clip_grad_norm, actor.schedule, actor.min_lr_ratio) == (1.0, "cosine", 0.1)
+  critic = load_run_config(None, ["optim.critic.schedule=linear"]).optim.critic
+  assert (critic.schedule, critic.min_lr_ratio) == ("linear", 0.0)  # the critic's default
+
+
 def test_missing_config_file(tmp_path, capsys):
   assert cli.main(["train", "--config", str(tmp_path / "nope.yaml")]) == 2
   assert "no such file" in capsys.readouterr().err

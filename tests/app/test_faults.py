@@ -113,6 +113,27 @@ def test_a_rerun_with_another_model_is_refused_before_anything_is_overwritten(fi
   assert (finished / "config.json").read_text() == saved
 
 
+@pytest.mark.parametrize(
+  "override, listed",
+  [
+    ("optim.actor.clip_grad_norm=1.0", "optim.actor.clip_grad_norm: None -> 1.0"),
+    ("optim.critic.name=adamw", "optim.critic.name: 'adam' -> 'adamw'"),
+    ("batch.gradient_accumulation_steps=2", "batch.gradient_accumulation_steps: None -> 2"),
+  ],
+)
+def test_a_rerun_that_changes_the_optimizer_state_s_structure_is_refused(
+  finished, capsys, override, listed
+):
+  """orbax could not restore such a state: refused before anything is touched, never
+  taken for a damaged checkpoint (which would set every checkpoint aside)."""
+  saved = (finished / "config.json").read_text()
+  assert cli.main(smoke_args(finished, "train.steps=2", override)) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert f"({listed} changes the optimizer state's structure)" in err, err
+  assert (finished / "config.json").read_text() == saved
+  assert not (finished / "checkpoints" / "damaged").exists()
+
+
 def test_a_rerun_asking_for_fewer_steps_than_done_is_refused(finished, capsys):
   assert cli.main(smoke_args(finished, "train.steps=1")) == cli.EXIT_BAD_INPUT
   assert "'train.steps'=1 is below the checkpoint" in capsys.readouterr().err

@@ -128,6 +128,7 @@ RECIPE = [
   "optim.actor.clip_grad_norm=1.0",
   "optim.actor.schedule=linear",
   "optim.actor.warmup_steps=2",
+  "optim.actor.min_lr_ratio=0.0",  # the section's default decays to a tenth
   "optim.critic.schedule=cosine",
   "optim.critic.min_lr_ratio=0.1",
   "sampling.eval_temperature=0.5",

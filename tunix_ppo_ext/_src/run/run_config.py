@@ -332,8 +332,12 @@ def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
   data[keys[-1]] = value
 
 
-def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
-  """Instantiates dataclass `cls` from `data`, checking keys and types recursively."""
+def _build(cls: type, data: dict[str, Any], prefix: str, default: Any = None) -> Any:
+  """Instantiates dataclass `cls` from `data`, checking keys and types recursively.
+
+  Keys `data` leaves out keep `default`'s values (a section's own default, e.g. the
+  actor's cosine schedule in `optim.actor`, not the field type's), also inside nested
+  sections: `optim.actor.clip_grad_norm=1.0` changes that one key."""
   if not isinstance(data, dict):
     raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
   fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -343,16 +347,27 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     if key not in fields:
       hint = did_you_mean(key, fields, n=3)
       raise ConfigError(f"unknown config key {prefix + key!r}{hint} (valid: {sorted(fields)})")
-    kwargs[key] = _check_type(prefix + key, value, hints[key])
-  instance = cls(**kwargs)
+    nested = getattr(default, key) if default is not None else _field_default(fields[key])
+    kwargs[key] = _check_type(prefix + key, value, hints[key], nested)
+  instance = cls(**kwargs) if default is None else dataclasses.replace(default, **kwargs)
   if cls is RunConfig:
     _validate_run(instance)
   return instance
 
 
-def _check_type(name: str, value: Any, hint: Any) -> Any:
+def _field_default(field: dataclasses.Field) -> Any:
+  """A dataclass field's default value (its factory's product); None without one."""
+  if field.default is not dataclasses.MISSING:
+    return field.default
+  if field.default_factory is not dataclasses.MISSING:
+    return field.default_factory()
+  return None
+
+
+def _check_type(name: str, value: Any, hint: Any, default: Any = None) -> Any:
   if dataclasses.is_dataclass(hint):
-    return _build(hint, value, prefix=name + ".")
+    base = default if isinstance(default, hint) else None
+    return _build(hint, value, prefix=name + ".", default=base)
   if name == "ppo":
     return _check_ppo(value)
   origin = typing.get_origin(hint)

@@ -5,7 +5,10 @@
 - `check_rerun`: before anything is overwritten, a rerun into a directory with
   checkpoints is compared with its saved `config.json`. Settings the checkpoints depend on
   (`FIXED`: the model, its tokenizer, the environment, the estimator, the batch and the
-  seed) must not change: the differences are listed in one error. Others (steps,
+  seed) must not change, nor may an optimizer setting that changes the structure of the
+  optimizer state the checkpoints hold (`optim.<role>.name`, clipping on or off, gradient
+  accumulation: orbax could not restore it): the differences are listed in one error.
+  Others (steps,
   learning rates, logging, ...) may: they are applied and appended to
   `config_history.jsonl`. A checkpoint beyond `train.steps` is an error too.
 """
@@ -18,8 +21,12 @@ import pathlib
 import time
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics.sinks import write_atomically
+from tunix_ppo_ext._src.tunix.cluster.optimizers import OptimizerSpec, build_optimizer
 
 FIXED = (
   "model",
@@ -29,6 +36,8 @@ FIXED = (
   "ppo.advantage_estimator",
   "ppo.num_generations",
 )
+# tunix wraps the optimizer in optax.MultiSteps when it accumulates gradients
+ACCUMULATION = ("batch.train_micro_batch_size", "batch.gradient_accumulation_steps")
 LOCK = ".lock"
 HISTORY = "config_history.jsonl"
 
@@ -47,6 +56,24 @@ def _fixed(key: str) -> bool:
   return any(key == f or key.startswith(f + ".") for f in FIXED)
 
 
+def _state_structure(spec: dict[str, Any]) -> str:
+  """The tree structure of the optimizer state `spec` builds (learning rate and steps do
+  not change it; a stand-in parameter does for any model)."""
+  optimizer = build_optimizer(OptimizerSpec(**spec), 1e-3, 1)
+  params = {"w": jax.ShapeDtypeStruct((1,), jnp.float32)}
+  return str(jax.tree.structure(jax.eval_shape(optimizer.init, params)))
+
+
+def _restructuring(changed: dict[str, Any], saved: dict, requested: dict) -> set[str]:
+  """The changed keys that would give the checkpoints' optimizer state another structure."""
+  keys = {k for k in changed if k in ACCUMULATION}
+  for role, spec in (saved.get("optim") or {}).items():
+    mine = [k for k in changed if k.startswith(f"optim.{role}.")]
+    if mine and _state_structure(spec) != _state_structure(requested["optim"][role]):
+      keys.update(mine)
+  return keys
+
+
 def check_rerun(out: pathlib.Path, config: dict[str, Any], checkpoint_step: int | None) -> None:
   """Refuses a rerun that changes a `FIXED` setting or asks for fewer steps than are done;
   records the other changes in `config_history.jsonl`. Writes `config.json` last.
@@ -62,9 +89,14 @@ def check_rerun(out: pathlib.Path, config: dict[str, Any], checkpoint_step: int 
       for k in sorted(saved.keys() | requested.keys())
       if saved.get(k) != requested.get(k)
     }
-    refused = {k: v for k, v in changed.items() if _fixed(k)}
+    saved_config = json.loads(saved_file.read_text())
+    optimizer = _restructuring(changed, saved_config, config)
+    refused = {k: v for k, v in changed.items() if _fixed(k) or k in optimizer}
     if refused:
-      listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in refused.items())
+      listed = "; ".join(
+        f"{k}: {a!r} -> {b!r}" + (" changes the optimizer state's structure" * (k in optimizer))
+        for k, (a, b) in refused.items()
+      )
       raise ConfigError(
         f"output dir {str(out)!r} holds checkpoints of another run ({listed}); use another "
         "--output-dir, or the saved settings to resume"
