@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.ops.test_shaping import ref_normalize
+from tunix_ppo_ext._src.checks import whole_share
 from tunix_ppo_ext._src.data.score_shaping import (
   filter_groups,
   normalize_batch_scores,
@@ -84,6 +85,22 @@ def test_filtering_keeps_the_groups_with_the_largest_spread():
   assert same is b and stats["kept_frac"] == 1.0
   with pytest.raises(ValueError, match=r"keep_ratio=0.5 of 3 groups is 1.5 groups"):
     filter_groups(b, 0.5)
+
+
+def test_a_ratio_whole_up_to_float_rounding_keeps_that_many_groups():
+  assert 0.28 * 50 != 14 and whole_share(0.28, 50) == 14  # 14.000000000000002
+  assert whole_share(0.3, 8) is None and whole_share(1 / 3, 3) == 1
+  ones = np.ones((100, 1), int)
+  many = TrajectoryBatch(  # 50 groups of 2 one-token episodes
+    prompt_ids=ones,
+    completion_ids=ones,
+    attention_mask=ones,
+    loss_mask=ones,
+    token_rewards=np.random.default_rng(0).normal(size=(100, 1)).astype(np.float32),
+    group_ids=np.repeat(np.arange(50), 2),
+  )
+  filtered, stats = filter_groups(many, 0.28)
+  assert filtered.loss_mask.any(1).sum() == 28 and stats["kept_frac"] == pytest.approx(0.28)
 
 
 def ref_penalize(rewards: np.ndarray, malformed: np.ndarray, penalty: float) -> np.ndarray:

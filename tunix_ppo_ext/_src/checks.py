@@ -71,3 +71,11 @@ def check_integer(name: str, value: object, low: int) -> int:
   if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
     raise ConfigError(f"{name}={value!r} is invalid: must be an integer >= {low}.")
   return int(value)
+
+
+def whole_share(ratio: float, total: int) -> int | None:
+  """`ratio * total` as an int when it is whole up to float rounding (`0.28 * 50` is
+  14.000000000000002), else None."""
+  share = ratio * total
+  nearest = round(share)
+  return nearest if math.isclose(share, nearest, rel_tol=1e-9, abs_tol=1e-9) else None

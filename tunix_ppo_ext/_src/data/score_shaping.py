@@ -19,6 +19,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from tunix_ppo_ext._src.checks import whole_share
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.math.score_norm import normalize_scores, top_spread_groups
 
@@ -85,8 +86,8 @@ def filter_groups(
   in_group_std, kept_in_group_std}` (means over groups)."""
   ids = segment_ids(batch, "group")
   num_groups = int(ids.max()) + 1 if len(ids) else 0
-  keep = int(round(keep_ratio * num_groups))
-  if keep_ratio * num_groups != keep or keep < 1:
+  keep = whole_share(keep_ratio, num_groups)
+  if keep is None or keep < 1:
     raise ValueError(
       f"rollout filter keep_ratio={keep_ratio} of {num_groups} groups is "
       f"{keep_ratio * num_groups:g} groups: not a whole number >= 1"

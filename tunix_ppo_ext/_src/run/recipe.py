@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 import optax
 
-from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import (
+  ConfigError,
+  check_integer,
+  check_number,
+  did_you_mean,
+  whole_share,
+)
 from tunix_ppo_ext._src.data.score_shaping import (
   GROUPINGS,
   filter_groups,
@@ -238,13 +244,12 @@ def validate_filter(section: FilterSection, chunk: int, num_generations: int) ->
     hint = did_you_mean(section.by, FILTER_BY)
     raise ConfigError(f"config key 'filter.by'={section.by!r} unknown{hint} (valid: {FILTER_BY})")
   groups = chunk // num_generations
-  kept = section.keep_ratio * groups
-  if kept != round(kept):
+  if whole_share(section.keep_ratio, groups) is None:
     raise ConfigError(
       f"config key 'filter.keep_ratio'={section.keep_ratio} keeps {section.keep_ratio} x "
-      f"{groups} groups = {kept:g}, not a whole number: the learner receives rollouts in chunks "
-      f"of {chunk} episodes (train.batch_size, or the batch section's micro-batches) = {groups} "
-      f"groups of ppo.num_generations={num_generations}"
+      f"{groups} groups = {section.keep_ratio * groups:g}, not a whole number: the learner "
+      f"receives rollouts in chunks of {chunk} episodes (train.batch_size, or the batch "
+      f"section's micro-batches) = {groups} groups of ppo.num_generations={num_generations}"
     )
 
 
