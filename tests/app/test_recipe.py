@@ -142,6 +142,11 @@ RECIPE = [
 ]
 
 
+def test_a_warm_up_as_long_as_the_run_is_pointed_out():
+  with pytest.warns(UserWarning, match=r"optim.critic.warmup_steps=5 is not below train.steps=5"):
+    load_run_config(None, ["train.steps=5", "optim.critic.warmup_steps=5"])
+
+
 def test_a_short_run_shows_the_schedules_the_batching_and_the_eval_temperature(tmp_path):
   run = load_run_config(str(SMOKE), [f"output_dir={tmp_path}", "wandb=disabled", *RECIPE])
   summary = job.train(run)

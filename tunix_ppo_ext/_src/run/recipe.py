@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -419,10 +420,17 @@ def validation_source(source: Any, section: ValidationSection, evaluation: Any) 
   return WrappedSource(source, validated)
 
 
-def validate_optim(section: OptimSection) -> None:
-  """Each optimizer's keys, by name (`optim.actor.<key>`, `optim.critic.<key>`)."""
-  section.actor.validate("optim.actor")
-  section.critic.validate("optim.critic")
+def validate_optim(section: OptimSection, steps: int) -> None:
+  """Each optimizer's keys, by name (`optim.actor.<key>`, `optim.critic.<key>`); a warning
+  for a warm-up of at least the run's `steps` updates (the peak rate is never reached)."""
+  for role, spec in (("actor", section.actor), ("critic", section.critic)):
+    spec.validate(f"optim.{role}")
+    if spec.warmup_steps >= steps:
+      warnings.warn(
+        f"optim.{role}.warmup_steps={spec.warmup_steps} is not below train.steps={steps}: "
+        f"the {role}'s learning rate never reaches its peak",
+        stacklevel=2,
+      )
 
 
 def validate_sampling(section: SamplingSection) -> None:

@@ -648,7 +648,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   _validate_env_mix(run, num_generations)
   for entry in run.envs:
     _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
-  recipe.validate_optim(run.optim)
+  recipe.validate_optim(run.optim, run.train.steps)
   recipe.validate_sampling(run.sampling)
   recipe.validate_shaping(run.shaping)
   sizes = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
