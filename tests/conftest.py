@@ -287,6 +287,22 @@ def save_hf_tokenizer(directory: pathlib.Path, alphabet: str) -> None:
   ).save_pretrained(directory)
 
 
+def save_byte_level_tokenizer(directory: pathlib.Path, vocab_size: int = 270) -> None:
+  """A byte-level BPE tokenizer (as Qwen2's and Llama 3's are) trained offline on a few
+  environment texts: every byte is a token, so any text round-trips, also when
+  transformers loads it as the `Qwen2Tokenizer` a `qwen2` config.json picks."""
+  from tokenizers import ByteLevelBPETokenizer
+  from transformers import PreTrainedTokenizerFast
+
+  bpe = ByteLevelBPETokenizer()
+  corpus = ["see c! take? cash? ok k", "use 1 2 3 to make 4", "##.. g.bp pfff"] * 10
+  special = ["<pad>", "<s>", "</s>"]
+  bpe.train_from_iterator(corpus, vocab_size=vocab_size, special_tokens=special)
+  PreTrainedTokenizerFast(
+    tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+  ).save_pretrained(directory)
+
+
 SMOKE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from flax import nnx
 
-from tests.conftest import SMOKE, save_hf_tokenizer
+from tests.conftest import SMOKE, save_byte_level_tokenizer
 from tests.tunix.hf_fixtures import (
   FAMILIES,
   hf_hidden,
@@ -126,9 +126,11 @@ def test_ppo_steps_train_each_family_through_the_job(family, tmp_path):
   layers = {"num_hidden_layers": 2}  # Gemma's global layer is checked by the logits test
   # qwen2 in bfloat16, as real instruct checkpoints are (GAE's guarded optimizers included)
   bf16 = family == "qwen2"
+  if family == "qwen2":  # room for a byte-level tokenizer's ids (and padding)
+    layers["vocab_size"] = 288
   directory = write_checkpoint(tmp_path / "ckpt", family, seed=3, bfloat16=bf16, **layers)
   if family == "qwen2":  # a tokenizer in the checkpoint directory is used by default
-    save_hf_tokenizer(directory, "abcehikstw!?. ")
+    save_byte_level_tokenizer(directory)  # byte-level BPE, as Qwen2's own
   run, out = _run_config(tmp_path, directory)
   assert tokenizer_directory(run.model) == (str(directory) if family == "qwen2" else None)
   learner, batches, eval_batches, _ = job.build_run(run, out)
