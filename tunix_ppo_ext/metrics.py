@@ -3,13 +3,25 @@
 `published_key` maps tunix's and this package's metric names to the grouped keys
 (`train/`, `eval/`, `actor/`, `critic/`, `timing_s/`); `read_jsonl` and `read_tensorboard`
 read a run's `metrics.jsonl` and TensorBoard events back; `plot_run` draws `curves.png`.
+`EchoTrapRule` and `echo_trap_step` detect RAGEN's multi-turn collapse in a run's rows
+(`EchoTrapWatch` does it while the main job trains, warning with `EchoTrapWarning`).
 """
 
+from tunix_ppo_ext._src.metrics.collapse import (
+  EchoTrapRule,
+  EchoTrapWarning,
+  EchoTrapWatch,
+  echo_trap_step,
+)
 from tunix_ppo_ext._src.metrics.keys import known_keys, published_key
 from tunix_ppo_ext._src.metrics.plot import plot_run, plot_spread
 from tunix_ppo_ext._src.metrics.sinks import jsonl_sink, read_jsonl, read_tensorboard
 
 __all__ = [
+  "EchoTrapRule",
+  "EchoTrapWarning",
+  "EchoTrapWatch",
+  "echo_trap_step",
   "jsonl_sink",
   "known_keys",
   "plot_run",

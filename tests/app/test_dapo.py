@@ -1,6 +1,6 @@
 """The run config's `dapo` section: each key's error, the agent-token budget, and the source
 wrapper (penalty and rounds on training batches, evaluation untouched). The CLI run with
-both pieces on is `tests/tunix/test_policy_losses.py::test_cli_trains_with_every_registered_loss`.
+both pieces on is `tests/tunix/test_policy_losses.py::test_cli_trains_with_the_registered_losses`.
 """
 
 import numpy as np

@@ -45,14 +45,15 @@ def test_smoothing_is_a_trailing_mean(values):
 
 
 def test_variant_row_statistics():
-  keys = ("final_return", "max_return", "steps_to_reach", "peak_drop", "wall_s")
-  rows = [(1.0, 1.25, 10, 0.2, 3), (0.5, 1.25, None, 0.0, 5)]
+  keys = ("final_return", "max_return", "steps_to_reach", "peak_drop", "echo_trap_step", "wall_s")
+  rows = [(1.0, 1.25, 10, 0.2, None, 3), (0.5, 1.25, None, 0.0, 7, 5)]
   results = [dict(zip(keys, row, strict=True)) for row in rows]
   row = sweep.variant_row("x", results)
   assert row["final_mean"] == 0.75 and row["final_std"] == 0.25 and row["final_min"] == 0.5
   assert row["reached"] == 1 and row["steps_to_reach_mean"] == 10.0
-  assert row["peak_drop_max"] == 0.2 and row["wall_s_mean"] == 4.0
-  assert "| x | 2 | 0.750 | 0.250 | 0.500 | 1/2 | 10 | 0.200 | 4.0 |" in sweep.markdown_table([row])
+  assert row["peak_drop_max"] == 0.2 and row["wall_s_mean"] == 4.0 and row["echo_trap"] == 1
+  table = sweep.markdown_table([row])
+  assert "| x | 2 | 0.750 | 0.250 | 0.500 | 1/2 | 10 | 0.200 | 1/2 | 4.0 |" in table
 
 
 def test_sweep_runs_seeds_without_a_critic_and_they_resume(tmp_path, monkeypatch):

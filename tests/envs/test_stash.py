@@ -63,6 +63,42 @@ def test_random_policies_score_low():
   assert char_return < 0.05 * env.max_return
 
 
+def replaying(replies):
+  """A policy that gives `replies` in order."""
+  turns = iter(replies)
+  return lambda env, observation: next(turns)
+
+
+def test_noisy_payouts_are_bounded_reproducible_and_unbiased():
+  """`reward_noise`: each take or stash pays its base reward plus a draw in [-noise, noise],
+  the same on a rerun of the seed, different across seeds, and right on average."""
+  noise, turns = 0.5, 9
+  env = StashEnv(num_turns=turns, reward_noise=noise)
+  assert env.max_return == pytest.approx(8 * 0.5 + 0.1)
+  rng = np.random.default_rng(0)
+  replies = [[str(r) for r in rng.choice(["t", "s"], turns - 1)] + ["c"] for _ in range(400)]
+  totals, offsets = [], []
+  for seed, episode in enumerate(replies):
+    _, rewards, infos = play(env, seed, replaying(episode))
+    assert play(env, seed, replaying(episode))[1] == rewards  # reproducible
+    expected = reference_rewards(episode)
+    per_turn = np.subtract(rewards[:-1], expected[:-1])  # the takes' draws
+    offsets += [d for d, r in zip(per_turn, episode, strict=False) if r == "t"]
+    stash_draws = rewards[-1] - expected[-1]  # the sum of the stashes' draws
+    assert abs(stash_draws) <= noise * episode.count("s") + 1e-9
+    assert infos[-1]["stashed"] == episode.count("s")
+    totals.append(sum(rewards) - sum(expected))
+  offsets = np.asarray(offsets)
+  assert np.all(np.abs(offsets) <= noise) and offsets.std() > noise / 3  # uniform: noise/sqrt(3)
+  assert offsets.mean() == pytest.approx(0.0, abs=4 * noise / np.sqrt(3 * offsets.size))
+  assert abs(np.mean(totals)) < 4 * noise * np.sqrt(8 / 3 / len(totals))
+  first = play(env, 1, lambda env, observation: env.optimal_action())[1]
+  assert first != play(env, 2, lambda env, observation: env.optimal_action())[1]  # by chance
+  assert play(StashEnv(num_turns=turns), 1, lambda e, o: e.optimal_action())[1][-1] == (
+    pytest.approx(4.1)
+  )
+
+
 def test_misuse_raises_and_the_env_is_registered():
   env = StashEnv()
   with pytest.raises(RuntimeError, match="reset"):
@@ -75,6 +111,8 @@ def test_misuse_raises_and_the_env_is_registered():
     StashEnv(cash_reward=-0.1)
   with pytest.raises(ValueError, match=r"cash_reward='x' is invalid"):
     StashEnv(cash_reward="x")
+  with pytest.raises(ValueError, match=r"reward_noise=-0.5 is invalid"):
+    StashEnv(reward_noise=-0.5)
   with pytest.raises(ValueError, match=r"num_turns='3' is invalid"):
     StashEnv(num_turns="3")
   assert registry.RegistryView(registry.ENVIRONMENTS)["stash"] is StashEnv

@@ -93,6 +93,9 @@ def test_taxonomy_covers_the_documented_keys():
   documented = {
     *families,
     "train/truncated_frac",
+    "train/episode_return_std",
+    "train/in_group_return_std",
+    "train/echo_trap",
     "eval/return/mean",
     *(f"actor/{n}" for n in ("pg_loss", "entropy", "entropy_coef", "pg_clipfrac", "kl_coef")),
     *(f"actor/{n}" for n in ("pg_clipfrac_lower", "ppo_kl", "kl", "kl_loss", "grad_norm", "lr")),
@@ -174,6 +177,9 @@ def _reference_stats(mask, token_rewards, rewards, values, advantages, returns):
   for name, column in per_row.items():
     out |= {f"batch/{name}/min": min(column), f"batch/{name}/max": max(column)}
     out[f"batch/{name}/mean"] = sum(column) / len(column)
+  returns = per_row["episode_return"]
+  mean = sum(returns) / len(returns)
+  out["batch/episode_return_std"] = (sum((r - mean) ** 2 for r in returns) / len(returns)) ** 0.5
   return out
 
 
@@ -227,8 +233,10 @@ def test_episode_outcomes_of_a_multi_turn_source_are_used():
     num_turns=np.array([2, 3]),
     truncated=np.array([True, False]),
     turn_limited=np.array([False, False]),
+    group_ids=np.array([4, 4]),
   )
   assert got["batch/episode_return/mean"] == 0.625 and got["batch/num_turns/max"] == 3
+  assert got["batch/episode_return_std"] == got["batch/in_group_return_std"] == 0.375
   assert got["batch/truncated_frac"] == 0.5 and got["batch/turn_limit_frac"] == 0.0
 
 
@@ -313,6 +321,8 @@ def _expected_train_keys() -> set[str]:
   keys = {k for k in keys if k is not None and not k.startswith("eval/")}
   keys -= metric_keys.CONDITIONAL_KEYS  # rollout correction is off in the smoke config
   keys -= {"rollout/chat_template_mismatch"}  # only with env.chat_template (test_chat.py)
+  keys -= {"train/echo_trap"}  # once, where the Echo Trap rule fires (test_collapse.py)
+  keys -= {"train/in_group_return_std"}  # only with groups: the smoke config has groups of one
   return (keys - {RENAMED[0], DROPPED}) | {RENAMED[1]}
 
 

@@ -31,6 +31,7 @@ BATCH_FAMILIES = (
   "num_turns",
 )
 BATCH_SCALARS = ("truncated_frac", "turn_limit_frac", "success_rate")
+BATCH_SCALARS += ("episode_return_std", "in_group_return_std")
 # `env/<key>`: an environment's numeric `info` entries (`metrics.episodes`), `{mode}/env/<key>`
 ENV_INFO_PREFIX = "env/"
 CUSTOM_PREFIX = "custom"
@@ -75,6 +76,7 @@ TAXONOMY: dict[str, str | None] = {
   "learner/actor_nonfinite_skips": "actor/nonfinite_skips",
   "learner/critic_nonfinite_skips": "critic/nonfinite_skips",
   "learner/dropped_episodes": "{mode}/dropped_episodes",
+  "learner/echo_trap": "{mode}/echo_trap",  # `tunix_ppo_ext._src.metrics.collapse`
   "actor/learning_rate": "actor/lr",
   "actor/perplexity": None,  # exp(PPO loss) means nothing
   **{f"critic/{name}": f"critic/{name}" for name in _CRITIC},

@@ -55,6 +55,7 @@ def batch_statistics(
   num_turns: Any | None = None,
   truncated: Any | None = None,
   turn_limited: Any | None = None,
+  group_ids: Any | None = None,
 ) -> dict[str, float]:
   """Internal-name statistics of a batch of `B` rows and `T` completion tokens.
 
@@ -66,6 +67,10 @@ def batch_statistics(
     episode_returns, num_turns, truncated, turn_limited: optional `[B]` episode outcomes
       of a multi-turn source; without them the episode return is the score and an episode
       is one turn.
+    group_ids: optional `[B]` group of each row (episodes of one prompt); with it
+      `batch/in_group_return_std` is the mean over groups of two or more rows of the
+      population std of their episode returns (RAGEN's "reward std"; left out when every
+      group has one row). `batch/episode_return_std` is the whole batch's.
   """
   mask = np.asarray(loss_mask) > 0
   scores = np.asarray(token_rewards, np.float64).sum(-1)
@@ -74,9 +79,9 @@ def batch_statistics(
     stats |= min_mean_max(f"batch/{name}", np.asarray(per_token)[mask])
   stats |= min_mean_max("batch/score", scores)
   stats |= min_mean_max("batch/reward", np.asarray(rewards, np.float64).sum(-1))
-  stats |= min_mean_max(
-    "batch/episode_return", scores if episode_returns is None else episode_returns
-  )
+  outcomes = scores if episode_returns is None else np.asarray(episode_returns, np.float64)
+  stats |= min_mean_max("batch/episode_return", outcomes)
+  stats |= return_spread(outcomes, group_ids)
   stats |= min_mean_max("batch/response_length", mask.sum(-1))
   stats |= min_mean_max("batch/num_turns", np.ones_like(scores) if num_turns is None else num_turns)
   if truncated is not None and np.size(truncated):
@@ -84,6 +89,21 @@ def batch_statistics(
   if turn_limited is not None and np.size(turn_limited):
     stats["batch/turn_limit_frac"] = float(np.mean(turn_limited))
   return stats
+
+
+def return_spread(episode_returns: Any, group_ids: Any | None) -> dict[str, float]:
+  """`batch/episode_return_std` and, when some group has two or more rows,
+  `batch/in_group_return_std` (mean of the groups' population stds); {} for no row."""
+  values = np.asarray(episode_returns, np.float64).ravel()
+  if not values.size:
+    return {}
+  out = {"batch/episode_return_std": float(values.std())}
+  if group_ids is not None:
+    groups = np.asarray(group_ids).ravel()
+    stds = [values[groups == g].std() for g in np.unique(groups) if np.sum(groups == g) > 1]
+    if stds:
+      out["batch/in_group_return_std"] = float(np.mean(stds))
+  return out
 
 
 def tunix_statistics(

@@ -26,6 +26,7 @@ from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.data.trajectory import episode_batches
 from tunix_ppo_ext._src.envs import base as envs
+from tunix_ppo_ext._src.metrics import collapse
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import samples as sample_log
 from tunix_ppo_ext._src.metrics import sinks as metrics
@@ -77,7 +78,7 @@ def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
   train = run.train
   keys = dataclasses.replace(run.metrics.keys(), updates_per_batch=resolved.updates_per_batch)
   wandb_sinks: list[metrics.WandbSink] = []  # tunix's logger builds it; samples use it too
-  backends = _metric_backends(run, output_dir, wandb_sinks)
+  backends = _metric_backends(run, keys, output_dir, wandb_sinks)
   sampling, eval_sampling = recipe.sampling_kwargs(run.sampling)
   cluster = build_cluster(
     policy,
@@ -111,15 +112,19 @@ def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
 
 
 def _metric_backends(
-  run: RunConfig, output_dir: pathlib.Path, wandb_sinks: list[metrics.WandbSink]
+  run: RunConfig,
+  keys: metric_keys.MetricKeys,
+  output_dir: pathlib.Path,
+  wandb_sinks: list[metrics.WandbSink],
 ) -> list[Callable[[], Any]]:
-  """The run's metric sinks as factories (`metrics.jsonl`, the progress bar, W&B unless
-  disabled, which lands in `wandb_sinks` when built, and the configured plugin sinks)."""
-  keys = run.metrics.keys()
+  """The run's metric sinks as factories (`metrics.jsonl`, the progress bar, the Echo Trap
+  watch, W&B unless disabled, which lands in `wandb_sinks` when built, and the configured
+  plugin sinks)."""
   shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
   backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
     lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
     lambda: metrics.ProgressBackend(run.train.steps, shown),
+    lambda: collapse.EchoTrapWatch(keys),
   ]
   if run.wandb != "disabled":
     config = dataclasses.asdict(run)

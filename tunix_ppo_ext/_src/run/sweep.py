@@ -27,8 +27,9 @@ Per variant, over seeds: mean, std (population) and min of `final_return`; how m
 reached 0.9 of the environment's maximum on the smoothed return curve and after how many
 batches (rows of that curve; with `ppo.num_iterations=k` a batch is k of `train.steps`),
 the mean over the seeds that did; the largest drop from a seed's smoothed peak to its
-`final_return`; mean wall seconds. Smoothing is a trailing mean over a twentieth of the
-curve (at least one point).
+`final_return`; how many seeds' `metrics.jsonl` fire the Echo Trap rule
+(`tunix_ppo_ext._src.metrics.collapse`); mean wall seconds. Smoothing is a trailing mean
+over a twentieth of the curve (at least one point).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import numpy as np
 
 from tunix_ppo_ext._src.checks import ConfigError, check_integer
 from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.metrics.collapse import echo_trap_step
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl, write_atomically
 
 REACHED = 0.9  # share of the environment's max return that counts as solved
@@ -251,6 +253,7 @@ def seed_result(run_dir: pathlib.Path) -> dict[str, Any]:
     "curve": curve,
     "steps_to_reach": int(reached[0]) + 1 if reached.size else None,
     "peak_drop": float(smooth.max() - summary["final_return"]) if smooth.size else 0.0,
+    "echo_trap_step": echo_trap_step(rows),
   }
 
 
@@ -268,6 +271,7 @@ def variant_row(name: str, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     "reached": len(reached),
     "steps_to_reach_mean": float(np.mean(reached)) if reached else None,
     "peak_drop_max": float(max(r["peak_drop"] for r in results)),
+    "echo_trap": sum(r["echo_trap_step"] is not None for r in results),
     "wall_s_mean": float(np.mean([r["wall_s"] for r in results])),
   }
 
@@ -276,8 +280,8 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
   """`table.md`: one line per variant."""
   header = (
     "| variant | seeds | final_return mean | std | min | reached 0.9 of max | batches to 0.9 "
-    "(mean) | max drop from peak | wall s (mean) |\n| --- | --- | --- | --- | --- | --- | --- "
-    "| --- | --- |\n"
+    "(mean) | max drop from peak | echo trap | wall s (mean) |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
   )
   lines = []
   for r in rows:
@@ -285,7 +289,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     lines.append(
       f"| {r['variant']} | {r['seeds']} | {r['final_mean']:.3f} | {r['final_std']:.3f} | "
       f"{r['final_min']:.3f} | {r['reached']}/{r['seeds']} | {steps} | "
-      f"{r['peak_drop_max']:.3f} | {r['wall_s_mean']:.1f} |"
+      f"{r['peak_drop_max']:.3f} | {r['echo_trap']}/{r['seeds']} | {r['wall_s_mean']:.1f} |"
     )
   return header + "\n".join(lines) + "\n"
 

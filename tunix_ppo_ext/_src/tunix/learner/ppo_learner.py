@@ -469,9 +469,7 @@ class PpoExtLearner(compat.LearnerHooks):
     name = config.advantage_estimator
     if registry.has(registry.ADVANTAGE_ESTIMATORS, name):
       scores = jnp.sum(rewards * loss_mask, axis=-1)
-      group_ids = batch.group_ids
-      if group_ids is None:
-        group_ids = contiguous_group_ids(scores.shape[0], config.num_generations)
+      group_ids = self._group_ids(batch)
       return protocols.call_estimator(
         registry.get(registry.ADVANTAGE_ESTIMATORS, name),
         rewards=rewards,
@@ -493,6 +491,12 @@ class PpoExtLearner(compat.LearnerHooks):
       gae_lambda=config.gae_lambda,
     )
 
+  def _group_ids(self, batch: TrajectoryBatch) -> np.ndarray:
+    """Each row's group: the source's, else consecutive runs of `num_generations` rows."""
+    if batch.group_ids is not None:
+      return np.asarray(batch.group_ids)
+    return contiguous_group_ids(len(batch.loss_mask), self.algo_config.num_generations)
+
   def _buffer_rollout_metrics(self, batch, rewards, values, advantages, returns, kl, timer, mode):
     """The batch statistics (`batch_stats`), reference KL, controller and critic fit."""
     mask = np.asarray(batch.loss_mask)
@@ -508,6 +512,7 @@ class PpoExtLearner(compat.LearnerHooks):
       num_turns=batch.num_turns,
       truncated=batch.truncated,
       turn_limited=batch.turn_limited,
+      group_ids=self._group_ids(batch),
     )
     if not self.has_critic:  # no critic values to describe
       stats = {k: v for k, v in stats.items() if "old_value" not in k}

@@ -1,0 +1,138 @@
+"""The Echo Trap rule: a plain reference of the documented rule, the live watch, the spread."""
+
+import warnings
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tunix_ppo_ext._src.metrics import collapse
+from tunix_ppo_ext._src.metrics.keys import MetricKeys
+from tunix_ppo_ext._src.metrics.sinks import KeyedBackend
+from tunix_ppo_ext._src.metrics.stats import return_spread
+
+STD, ENT, GRAD = collapse.GROUP_STD_KEY, collapse.ENTROPY_KEY, collapse.GRAD_KEY
+
+
+def reference_step(std, ent, grad, early=10, window=10, fs=0.25, fh=0.5, fg=2.0):
+  """The rule as the docs write it, one value of each signal per batch `b` (step b + 1):
+  medians of the first `early` and of the latest `window` values up to the batch."""
+  for b in range(len(std)):
+    n = b + 1
+    if n < early + window:
+      continue
+    s0, s1 = np.median(std[:early]), np.median(std[n - window : n])
+    h0, h1 = np.median(ent[:early]), np.median(ent[n - window : n])
+    g0, g1 = np.median(grad[:early]), np.median(grad[n - window : n])
+    if s1 < fs * s0 and h1 < fh * h0 and g1 > fg * g0:
+      return n
+  return None
+
+
+def rows_of(std, ent, grad, std_key=STD):
+  return [
+    {"step": b + 1, std_key: s, ENT: h, GRAD: g}
+    for b, (s, h, g) in enumerate(zip(std, ent, grad, strict=True))
+  ]
+
+
+def collapsing(n=60, at=30, noise=0.05, seed=0):
+  """Signals that hold until batch `at`, then the spread and entropy fall, gradients spike."""
+  rng = np.random.default_rng(seed)
+  t = np.arange(n)
+  after = t >= at
+  std = np.where(after, 0.05, 1.0) + noise * rng.random(n)
+  ent = np.where(after, 0.1, 1.0) + noise * rng.random(n)
+  grad = np.where(after, 5.0, 1.0) + noise * rng.random(n)
+  return std, ent, grad
+
+
+def test_a_collapse_fires_once_where_the_reference_does_and_a_solved_run_never():
+  std, ent, grad = collapsing()
+  step = collapse.echo_trap_step(rows_of(std, ent, grad))
+  assert step == reference_step(std, ent, grad) == 36  # the window's median turns at 6 of 10
+  solved_grad = np.where(np.arange(60) >= 30, 0.1, 1.0)  # converging: advantages vanish
+  assert collapse.echo_trap_step(rows_of(std, ent, solved_grad)) is None
+  assert reference_step(std, ent, solved_grad) is None
+  rows = rows_of(std, ent, grad, std_key=collapse.BATCH_STD_KEY)  # groups of one: the batch's
+  assert collapse.echo_trap_step(rows) == 36
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+  st.integers(20, 50),
+  st.integers(0, 2**31 - 1),
+  st.sampled_from([(10, 10), (5, 3), (1, 1)]),
+)
+def test_the_rule_matches_the_reference_on_random_series(n, seed, sizes):
+  rng = np.random.default_rng(seed)
+  std, ent, grad = (np.exp(rng.normal(0, 1.5, n)) for _ in range(3))
+  early, window = sizes
+  rule = collapse.EchoTrapRule(early=early, window=window)
+  got = collapse.echo_trap_step(rows_of(std, ent, grad), rule)
+  assert got == reference_step(std, ent, grad, early, window)
+
+
+def test_missing_and_non_finite_values_are_skipped_and_nonsense_rules_refused():
+  std, ent, grad = collapsing()
+  rows = rows_of(std, ent, grad)
+  rows[3][GRAD] = None  # a null (non-finite) value in metrics.jsonl
+  rows.insert(5, {"step": 5, "eval/episode_return/mean": 1.0})
+  kept = [(r[STD], r[ENT], r[GRAD]) for r in rows if r.get(GRAD) is not None]
+  expected = reference_step(*map(np.asarray, zip(*kept, strict=True)))
+  assert collapse.echo_trap_step(rows) == expected + 1  # one row fewer before it
+  assert collapse.echo_trap_step([]) is None
+  for bad in ({"early": 0}, {"window": 1.5}, {"std_frac": 2.0}, {"grad_spike": 0.5}):
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=f"{name}="):
+      collapse.EchoTrapRule(**bad)
+
+
+def test_the_watch_warns_once_and_logs_train_echo_trap_at_the_firing_step():
+  std, ent, grad = collapsing()
+  keys = MetricKeys(rename={"actor/entropy": "policy/entropy"}, updates_per_batch=2)
+  watch = collapse.EchoTrapWatch(keys)
+  seen: list[tuple[str, float, int]] = []
+
+  class Recorder:  # a second sink, as tunix's logger would hold it
+    def log_scalar(self, event, value, step=0):
+      seen.append((event, value, step))
+
+    def close(self):
+      pass
+
+  listeners = [KeyedBackend(watch, keys).log_scalar, KeyedBackend(Recorder(), keys).log_scalar]
+  for listener in listeners:
+    jax.monitoring.register_scalar_listener(listener)
+  try:
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      for b in range(len(std)):  # the learner's batch b, then the trainer's two updates
+        jax.monitoring.record_scalar("batch/train/in_group_return_std", std[b], step=b)
+        for update in (2 * b + 1, 2 * b + 2):
+          jax.monitoring.record_scalar("actor/train/entropy", ent[b], step=update)
+          jax.monitoring.record_scalar("actor/train/grad_norm", grad[b], step=update)
+  finally:
+    jax.monitoring.clear_event_listeners()
+  echo = [w for w in caught if issubclass(w.category, collapse.EchoTrapWarning)]
+  assert len(echo) == 1 and f"echo trap at step {watch.fired_at}:" in str(echo[0].message)
+  logged = [(step, value) for event, value, step in seen if event == "train/echo_trap"]
+  assert logged == [(watch.fired_at, 1.0)]
+  rows: dict[int, dict] = {}  # what metrics.jsonl holds: the recorded events, merged per step
+  for event, value, step in seen:
+    rows.setdefault(step, {"step": step})[event.replace("policy/", "actor/")] = value
+  assert watch.fired_at == collapse.echo_trap_step(rows.values())  # live == afterwards
+  assert (watch.fired_at - 1) % 2 == 0  # a learner batch's step, 2 updates per batch
+
+
+def test_return_spread_matches_numpy_on_awkward_groups():
+  returns = np.array([1.0, 3.0, 2.0, 2.0, 5.0])
+  groups = np.array([0, 0, 1, 1, 2])  # group 2 has one row: left out of the in-group mean
+  spread = return_spread(returns, groups)
+  assert spread["batch/episode_return_std"] == pytest.approx(np.std(returns))
+  assert spread["batch/in_group_return_std"] == pytest.approx(np.mean([1.0, 0.0]))
+  assert "batch/in_group_return_std" not in return_spread(returns, np.arange(5))
+  assert return_spread(np.array([]), None) == {}
+  assert "batch/in_group_return_std" not in return_spread(returns, None)
