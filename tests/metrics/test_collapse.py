@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import SMOKE
 from tunix_ppo_ext._src.metrics import collapse
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
-from tunix_ppo_ext._src.metrics.sinks import KeyedBackend
+from tunix_ppo_ext._src.metrics.sinks import KeyedBackend, read_jsonl
 from tunix_ppo_ext._src.metrics.stats import return_spread
+from tunix_ppo_ext._src.run import cli
 
 STD, ENT, GRAD = collapse.GROUP_STD_KEY, collapse.ENTROPY_KEY, collapse.GRAD_KEY
 
@@ -26,7 +28,7 @@ def reference_step(std, ent, grad, early=10, window=10, fs=0.25, fh=0.5, fg=2.0)
     s0, s1 = np.median(std[:early]), np.median(std[n - window : n])
     h0, h1 = np.median(ent[:early]), np.median(ent[n - window : n])
     g0, g1 = np.median(grad[:early]), np.median(grad[n - window : n])
-    if s1 < fs * s0 and h1 < fh * h0 and g1 > fg * g0:
+    if s1 <= fs * s0 and h1 <= fh * h0 and g1 > fg * g0:
       return n
   return None
 
@@ -84,7 +86,7 @@ def test_missing_and_non_finite_values_are_skipped_and_nonsense_rules_refused():
   expected = reference_step(*map(np.asarray, zip(*kept, strict=True)))
   assert collapse.echo_trap_step(rows) == expected + 1  # one row fewer before it
   assert collapse.echo_trap_step([]) is None
-  for bad in ({"early": 0}, {"window": 1.5}, {"std_frac": 2.0}, {"grad_spike": 0.5}):
+  for bad in ({"early": 0}, {"window": 1.5}, {"std_frac": 0.0}, {"grad_spike": -1.0}):
     name = next(iter(bad))
     with pytest.raises(ValueError, match=f"{name}="):
       collapse.EchoTrapRule(**bad)
@@ -125,6 +127,25 @@ def test_the_watch_warns_once_and_logs_train_echo_trap_at_the_firing_step():
     rows.setdefault(step, {"step": step})[event.replace("policy/", "actor/")] = value
   assert watch.fired_at == collapse.echo_trap_step(rows.values())  # live == afterwards
   assert (watch.fired_at - 1) % 2 == 0  # a learner batch's step, 2 updates per batch
+
+
+def test_a_training_run_warns_and_logs_train_echo_trap_where_its_rows_say(tmp_path):
+  """The smoke config through the CLI with a rule that holds on any run (spread and entropy
+  at most 1e9 times their first values, any gradient): the run warns once and
+  `metrics.jsonl` holds `train/echo_trap` at the step the rule gives on its own rows."""
+  rule = "{early: 1, window: 1, std_frac: 1.0e9, entropy_frac: 1.0e9, grad_spike: 0.0}"
+  out = tmp_path / "run"
+  args = ["train", "--config", str(SMOKE), "--output-dir", str(out), "wandb=disabled"]
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", collapse.EchoTrapWarning)
+    assert cli.main([*args, f"metrics.echo_trap={rule}"]) == 0
+  rows = read_jsonl(out / "metrics.jsonl")
+  logged = [row["step"] for row in rows if "train/echo_trap" in row]
+  permissive = collapse.EchoTrapRule(1, 1, 1.0e9, 1.0e9, 0.0)
+  assert logged == [collapse.echo_trap_step(rows, permissive)]
+  echo = [str(w.message) for w in caught if issubclass(w.category, collapse.EchoTrapWarning)]
+  assert len(echo) == 1 and echo[0].startswith(f"echo trap at step {logged[0]}: return spread")
+  assert collapse.echo_trap_step(rows) is None  # the default rule: no collapse in 4 steps
 
 
 def test_return_spread_matches_numpy_on_awkward_groups():

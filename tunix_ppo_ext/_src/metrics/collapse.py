@@ -14,9 +14,10 @@ training batch:
 Each signal's early level is the median of its first `early` values, its current level the
 median of its latest `window` values. The rule fires at the first batch where
 
-    S_now < std_frac * S_early,  H_now < entropy_frac * H_early,  G_now > grad_spike * G_early
+    S_now <= std_frac * S_early,  H_now <= entropy_frac * H_early,  G_now > grad_spike * G_early
 
-all three at once, and fires once. A run that converges lowers `S` and `H` too, but its
+all three at once, and fires once (a run whose returns never varied has `S_early = 0` and
+meets the first condition). A run that converges lowers `S` and `H` too, but its
 gradients shrink with its advantages; the spike in `G` tells a collapse from a solved task.
 `echo_trap_step` applies the rule to a finished run's rows (`metrics.jsonl`); `EchoTrapWatch`
 applies it while a run trains, warns once and logs `train/echo_trap` (1.0) at that step.
@@ -51,9 +52,9 @@ class EchoTrapRule:
   """RAGEN's Echo Trap as one rule over published metrics (see the module docstring).
 
   `early`, `window`: values per signal forming its early and current medians; `std_frac`,
-  `entropy_frac`: the fractions of their early levels that the return spread and the
-  entropy must fall below; `grad_spike`: the multiple of its early level the gradient norm
-  must exceed.
+  `entropy_frac` (> 0): the fractions of their early levels that the return spread and
+  the entropy must fall to; `grad_spike` (>= 0): the multiple of its early level the
+  gradient norm must exceed (0: any gradient).
   """
 
   early: int = 10
@@ -65,9 +66,9 @@ class EchoTrapRule:
   def __post_init__(self):
     check_integer("early", self.early, low=1)
     check_integer("window", self.window, low=1)
-    check_number("std_frac", self.std_frac, low=0.0, high=1.0)
-    check_number("entropy_frac", self.entropy_frac, low=0.0, high=1.0)
-    check_number("grad_spike", self.grad_spike, low=1.0)
+    check_number("std_frac", self.std_frac, low=0.0, low_open=True)
+    check_number("entropy_frac", self.entropy_frac, low=0.0, low_open=True)
+    check_number("grad_spike", self.grad_spike, low=0.0)
 
   def levels(
     self, std: list[float], entropy: list[float], grad: list[float]
@@ -87,7 +88,7 @@ class EchoTrapRule:
     if levels is None:
       return False
     (s0, s1), (h0, h1), (g0, g1) = levels
-    return s1 < self.std_frac * s0 and h1 < self.entropy_frac * h0 and g1 > self.grad_spike * g0
+    return s1 <= self.std_frac * s0 and h1 <= self.entropy_frac * h0 and g1 > self.grad_spike * g0
 
 
 def _std_key(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -119,13 +120,15 @@ def echo_trap_step(
 class EchoTrapWatch:
   """A metric sink (behind `KeyedBackend`) that applies `EchoTrapRule` while a run trains.
 
-  It receives every published key and checks the rule once a step with a return spread is
-  complete (the next step's first event, or `close`), on the values logged up to that step,
-  as `echo_trap_step` does on the finished run. When the rule first fires it issues one
-  `EchoTrapWarning` naming the step and the three levels, and logs `train/echo_trap` = 1.0
-  at that step through tunix's metrics path, so every sink records it (not at `close`: the
-  sinks are closing). Renamed keys are followed through `keys`. A resumed run's watch starts
-  from the resumed part; `echo_trap_step` on the whole `metrics.jsonl` sees all of it.
+  It receives every published key. A batch's step (one with a return spread) is checked
+  once the entropy and the gradient norm have been logged at that step or later (or at
+  `close`), on the values logged at steps up to it, as `echo_trap_step` does on the
+  finished run: tunix's trainers log an update's metrics after the learner has logged the
+  next batches'. When the rule first fires it issues one `EchoTrapWarning` naming the step
+  and the three levels, and logs `train/echo_trap` = 1.0 at that step through tunix's
+  metrics path, so every sink records it (not at `close`: the sinks are closing). Renamed
+  keys are followed through `keys`. A resumed run's watch starts from the resumed part;
+  `echo_trap_step` on the whole `metrics.jsonl` sees it all.
   """
 
   def __init__(self, keys: MetricKeys | None = None, rule: EchoTrapRule | None = None):
@@ -134,33 +137,40 @@ class EchoTrapWatch:
     self._keys = keys
     names = (GROUP_STD_KEY, BATCH_STD_KEY, ENTROPY_KEY, GRAD_KEY)
     self._names = {keys.final(name): name for name in names if keys.final(name)}
-    self._series: dict[str, list[float]] = {name: [] for name in names}
-    self._pending: int | None = None  # the step of the latest return spread, not yet checked
+    self._series: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
+    self._pending: list[int] = []  # steps with a return spread, not yet checked
+    self._latest = {ENTROPY_KEY: -1, GRAD_KEY: -1}  # the latest step each was logged at
     self.fired_at: int | None = None
 
   def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
-    step = int(kwargs.get("step", 0))
-    if self._pending is not None and step > self._pending:
-      self._check(log=True)
     name = self._names.get(event)
     number = float(np.asarray(value).reshape(-1)[0])
     if name is None or self.fired_at is not None or not np.isfinite(number):
       return
-    self._series[name].append(number)
+    step = int(kwargs.get("step", 0))
+    self._series[name].append((step, number))
     if name in (GROUP_STD_KEY, BATCH_STD_KEY):
-      self._pending = step
+      self._pending.append(step)
+    else:
+      self._latest[name] = max(self._latest[name], step)
+    while (
+      self._pending and self.fired_at is None and min(self._latest.values()) >= self._pending[0]
+    ):
+      self._check(self._pending.pop(0), log=True)
 
-  def _check(self, log: bool) -> None:
-    step, self._pending = self._pending, None
+  def _check(self, step: int, log: bool) -> None:
     std_name = GROUP_STD_KEY if self._series[GROUP_STD_KEY] else BATCH_STD_KEY
-    series = [self._series[k] for k in (std_name, ENTROPY_KEY, GRAD_KEY)]
-    levels = self.rule.levels(*series)
-    if step is None or self.fired_at is not None or not self.rule.fires(*series):
+    series = [
+      [v for s, v in self._series[k] if s <= step] for k in (std_name, ENTROPY_KEY, GRAD_KEY)
+    ]
+    if self.fired_at is not None or not self.rule.fires(*series):
       return
     self.fired_at = step
     shown = ", ".join(
       f"{name} {now:.3g} (early {early:.3g})"
-      for name, (early, now) in zip(("return spread", "entropy", "grad norm"), levels, strict=True)
+      for name, (early, now) in zip(
+        ("return spread", "entropy", "grad norm"), self.rule.levels(*series) or [], strict=True
+      )
     )
     warnings.warn(
       f"echo trap at step {step}: {shown}; the policy may be collapsing onto one reply "
@@ -173,6 +183,7 @@ class EchoTrapWatch:
       jax.monitoring.record_scalar(ECHO_TRAP_EVENT, 1.0, step=batch)
 
   def close(self) -> None:
-    """Checks the last step with a return spread (warns, without logging)."""
-    if self._pending is not None:
-      self._check(log=False)
+    """Checks the last batch (warns, without logging)."""
+    for step in self._pending:
+      self._check(step, log=False)
+    self._pending = []

@@ -124,7 +124,7 @@ def _metric_backends(
   backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
     lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
     lambda: metrics.ProgressBackend(run.train.steps, shown),
-    lambda: collapse.EchoTrapWatch(keys),
+    lambda: collapse.EchoTrapWatch(keys, run.metrics.echo_trap),
   ]
   if run.wandb != "disabled":
     config = dataclasses.asdict(run)

@@ -29,6 +29,7 @@ import yaml
 from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.envs import base as envs
+from tunix_ppo_ext._src.metrics.collapse import EchoTrapRule
 from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import recipe, resume
@@ -137,11 +138,15 @@ class MetricsSection:
   """Changes to the published metric keys (see `tunix_ppo_ext._src.metrics.keys`).
 
   `rename`: published key -> the key to use instead (e.g. to keep existing dashboards);
-  `drop`: keys or glob patterns (`timing_s/*`) that no sink receives.
+  `drop`: keys or glob patterns (`timing_s/*`) that no sink receives; `echo_trap`: the
+  thresholds of the Echo Trap warning (`early`, `window`, `std_frac`, `entropy_frac`,
+  `grad_spike`).
   """
 
   rename: dict[str, str] = dataclasses.field(default_factory=dict)
   drop: list[str] = dataclasses.field(default_factory=list)
+  # the Echo Trap rule every run watches with (`tunix_ppo_ext._src.metrics.collapse`)
+  echo_trap: EchoTrapRule = dataclasses.field(default_factory=EchoTrapRule)
 
   def keys(self) -> MetricKeys:
     """The validated `MetricKeys` of this section."""
@@ -367,7 +372,12 @@ def _field_default(field: dataclasses.Field) -> Any:
 def _check_type(name: str, value: Any, hint: Any, default: Any = None) -> Any:
   if dataclasses.is_dataclass(hint):
     base = default if isinstance(default, hint) else None
-    return _build(hint, value, prefix=name + ".", default=base)
+    try:
+      return _build(hint, value, prefix=name + ".", default=base)
+    except ValueError as err:  # a section's own check that does not name the key
+      if str(err).startswith(("config key", "unknown config key")):
+        raise
+      raise ConfigError(f"config key {name!r}: {err}") from None
   if name == "ppo":
     return _check_ppo(value)
   origin = typing.get_origin(hint)
