@@ -1,5 +1,7 @@
 """The Echo Trap rule: a plain reference of the documented rule, the live watch, the spread."""
 
+import json
+import pathlib
 import warnings
 
 import jax
@@ -16,11 +18,14 @@ from tunix_ppo_ext._src.metrics.stats import return_spread
 from tunix_ppo_ext._src.run import cli
 
 STD, ENT, GRAD = collapse.GROUP_STD_KEY, collapse.ENTROPY_KEY, collapse.GRAD_KEY
+RET = collapse.RETURN_KEY
+RECORDED = pathlib.Path(__file__).parent / "data" / "echo_trap_runs.json"
 
 
-def reference_step(std, ent, grad, early=10, window=10, fs=0.25, fh=0.5, fg=2.0):
-  """The rule as the docs write it, one value of each signal per batch `b` (step b + 1):
-  medians of the first `early` and of the latest `window` values up to the batch."""
+def reference_step(std, ent, grad, ret, max_return=None, early=10, window=10, fr=0.9):
+  """The rule as the docs write it (default fractions 0.25, 0.5, 2), one value of each
+  signal per batch `b` (step b + 1): medians of the first `early` and of the latest
+  `window` values up to the batch."""
   for b in range(len(std)):
     n = b + 1
     if n < early + window:
@@ -28,38 +33,66 @@ def reference_step(std, ent, grad, early=10, window=10, fs=0.25, fh=0.5, fg=2.0)
     s0, s1 = np.median(std[:early]), np.median(std[n - window : n])
     h0, h1 = np.median(ent[:early]), np.median(ent[n - window : n])
     g0, g1 = np.median(grad[:early]), np.median(grad[n - window : n])
-    if s1 <= fs * s0 and h1 <= fh * h0 and g1 > fg * g0:
+    r1 = np.median(ret[n - window : n])
+    short = max_return is not None and r1 < fr * max_return
+    if s1 <= 0.25 * s0 and h1 <= 0.5 * h0 and (g1 > 2 * g0 or short):
       return n
   return None
 
 
-def rows_of(std, ent, grad, std_key=STD):
+def rows_of(std, ent, grad, ret, std_key=STD):
   return [
-    {"step": b + 1, std_key: s, ENT: h, GRAD: g}
-    for b, (s, h, g) in enumerate(zip(std, ent, grad, strict=True))
+    {"step": b + 1, std_key: s, ENT: h, GRAD: g, RET: r}
+    for b, (s, h, g, r) in enumerate(zip(std, ent, grad, ret, strict=True))
   ]
 
 
-def collapsing(n=60, at=30, noise=0.05, seed=0):
-  """Signals that hold until batch `at`, then the spread and entropy fall, gradients spike."""
+def collapsing(n=60, at=30, noise=0.05, seed=0, grad_after=5.0, return_after=0.2):
+  """Signals that hold until batch `at`, then the spread and entropy fall, the gradients
+  go to `grad_after` (from 1) and the return to `return_after` (from 0.5)."""
   rng = np.random.default_rng(seed)
-  t = np.arange(n)
-  after = t >= at
+  after = np.arange(n) >= at
   std = np.where(after, 0.05, 1.0) + noise * rng.random(n)
   ent = np.where(after, 0.1, 1.0) + noise * rng.random(n)
-  grad = np.where(after, 5.0, 1.0) + noise * rng.random(n)
-  return std, ent, grad
+  grad = np.where(after, grad_after, 1.0) + noise * rng.random(n)
+  ret = np.where(after, return_after, 0.5) + noise * rng.random(n)
+  return std, ent, grad, ret
 
 
 def test_a_collapse_fires_once_where_the_reference_does_and_a_solved_run_never():
-  std, ent, grad = collapsing()
-  step = collapse.echo_trap_step(rows_of(std, ent, grad))
-  assert step == reference_step(std, ent, grad) == 36  # the window's median turns at 6 of 10
-  solved_grad = np.where(np.arange(60) >= 30, 0.1, 1.0)  # converging: advantages vanish
-  assert collapse.echo_trap_step(rows_of(std, ent, solved_grad)) is None
-  assert reference_step(std, ent, solved_grad) is None
-  rows = rows_of(std, ent, grad, std_key=collapse.BATCH_STD_KEY)  # groups of one: the batch's
+  signals = collapsing()  # RAGEN's: the gradients spike
+  step = collapse.echo_trap_step(rows_of(*signals))
+  assert step == reference_step(*signals) == 36  # the window's median turns at 6 of 10
+  stuck = collapsing(grad_after=0.1)  # ours: the gradients vanish, the return is low
+  assert collapse.echo_trap_step(rows_of(*stuck)) is None  # no maximum: only RAGEN's sign
+  assert collapse.echo_trap_step(rows_of(*stuck), max_return=1.0) == 36
+  assert reference_step(*stuck, max_return=1.0) == 36
+  solved = collapsing(grad_after=0.1, return_after=0.95)  # converged at 0.95 of the maximum
+  assert collapse.echo_trap_step(rows_of(*solved), max_return=1.0) is None
+  assert reference_step(*solved, max_return=1.0) is None
+  rows = rows_of(*signals, std_key=collapse.BATCH_STD_KEY)  # groups of one: the batch's
   assert collapse.echo_trap_step(rows) == 36
+
+
+def test_recorded_runs_that_collapsed_fire_and_those_that_did_not_stay_quiet():
+  """Real runs (`tests/metrics/data/echo_trap_runs.json` says which and how they ran): the
+  embedded default, solved (1.22 of 1.25), and a noisy-stash seed still learning (1.42)
+  never fire; a seed that settled on one invalid reply (0.0) and one that settled on always
+  taking (entropy 0.002, 1.56 of 4.1) fire, at the steps the reference gives."""
+  runs = json.loads(RECORDED.read_text())["runs"]
+  steps = {}
+  for name, run in runs.items():
+    rows = run["rows"]
+    steps[name] = collapse.echo_trap_step(rows, max_return=run["max_return"])
+    batches = [r for r in rows if r.get(STD, r.get(collapse.BATCH_STD_KEY)) is not None]
+    std = [r.get(STD, r.get(collapse.BATCH_STD_KEY)) for r in batches]
+    by_step = {r["step"]: r for r in rows}
+    ent, grad, ret = ([by_step[r["step"]][k] for r in batches] for k in (ENT, GRAD, RET))
+    index = reference_step(std, ent, grad, ret, run["max_return"])
+    assert steps[name] == (None if index is None else batches[index - 1]["step"]), name
+  assert steps["memory_default"] is None and steps["stash_noisy_gae_seed0"] is None
+  assert steps["stash_noisy_gae_seed2"] is not None
+  assert steps["stash_noisy_grpo_seed0"] is not None
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -70,30 +103,31 @@ def test_a_collapse_fires_once_where_the_reference_does_and_a_solved_run_never()
 )
 def test_the_rule_matches_the_reference_on_random_series(n, seed, sizes):
   rng = np.random.default_rng(seed)
-  std, ent, grad = (np.exp(rng.normal(0, 1.5, n)) for _ in range(3))
+  signals = [np.exp(rng.normal(0, 1.5, n)) for _ in range(4)]
+  max_return = [None, 0.5, 3.0][seed % 3]
   early, window = sizes
   rule = collapse.EchoTrapRule(early=early, window=window)
-  got = collapse.echo_trap_step(rows_of(std, ent, grad), rule)
-  assert got == reference_step(std, ent, grad, early, window)
+  got = collapse.echo_trap_step(rows_of(*signals), rule, max_return)
+  assert got == reference_step(*signals, max_return, early, window)
 
 
 def test_missing_and_non_finite_values_are_skipped_and_nonsense_rules_refused():
-  std, ent, grad = collapsing()
-  rows = rows_of(std, ent, grad)
+  rows = rows_of(*collapsing())
   rows[3][GRAD] = None  # a null (non-finite) value in metrics.jsonl
   rows.insert(5, {"step": 5, "eval/episode_return/mean": 1.0})
-  kept = [(r[STD], r[ENT], r[GRAD]) for r in rows if r.get(GRAD) is not None]
+  kept = [(r[STD], r[ENT], r[GRAD], r[RET]) for r in rows if r.get(GRAD) is not None]
   expected = reference_step(*map(np.asarray, zip(*kept, strict=True)))
   assert collapse.echo_trap_step(rows) == expected + 1  # one row fewer before it
   assert collapse.echo_trap_step([]) is None
-  for bad in ({"early": 0}, {"window": 1.5}, {"std_frac": 0.0}, {"grad_spike": -1.0}):
+  bad_rules = ({"early": 0}, {"window": 1.5}, {"std_frac": 0.0}, {"grad_spike": -1.0})
+  for bad in (*bad_rules, {"return_frac": 1.5}):
     name = next(iter(bad))
     with pytest.raises(ValueError, match=f"{name}="):
       collapse.EchoTrapRule(**bad)
 
 
 def test_the_watch_warns_once_and_logs_train_echo_trap_at_the_firing_step():
-  std, ent, grad = collapsing()
+  std, ent, grad, ret = collapsing()
   keys = MetricKeys(rename={"actor/entropy": "policy/entropy"}, updates_per_batch=2)
   watch = collapse.EchoTrapWatch(keys)
   seen: list[tuple[str, float, int]] = []
@@ -113,6 +147,7 @@ def test_the_watch_warns_once_and_logs_train_echo_trap_at_the_firing_step():
       warnings.simplefilter("always")
       for b in range(len(std)):  # the learner's batch b, then the trainer's two updates
         jax.monitoring.record_scalar("batch/train/in_group_return_std", std[b], step=b)
+        jax.monitoring.record_scalar("batch/train/episode_return/mean", ret[b], step=b)
         for update in (2 * b + 1, 2 * b + 2):
           jax.monitoring.record_scalar("actor/train/entropy", ent[b], step=update)
           jax.monitoring.record_scalar("actor/train/grad_norm", grad[b], step=update)

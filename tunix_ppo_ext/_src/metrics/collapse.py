@@ -3,22 +3,28 @@
 RAGEN (Wang et al., 2025, arXiv 2504.20073, section 4) reports a recurring collapse of
 multi-turn agent RL: the reward's spread within a group falls off a cliff, the policy's
 entropy collapses and the gradient norm spikes, as the agent repeats one reply whatever
-the feedback. `EchoTrapRule` writes that down as one rule over three published keys, per
-training batch:
+the feedback. `EchoTrapRule` writes it down as one rule over published keys, per training
+batch:
 
 - `S`: `train/in_group_return_std` (the mean over groups of the episodes' return std;
   `train/episode_return_std`, the batch's, when the run has groups of one),
 - `H`: `actor/entropy` (mean per agent token),
-- `G`: `actor/grad_norm` (the actor's gradient norm before any clipping).
+- `G`: `actor/grad_norm` (the actor's gradient norm before any clipping),
+- `R`: `train/episode_return/mean`, against the environment's `max_return` when known.
 
 Each signal's early level is the median of its first `early` values, its current level the
-median of its latest `window` values. The rule fires at the first batch where
+median of its latest `window` values. The rule fires, once, at the first batch where the
+spread and the entropy have collapsed,
 
-    S_now <= std_frac * S_early,  H_now <= entropy_frac * H_early,  G_now > grad_spike * G_early
+    S_now <= std_frac * S_early  and  H_now <= entropy_frac * H_early,
 
-all three at once, and fires once (a run whose returns never varied has `S_early = 0` and
-meets the first condition). A run that converges lowers `S` and `H` too, but its
-gradients shrink with its advantages; the spike in `G` tells a collapse from a solved task.
+and the run is not a solved one: its gradients spike, `G_now > grad_spike * G_early`
+(RAGEN's sign), or its return is short of the task, `R_now < return_frac * max_return`.
+A run that solves its task also loses spread and entropy, but keeps its return and its
+gradients shrink. The return condition is ours: on this package's toy tasks the collapse
+comes with vanishing gradients, the policy settled on one reply (an empty one, an invalid
+one, or always taking) far below the maximum. A run whose returns never varied has
+`S_early = 0` and meets the spread condition.
 `echo_trap_step` applies the rule to a finished run's rows (`metrics.jsonl`); `EchoTrapWatch`
 applies it while a run trains, warns once and logs `train/echo_trap` (1.0) at that step.
 """
@@ -34,12 +40,13 @@ import jax
 import numpy as np
 
 from tunix_ppo_ext._src.checks import check_integer, check_number
-from tunix_ppo_ext._src.metrics.keys import MetricKeys
+from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
 
 GROUP_STD_KEY = "train/in_group_return_std"
 BATCH_STD_KEY = "train/episode_return_std"
 ENTROPY_KEY = "actor/entropy"
 GRAD_KEY = "actor/grad_norm"
+RETURN_KEY = SUMMARY_KEY  # train/episode_return/mean
 ECHO_TRAP_EVENT = "learner/train/echo_trap"  # published `train/echo_trap`
 
 
@@ -54,7 +61,9 @@ class EchoTrapRule:
   `early`, `window`: values per signal forming its early and current medians; `std_frac`,
   `entropy_frac` (> 0): the fractions of their early levels that the return spread and
   the entropy must fall to; `grad_spike` (>= 0): the multiple of its early level the
-  gradient norm must exceed (0: any gradient).
+  gradient norm must exceed (0: any gradient); `return_frac` (in (0, 1]): the share of the
+  environment's `max_return` the return must stay under (without a maximum, only the
+  gradient condition can tell a collapse).
   """
 
   early: int = 10
@@ -62,6 +71,7 @@ class EchoTrapRule:
   std_frac: float = 0.25
   entropy_frac: float = 0.5
   grad_spike: float = 2.0
+  return_frac: float = 0.9
 
   def __post_init__(self):
     check_integer("early", self.early, low=1)
@@ -69,26 +79,31 @@ class EchoTrapRule:
     check_number("std_frac", self.std_frac, low=0.0, low_open=True)
     check_number("entropy_frac", self.entropy_frac, low=0.0, low_open=True)
     check_number("grad_spike", self.grad_spike, low=0.0)
+    check_number("return_frac", self.return_frac, low=0.0, high=1.0, low_open=True)
 
-  def levels(
-    self, std: list[float], entropy: list[float], grad: list[float]
-  ) -> list[tuple[float, float]] | None:
-    """`[(early, now)]` of the three series (each in step order, NaNs left out), or None
-    while one has fewer than `early + window` values."""
-    if min(len(std), len(entropy), len(grad)) < self.early + self.window:
+  def levels(self, series: Mapping[str, list[float]]) -> dict[str, tuple[float, float]] | None:
+    """`{signal: (early, now)}` of `series` (`std`, `entropy`, `grad`, `return`: values in
+    step order, NaNs left out), or None while one has fewer than `early + window`."""
+    if min(len(values) for values in series.values()) < self.early + self.window:
       return None
-    return [
-      (float(np.median(s[: self.early])), float(np.median(s[-self.window :])))
-      for s in (std, entropy, grad)
-    ]
+    return {
+      name: (float(np.median(values[: self.early])), float(np.median(values[-self.window :])))
+      for name, values in series.items()
+    }
 
-  def fires(self, std: list[float], entropy: list[float], grad: list[float]) -> bool:
-    """Whether the rule holds on these series (`levels`)."""
-    levels = self.levels(std, entropy, grad)
+  def fires(self, series: Mapping[str, list[float]], max_return: float | None = None) -> bool:
+    """Whether the rule holds on `series` (as `levels` takes it)."""
+    levels = self.levels(series)
     if levels is None:
       return False
-    (s0, s1), (h0, h1), (g0, g1) = levels
-    return s1 <= self.std_frac * s0 and h1 <= self.entropy_frac * h0 and g1 > self.grad_spike * g0
+    (s0, s1), (h0, h1), (g0, g1) = levels["std"], levels["entropy"], levels["grad"]
+    collapsed = s1 <= self.std_frac * s0 and h1 <= self.entropy_frac * h0
+    short = max_return is not None and levels["return"][1] < self.return_frac * max_return
+    return collapsed and (g1 > self.grad_spike * g0 or short)
+
+
+SIGNALS = {"std": None, "entropy": ENTROPY_KEY, "grad": GRAD_KEY, "return": RETURN_KEY}
+SHOWN = {"std": "return spread", "entropy": "entropy", "grad": "grad norm", "return": "return"}
 
 
 def _std_key(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -97,22 +112,24 @@ def _std_key(rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def echo_trap_step(
-  rows: Iterable[Mapping[str, Any]], rule: EchoTrapRule | None = None
+  rows: Iterable[Mapping[str, Any]],
+  rule: EchoTrapRule | None = None,
+  max_return: float | None = None,
 ) -> int | None:
   """The first published step at which `rule` fires on a run's rows (`read_jsonl`), or None.
 
   The rule is checked at each row with a return spread (one per training batch), on the
-  values logged up to that step.
+  values logged up to that step; `max_return`: the environment's (a sweep's summary has it).
   """
   rule, rows = rule or EchoTrapRule(), sorted(rows, key=lambda row: row["step"])
-  std_key = _std_key(rows)
-  series: dict[str, list[float]] = {std_key: [], ENTROPY_KEY: [], GRAD_KEY: []}
+  keys = {**SIGNALS, "std": _std_key(rows)}
+  series: dict[str, list[float]] = {name: [] for name in keys}
   for row in rows:
-    for key, values in series.items():
+    for name, key in keys.items():
       value = row.get(key)
       if value is not None and np.isfinite(value):
-        values.append(float(value))
-    if row.get(std_key) is not None and rule.fires(*series.values()):
+        series[name].append(float(value))
+    if row.get(keys["std"]) is not None and rule.fires(series, max_return):
       return int(row["step"])
   return None
 
@@ -131,11 +148,16 @@ class EchoTrapWatch:
   `echo_trap_step` on the whole `metrics.jsonl` sees it all.
   """
 
-  def __init__(self, keys: MetricKeys | None = None, rule: EchoTrapRule | None = None):
+  def __init__(
+    self,
+    keys: MetricKeys | None = None,
+    rule: EchoTrapRule | None = None,
+    max_return: float | None = None,
+  ):
     keys = keys or MetricKeys()
-    self.rule = rule or EchoTrapRule()
+    self.rule, self.max_return = rule or EchoTrapRule(), max_return
     self._keys = keys
-    names = (GROUP_STD_KEY, BATCH_STD_KEY, ENTROPY_KEY, GRAD_KEY)
+    names = (GROUP_STD_KEY, BATCH_STD_KEY, ENTROPY_KEY, GRAD_KEY, RETURN_KEY)
     self._names = {keys.final(name): name for name in names if keys.final(name)}
     self._series: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
     self._pending: list[int] = []  # steps with a return spread, not yet checked
@@ -151,7 +173,7 @@ class EchoTrapWatch:
     self._series[name].append((step, number))
     if name in (GROUP_STD_KEY, BATCH_STD_KEY):
       self._pending.append(step)
-    else:
+    elif name in self._latest:
       self._latest[name] = max(self._latest[name], step)
     while (
       self._pending and self.fired_at is None and min(self._latest.values()) >= self._pending[0]
@@ -159,22 +181,19 @@ class EchoTrapWatch:
       self._check(self._pending.pop(0), log=True)
 
   def _check(self, step: int, log: bool) -> None:
-    std_name = GROUP_STD_KEY if self._series[GROUP_STD_KEY] else BATCH_STD_KEY
-    series = [
-      [v for s, v in self._series[k] if s <= step] for k in (std_name, ENTROPY_KEY, GRAD_KEY)
-    ]
-    if self.fired_at is not None or not self.rule.fires(*series):
+    std_key = GROUP_STD_KEY if self._series[GROUP_STD_KEY] else BATCH_STD_KEY
+    keys = {**SIGNALS, "std": std_key}
+    series = {n: [v for s, v in self._series[k] if s <= step] for n, k in keys.items()}
+    if self.fired_at is not None or not self.rule.fires(series, self.max_return):
       return
     self.fired_at = step
+    levels = self.rule.levels(series) or {}
     shown = ", ".join(
-      f"{name} {now:.3g} (early {early:.3g})"
-      for name, (early, now) in zip(
-        ("return spread", "entropy", "grad norm"), self.rule.levels(*series) or [], strict=True
-      )
+      f"{SHOWN[n]} {now:.3g} (early {early:.3g})" for n, (early, now) in levels.items()
     )
     warnings.warn(
-      f"echo trap at step {step}: {shown}; the policy may be collapsing onto one reply "
-      "(RAGEN's Echo Trap), see train/echo_trap",
+      f"echo trap at step {step}: {shown}; the return spread and the entropy collapsed "
+      "(RAGEN's Echo Trap: the policy may be repeating one reply), see train/echo_trap",
       EchoTrapWarning,
       stacklevel=3,
     )
@@ -183,7 +202,7 @@ class EchoTrapWatch:
       jax.monitoring.record_scalar(ECHO_TRAP_EVENT, 1.0, step=batch)
 
   def close(self) -> None:
-    """Checks the last batch (warns, without logging)."""
+    """Checks the batches still waiting (warns, without logging)."""
     for step in self._pending:
       self._check(step, log=False)
     self._pending = []

@@ -78,7 +78,8 @@ def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
   train = run.train
   keys = dataclasses.replace(run.metrics.keys(), updates_per_batch=resolved.updates_per_batch)
   wandb_sinks: list[metrics.WandbSink] = []  # tunix's logger builds it; samples use it too
-  backends = _metric_backends(run, keys, output_dir, wandb_sinks)
+  max_return = _max_return(entries)
+  backends = _metric_backends(run, keys, max_return, output_dir, wandb_sinks)
   sampling, eval_sampling = recipe.sampling_kwargs(run.sampling)
   cluster = build_cluster(
     policy,
@@ -108,23 +109,24 @@ def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
   lora.keep_base_shared(cluster)  # LoRA: one copy of the base weights between steps
   train_batches, eval_batches = _prompt_batches(resolved)
-  return learner, train_batches, eval_batches, _max_return(entries)
+  return learner, train_batches, eval_batches, max_return
 
 
 def _metric_backends(
   run: RunConfig,
   keys: metric_keys.MetricKeys,
+  max_return: float,
   output_dir: pathlib.Path,
   wandb_sinks: list[metrics.WandbSink],
 ) -> list[Callable[[], Any]]:
   """The run's metric sinks as factories (`metrics.jsonl`, the progress bar, the Echo Trap
-  watch, W&B unless disabled, which lands in `wandb_sinks` when built, and the configured
-  plugin sinks)."""
+  watch against `max_return`, W&B unless disabled, which lands in `wandb_sinks` when built,
+  and the configured plugin sinks)."""
   shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
   backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
     lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
     lambda: metrics.ProgressBackend(run.train.steps, shown),
-    lambda: collapse.EchoTrapWatch(keys, run.metrics.echo_trap),
+    lambda: collapse.EchoTrapWatch(keys, run.metrics.echo_trap, max_return),
   ]
   if run.wandb != "disabled":
     config = dataclasses.asdict(run)

@@ -53,7 +53,7 @@ import numpy as np
 
 from tunix_ppo_ext._src.checks import ConfigError, check_integer
 from tunix_ppo_ext._src.metrics import keys as metric_keys
-from tunix_ppo_ext._src.metrics.collapse import echo_trap_step
+from tunix_ppo_ext._src.metrics.collapse import EchoTrapRule, echo_trap_step
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl, write_atomically
 
 REACHED = 0.9  # share of the environment's max return that counts as solved
@@ -253,8 +253,15 @@ def seed_result(run_dir: pathlib.Path) -> dict[str, Any]:
     "curve": curve,
     "steps_to_reach": int(reached[0]) + 1 if reached.size else None,
     "peak_drop": float(smooth.max() - summary["final_return"]) if smooth.size else 0.0,
-    "echo_trap_step": echo_trap_step(rows),
+    "echo_trap_step": echo_trap_step(rows, _echo_rule(run_dir), summary["max_return"]),
   }
+
+
+def _echo_rule(run_dir: pathlib.Path) -> EchoTrapRule:
+  """The Echo Trap rule the seed trained with (`metrics.echo_trap` in its `config.json`;
+  the default for a run saved before the key existed)."""
+  saved = json.loads((run_dir / "config.json").read_text()).get("metrics") or {}
+  return EchoTrapRule(**(saved.get("echo_trap") or {}))
 
 
 def variant_row(name: str, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
