@@ -16,6 +16,8 @@ PANELS: dict[str, tuple[str, ...]] = {
   "episode return": ("train/episode_return/mean", "eval/episode_return/mean"),
   "success rate": ("train/success_rate", "eval/success_rate"),
   "entropy": ("actor/entropy",),
+  "return spread": ("train/in_group_return_std", "train/episode_return_std"),
+  "gradient norm": ("actor/grad_norm", "critic/grad_norm"),
   "KL to reference": ("actor/kl",),
   "KL coefficient": ("actor/kl_coef",),
   "clip fractions": ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "critic/vf_clipfrac"),
@@ -24,6 +26,7 @@ PANELS: dict[str, tuple[str, ...]] = {
   "policy loss": ("actor/pg_loss",),
 }
 FILENAME = "curves.png"
+ECHO_TRAP_KEY = "train/echo_trap"  # a dashed line on every panel where the warning fired
 
 
 def run_keys(run_dir: pathlib.Path) -> MetricKeys:
@@ -68,6 +71,7 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
   Panels whose keys the run never logged (no critic, no success rate, dropped keys) are
   left out; all panels share one step axis (the number of updates done); y-limits are
   robust to a few spikes (`robust_limits`), and a panel says how many points lie outside.
+  Where the Echo Trap warning fired (`train/echo_trap`), every panel has a dashed line.
   Returns the PNG's path.
   """
   import matplotlib  # noqa: PLC0415 (only this command needs it)
@@ -92,6 +96,8 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
       panels.append((title, lines))
   if not panels:
     raise ValueError(f"RUN_DIR {str(run_dir)!r}: metrics.jsonl holds none of the plotted keys")
+  echo_key = keys.final(ECHO_TRAP_KEY)
+  echo_steps = curves(rows, echo_key)[0] if echo_key else []
   columns = min(columns, len(panels))
   rows_needed = -(-len(panels) // columns)
   figure, axes = plt.subplots(
@@ -103,6 +109,8 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
     for key, steps, values in lines:
       axis.plot(steps, values, label=key, marker="." if len(steps) < 20 else None)
       every += values
+    for step in echo_steps:
+      axis.axvline(step, color="tab:red", linestyle="--", linewidth=0.8, label="echo trap")
     limits = robust_limits(every)
     outside = 0
     if limits is not None:
@@ -110,7 +118,7 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
       outside = sum(1 for v in every if np.isfinite(v) and not limits[0] <= v <= limits[1])
     axis.set_title(title if not outside else f"{title} ({outside} points off-scale)", fontsize=10)
     axis.grid(alpha=0.3)
-    if len(lines) > 1:
+    if len(lines) > 1 or echo_steps:
       axis.legend(fontsize="x-small")
     else:
       axis.set_ylabel(lines[0][0], fontsize=7)
