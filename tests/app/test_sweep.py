@@ -3,6 +3,7 @@ config with a group estimator (no critic anywhere), resumed afterwards."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from tests.conftest import SMOKE, common_checkpoints, subprocess_env, train_command
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import sweep
+from tunix_ppo_ext._src.run.run_config import load_run_config
 
 
 def test_overrides_with_commas_make_the_product_of_variants():
@@ -54,6 +56,23 @@ def test_variant_row_statistics():
   assert row["peak_drop_max"] == 0.2 and row["wall_s_mean"] == 4.0 and row["echo_trap"] == 1
   table = sweep.markdown_table([row])
   assert "| x | 2 | 0.750 | 0.250 | 0.500 | 1/2 | 10 | 0.200 | 1/2 | 4.0 |" in table
+
+
+def test_a_seed_saved_before_a_key_existed_counts_as_the_same_config(tmp_path):
+  """A later version adds `metrics.echo_trap`: a seed whose `config.json` predates it is the
+  same run when the sweep wants the key's default, another run when it wants another value."""
+  wanted = json.loads(json.dumps(dataclasses.asdict(load_run_config(str(SMOKE)))))
+  saved = json.loads(json.dumps(wanted))
+  del saved["metrics"]["echo_trap"]
+  sweep._compare(tmp_path, saved, wanted)  # no error
+  wanted["metrics"]["echo_trap"]["window"] = 3
+  with pytest.raises(ValueError, match=r"metrics\.echo_trap\.window: None -> 3"):
+    sweep._compare(tmp_path, saved, wanted)
+  saved["train"]["lr"] = 0.5  # a key both have still counts
+  with pytest.raises(ValueError, match=r"train\.lr: 0\.5 -> 0\.001"):
+    sweep._compare(
+      tmp_path, saved, json.loads(json.dumps(dataclasses.asdict(load_run_config(str(SMOKE)))))
+    )
 
 
 def test_sweep_runs_seeds_without_a_critic_and_they_resume(tmp_path, monkeypatch):

@@ -56,6 +56,7 @@ from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics.collapse import EchoTrapRule, echo_trap_step
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl, write_atomically
 
+_UNSET = object()  # a key no default has
 REACHED = 0.9  # share of the environment's max return that counts as solved
 
 
@@ -398,9 +399,18 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _compare(run_dir: pathlib.Path, saved: dict[str, Any], wanted: dict[str, Any]) -> None:
-  """ValueError listing the settings in which `run_dir`'s saved config differs."""
+  """ValueError listing the settings in which `run_dir`'s saved config differs. A key the
+  saved config predates (added by a later version of this package) counts as the same
+  when the wanted value is that key's default."""
+  from tunix_ppo_ext._src.run.run_config import RunConfig  # noqa: PLC0415
+
   old, new = _flat(saved), _flat(wanted)
-  changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
+  defaults = _flat(json.loads(json.dumps(dataclasses.asdict(RunConfig()))))
+  changed = [
+    k
+    for k in sorted(old.keys() | new.keys())
+    if old.get(k) != new.get(k) and not (k not in old and new.get(k) == defaults.get(k, _UNSET))
+  ]
   if changed:
     listed = "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:3])
     more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
