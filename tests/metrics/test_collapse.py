@@ -126,7 +126,7 @@ def test_missing_and_non_finite_values_are_skipped_and_nonsense_rules_refused():
       collapse.EchoTrapRule(**bad)
 
 
-def test_the_watch_warns_once_and_logs_train_echo_trap_at_the_firing_step():
+def test_the_watch_warns_once_and_logs_train_echo_trap_at_the_firing_step(monkeypatch):
   std, ent, grad, ret = collapsing()
   keys = MetricKeys(rename={"actor/entropy": "policy/entropy"}, updates_per_batch=2)
   watch = collapse.EchoTrapWatch(keys)
@@ -139,20 +139,22 @@ def test_the_watch_warns_once_and_logs_train_echo_trap_at_the_firing_step():
     def close(self):
       pass
 
-  listeners = [KeyedBackend(watch, keys).log_scalar, KeyedBackend(Recorder(), keys).log_scalar]
-  for listener in listeners:
-    jax.monitoring.register_scalar_listener(listener)
-  try:
-    with warnings.catch_warnings(record=True) as caught:
-      warnings.simplefilter("always")
-      for b in range(len(std)):  # the learner's batch b, then the trainer's two updates
-        jax.monitoring.record_scalar("batch/train/in_group_return_std", std[b], step=b)
-        jax.monitoring.record_scalar("batch/train/episode_return/mean", ret[b], step=b)
-        for update in (2 * b + 1, 2 * b + 2):
-          jax.monitoring.record_scalar("actor/train/entropy", ent[b], step=update)
-          jax.monitoring.record_scalar("actor/train/grad_norm", grad[b], step=update)
-  finally:
-    jax.monitoring.clear_event_listeners()
+  sinks = [KeyedBackend(watch, keys), KeyedBackend(Recorder(), keys)]
+
+  def record(event, value, **kwargs):  # tunix's metrics path: every sink gets the event
+    for sink in sinks:
+      sink.log_scalar(event, value, **kwargs)
+
+  # the sinks as tunix's logger registers them, without the process-wide listener list
+  monkeypatch.setattr(jax.monitoring, "record_scalar", record)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for b in range(len(std)):  # the learner's batch b, then the trainer's two updates
+      record("batch/train/in_group_return_std", std[b], step=b)
+      record("batch/train/episode_return/mean", ret[b], step=b)
+      for update in (2 * b + 1, 2 * b + 2):
+        record("actor/train/entropy", ent[b], step=update)
+        record("actor/train/grad_norm", grad[b], step=update)
   echo = [w for w in caught if issubclass(w.category, collapse.EchoTrapWarning)]
   assert len(echo) == 1 and f"echo trap at step {watch.fired_at}:" in str(echo[0].message)
   logged = [(step, value) for event, value, step in seen if event == "train/echo_trap"]
@@ -162,6 +164,39 @@ def test_the_watch_warns_once_and_logs_train_echo_trap_at_the_firing_step():
     rows.setdefault(step, {"step": step})[event.replace("policy/", "actor/")] = value
   assert watch.fired_at == collapse.echo_trap_step(rows.values())  # live == afterwards
   assert (watch.fired_at - 1) % 2 == 0  # a learner batch's step, 2 updates per batch
+
+
+def test_a_closed_watch_and_one_whose_steps_go_back_ignore_later_events():
+  """JAX keeps every scalar listener registered, so a finished (or failed) run's watch
+  still receives the next run's events in the same process: once closed, or once a step
+  goes back (the next run's start), it ignores them."""
+  std, ent, grad, ret = collapsing()
+  watch = collapse.EchoTrapWatch()
+  watch.close()
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", collapse.EchoTrapWarning)
+    for b in range(len(std)):
+      watch.log_scalar(STD, std[b], step=b + 1)
+      watch.log_scalar(RET, ret[b], step=b + 1)
+      watch.log_scalar(ENT, ent[b], step=b + 1)
+      watch.log_scalar(GRAD, grad[b], step=b + 1)
+  assert watch.fired_at is None
+  failed = collapse.EchoTrapWatch()  # a run that failed at step 5, never closed
+  for key in (STD, RET, ENT, GRAD):
+    failed.log_scalar(key, 1.0, step=5)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", collapse.EchoTrapWarning)
+    for b in range(len(std)):
+      for key, series in ((STD, std), (RET, ret), (ENT, ent), (GRAD, grad)):
+        failed.log_scalar(key, series[b], step=b + 1)
+  assert failed.fired_at is None
+  live = collapse.EchoTrapWatch()  # the same events reach an open watch, which fires
+  with warnings.catch_warnings(record=True):
+    warnings.simplefilter("always")
+    for b in range(len(std)):
+      for key, series in ((STD, std), (RET, ret), (ENT, ent), (GRAD, grad)):
+        live.log_scalar(key, series[b], step=b + 1)
+  assert live.fired_at == collapse.echo_trap_step(rows_of(std, ent, grad, ret))
 
 
 def test_a_training_run_warns_and_logs_train_echo_trap_where_its_rows_say(tmp_path):
@@ -176,10 +211,10 @@ def test_a_training_run_warns_and_logs_train_echo_trap_where_its_rows_say(tmp_pa
     assert cli.main([*args, f"metrics.echo_trap={rule}"]) == 0
   rows = read_jsonl(out / "metrics.jsonl")
   logged = [row["step"] for row in rows if "train/echo_trap" in row]
-  permissive = collapse.EchoTrapRule(1, 1, 1.0e9, 1.0e9, 0.0)
-  assert logged == [collapse.echo_trap_step(rows, permissive)]
+  step = collapse.echo_trap_step(rows, collapse.EchoTrapRule(1, 1, 1.0e9, 1.0e9, 0.0))
+  assert logged == [step]
   echo = [str(w.message) for w in caught if issubclass(w.category, collapse.EchoTrapWarning)]
-  assert len(echo) == 1 and echo[0].startswith(f"echo trap at step {logged[0]}: return spread")
+  assert [m for m in echo if m.startswith(f"echo trap at step {step}: return spread")]
   assert collapse.echo_trap_step(rows) is None  # the default rule: no collapse in 4 steps
 
 

@@ -163,13 +163,20 @@ class EchoTrapWatch:
     self._pending: list[int] = []  # steps with a return spread, not yet checked
     self._latest = {ENTROPY_KEY: -1, GRAD_KEY: -1}  # the latest step each was logged at
     self.fired_at: int | None = None
+    self._closed = False
 
   def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
     name = self._names.get(event)
+    if name is None or self.fired_at is not None or self._closed:
+      return  # closed: JAX never drops a scalar listener, so later runs' events still come
+    # (a run that failed never closes its sinks: a step going back tells the next run apart)
     number = float(np.asarray(value).reshape(-1)[0])
-    if name is None or self.fired_at is not None or not np.isfinite(number):
+    if not np.isfinite(number):
       return
     step = int(kwargs.get("step", 0))
+    if self._series[name] and step < self._series[name][-1][0]:
+      self._closed = True  # another run's events (its steps start again): this run is over
+      return
     self._series[name].append((step, number))
     if name in (GROUP_STD_KEY, BATCH_STD_KEY):
       self._pending.append(step)
@@ -202,7 +209,7 @@ class EchoTrapWatch:
       jax.monitoring.record_scalar(ECHO_TRAP_EVENT, 1.0, step=batch)
 
   def close(self) -> None:
-    """Checks the batches still waiting (warns, without logging)."""
+    """Checks the batches still waiting (warns, without logging); ignores what comes after."""
     for step in self._pending:
       self._check(step, log=False)
-    self._pending = []
+    self._pending, self._closed = [], True
