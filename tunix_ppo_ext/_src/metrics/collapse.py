@@ -102,13 +102,14 @@ class EchoTrapRule:
     return collapsed and (g1 > self.grad_spike * g0 or short)
 
 
-SIGNALS = {"std": None, "entropy": ENTROPY_KEY, "grad": GRAD_KEY, "return": RETURN_KEY}
 SHOWN = {"std": "return spread", "entropy": "entropy", "grad": "grad norm", "return": "return"}
 
 
-def _std_key(rows: Iterable[Mapping[str, Any]]) -> str:
-  """The spread the rule reads: the in-group one when the run logged it."""
-  return GROUP_STD_KEY if any(row.get(GROUP_STD_KEY) is not None for row in rows) else BATCH_STD_KEY
+def signal_keys(in_group: bool) -> dict[str, str]:
+  """The published key of each signal; the spread is the in-group one when the run logged
+  it (groups of two or more), else the batch's."""
+  std = GROUP_STD_KEY if in_group else BATCH_STD_KEY
+  return {"std": std, "entropy": ENTROPY_KEY, "grad": GRAD_KEY, "return": RETURN_KEY}
 
 
 def echo_trap_step(
@@ -122,7 +123,7 @@ def echo_trap_step(
   values logged up to that step; `max_return`: the environment's (a sweep's summary has it).
   """
   rule, rows = rule or EchoTrapRule(), sorted(rows, key=lambda row: row["step"])
-  keys = {**SIGNALS, "std": _std_key(rows)}
+  keys = signal_keys(any(row.get(GROUP_STD_KEY) is not None for row in rows))
   series: dict[str, list[float]] = {name: [] for name in keys}
   for row in rows:
     for name, key in keys.items():
@@ -188,8 +189,7 @@ class EchoTrapWatch:
       self._check(self._pending.pop(0), log=True)
 
   def _check(self, step: int, log: bool) -> None:
-    std_key = GROUP_STD_KEY if self._series[GROUP_STD_KEY] else BATCH_STD_KEY
-    keys = {**SIGNALS, "std": std_key}
+    keys = signal_keys(bool(self._series[GROUP_STD_KEY]))
     series = {n: [v for s, v in self._series[k] if s <= step] for n, k in keys.items()}
     if self.fired_at is not None or not self.rule.fires(series, self.max_return):
       return

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -398,14 +399,19 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
   return out
 
 
+@functools.cache
+def _default_config() -> dict[str, Any]:
+  """Every run-config key's default, flat (read once per process)."""
+  from tunix_ppo_ext._src.run.run_config import RunConfig  # noqa: PLC0415
+
+  return _flat(json.loads(json.dumps(dataclasses.asdict(RunConfig()))))
+
+
 def _compare(run_dir: pathlib.Path, saved: dict[str, Any], wanted: dict[str, Any]) -> None:
   """ValueError listing the settings in which `run_dir`'s saved config differs. A key the
   saved config predates (added by a later version of this package) counts as the same
   when the wanted value is that key's default."""
-  from tunix_ppo_ext._src.run.run_config import RunConfig  # noqa: PLC0415
-
-  old, new = _flat(saved), _flat(wanted)
-  defaults = _flat(json.loads(json.dumps(dataclasses.asdict(RunConfig()))))
+  old, new, defaults = _flat(saved), _flat(wanted), _default_config()
   changed = [
     k
     for k in sorted(old.keys() | new.keys())
