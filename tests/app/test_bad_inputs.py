@@ -491,6 +491,13 @@ CASES: dict[str, Case] = {
   "run_rename_onto_a_published_key": Case(
     run_config("metrics.rename={actor/pg_loss: actor/kl}"), match="already published"
   ),
+  "run_echo_trap_fraction": Case(
+    run_config("metrics.echo_trap.return_frac=2"),
+    match=r"^config key 'metrics.echo_trap': return_frac=2.0 is invalid: must be a finite number",
+  ),
+  "run_echo_trap_not_a_mapping": Case(
+    run_config("metrics.echo_trap=5"), match=r"^metrics.echo_trap must be a mapping, got 5$"
+  ),
   "run_unknown_environment": Case(run_config("env.name=mazee"), match="env.name"),
   "run_wandb_mode": Case(run_config("wandb=sometimes"), match="'wandb' must be one of"),
   "run_kv_cache": Case(

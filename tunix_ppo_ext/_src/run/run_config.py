@@ -375,7 +375,7 @@ def _check_type(name: str, value: Any, hint: Any, default: Any = None) -> Any:
     try:
       return _build(hint, value, prefix=name + ".", default=base)
     except ValueError as err:  # a section's own check that does not name the key
-      if str(err).startswith(("config key", "unknown config key")):
+      if str(err).startswith(("config key", "unknown config key", name)):
         raise
       raise ConfigError(f"config key {name!r}: {err}") from None
   if name == "ppo":
