@@ -139,3 +139,27 @@ def test_contexts_that_do_not_extend_the_cache_are_reencoded(world):
   assert conversation.turn(edited, active, sampling, fresh_width=8).reencoded
   with pytest.raises(ValueError, match="does not fit the rollout KV cache of 48"):
     conversation.turn([[1] * 50] * ROWS, active, sampling, fresh_width=8)
+
+
+def test_padded_vocabulary_rows_are_never_sampled():
+  """A model with more output rows than the tokenizer has ids (a padded vocabulary), whose
+  padded rows would win almost every draw: with continued and re-encoded turns alike, no
+  sampled id is past the tokenizer's last one."""
+  tokenizer = CharTokenizer(ALPHABET, pad_id=PAD, eos_id=EOS)
+  known = tokenizer.vocab_size
+  config = models.tiny_qwen3_config(known + 5, num_layers=1, embed_dim=16)
+  policy = models.make_policy(config, seed=0)
+  rng = np.random.default_rng(0)
+  head = np.zeros((16, known + 5), np.float32)  # every real id's logit 0 ...
+  head[:, known:] = 50 * rng.standard_normal((16, 5))  # ... a padded one far above it
+  policy.lm_head.w[...] = jax.numpy.asarray(head)
+  cache = sampler_lib.CacheConfig(CACHE, config.num_layers, config.num_kv_heads, config.head_dim)
+  sampler = ContinuingSampler(policy, tokenizer, cache)
+  assert sampler.unused_ids == tuple(range(known, known + 5))
+  logits = policy(jax.numpy.asarray([[1, 3, 4]]), jax.numpy.arange(3)[None], None, None)[0]
+  assert int(np.argmax(logits[0, -1])) >= known  # unmasked, a padded id would be drawn
+  sampling = TurnSampling(max_tokens=G, temperature=1.0, top_p=1.0, seed=1)
+  for continued in (True, False):
+    _, samples, _, _ = play(sampler, continued, sampling)
+    drawn = [t for row in samples for _, ids, _ in row for t in ids]
+    assert drawn and max(drawn) < known, continued

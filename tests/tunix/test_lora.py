@@ -100,3 +100,22 @@ def test_lora_models_share_the_base_arrays_instead_of_copying_them():
 def test_a_pattern_that_adapts_nothing_is_one_line_naming_the_key():
   with pytest.raises(ValueError, match=r"'model.lora.target_modules'='embedder' put no adapter"):
     lora.apply_lora(toy_policy(12), lora.LoraSpec(2, 4.0, "embedder"))
+
+
+def test_a_lora_run_without_a_checkpoint_holds_the_base_once(tmp_path):
+  """The toy policy is initialised on one device, then placed on the mesh: its base arrays
+  are placed once for the LoRA actor and the reference (as a checkpoint loaded onto the mesh
+  is), so the run holds base + adapters + critic, not two bases."""
+  from tests.conftest import SMOKE  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import job  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
+
+  resolved = load_resolved(str(SMOKE), ["model.lora={rank: 4}", f"output_dir={tmp_path}"])
+  cluster = job.build_run(resolved, tmp_path)[0].rl_cluster
+  actor, reference = cluster.actor_trainer.model, cluster.inference_worker.get_model("reference")
+  assert lora.shares_base(actor, reference)
+  report = lora.memory_report(cluster)
+  base = lora.array_bytes(nnx.state(reference, nnx.Param))
+  adapters = lora.array_bytes(nnx.state(actor, nnx.LoRAParam))
+  critic = lora.array_bytes(nnx.state(cluster.critic_trainer.model, nnx.Param))
+  assert report["model_bytes"] == base + adapters + critic < report["model_bytes_if_separate"]

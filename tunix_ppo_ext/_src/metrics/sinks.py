@@ -1,4 +1,4 @@
-"""Metric sinks: `metrics.jsonl`, a progress bar, W&B, and readers for what they wrote.
+"""Metric sinks: `metrics.jsonl`, TensorBoard, a progress bar, W&B, and readers for them.
 
 tunix's `MetricsLogger` sends every scalar as `jax.monitoring` events named
 `<prefix>/<mode>/<name>` with a `step`; each backend here is a metrax `LoggingBackend`
@@ -13,6 +13,7 @@ import math
 import os
 import pathlib
 import struct
+import time
 import warnings
 import weakref
 from typing import Any
@@ -259,6 +260,54 @@ class WandbSink:
       self._flush()
       self._run.finish()
       self._run = None
+
+
+class TensorboardBackend:
+  """TensorBoard event files in `log_dir` (tensorboardX's own record writer), written in the
+  calling thread and flushed once a step.
+
+  metrax's backend writes through tensorboardX's writer thread: when that thread dies (a
+  full disk), the next scalar waits for ever on its queue and the run hangs. Here a write
+  that fails costs one warning and TensorBoard logging; training goes on (the disk guard,
+  or the metrics.jsonl write, reports a full disk). `log_dir=None` writes nothing (the
+  processes of a multi-host run other than process 0).
+  """
+
+  def __init__(self, log_dir: str | pathlib.Path | None):
+    self._writer, self._step = None, None
+    if log_dir is not None:
+      from tensorboardX.event_file_writer import EventsWriter  # noqa: PLC0415
+
+      pathlib.Path(log_dir).mkdir(parents=True, exist_ok=True)
+      self._writer = self._guarded(lambda: EventsWriter(str(pathlib.Path(log_dir) / "events")))
+
+  def _guarded(self, write: Any) -> Any:
+    try:
+      return write()
+    except OSError as err:
+      warnings.warn(f"TensorBoard logging stopped: {err}", stacklevel=3)
+      self._writer = None
+      return None
+
+  def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
+    from tensorboardX.proto import event_pb2  # noqa: PLC0415
+    from tensorboardX.summary import scalar  # noqa: PLC0415
+
+    writer, step = self._writer, int(kwargs.get("step", 0))
+    if writer is None:
+      return
+    if self._step is not None and step != self._step:
+      self._guarded(writer.flush)
+    self._step = step
+    summary = scalar(event.lstrip("/"), _scalar(value))
+    self._guarded(
+      lambda: writer.write_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+    )
+
+  def close(self) -> None:
+    writer, self._writer = self._writer, None
+    if writer is not None:
+      self._guarded(writer.close)
 
 
 class KeyedBackend:

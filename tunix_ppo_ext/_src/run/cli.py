@@ -31,6 +31,11 @@ from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import distributed
 from tunix_ppo_ext._src.run.job import run_meshes, train
 from tunix_ppo_ext._src.run.run_config import load_resolved
+from tunix_ppo_ext._src.tunix.cluster.disk_space import (
+  OutOfSpaceError,
+  quiet_write_failures,
+  write_failure,
+)
 from tunix_ppo_ext._src.tunix.cluster.guards import NonFiniteTrainingError
 from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes
 
@@ -130,8 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   except (ConfigError, registry.PluginError) as err:  # bad input, named: the user can fix it
     _error(str(err), args.debug)
     return EXIT_BAD_INPUT
+  except OutOfSpaceError as err:  # the disk guard stopped the run before a checkpoint
+    _error(str(err), args.debug)
+    return EXIT_FAILED
   except Exception as err:  # noqa: BLE001 (one line for anything else; --debug shows more)
-    _error(f"{type(err).__name__}: {err} (rerun with --debug for the traceback)", args.debug)
+    full = write_failure(err)  # a full disk the guard did not see coming
+    line = full or f"{type(err).__name__}: {err} (rerun with --debug for the traceback)"
+    _error(line, args.debug)
     return EXIT_FAILED
 
 
@@ -148,6 +158,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
     overrides.append(f"output_dir={args.output_dir}")
   resolved = load_resolved(args.config, overrides)  # the one resolution of this command
   run = resolved.run
+  quiet_write_failures()  # a refused write is this command's one error line
   distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ), os.environ)
   meshes = run_meshes(run)  # device counts are known only now (after joining other hosts)
   for line in describe_meshes(meshes).splitlines():

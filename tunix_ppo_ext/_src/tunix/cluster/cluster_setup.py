@@ -14,14 +14,13 @@ import jax
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
-from metrax import logging as metrax_logging
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.rollout import base_rollout
 from tunix.sft import metrics_logger
 
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
-from tunix_ppo_ext._src.metrics.sinks import KeyedBackend
+from tunix_ppo_ext._src.metrics.sinks import KeyedBackend, TensorboardBackend
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.cluster.guards import guarded_adam
 from tunix_ppo_ext._src.tunix.models import toy_models as models
@@ -50,13 +49,18 @@ def make_mesh(
   return jax.make_mesh(tuple(shape), tuple(axis_names), axis_types=auto, devices=chosen)
 
 
-def shard_to_mesh(model: nnx.Module, mesh: jax.sharding.Mesh) -> nnx.Module:
+def shard_to_mesh(
+  model: nnx.Module, mesh: jax.sharding.Mesh, placed: dict[Any, Any] | None = None
+) -> nnx.Module:
   """Places `model`'s variables on `mesh` in place (per their partition specs).
 
   Doing it before `RLCluster` keeps the caller's object the one tunix trains: RLCluster
-  only re-creates models that are not on the role's mesh yet.
+  only re-creates models that are not on the role's mesh yet. `placed` (shared over the
+  models of one cluster) places an array several models hold once, so they still share it
+  (a LoRA actor holds its reference's base arrays: one copy on the mesh, not two).
   """
   check_shardable(model, mesh)
+  placed = {} if placed is None else placed
   state = nnx.state(model)
   specs = nnx.get_partition_spec(state)
   shardings = jax.tree.map(
@@ -64,7 +68,14 @@ def shard_to_mesh(model: nnx.Module, mesh: jax.sharding.Mesh) -> nnx.Module:
     specs,
     is_leaf=_is_spec,
   )
-  nnx.update(model, jax.device_put(state, shardings))
+
+  def put(array: Any, sharding: jax.sharding.NamedSharding) -> Any:
+    key = (id(array), sharding)
+    if key not in placed:  # the source is kept alive with its copy, so its id stays unique
+      placed[key] = (array, jax.device_put(array, sharding))
+    return placed[key][1]
+
+  nnx.update(model, jax.tree.map(put, state, shardings))
   return model
 
 
@@ -128,8 +139,8 @@ def _metrics_options(
     return None
   keys = keys or MetricKeys()
 
-  def tensorboard() -> metrax_logging.TensorboardBackend:
-    return metrax_logging.TensorboardBackend(log_dir=metrics_dir, flush_every_n_steps=1)
+  def tensorboard() -> TensorboardBackend:  # written by process 0, as metrax's backend
+    return TensorboardBackend(metrics_dir if jax.process_index() == 0 else None)
 
   def keyed(factory: Callable[[], Any]) -> Callable[[], KeyedBackend]:
     return lambda: KeyedBackend(factory(), keys)
@@ -287,9 +298,10 @@ def build_cluster(
   meshes.update(role_meshes or {})
   if mini_batch_size is not None and batch % mini_batch_size:
     raise ConfigError(f"batch={batch} is not a multiple of mini_batch_size={mini_batch_size}")
+  placed: dict[Any, Any] = {}  # arrays the models share stay shared
   for model, role in ((policy, Role.ACTOR), (critic, Role.CRITIC), (reference, Role.REFERENCE)):
     if model is not None:
-      shard_to_mesh(model, meshes[role])
+      shard_to_mesh(model, meshes[role], placed)
   if meshes[Role.ROLLOUT] != meshes[Role.ACTOR]:  # tunix reshards a copy of the policy there
     check_shardable(policy, meshes[Role.ROLLOUT])
   cluster_config = rl_cluster_lib.ClusterConfig(

@@ -40,7 +40,7 @@ from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import stats as batch_stats
 from tunix_ppo_ext._src.plugins import protocols, registry
 from tunix_ppo_ext._src.tunix import compat
-from tunix_ppo_ext._src.tunix.cluster import guards, timing
+from tunix_ppo_ext._src.tunix.cluster import disk_space, guards, timing
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
@@ -121,6 +121,8 @@ class PpoExtLearner(compat.LearnerHooks):
     rows = None if prompts is None else prompts * ppo_config.num_generations  # as tunix's GRPO
     self._passes = RolePasses(rl_cluster, rows)
     self._nan_guard = guards.NanGuard(rl_cluster, ppo_config.max_nonfinite_steps)
+    self._disk_guard = disk_space.guard_for(rl_cluster)
+    self._check_disk()  # before the first step
 
   def _checked_reward_fns(self, reward_fns, trajectory_source) -> Any:
     """The reward functions tunix gets: each wrapped to catch NaN before tunix's nansum;
@@ -168,11 +170,13 @@ class PpoExtLearner(compat.LearnerHooks):
     return critic_trainer(self.rl_cluster) is not None
 
   def after_global_step(self, seconds: float) -> None:
-    """After each of tunix's global steps: `timing_s/step`, then the NaN guard.
+    """After each of tunix's global steps: `timing_s/step`, the NaN guard, the disk guard.
 
     The guard counts the updates skipped for a non-finite gradient and stops the run
     after `max_nonfinite_steps` in a row (`guards.NonFiniteTrainingError`), or at the last
-    step when the skips in a row at the end are at least half of the run's updates.
+    step when the skips in a row at the end are at least half of the run's updates. The
+    disk guard (`disk_space.DiskGuard`) stops it when the checkpoint directory's filesystem
+    has no room for another checkpoint.
     """
     self.rl_cluster.buffer_metrics({"timing_s/step": (seconds, np.mean)}, mode=Mode.TRAIN)
     self.rl_cluster.buffer_metrics(self._nan_guard.after_global_step(), mode=Mode.TRAIN)
@@ -185,6 +189,18 @@ class PpoExtLearner(compat.LearnerHooks):
         compat.write_pending_metrics(cluster.critic_trainer)
     if self._one_rollout_per_step():
       compat.log_step_metrics_now(cluster)
+    self._check_disk()
+
+  def _check_disk(self) -> None:
+    """The disk guard; before it raises, the cluster is closed (metrics flushed, the
+    checkpoint in flight finished), so the checkpoints written so far stay intact."""
+    if self._disk_guard is None:
+      return
+    try:
+      self._disk_guard.check(self.rl_cluster.global_steps + 1)
+    except disk_space.OutOfSpaceError:
+      self.rl_cluster.close()
+      raise
 
   def _one_rollout_per_step(self) -> bool:
     """Whether each global step makes one rollout (no mini-batches, no accumulation), so

@@ -46,6 +46,7 @@ from tunix.models.qwen2 import model as qwen2
 from tunix.models.qwen3 import model as qwen3
 
 from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.models.hf_models import vocab_size
 
 # Models whose attention layers attend to every cache slot the mask allows (no sliding
 # window over slot indices): a cache with masked holes gives them the same logits.
@@ -107,6 +108,7 @@ class ContinuingSampler(sampler_lib.Sampler):
     self._decode_jits: dict[int, Any] = {}  # per number of tokens a turn samples
     self.continuable = isinstance(transformer, CONTINUABLE)
     self.placeholder = 1 if self.tokenizer.pad_id() == 0 else 0  # a non-pad id, never fed
+    self.unused_ids = unused_vocabulary(transformer, self.tokenizer)
     self._last_token_only = (
       "decode_only_last_token" in inspect.signature(transformer.__call__).parameters
     )
@@ -256,6 +258,18 @@ class ContinuingSampler(sampler_lib.Sampler):
     return dataclasses.replace(state, token_buffer=jnp.where(kept, tokens, pad), cache=cache)
 
 
+def unused_vocabulary(transformer: nnx.Module, tokenizer: Any) -> tuple[int, ...] | None:
+  """The model's output rows past the tokenizer's last id (a vocabulary padded to a round
+  size, as Qwen checkpoints pad theirs), which have no text and are never to be
+  sampled; None when there are none (or the tokenizer does not say how many ids it has)."""
+  raw = getattr(tokenizer, "tokenizer", tokenizer)  # inside tunix's TokenizerAdapter
+  try:
+    known = len(raw)
+  except TypeError:
+    return None
+  return tuple(range(known, vocab_size(transformer))) or None
+
+
 def _int32(x: int) -> jax.Array:
   return jnp.asarray(x, jnp.int32)
 
@@ -393,7 +407,7 @@ class Conversation:
       jnp.asarray(padded),
       total_sampling_steps=room,
       include_logits=False,
-      forbidden_token_ids=None,
+      forbidden_token_ids=sampler.unused_ids,  # tunix's sampler sets their logits to -inf
       temperature=sampling.temperature,
       top_p=sampling.top_p if sampling.temperature > 0 else None,
       top_k=sampling.top_k,

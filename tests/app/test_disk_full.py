@@ -1,0 +1,161 @@
+"""A full disk, as a user hits it: the disk guard stops the run at a step boundary with one
+line (checkpoints intact, the same command resumes once there is room), a write the guard
+cannot foresee (a file-size limit) is one line naming the file, and TensorBoard's writer
+never waits for ever on a full disk.
+
+The small disks are tmpfs mounts of their own (mounting needs root, as on CI; elsewhere the
+tests that need one are skipped).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.app.test_faults import smoke_args
+from tests.conftest import common_checkpoints, subprocess_env, train_command
+from tunix_ppo_ext._src.metrics import sinks
+from tunix_ppo_ext._src.run import cli
+from tunix_ppo_ext._src.tunix.cluster import disk_space
+
+MIB = 2**20
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[pathlib.Path]:
+  """A 48 MiB filesystem of its own."""
+  disk = tmp_path / "disk"
+  disk.mkdir()
+  command = ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)]
+  mounted = subprocess.run(command, capture_output=True, text=True, check=False)
+  if mounted.returncode != 0:
+    pytest.skip(f"a small disk needs a tmpfs mount: {mounted.stderr.strip()}")
+  try:
+    yield disk
+  finally:
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: pathlib.Path, leave: int) -> pathlib.Path:
+  """A file that leaves about `leave` bytes free on `disk`."""
+  filler = disk / "filler"
+  with filler.open("ab") as file:
+    file.write(b"\0" * max(shutil.disk_usage(disk).free - leave, 0))
+  return filler
+
+
+def test_a_disk_that_fills_during_a_run_stops_it_at_a_step_and_the_rerun_resumes(
+  small_disk, tmp_path
+):
+  out, env, log = small_disk / "run", subprocess_env(tmp_path), tmp_path / "full.log"
+  command = train_command(out, "train.steps=12", "train.checkpoint_every=2")
+  with log.open("w") as stderr:
+    process = subprocess.Popen(command, env=env, stdout=stderr, stderr=stderr)
+  deadline = time.monotonic() + 600
+  while 2 not in common_checkpoints(out):  # another process fills the disk after step 2
+    assert process.poll() is None, log.read_text()[-3000:]
+    assert time.monotonic() < deadline, "no checkpoint came"
+    time.sleep(0.02)
+  filler = fill(small_disk, leave=2 * MIB)
+  assert process.wait(timeout=600) == cli.EXIT_FAILED, log.read_text()[-3000:]
+  text = log.read_text()
+  last = text.strip().splitlines()[-1]
+  assert last.startswith("tunix-ppo-ext: error: no space for a checkpoint at step "), last
+  assert f"{out / 'checkpoints'} has" in last and "run the same command to resume" in last
+  assert "Traceback" not in text
+  kept = common_checkpoints(out)
+  assert kept and max(kept) < 12 and f"the checkpoint of step {max(kept)} is intact" in last
+
+  filler.unlink()
+  done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert f"resuming from step {max(kept)}" in done.stderr
+  assert json.loads((out / "summary.json").read_text())["steps"] == 12
+  rows = {row["step"]: row for row in sinks.read_jsonl(out / "metrics.jsonl")}
+  assert all(any(k.startswith("train/") for k in rows.get(s, {})) for s in range(1, 13))
+
+
+def test_a_disk_without_room_for_a_checkpoint_is_refused_before_the_first_step(small_disk, capsys):
+  fill(small_disk, leave=MIB)
+  out = small_disk / "run"
+  assert cli.main(smoke_args(out, "train.steps=2")) == cli.EXIT_FAILED
+  (line,) = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+  assert "no space for a checkpoint at step 1" in line and "no checkpoint was written" in line
+  assert max(common_checkpoints(out), default=0) == 0  # nothing beyond the initial state
+
+
+def test_tensorboard_on_a_full_disk_warns_once_and_never_waits(small_disk):
+  fill(small_disk, leave=0)
+  backend = sinks.TensorboardBackend(small_disk / "tb")
+  with pytest.warns(UserWarning, match="TensorBoard logging stopped") as caught:
+    for step in range(200):  # metrax's writer thread would have died; its queue would block
+      backend.log_scalar("actor/pg_loss", 0.5, step=step)
+    backend.close()
+  assert len([w for w in caught if "TensorBoard" in str(w.message)]) == 1
+
+
+def test_tensorboard_events_are_what_was_logged(tmp_path):
+  backend = sinks.TensorboardBackend(tmp_path / "tb")
+  for step in (1, 2, 3):
+    backend.log_scalar("actor/pg_loss", 0.25 * step, step=step)
+    backend.log_scalar("/critic/vf_loss", 2.0, step=step)  # metrax drops leading slashes
+  backend.close()
+  assert sinks.read_tensorboard(tmp_path / "tb") == {
+    "actor/pg_loss": [(1, 0.25), (2, 0.5), (3, 0.75)],
+    "critic/vf_loss": [(1, 2.0), (2, 2.0), (3, 2.0)],
+  }
+  assert sinks.TensorboardBackend(None).log_scalar("a", 1.0, step=1) is None  # not process 0
+
+
+ORBAX_UNDER_A_FILE_SIZE_LIMIT = """
+import resource, sys
+import numpy as np, orbax.checkpoint as ocp
+from tunix_ppo_ext._src.tunix.cluster.disk_space import write_failure
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+weights = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+try:  # 256 KiB of incompressible numbers
+  checkpointer = ocp.StandardCheckpointer()
+  checkpointer.save(sys.argv[1], {"w": weights})
+  checkpointer.wait_until_finished()
+except Exception as err:
+  print(write_failure(err))
+"""
+
+
+def test_a_write_refused_inside_orbax_is_one_line_naming_the_file(tmp_path):
+  script = textwrap.dedent(ORBAX_UNDER_A_FILE_SIZE_LIMIT)
+  target = tmp_path / "ckpt"
+  done = subprocess.run(
+    [sys.executable, "-c", script, str(target)], capture_output=True, text=True, timeout=300
+  )
+  line = done.stdout.strip().splitlines()[-1]
+  assert line.startswith(f"cannot write {target}") and ": file too large." in line, done.stderr
+
+
+@pytest.mark.parametrize(
+  "error, expected",
+  [
+    (OSError(errno.ENOSPC, "No space left on device", "/out/metrics.jsonl"), "/out/metrics"),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), "the output directory: disk quota"),
+    (OSError(errno.EACCES, "Permission denied", "/out/x"), None),
+    (ValueError("something else"), None),
+  ],
+)
+def test_write_failure_names_the_file_and_the_reason(error, expected):
+  try:
+    try:
+      raise error
+    except Exception as inner:
+      raise RuntimeError("wrapped") from inner
+  except RuntimeError as err:
+    line = disk_space.write_failure(err)
+  assert (line is None) if expected is None else (expected in line), line

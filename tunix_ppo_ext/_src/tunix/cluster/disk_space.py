@@ -1,0 +1,135 @@
+"""Disk space of a run's checkpoints: stop at a step boundary before a checkpoint cannot fit.
+
+A full disk at a checkpoint used to hang the run: orbax's and TensorBoard's writer threads
+died on `ENOSPC` and the training thread waited for them for ever. `DiskGuard` checks the
+free space of the checkpoint directory's filesystem before training and after every global
+step, and stops the run with `OutOfSpaceError` (one line: directory, free and needed bytes,
+the last checkpoint) while the checkpoints already written are intact, so the same command
+resumes once there is room.
+
+What one checkpoint step needs is counted from the live arrays: each trainer's trainable
+parameters (the adapters under LoRA, as tunix saves) and its optimizer state, plus
+`MARGIN_BYTES` for orbax's metadata and the metric files written until the next check.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import pathlib
+import re
+import shutil
+from typing import Any
+
+import jax
+from flax import nnx
+
+from tunix_ppo_ext._src.tunix import compat
+
+MARGIN_BYTES = 16 * 2**20
+_MIB = 2**20
+_WRITE_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EFBIG: "file too large"}
+_WRITE_ERRNOS[errno.EDQUOT] = "disk quota exceeded"
+# how orbax and tensorstore report them (a ValueError whose text holds the OS's words)
+_WRITE_TEXT = re.compile("(no space left on device|file too large|disk quota exceeded)", re.I)
+
+
+class OutOfSpaceError(RuntimeError):
+  """The checkpoint directory's filesystem has no room for the next checkpoint."""
+
+
+def _array_bytes(tree: Any) -> int:
+  return sum(int(x.nbytes) for x in jax.tree.leaves(tree) if hasattr(x, "nbytes"))
+
+
+def checkpoint_bytes(trainer: Any) -> int:
+  """Bytes a tunix trainer's checkpoint holds: trainable parameters and optimizer state."""
+  saved = nnx.LoRAParam if compat.lora_enabled(trainer) else nnx.Param
+  return _array_bytes(nnx.state(trainer.model, saved)) + _array_bytes(trainer.optimizer.opt_state)
+
+
+def free_bytes(directory: str | pathlib.Path) -> int:
+  """Free bytes (for this user) on the filesystem `directory` is (or will be) created on."""
+  path = pathlib.Path(directory).resolve()
+  while not path.exists():
+    path = path.parent
+  return shutil.disk_usage(path).free
+
+
+class DiskGuard:
+  """Stops a run whose checkpoint filesystem cannot take its next checkpoint step.
+
+  Args:
+    directory: the checkpoint root directory (tunix's `checkpoint_root_directory`).
+    trainers: the trainers that save there (actor, and critic if any).
+  """
+
+  def __init__(self, directory: str | pathlib.Path, trainers: list[Any]):
+    self.directory = pathlib.Path(directory)
+    self.needed = sum(checkpoint_bytes(t) for t in trainers) + MARGIN_BYTES
+    self._trainers = trainers
+
+  def check(self, step: int) -> None:
+    """Raises `OutOfSpaceError` when fewer than `needed` bytes are free."""
+    free = free_bytes(self.directory)
+    if free >= self.needed:
+      return
+    last = max((t.checkpoint_manager.latest_step() or 0) for t in self._trainers)
+    kept = f"the checkpoint of step {last} is intact" if last else "no checkpoint was written"
+    raise OutOfSpaceError(
+      f"no space for a checkpoint at step {step}: {self.directory} has {free / _MIB:.1f} MiB "
+      f"free, a checkpoint needs about {self.needed / _MIB:.1f} MiB; {kept}. Free space on "
+      "that filesystem (or use another --output-dir) and run the same command to resume."
+    )
+
+
+def guard_for(rl_cluster: Any) -> DiskGuard | None:
+  """The guard of a tunix `RLCluster`'s checkpoint directory; None when it saves none."""
+  directory = rl_cluster.cluster_config.training_config.checkpoint_root_directory
+  if directory is None:
+    return None
+  trainers = [rl_cluster.actor_trainer]
+  if getattr(rl_cluster, "critic_trainer", None) is not None:
+    trainers.append(rl_cluster.critic_trainer)
+  return DiskGuard(directory, trainers)
+
+
+def write_failure(err: BaseException) -> str | None:
+  """One line for an error (or one it came from) that is a write refused by the filesystem
+  (full disk, file-size limit, quota), naming the file; None for any other error.
+
+  The guard sees a disk filling between steps; this names what it cannot see coming (a
+  file-size limit, another process filling the disk mid-checkpoint)."""
+  seen = set()
+  while err is not None and id(err) not in seen:
+    seen.add(id(err))
+    reason, path = None, None
+    if isinstance(err, OSError) and err.errno in _WRITE_ERRNOS:
+      reason, path = _WRITE_ERRNOS[err.errno], err.filename
+    elif found := _WRITE_TEXT.search(str(err)):
+      reason = found.group(1).lower()
+      quoted = re.search(r'"(/[^"]+)"', str(err))
+      path = quoted.group(1) if quoted else None
+    if reason is not None:
+      return (
+        f"cannot write {path or 'the output directory'}: {reason}. Free space (or raise the "
+        "file-size limit) and run the same command to resume from the last checkpoint."
+      )
+    err = err.__cause__ or err.__context__
+  return None
+
+
+class QuietWriteFailures(logging.Filter):
+  """Drops the records (and tracebacks) orbax's background threads log for a write the
+  filesystem refused: the command's one error line (`write_failure`) names it instead."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return error is None or write_failure(error) is None
+
+
+def quiet_write_failures() -> None:
+  """Installs `QuietWriteFailures` on absl's logger (orbax logs through it), once."""
+  logger = logging.getLogger("absl")
+  if not any(isinstance(f, QuietWriteFailures) for f in logger.filters):
+    logger.addFilter(QuietWriteFailures())
