@@ -98,6 +98,13 @@ def flush_subnormals(x: Any) -> np.ndarray:
   return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0) * x, x)
 
 
+def train_argv(
+  config: str | os.PathLike, output_dir: str | os.PathLike, *overrides: str
+) -> list[str]:
+  """The command line's `train --config CONFIG --output-dir OUTPUT_DIR OVERRIDES...`."""
+  return ["train", "--config", str(config), "--output-dir", str(output_dir), *overrides]
+
+
 def make_prompts(num: int, seed: int = 0, length: int = 2) -> tuple[list[str], list[str]]:
   """`num` prompts `"say <word>:"` and answers (`<word>`), random lowercase words.
 
@@ -190,19 +197,21 @@ def _key(item: Any) -> str:
   return item.key or "/".join(item.nested_key)
 
 
-def rollout_cluster(
+def toy_cluster(
   tokenizer: Any,
-  seed: int,
+  seed: int = 0,
   *,
   prompt_len: int,
   tokens_per_call: int,
   max_steps: int = 2,
   batch: int = 4,
+  with_critic: bool = True,
   **kwargs: Any,
 ) -> Any:
-  """A tunix cluster of toy models (`make_models(tokenizer, seed)`) for multi-turn rollouts:
-  `tokens_per_call` generated tokens per engine call, the sampler's log-probs returned;
-  the policy is `cluster.actor_trainer.model`. `kwargs` go to `build_cluster`."""
+  """A tunix cluster of toy models (`make_models(tokenizer, seed)`, the critic left out
+  with `with_critic=False`): `prompt_len` prompt tokens, `tokens_per_call` generated tokens
+  per engine call; the policy is `cluster.actor_trainer.model`. `kwargs` go to
+  `build_cluster`."""
   from tunix_ppo_ext._src.tunix.cluster.cluster_setup import (  # noqa: PLC0415
     build_cluster,
     make_models,
@@ -211,16 +220,72 @@ def rollout_cluster(
   policy, critic, reference = make_models(tokenizer, seed=seed)
   return build_cluster(
     policy,
-    critic,
+    critic if with_critic else None,
     tokenizer,
     reference=reference,
     max_steps=max_steps,
     batch=batch,
     max_prompt_length=prompt_len,
     max_tokens_to_generate=tokens_per_call,
-    return_logprobs=True,
     **kwargs,
   )
+
+
+def multi_turn_learner(
+  tokenizer: Any, seed: int, source: Any, config: Any = None, *, prompt_len: int, **kwargs: Any
+) -> Any:
+  """`PpoExtLearner(cluster, config or PpoExtConfig(), trajectory_source=source)` on a
+  `toy_cluster` sized for the multi-turn `source` (room per engine call for its whole width
+  plus one turn), the sampler's log-probs returned. The cluster is `learner.rl_cluster`;
+  `kwargs` go to `toy_cluster`."""
+  from tunix_ppo_ext import PpoExtConfig, PpoExtLearner  # noqa: PLC0415
+
+  width = source.max_completion_len + source.max_turn_tokens
+  cluster = toy_cluster(
+    tokenizer, seed, prompt_len=prompt_len, tokens_per_call=width, return_logprobs=True, **kwargs
+  )
+  return PpoExtLearner(cluster, config or PpoExtConfig(), trajectory_source=source)
+
+
+def replayed_group(monkeypatch, learner: Any, seed: int) -> tuple[Any, list[tuple[int, list]]]:
+  """One training batch of the learner's multi-turn source on 2 episodes of one seed, the
+  engine's outputs recorded (`record_turns`): `(batch, rows)`, `rows[i]` the episode seed
+  of row `i` and the agent's token ids of each of its turns, to replay on the environment."""
+  from tunix_ppo_ext._src.data.trajectory import episode_batches  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode  # noqa: PLC0415
+
+  source = learner.trajectory_source
+  turns = record_turns(monkeypatch)  # the real sampler, its outputs kept
+  data = {k: np.repeat(v, 2, axis=0) for k, v in next(episode_batches(1, 2, seed=seed)).items()}
+  batch = source(learner, data, Mode.TRAIN)
+  monkeypatch.undo()
+  batch.validate()
+  outputs = [output for _, output in turns]
+  rows = []
+  for row, episode in enumerate(data["seed"]):
+    played = outputs[: int(source.last_stats.num_turns[row])]
+    rows.append((int(episode), [out.tokens[row].tolist() for out in played]))
+  return batch, rows
+
+
+def assert_row_is(batch: Any, row: int, tokens: list[int], loss: list[int]) -> None:
+  """Row `row` of `batch` holds `tokens` with loss mask `loss`, cut to the batch's width
+  and padded out of the attention mask."""
+  width = batch.completion_ids.shape[1]
+  n = min(len(tokens), width)
+  np.testing.assert_array_equal(batch.completion_ids[row][:n], tokens[:n])
+  np.testing.assert_array_equal(batch.loss_mask[row], loss[:n] + [0] * (width - n))
+  np.testing.assert_array_equal(batch.attention_mask[row], [1] * n + [0] * (width - n))
+
+
+def assert_training_moves_the_policy(learner: Any, steps: int = 2) -> None:
+  """`learner` trains `steps` steps on episode batches and the policy's weights move."""
+  from tunix_ppo_ext._src.data.trajectory import episode_batches  # noqa: PLC0415
+
+  trainer = learner.rl_cluster.actor_trainer
+  before = param_leaf(trainer.model)
+  learner.train(episode_batches(steps, 2, seed=0))
+  assert trainer.train_steps == steps and not np.allclose(param_leaf(trainer.model), before)
 
 
 def read_wandb_run(

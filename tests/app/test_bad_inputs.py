@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.conftest import build_cluster, make_models
+from tests.conftest import toy_cluster
 from tunix_ppo_ext import PpoExtConfig, envs
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.rewards import DROPPED_METRIC
@@ -239,18 +239,8 @@ class Tiny:
 @pytest.fixture(scope="module")
 def tiny() -> Tiny:
   tokenizer = CharTokenizer()  # pad 0, bos 1, eos 2
-  policy, critic, reference = make_models(tokenizer, seed=0)
-  cluster = build_cluster(
-    policy,
-    critic,
-    tokenizer,
-    reference=reference,
-    max_steps=1,
-    batch=B,
-    max_prompt_length=P,
-    max_tokens_to_generate=T + 2,  # room for the multi-turn cases' turns
-  )
-  return Tiny(cluster)
+  # room per engine call for the multi-turn cases' turns
+  return Tiny(toy_cluster(tokenizer, prompt_len=P, tokens_per_call=T + 2, max_steps=1, batch=B))
 
 
 def constant_reward(prompts, completions, **_):

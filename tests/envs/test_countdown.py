@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import train_argv
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.envs.base import make_env, validate_reset_output, validate_step_output
 from tunix_ppo_ext._src.envs.countdown import (
@@ -439,12 +440,9 @@ def test_cli_names_bad_countdown_kwargs(capsys):
 def test_cli_trains_the_tiny_model_on_multi_turn_countdown(tmp_path):
   out = tmp_path / "run"
   code = cli.main(
-    [
-      "train",
-      "--config",
-      str(CONFIGS / "countdown.yaml"),
-      "--output-dir",
-      str(out),
+    train_argv(
+      CONFIGS / "countdown.yaml",
+      out,
       "env.name=countdown_multiturn",
       "env.kwargs.max_attempts=2",
       "env.max_turns=2",
@@ -456,7 +454,7 @@ def test_cli_trains_the_tiny_model_on_multi_turn_countdown(tmp_path):
       "model.num_layers=1",
       "model.embed_dim=32",
       "model.hidden_dim=64",
-    ]
+    )
   )
   assert code == 0
   summary = json.loads((out / "summary.json").read_text())

@@ -10,18 +10,21 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import param_leaf, record_turns, rollout_cluster
+from tests.conftest import (
+  assert_row_is,
+  assert_training_moves_the_policy,
+  multi_turn_learner,
+  replayed_group,
+)
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
-from tunix_ppo_ext._src.data.trajectory import episode_batches
 from tunix_ppo_ext._src.envs.base import make_env
 from tunix_ppo_ext._src.envs.frozenlake import ACTIONS, FROZENLAKE_ALPHABET, FrozenLakeEnv
 from tunix_ppo_ext._src.envs.gym_adapter import GymEnv
 from tunix_ppo_ext._src.metrics import episodes
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run.run_config import load_run_config
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
-from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
 
 MOVES = {"l": (0, -1), "d": (1, 0), "r": (0, 1), "u": (-1, 0)}
 
@@ -211,39 +214,20 @@ def expected_row(tokenizer, seed: int, agent_turns: list[list[int]]):
 
 def test_ppo_trains_on_frozenlake_with_exact_masks(monkeypatch):
   tokenizer = CharTokenizer(FROZENLAKE_ALPHABET, pad_id=PAD, eos_id=EOS)
-  cluster = rollout_cluster(
-    tokenizer,
-    3,
-    prompt_len=P,
-    tokens_per_call=T + TURN,
-  )
-  policy = cluster.actor_trainer.model
   source = MultiTurnRollout(
     "frozenlake", max_completion_len=T, max_turns=TURNS, max_turn_tokens=TURN
   )
-  learner = PpoExtLearner(cluster, PpoExtConfig(num_generations=2), trajectory_source=source)
-  turns = record_turns(monkeypatch)  # the real sampler, its outputs kept
-  data = {k: np.repeat(v, 2, axis=0) for k, v in next(episode_batches(1, 2, seed=5)).items()}
-  batch = source(learner, data, Mode.TRAIN)
-  monkeypatch.undo()
-  batch.validate()
-  outputs = [output for _, output in turns]
-  for row, seed in enumerate(data["seed"]):
-    turns = int(source.last_stats.num_turns[row])
-    agent_turns = [out.tokens[row].tolist() for out in outputs[:turns]]
-    tokens, loss, rewards, infos = expected_row(tokenizer, int(seed), agent_turns)
-    n = min(len(tokens), T)
-    np.testing.assert_array_equal(batch.completion_ids[row][:n], tokens[:n])
-    np.testing.assert_array_equal(batch.loss_mask[row], loss[:n] + [0] * (T - n))
-    np.testing.assert_array_equal(batch.attention_mask[row], [1] * n + [0] * (T - n))
+  learner = multi_turn_learner(tokenizer, 3, source, PpoExtConfig(num_generations=2), prompt_len=P)
+  batch, rows = replayed_group(monkeypatch, learner, seed=5)
+  for row, (seed, agent_turns) in enumerate(rows):
+    tokens, loss, rewards, infos = expected_row(tokenizer, seed, agent_turns)
+    assert_row_is(batch, row, tokens, loss)
     assert batch.token_rewards[row].sum() == pytest.approx(sum(rewards.values()))
     board = tokenizer.decode([t for t, m in zip(tokens, loss, strict=True) if not m][:19])
-    assert turns == 1 or board.count("p") == 1  # what the agent saw next is a board
+    assert len(agent_turns) == 1 or board.count("p") == 1  # what the agent saw next is a board
     assert episodes.last_values(infos).keys() >= {"invalid_action", "success"}
-  before = param_leaf(policy)
-  learner.train(episode_batches(2, 2, seed=0))
-  assert cluster.actor_trainer.train_steps == 2 and not np.allclose(param_leaf(policy), before)
-  logger = cluster._rl_metrics_logger
+  assert_training_moves_the_policy(learner)
+  logger = learner.rl_cluster._rl_metrics_logger
   success = logger.get_metric_history("batch", "success_rate", "train")
   invalid = logger.get_metric_history("env", "invalid_action", "train")
   assert len(success) >= 1 and np.all((0 <= np.asarray(success)) & (np.asarray(success) <= 1))

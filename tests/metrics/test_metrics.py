@@ -157,6 +157,10 @@ def test_user_metrics_land_in_custom_unless_they_name_a_section():
 # ----- the statistics, against NumPy -----
 
 
+# the per-token `[B, T]` inputs of `batch_statistics` besides the loss mask, in this order
+PER_TOKEN = ("token_rewards", "rewards", "values", "advantages", "returns")
+
+
 def _reference_stats(mask, token_rewards, rewards, values, advantages, returns):
   """Written from the definitions, one row at a time."""
   out = {}
@@ -190,17 +194,9 @@ def test_batch_statistics_match_numpy_with_empty_mask_rows(empty_rows):
   mask = (rng.random((b, t)) < 0.6).astype(np.int32)
   mask[0, 0] = mask[1, 1] = mask[2, 2] = 1
   mask[list(empty_rows)] = 0
-  arrays = {
-    n: rng.normal(size=(b, t)) for n in ("token_rewards", "rewards", "values", "advantages")
-  }
-  arrays["returns"] = rng.normal(size=(b, t))
+  arrays = {n: rng.normal(size=(b, t)) for n in PER_TOKEN}
   got = batch_stats.batch_statistics(loss_mask=mask, **arrays)
-  want = _reference_stats(
-    mask,
-    *(arrays[n] for n in ("token_rewards", "rewards", "values")),
-    arrays["advantages"],
-    arrays["returns"],
-  )
+  want = _reference_stats(mask, *arrays.values())
   assert got.keys() == want.keys()
   for key, value in want.items():
     assert got[key] == pytest.approx(value, rel=1e-12), key
@@ -208,14 +204,7 @@ def test_batch_statistics_match_numpy_with_empty_mask_rows(empty_rows):
 
 def test_an_all_empty_loss_mask_skips_per_token_statistics():
   zeros = np.zeros((2, 4))
-  got = batch_stats.batch_statistics(
-    loss_mask=zeros,
-    token_rewards=zeros,
-    rewards=zeros,
-    values=zeros,
-    advantages=zeros,
-    returns=zeros,
-  )
+  got = batch_stats.batch_statistics(loss_mask=zeros, **dict.fromkeys(PER_TOKEN, zeros))
   assert not any(k.startswith(("batch/old_value", "batch/advantage", "batch/return/")) for k in got)
   assert got["batch/response_length/max"] == 0 and all(math.isfinite(v) for v in got.values())
 
@@ -224,11 +213,7 @@ def test_episode_outcomes_of_a_multi_turn_source_are_used():
   mask = np.ones((2, 3))
   got = batch_stats.batch_statistics(
     loss_mask=mask,
-    token_rewards=np.zeros((2, 3)),
-    rewards=np.zeros((2, 3)),
-    values=np.zeros((2, 3)),
-    advantages=np.zeros((2, 3)),
-    returns=np.zeros((2, 3)),
+    **dict.fromkeys(PER_TOKEN, np.zeros((2, 3))),
     episode_returns=np.array([1.0, 0.25]),
     num_turns=np.array([2, 3]),
     truncated=np.array([True, False]),

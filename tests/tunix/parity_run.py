@@ -2,7 +2,8 @@
 
 Run as a script in its own process (`XLA_FLAGS=--xla_force_host_platform_device_count=4`):
 `python parity_run.py VARIANT`, VARIANT one of `shared`, `role_meshes`, `offload`,
-`micro1`, `micro2`, `micro4`. Not a test module (no `test_` prefix).
+`micro1`, `micro2`, `micro4`. Not a test module (no `test_` prefix); `stock_cluster`, the
+cluster it trains on, is also the one `test_role_parity` builds in-process.
 """
 
 import json
@@ -26,6 +27,40 @@ def reward(prompts, completions, **_):
   return [c.count("a") / max(len(c), 1) for c in completions]
 
 
+def stock_cluster(
+  role_to_mesh: dict[Role, jax.sharding.Mesh],
+  rollout: base_rollout.RolloutConfig,
+  *,
+  max_steps: int,
+  offload: bool = False,
+  logps_micro_batch_size: int | None = None,
+) -> rl_cluster_lib.RLCluster:
+  """tunix's own `RLCluster`, built without this package's builders: a one-layer toy Qwen3
+  with a critic and a reference, SGD at 1e-2 for both trainers, `offload_to_cpu=offload`."""
+  tokenizer = CharTokenizer()
+  config = models.tiny_qwen3_config(tokenizer.vocab_size, num_layers=1, embed_dim=32)
+  policy, critic, reference = models.with_critic_and_reference(models.make_policy(config, 0))
+  return rl_cluster_lib.RLCluster(
+    actor=policy,
+    critic=critic,
+    reference=reference,
+    tokenizer=tokenizer,
+    cluster_config=rl_cluster_lib.ClusterConfig(
+      role_to_mesh=role_to_mesh,
+      rollout_engine="vanilla",
+      offload_to_cpu=offload,
+      training_config=rl_cluster_lib.RLTrainingConfig(
+        actor_optimizer=optax.sgd(1e-2),
+        critic_optimizer=optax.sgd(1e-2),
+        eval_every_n_steps=100,
+        max_steps=max_steps,
+        compute_logps_micro_batch_size=logps_micro_batch_size,
+      ),
+      rollout_config=rollout,
+    ),
+  )
+
+
 def main(variant: str) -> None:
   devices = jax.devices()
   shared = make_mesh((1, 1), devices=devices[:1])
@@ -35,29 +70,11 @@ def main(variant: str) -> None:
     meshes[Role.REFERENCE] = make_mesh((1, 1), devices=devices[2:3])
     meshes[Role.REWARD] = meshes[Role.REFERENCE]
   micro = int(variant.removeprefix("micro")) if variant.startswith("micro") else None
-  tokenizer = CharTokenizer()
-  config = models.tiny_qwen3_config(tokenizer.vocab_size, num_layers=1, embed_dim=32)
-  policy, critic, reference = models.with_critic_and_reference(models.make_policy(config, 0))
-  cluster = rl_cluster_lib.RLCluster(
-    actor=policy,
-    critic=critic,
-    reference=reference,
-    tokenizer=tokenizer,
-    cluster_config=rl_cluster_lib.ClusterConfig(
-      role_to_mesh=meshes,
-      rollout_engine="vanilla",
-      offload_to_cpu=variant == "offload",
-      training_config=rl_cluster_lib.RLTrainingConfig(
-        actor_optimizer=optax.sgd(1e-2),
-        critic_optimizer=optax.sgd(1e-2),
-        eval_every_n_steps=100,
-        max_steps=2,
-        compute_logps_micro_batch_size=micro,
-      ),
-      rollout_config=base_rollout.RolloutConfig(
-        max_tokens_to_generate=6, max_prompt_length=16, kv_cache_size=32, temperature=1.0
-      ),
-    ),
+  rollout = base_rollout.RolloutConfig(
+    max_tokens_to_generate=6, max_prompt_length=16, kv_cache_size=32, temperature=1.0
+  )
+  cluster = stock_cluster(
+    meshes, rollout, max_steps=2, offload=variant == "offload", logps_micro_batch_size=micro
   )
   learner = PpoExtLearner(cluster, PpoExtConfig(beta=0.04), reward_fns=reward)
   batch = {"prompts": np.array(["say a:", "say b:", "say c:", "say d:"])}

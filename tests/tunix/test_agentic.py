@@ -13,14 +13,17 @@ from tunix.rl.agentic.rewards import reward as tunix_rewards
 from tunix.rl.agentic.tools import base_tool
 from tunix.rl.agentic.tools.calculator_tool import CalculatorTool
 
-from tests.conftest import param_leaf, record_turns, rollout_cluster
+from tests.conftest import (
+  assert_row_is,
+  assert_training_moves_the_policy,
+  multi_turn_learner,
+  replayed_group,
+)
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
-from tunix_ppo_ext._src.data.trajectory import episode_batches
 from tunix_ppo_ext._src.envs.base import validate_reset_output, validate_step_output
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 from tunix_ppo_ext._src.tunix.rollout.agentic_envs import TunixEnv
-from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
+from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
 
 CALL = '<tool_call>{"name": "calculator", "arguments": {"a": 3, "b": 4, "op": "*"}}</tool_call>'
 
@@ -151,37 +154,20 @@ def expected_row(tokenizer, seed: int, agent_turns: list[list[int]], max_turns: 
 
 def test_ppo_trains_on_a_tool_environment_with_exact_masks(monkeypatch):
   tokenizer = CharTokenizer(pad_id=PAD, eos_id=EOS)  # every printable character
-  cluster = rollout_cluster(
-    tokenizer,
-    2,
-    prompt_len=P,
-    tokens_per_call=T + TURN,
-  )
-  policy = cluster.actor_trainer.model
   env_kwargs = {"tool_prompt": False}
   source = MultiTurnRollout(
     make_tool_env, env_kwargs, max_completion_len=T, max_turns=3, max_turn_tokens=TURN
   )
-  learner = PpoExtLearner(cluster, PpoExtConfig(num_generations=2), trajectory_source=source)
-  turns = record_turns(monkeypatch)  # the real sampler, its outputs kept
-  data = {k: np.repeat(v, 2, axis=0) for k, v in next(episode_batches(1, 2, seed=4)).items()}
-  batch = source(learner, data, Mode.TRAIN)
-  monkeypatch.undo()
-  batch.validate()
-  outputs = [output for _, output in turns]
-  for row, seed in enumerate(data["seed"]):
-    turns = int(source.last_stats.num_turns[row])
-    agent_turns = [out.tokens[row].tolist() for out in outputs[:turns]]
-    tokens, loss, total = expected_row(tokenizer, int(seed), agent_turns, 3)
-    n = min(len(tokens), T)
-    np.testing.assert_array_equal(batch.completion_ids[row][:n], tokens[:n])
-    np.testing.assert_array_equal(batch.loss_mask[row], loss[:n] + [0] * (T - n))
-    np.testing.assert_array_equal(batch.attention_mask[row], [1] * n + [0] * (T - n))
+  learner = multi_turn_learner(tokenizer, 2, source, PpoExtConfig(num_generations=2), prompt_len=P)
+  batch, rows = replayed_group(monkeypatch, learner, seed=4)
+  for row, (seed, agent_turns) in enumerate(rows):
+    tokens, loss, total = expected_row(tokenizer, seed, agent_turns, 3)
+    assert_row_is(batch, row, tokens, loss)
     assert batch.token_rewards[row].sum() == pytest.approx(total)
     prompt = tokenizer.decode(batch.prompt_ids[row].tolist())
-    assert prompt == calculator_env(int(seed)).task["question"]
-  before = param_leaf(policy)
-  learner.train(episode_batches(2, 2, seed=0))
-  assert cluster.actor_trainer.train_steps == 2 and not np.allclose(param_leaf(policy), before)
-  success = cluster._rl_metrics_logger.get_metric_history("batch", "success_rate", "train")
+    assert prompt == calculator_env(seed).task["question"]
+  assert_training_moves_the_policy(learner)
+  success = learner.rl_cluster._rl_metrics_logger.get_metric_history(
+    "batch", "success_rate", "train"
+  )
   assert len(success) >= 1 and np.all(np.isfinite(success))

@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file
 
-from tests.conftest import save_hf_tokenizer, toy_policy
+from tests.conftest import save_hf_tokenizer, toy_policy, train_argv
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.run import cli, job
 from tunix_ppo_ext._src.run.run_config import load_run_config
@@ -65,16 +65,13 @@ def test_main_job_trains_a_checkpoint_with_its_hugging_face_tokenizer(tmp_path):
   checkpoints.save_qwen3_safetensors(policy, tmp_path / "ckpt")
   out = tmp_path / "run"
   code = cli.main(
-    [
-      "train",
-      "--config",
-      str(CONFIGS / "smoke.yaml"),
-      "--output-dir",
-      str(out),
+    train_argv(
+      CONFIGS / "smoke.yaml",
+      out,
       f"model.checkpoint={tmp_path / 'ckpt'}",
       f"model.tokenizer={tmp_path / 'tokenizer'}",
       "train.steps=2",
-    ]
+    )
   )
   assert code == 0
   assert (out / "summary.json").is_file()

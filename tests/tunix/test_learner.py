@@ -5,7 +5,7 @@ import pytest
 from flax import nnx
 from tunix.rl.ppo import ppo_learner
 
-from tests.conftest import build_cluster, make_models, make_prompts_dataset, param_leaf
+from tests.conftest import make_prompts_dataset, param_leaf, toy_cluster
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
@@ -42,28 +42,22 @@ def setup(
   reward=integer_reward,
   learner_cls=PpoExtLearner,
   seed=0,
-  checkpoint_dir=None,
-  mini_batch_size=None,
   source=None,
   num_generations=1,
   metric_fns=None,
-  with_critic=True,
-  logps_micro_batch_size=None,
+  **cluster_kwargs,
 ):
+  """`(cluster, learner, data)`: a `toy_cluster` of `steps` steps (`cluster_kwargs` go to
+  it: `with_critic`, `build_cluster`'s options), `learner_cls` on it, `2 * steps` batches."""
   tokenizer = CharTokenizer(eos_id=0)
-  policy, critic, reference = make_models(tokenizer, seed=seed)
-  cluster = build_cluster(
-    policy,
-    critic if with_critic else None,
+  cluster = toy_cluster(
     tokenizer,
-    reference=reference,
+    seed,
+    prompt_len=PROMPT_LEN,
+    tokens_per_call=GEN_LEN,
     max_steps=steps,
     batch=BATCH,
-    max_prompt_length=PROMPT_LEN,
-    max_tokens_to_generate=GEN_LEN,
-    mini_batch_size=mini_batch_size,
-    checkpoint_dir=checkpoint_dir,
-    logps_micro_batch_size=logps_micro_batch_size,
+    **cluster_kwargs,
   )
   kwargs = {"trajectory_source": source} if source is not None else {}
   if metric_fns is not None:

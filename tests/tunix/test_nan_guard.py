@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 from tunix.rl import function_registry
 
-from tests.conftest import build_cluster, make_models, param_leaf
+from tests.conftest import param_leaf, toy_cluster
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.metrics import keys as metric_keys
@@ -76,16 +76,12 @@ def batches(pattern: str) -> list[dict[str, np.ndarray]]:
 
 
 def setup(checkpoint_dir, steps, max_nonfinite_steps):
-  policy, critic, reference = make_models(TOKENIZER, seed=0)
-  cluster = build_cluster(
-    policy,
-    critic,
+  cluster = toy_cluster(
     TOKENIZER,
-    reference=reference,
+    prompt_len=8,
+    tokens_per_call=4,
     max_steps=steps,
     batch=BATCH,
-    max_prompt_length=8,
-    max_tokens_to_generate=4,
     checkpoint_dir=str(checkpoint_dir),
     checkpoint_every=100,  # only the guard's final checkpoint is written in this test
   )

@@ -12,6 +12,7 @@ from tunix.rl import common as tunix_common
 
 import tunix_ppo_ext
 from tunix_ppo_ext._src.tunix.learner import passes
+from tunix_ppo_ext._src.tunix.models.toy_models import tiny_qwen3_config
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
 
@@ -34,16 +35,8 @@ class ScoreModel(nnx.Module):
 
 @pytest.fixture(scope="module")
 def config():
-  return qwen3.ModelConfig(
-    num_layers=2,
-    vocab_size=VOCAB,
-    embed_dim=16,
-    hidden_dim=32,
-    num_heads=2,
-    head_dim=8,
-    num_kv_heads=1,
-    rope_theta=10_000,
-    norm_eps=1e-6,
+  return tiny_qwen3_config(
+    VOCAB, embed_dim=16, hidden_dim=32, num_heads=2, head_dim=8, num_kv_heads=1
   )
 
 

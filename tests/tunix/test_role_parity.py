@@ -18,15 +18,13 @@ import sys
 
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.rollout import base_rollout
 
-from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tests.tunix.parity_run import stock_cluster
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
-from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 SCRIPT = pathlib.Path(__file__).with_name("parity_run.py")
 
@@ -57,29 +55,11 @@ def test_losses_match_the_shared_mesh_run(variant):
 
 def offloading_cluster(offload: bool) -> rl_cluster_lib.RLCluster:
   """tunix's own cluster of a one-layer Qwen3 with a critic, `offload_to_cpu` as given."""
-  tokenizer = CharTokenizer()
-  config = models.tiny_qwen3_config(tokenizer.vocab_size, num_layers=1, embed_dim=32)
-  policy, critic, reference = models.with_critic_and_reference(models.make_policy(config, 0))
-  return rl_cluster_lib.RLCluster(
-    actor=policy,
-    critic=critic,
-    reference=reference,
-    tokenizer=tokenizer,
-    cluster_config=rl_cluster_lib.ClusterConfig(
-      role_to_mesh=dict.fromkeys(rl_cluster_lib.Role, make_mesh((1, 1))),
-      rollout_engine="vanilla",
-      offload_to_cpu=offload,
-      training_config=rl_cluster_lib.RLTrainingConfig(
-        actor_optimizer=optax.sgd(1e-2),
-        critic_optimizer=optax.sgd(1e-2),
-        eval_every_n_steps=100,
-        max_steps=1,
-      ),
-      rollout_config=base_rollout.RolloutConfig(
-        max_tokens_to_generate=4, max_prompt_length=8, kv_cache_size=16
-      ),
-    ),
+  meshes = dict.fromkeys(rl_cluster_lib.Role, make_mesh((1, 1)))
+  rollout = base_rollout.RolloutConfig(
+    max_tokens_to_generate=4, max_prompt_length=8, kv_cache_size=16
   )
+  return stock_cluster(meshes, rollout, max_steps=1, offload=offload)
 
 
 def test_values_pass_loads_an_offloaded_critic():

@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.conftest import param_leaf, record_turns, rollout_cluster
+from tests.conftest import assert_training_moves_the_policy, multi_turn_learner, record_turns
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import (
@@ -24,7 +24,6 @@ from tunix_ppo_ext._src.data.trajectory import (
 from tunix_ppo_ext._src.envs.base import EnvSpec
 from tunix_ppo_ext._src.envs.memory import MemoryEnv
 from tunix_ppo_ext._src.tunix.learner import passes
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
@@ -38,16 +37,9 @@ P, T, G = 8, 28, 4  # max_prompt_length, max_completion_len, max_turn_tokens
 def world():
   """`(tokenizer, policy, learner)` on a cluster sized for T + G tokens per call."""
   tokenizer = CharTokenizer(ALPHABET, pad_id=PAD, eos_id=EOS)
-  cluster = rollout_cluster(
-    tokenizer,
-    0,
-    prompt_len=P,
-    tokens_per_call=T + G,
-  )
-  policy = cluster.actor_trainer.model
   source = MultiTurnRollout(max_completion_len=T, max_turn_tokens=G)
-  learner = PpoExtLearner(cluster, PpoExtConfig(), trajectory_source=source)
-  return tokenizer, policy, learner
+  learner = multi_turn_learner(tokenizer, 0, source, prompt_len=P)
+  return tokenizer, learner.rl_cluster.actor_trainer.model, learner
 
 
 def repeated(batch, times):
@@ -175,21 +167,31 @@ def test_long_episodes_are_cut_and_counted(world, width):
   np.testing.assert_array_equal(batch.num_turns, stats.num_turns)
 
 
-class FlaggingEnv:
+class ScriptedEnv:
+  """An environment playing a script: `reset` shows `first` and restarts the turn count,
+  `step` answers whatever the agent says with `reply(turn)` (turns from 1)."""
+
+  first = "see a!"
+
+  def reset(self, seed):
+    self.turn = 0
+    return self.first, {}
+
+  def step(self, action):
+    self.turn += 1
+    return self.reply(self.turn)
+
+
+class FlaggingEnv(ScriptedEnv):
   """Reward `2**turn` (so a token's reward says which turns landed on it); turns 1 and 2
   are malformed (`info["invalid_action"]`); three turns with the observation "wait."."""
 
   name = "flagging"
   max_return = 14.0
+  first = "see b!"
 
-  def reset(self, seed):
-    self.turn = 0
-    return "see b!", {}
-
-  def step(self, action):
-    self.turn += 1
-    info = {"invalid_action": self.turn < 3}
-    return "wait.", float(2**self.turn), self.turn == 3, False, info
+  def reply(self, turn):
+    return "wait.", float(2**turn), turn == 3, False, {"invalid_action": turn < 3}
 
 
 @pytest.mark.parametrize("width", [T, 8])
@@ -228,6 +230,18 @@ def test_turn_limit_is_counted(world):
   np.testing.assert_array_equal(batch.token_rewards[np.arange(4), last], 2.0)
 
 
+def trainer_logps(policy, batch):
+  """The trainer's per-token log-probs of `batch`'s completions under `policy`."""
+  return passes.compute_per_token_logps(
+    policy,
+    batch.prompt_ids,
+    batch.completion_ids,
+    pad_id=PAD,
+    eos_id=EOS,
+    attention_mask=batch.attention_mask,
+  )
+
+
 def sampled_pad_free(batch):
   """Agent tokens with no sampled pad-id token before them in their row.
 
@@ -257,14 +271,7 @@ def test_sampler_logps_match_the_trainer_only_with_exact_contexts(world):
       kv_cache=kv_cache,
     )
     batch = source(learner, next(episode_batches(1, 16, seed=0)), Mode.TRAIN)
-    old = passes.compute_per_token_logps(
-      policy,
-      batch.prompt_ids,
-      batch.completion_ids,
-      pad_id=PAD,
-      eos_id=EOS,
-      attention_mask=batch.attention_mask,
-    )
+    old = trainer_logps(policy, batch)
     clean, known = sampled_pad_free(batch), batch.sampler_logp_mask > 0
     eos = (batch.completion_ids == EOS) & (batch.loss_mask > 0)
     after_eos = np.cumsum(eos, axis=1) > 0
@@ -316,21 +323,14 @@ def test_episode_inputs():
     episode_seeds({"prompts": np.array(["hello"])})
 
 
-class BrokenEnv:
+class BrokenEnv(ScriptedEnv):
   """Fine on turn 1, a 4-tuple on turn 2."""
 
   name = "broken"
   max_return = 1.0
 
-  def reset(self, seed):
-    self.turn = 0
-    return "see a!", {}
-
-  def step(self, action):
-    self.turn += 1
-    if self.turn == 1:
-      return "wait.", 0.0, False, False, {}
-    return "wait.", 0.0, False, False
+  def reply(self, turn):
+    return ("wait.", 0.0, False, False, {}) if turn == 1 else ("wait.", 0.0, False, False)
 
 
 class UnspeakableEnv(BrokenEnv):
@@ -355,33 +355,15 @@ def test_bad_environments_and_inputs_are_named(world):
 
 def test_ppo_trains_on_multi_turn_episodes():
   tokenizer = CharTokenizer(ALPHABET, pad_id=PAD, eos_id=EOS)
-  width, turn_tokens = 12, 2
-  cluster = rollout_cluster(
-    tokenizer,
-    1,
-    prompt_len=P,
-    tokens_per_call=width + turn_tokens,
-  )
-  policy = cluster.actor_trainer.model
-  source = MultiTurnRollout("memory", max_completion_len=width, max_turn_tokens=turn_tokens)
-  config = PpoExtConfig(num_generations=2)
-  learner = PpoExtLearner(cluster, config, trajectory_source=source)
-  before = param_leaf(policy)
-  learner.train(episode_batches(2, 2, seed=0))
-  assert cluster.actor_trainer.train_steps == 2
-  assert not np.allclose(param_leaf(policy), before)
+  source = MultiTurnRollout("memory", max_completion_len=12, max_turn_tokens=2)
+  learner = multi_turn_learner(tokenizer, 1, source, PpoExtConfig(num_generations=2), prompt_len=P)
+  cluster, policy = learner.rl_cluster, learner.rl_cluster.actor_trainer.model
+  assert_training_moves_the_policy(learner)
   assert source.last_stats is not None and len(source.last_stats.episode_return) == 4
   returns = cluster._rl_metrics_logger.get_metric_history("batch", "episode_return/mean", "train")
   assert len(returns) >= 1 and np.all(np.isfinite(returns))
   # after the updates, the sampler samples from the trained weights: its log-probs are the
   # trainer's on every agent token before a sampled pad id
   batch = source(learner, repeated(next(episode_batches(1, 2, seed=3)), 2), Mode.TRAIN)
-  old = passes.compute_per_token_logps(
-    policy,
-    batch.prompt_ids,
-    batch.completion_ids,
-    pad_id=PAD,
-    eos_id=EOS,
-    attention_mask=batch.attention_mask,
-  )
+  old = trainer_logps(policy, batch)
   assert sampler_logprob_gap(batch, old, sampled_pad_free(batch)) < 1e-5

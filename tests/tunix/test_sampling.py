@@ -4,11 +4,9 @@ with top-k 1 plays every copy of an episode identically, evaluation with its own
 
 import numpy as np
 
-from tests.conftest import rollout_cluster
-from tunix_ppo_ext import PpoExtConfig
+from tests.conftest import multi_turn_learner
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import episode_batches
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import Conversation
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
 
@@ -19,18 +17,17 @@ COPIES = 4  # rows playing the same episode seed
 
 def test_train_and_eval_rollouts_sample_with_their_own_settings(monkeypatch):
   tokenizer = CharTokenizer(ALPHABET, pad_id=0, eos_id=2)
-  cluster = rollout_cluster(
+  source = MultiTurnRollout(max_completion_len=T, max_turn_tokens=G)
+  learner = multi_turn_learner(
     tokenizer,
     0,
+    source,
     prompt_len=P,
-    tokens_per_call=T + G,
     max_steps=1,
     batch=8,
     sampling={"top_p": 1.0, "top_k": 1},
     eval_sampling={"temperature": 0.7, "top_k": None},
   )
-  source = MultiTurnRollout(max_completion_len=T, max_turn_tokens=G)
-  learner = PpoExtLearner(cluster, PpoExtConfig(), trajectory_source=source)
   seen = []
   original = Conversation.turn
 

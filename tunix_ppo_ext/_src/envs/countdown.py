@@ -41,6 +41,7 @@ import functools
 import re
 import string
 from collections import Counter
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -114,19 +115,19 @@ class _Parser:
     self.position += 1
     return token
 
-  def expr(self) -> Node:
-    node = self.term()
-    while self.peek() in ("+", "-"):
+  def _left_assoc(self, ops: tuple[str, str], operand: Callable[[], Node]) -> Node:
+    """`operand (op operand)*` for `op` in `ops`, folded to the left."""
+    node = operand()
+    while self.peek() in ops:
       op = self.take()
-      node = (op, node, self.term())
+      node = (op, node, operand())
     return node
 
+  def expr(self) -> Node:
+    return self._left_assoc(("+", "-"), self.term)
+
   def term(self) -> Node:
-    node = self.factor()
-    while self.peek() in ("*", "/"):
-      op = self.take()
-      node = (op, node, self.factor())
-    return node
+    return self._left_assoc(("*", "/"), self.factor)
 
   def factor(self) -> Node:
     token = self.take()

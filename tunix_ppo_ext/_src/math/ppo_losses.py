@@ -20,9 +20,12 @@ __all__ = [
   "LOSS_AGG_MODES",
   "aggregate_loss",
   "canonical_loss_agg_mode",
+  "clipped_surrogate",
   "entropy_from_logits",
+  "policy_inputs",
   "policy_loss",
   "value_loss",
+  "weighted",
 ]
 
 LOSS_AGG_MODES = (
@@ -70,6 +73,34 @@ def aggregate_loss(per_token_loss: jax.Array, mask: jax.Array, loss_agg_mode: st
   return masked_mean(row_loss, row_has_tokens)
 
 
+def policy_inputs(
+  logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mask: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """A policy loss's inputs in float32, shapes checked: `(logp, old_logp, advantages, mask)`,
+  all `[B, T]` (per-sequence advantages `[B]` broadcast over the tokens)."""
+  chex.assert_rank([logp, old_logp, mask], 2)
+  chex.assert_equal_shape([logp, old_logp, mask])
+  logp = logp.astype(jnp.float32)
+  adv = jnp.asarray(advantages, jnp.float32)
+  adv = jnp.broadcast_to(adv[:, None] if adv.ndim == 1 else adv, logp.shape)
+  return logp, old_logp.astype(jnp.float32), adv, mask.astype(jnp.float32)
+
+
+def clipped_surrogate(
+  ratio: jax.Array, adv: jax.Array, epsilon_low: float, epsilon_high: float
+) -> tuple[jax.Array, jax.Array]:
+  """PPO's two surrogate terms `(-A r, -A clip(r, 1 - epsilon_low, 1 + epsilon_high))`."""
+  return -adv * ratio, -adv * jnp.clip(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
+
+
+def weighted(per_token: jax.Array, is_weights: jax.Array | None) -> jax.Array:
+  """`per_token * sg(is_weights)`, the rollout-correction weighting (unchanged without)."""
+  if is_weights is None:
+    return per_token
+  chex.assert_equal_shape([per_token, is_weights])
+  return per_token * jax.lax.stop_gradient(is_weights.astype(jnp.float32))
+
+
 def policy_loss(
   per_token_logps: jax.Array,
   old_per_token_logps: jax.Array,
@@ -114,20 +145,11 @@ def policy_loss(
   """
   _check_clip_args(epsilon_low, epsilon_high, epsilon_c)
   loss_agg_mode = canonical_loss_agg_mode(loss_agg_mode)
-  chex.assert_rank([per_token_logps, old_per_token_logps, mask], 2)
-  chex.assert_equal_shape([per_token_logps, old_per_token_logps, mask])
-  logp = per_token_logps.astype(jnp.float32)
-  old_logp = old_per_token_logps.astype(jnp.float32)
-  adv = advantages.astype(jnp.float32)
-  if adv.ndim == 1:
-    adv = adv[:, None]
-  adv = jnp.broadcast_to(adv, logp.shape)
-
+  logp, old_logp, adv, mask = policy_inputs(per_token_logps, old_per_token_logps, advantages, mask)
   # clamped as verl does, for the ratio and for `ppo_kl` alike
   log_ratio = jnp.clip(logp - old_logp, -kl_lib.LOG_RATIO_LIMIT, kl_lib.LOG_RATIO_LIMIT)
   ratio = jnp.exp(log_ratio)
-  pg1 = -adv * ratio
-  pg2 = -adv * jnp.clip(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
+  pg1, pg2 = clipped_surrogate(ratio, adv, epsilon_low, epsilon_high)
   clipped = jnp.maximum(pg1, pg2)
   if epsilon_c is None:
     per_token = clipped
@@ -137,9 +159,7 @@ def policy_loss(
     per_token = jnp.where(adv < 0, jnp.minimum(clipped, pg3), clipped)
     lower_clipped = ((clipped > pg3) & (adv < 0)).astype(jnp.float32)
 
-  if is_weights is not None:
-    per_token = per_token * jax.lax.stop_gradient(is_weights.astype(jnp.float32))
-  pg_loss = aggregate_loss(per_token, mask, loss_agg_mode)
+  pg_loss = aggregate_loss(weighted(per_token, is_weights), mask, loss_agg_mode)
   metrics = {
     "pg_loss": pg_loss,
     "pg_clipfrac": masked_mean((pg2 > pg1).astype(jnp.float32), mask),

@@ -15,13 +15,18 @@ dashboard keeps its curves when the loss changes.
 
 from __future__ import annotations
 
-import chex
 import jax
 import jax.numpy as jnp
 
 from tunix_ppo_ext._src.math.kl import LOG_RATIO_LIMIT
 from tunix_ppo_ext._src.math.masked import masked_mean, masked_sum
-from tunix_ppo_ext._src.math.ppo_losses import aggregate_loss, canonical_loss_agg_mode
+from tunix_ppo_ext._src.math.ppo_losses import (
+  aggregate_loss,
+  canonical_loss_agg_mode,
+  clipped_surrogate,
+  policy_inputs,
+  weighted,
+)
 
 __all__ = [
   "GSPO_LOG_RATIO_MAX",
@@ -38,24 +43,6 @@ GSPO_LOG_RATIO_MAX = 10.0  # verl clamps GSPO's sequence log-ratio from above at
 Metrics = dict[str, jax.Array]
 
 
-def _inputs(logp, old_logp, advantages, mask):
-  """float32 `(logp, old_logp, advantages [B, T], mask)`, shapes checked."""
-  chex.assert_rank([logp, old_logp, mask], 2)
-  chex.assert_equal_shape([logp, old_logp, mask])
-  logp = logp.astype(jnp.float32)
-  adv = jnp.asarray(advantages, jnp.float32)
-  adv = jnp.broadcast_to(adv[:, None] if adv.ndim == 1 else adv, logp.shape)
-  return logp, old_logp.astype(jnp.float32), adv, mask.astype(jnp.float32)
-
-
-def _weighted(per_token: jax.Array, is_weights: jax.Array | None) -> jax.Array:
-  """`per_token * sg(is_weights)` (unchanged without weights)."""
-  if is_weights is None:
-    return per_token
-  chex.assert_equal_shape([per_token, is_weights])
-  return per_token * jax.lax.stop_gradient(is_weights.astype(jnp.float32))
-
-
 def _metrics(pg_loss, clipfrac, clipfrac_lower, ppo_kl) -> Metrics:
   zero = jnp.zeros((), jnp.float32)
   return {
@@ -64,11 +51,6 @@ def _metrics(pg_loss, clipfrac, clipfrac_lower, ppo_kl) -> Metrics:
     "pg_clipfrac_lower": zero if clipfrac_lower is None else clipfrac_lower,
     "ppo_kl": ppo_kl,
   }
-
-
-def _clipped_surrogate(ratio, adv, epsilon_low, epsilon_high):
-  """`(pg1, pg2)` = `(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))`."""
-  return -adv * ratio, -adv * jnp.clip(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
 
 
 def gspo_loss(
@@ -90,13 +72,13 @@ def gspo_loss(
   `pg_clipfrac`: share of tokens where the clipped term is larger; `ppo_kl`: masked mean of
   `old_logp - logp`; `pg_clipfrac_lower` 0. An empty row has `s_i = 1` and no weight.
   """
-  logp, old_logp, adv, mask = _inputs(logp, old_logp, advantages, mask)
+  logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = logp - old_logp
   seq_log_ratio = masked_mean(log_ratio, mask, axis=-1)[:, None]
   log_s = logp - jax.lax.stop_gradient(logp) + jax.lax.stop_gradient(seq_log_ratio)
   ratio = jnp.exp(jnp.minimum(log_s, GSPO_LOG_RATIO_MAX))
-  pg1, pg2 = _clipped_surrogate(ratio, adv, epsilon_low, epsilon_high)
-  per_token = _weighted(jnp.maximum(pg1, pg2), is_weights)
+  pg1, pg2 = clipped_surrogate(ratio, adv, epsilon_low, epsilon_high)
+  per_token = weighted(jnp.maximum(pg1, pg2), is_weights)
   pg_loss = aggregate_loss(per_token, mask, "seq-mean-token-mean")
   clipfrac = masked_mean((pg2 > pg1).astype(jnp.float32), mask)
   return pg_loss, _metrics(pg_loss, clipfrac, None, masked_mean(-log_ratio, mask))
@@ -120,12 +102,12 @@ def sapo_loss(
   No clip: `pg_clipfrac` and `pg_clipfrac_lower` are 0; `ppo_kl` as for PPO (the masked mean
   of the clamped `old_logp - logp`, as verl).
   """
-  logp, old_logp, adv, mask = _inputs(logp, old_logp, advantages, mask)
+  logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = jnp.clip(logp - old_logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)  # ppo_kl's too
   ratio = jnp.exp(log_ratio)
   tau = jnp.where(adv > 0, jnp.float32(tau_pos), jnp.float32(tau_neg))
   gate = jax.nn.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
-  per_token = _weighted(-gate * adv, is_weights)
+  per_token = weighted(-gate * adv, is_weights)
   pg_loss = aggregate_loss(per_token, mask, "seq-mean-token-mean")
   return pg_loss, _metrics(pg_loss, None, None, masked_mean(-log_ratio, mask))
 
@@ -153,7 +135,7 @@ def geo_mean_loss(
   `pg_clipfrac` / `pg_clipfrac_lower`: share of tokens where the clamp changed `l` and
   `A > 0` / `A < 0`; `ppo_kl` as for PPO.
   """
-  logp, old_logp, adv, mask = _inputs(logp, old_logp, advantages, mask)
+  logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = logp - old_logp
   sign = jnp.sign(adv)
   clamped = jnp.clip(log_ratio, -epsilon_low, epsilon_high)
@@ -192,11 +174,11 @@ def cispo_loss(
   the clip changed; `pg_clipfrac_lower` 0; `ppo_kl` as for PPO (of the clamped log-ratio,
   as verl).
   """
-  logp, old_logp, adv, mask = _inputs(logp, old_logp, advantages, mask)
+  logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = jnp.clip(logp - old_logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)  # ppo_kl's too
   ratio = jnp.exp(log_ratio)
   clipped = jnp.clip(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
-  per_token = _weighted(-jax.lax.stop_gradient(clipped) * adv * logp, is_weights)
+  per_token = weighted(-jax.lax.stop_gradient(clipped) * adv * logp, is_weights)
   pg_loss = aggregate_loss(per_token, mask, canonical_loss_agg_mode(loss_agg_mode))
   clipfrac = masked_mean((ratio != clipped).astype(jnp.float32), mask)
   return pg_loss, _metrics(pg_loss, clipfrac, None, masked_mean(-log_ratio, mask))
@@ -217,8 +199,8 @@ def gpg_loss(
   metric for it; here `pg_clipfrac` and `pg_clipfrac_lower` are 0 and `ppo_kl` is the
   masked mean of `old_logp - logp` as for every other loss.
   """
-  logp, old_logp, adv, mask = _inputs(logp, old_logp, advantages, mask)
-  per_token = _weighted(-adv * logp, is_weights)
+  logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
+  per_token = weighted(-adv * logp, is_weights)
   pg_loss = aggregate_loss(per_token, mask, canonical_loss_agg_mode(loss_agg_mode))
   return pg_loss, _metrics(pg_loss, None, None, masked_mean(old_logp - logp, mask))
 
@@ -263,17 +245,17 @@ def clip_cov_loss(
   `ppo_kl` as for PPO. Deviation: `r` is computed from the log-ratio clamped to [-20, 20]
   (verl leaves it unclamped, which overflows beyond 88).
   """
-  logp, old_logp, adv, mask = _inputs(logp, old_logp, advantages, mask)
+  logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = logp - old_logp
   ratio = jnp.exp(jnp.clip(log_ratio, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
-  pg1, pg2 = _clipped_surrogate(ratio, adv, epsilon_low, epsilon_high)
+  pg1, pg2 = clipped_surrogate(ratio, adv, epsilon_low, epsilon_high)
   valid = mask > 0
   cov = _covariance(adv, logp, mask)
   candidate = valid & ~(pg2 > pg1) & (cov > clip_cov_lb) & (cov < clip_cov_ub)
   draw = jnp.where(candidate, jax.random.uniform(key, cov.shape), 2.0)
   k = jnp.maximum(jnp.floor(clip_cov_ratio * jnp.sum(mask)), 1.0)
   chosen = candidate & (_rank(draw) < k)
-  per_token = _weighted(jnp.maximum(pg1, pg2) * (1.0 - chosen), is_weights)
+  per_token = weighted(jnp.maximum(pg1, pg2) * (1.0 - chosen), is_weights)
   pg_loss = aggregate_loss(per_token, mask, canonical_loss_agg_mode(loss_agg_mode))
   clipfrac = masked_mean(chosen.astype(jnp.float32), mask)
   return pg_loss, _metrics(pg_loss, clipfrac, None, masked_mean(-log_ratio, mask))
@@ -300,7 +282,7 @@ def kl_cov_loss(
   `pg_clipfrac_lower` are 0. Deviation: the ratio's log is clamped to [-20, 20] (verl does
   not clamp). Ties in the covariance go to the earlier token (row-major).
   """
-  logp, old_logp, adv, mask = _inputs(logp, old_logp, advantages, mask)
+  logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = logp - old_logp
   ratio = jnp.exp(jnp.clip(log_ratio, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
   valid = mask > 0
@@ -308,6 +290,6 @@ def kl_cov_loss(
   k = jnp.maximum(jnp.floor(kl_cov_ratio * jnp.sum(mask)), 1.0)
   chosen = valid & (_rank(jnp.where(valid, -cov, jnp.inf)) < k)
   per_token = -adv * ratio + jnp.where(chosen, ppo_kl_coef * jnp.abs(log_ratio), 0.0)
-  per_token = _weighted(per_token, is_weights)
+  per_token = weighted(per_token, is_weights)
   pg_loss = aggregate_loss(per_token, mask, canonical_loss_agg_mode(loss_agg_mode))
   return pg_loss, _metrics(pg_loss, None, None, masked_mean(jnp.abs(log_ratio), mask))

@@ -24,8 +24,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
-
 from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
 from tunix_ppo_ext._src.data.dynamic_sampling import (
   SCORE_METRICS,
@@ -33,7 +31,7 @@ from tunix_ppo_ext._src.data.dynamic_sampling import (
   overlong_shaped,
   round_input,
 )
-from tunix_ppo_ext._src.run.recipe import WrappedSource
+from tunix_ppo_ext._src.run.recipe import WrappedSource, buffer_rollout_stats
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
 
 
@@ -114,7 +112,8 @@ def dapo_source(source: Any, section: DapoSection, budget: int) -> Any:
     if not over.enable:
       return batch
     batch, penalty = overlong_shaped(batch, budget, over.len, over.penalty_factor)
-    _buffer(learner, {"overlong_penalty": penalty.mean(), "overlong_frac": (penalty < 0).mean()})
+    stats = {"overlong_penalty": penalty.mean(), "overlong_frac": (penalty < 0).mean()}
+    buffer_rollout_stats(learner, stats, Mode.TRAIN)
     return batch
 
   def dapo(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
@@ -127,12 +126,8 @@ def dapo_source(source: Any, section: DapoSection, budget: int) -> Any:
       groups.max_num_gen_batches,
       groups.metric,
     )
-    _buffer(learner, {f"dynamic_sampling_{k}": v for k, v in stats.items()})
+    stats = {f"dynamic_sampling_{k}": v for k, v in stats.items()}
+    buffer_rollout_stats(learner, stats, Mode.TRAIN)
     return batch
 
   return WrappedSource(source, dapo)
-
-
-def _buffer(learner: Any, values: dict[str, float]) -> None:
-  metrics = {f"rollout/{k}": (float(v), np.mean) for k, v in values.items()}
-  learner.rl_cluster.buffer_metrics(metrics, mode=Mode.TRAIN)

@@ -64,6 +64,13 @@ class WrappedSource:
     raise AttributeError(name)
 
 
+def buffer_rollout_stats(learner: Any, stats: dict[str, Any], mode: Any) -> None:
+  """Buffers every entry of `stats` on the learner's cluster as metric `rollout/<name>`,
+  a float averaged over the batches of a step: how a wrapped source reports what it did."""
+  metrics = {f"rollout/{k}": (float(v), np.mean) for k, v in stats.items()}
+  learner.rl_cluster.buffer_metrics(metrics, mode=mode)
+
+
 @dataclasses.dataclass
 class OptimSection:
   """The actor's and the critic's optimizers (see `OptimizerSpec`).
@@ -154,8 +161,7 @@ def shaped_source(source: Any, section: ShapingSection) -> Any:
     if section.format_penalty == 0.0:
       return batch
     batch, stats = penalize_malformed_turns(batch, section.format_penalty)
-    metrics = {f"rollout/{k}": (v, np.mean) for k, v in stats.items()}
-    learner.rl_cluster.buffer_metrics(metrics, mode=mode)
+    buffer_rollout_stats(learner, stats, mode)
     return batch
 
   return WrappedSource(source, shaped)
@@ -276,8 +282,7 @@ def filtered_source(source: Any, section: FilterSection) -> Any:
       return batch
     batch, stats = filter_groups(batch, section.keep_ratio, section.by == "std_rev")
     names = {"kept_frac": "filter_kept_frac"}
-    metrics = {f"rollout/{names.get(k, k)}": (v, np.mean) for k, v in stats.items()}
-    learner.rl_cluster.buffer_metrics(metrics, mode=mode)
+    buffer_rollout_stats(learner, {names.get(k, k): v for k, v in stats.items()}, mode)
     return batch
 
   return WrappedSource(source, filtered)

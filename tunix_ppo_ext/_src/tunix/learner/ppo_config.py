@@ -124,8 +124,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _number(self, "epsilon", low=0.0, high=1.0, low_open=True, high_open=True)
     _number(self, "epsilon_low", low=0.0, high=1.0, low_open=True, high_open=True)
     _number(self, "epsilon_high", low=0.0, low_open=True)
-    if self.epsilon_c is not None:
-      _number(self, "epsilon_c", low=1.0, low_open=True)
+    _number(self, "epsilon_c", low=1.0, low_open=True, none_ok=True)
     _number(self, "entropy_coef", low=0.0)
     _number(self, "beta", low=0.0)
     _number(self, "kl_loss_coef", low=0.0)
@@ -133,12 +132,9 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _number(self, "gae_lambda", low=0.0, high=1.0)
     _number(self, "kl_target", low=0.0, low_open=True)
     _number(self, "kl_horizon", low=0.0, low_open=True)
-    if self.kl_clamp_value is not None:
-      _number(self, "kl_clamp_value", low=0.0, low_open=True)
-    if self.logps_temperature is not None:
-      _number(self, "logps_temperature", low=0.0, low_open=True)
-    if self.clip_range_value is not None:
-      _number(self, "clip_range_value", low=0.0, low_open=True)
+    _number(self, "kl_clamp_value", low=0.0, low_open=True, none_ok=True)
+    _number(self, "logps_temperature", low=0.0, low_open=True, none_ok=True)
+    _number(self, "clip_range_value", low=0.0, low_open=True, none_ok=True)
     _integer(self, "num_iterations", low=1)
     _integer(self, "critic_warmup_steps", low=0)
     _integer(self, "logits_chunk_size", low=0)
@@ -226,9 +222,13 @@ def _number(
   high: float | None = None,
   low_open: bool = False,
   high_open: bool = False,
+  none_ok: bool = False,
 ) -> None:
-  """Checks that `config.<name>` is a finite real number inside the interval; stores a float."""
+  """Checks that `config.<name>` is a finite real number inside the interval (or None, with
+  `none_ok`); stores a float."""
   value = getattr(config, name)
+  if value is None and none_ok:
+    return
   setattr(config, name, check_number(f"PpoExtConfig.{name}", value, low, high, low_open, high_open))
 
 

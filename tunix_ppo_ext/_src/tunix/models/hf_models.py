@@ -142,6 +142,21 @@ def _common(hf: dict[str, Any]) -> dict[str, Any]:
   }
 
 
+def _rope_decoder(hf: dict[str, Any], norm_eps: float) -> dict[str, Any]:
+  """`_common` plus what Qwen 2, Qwen 3 and Llama 3 also share: the vocabulary, RoPE's
+  theta and the RMS-norm epsilon (`norm_eps` where config.json leaves it out)."""
+  return {
+    **_common(hf),
+    "vocab_size": _key(hf, "vocab_size"),
+    "rope_theta": float(rope(hf)["rope_theta"] or 10_000.0),
+    "norm_eps": float(hf.get("rms_norm_eps", norm_eps)),
+  }
+
+
+def _tied(hf: dict[str, Any]) -> bool:
+  return bool(hf.get("tie_word_embeddings", False))
+
+
 def _refuse(hf: dict[str, Any], key: str, value: Any, why: str) -> None:
   raise ConfigError(
     f"checkpoint config.json ({hf.get('model_type')}): {key}={value!r} is not supported: {why}"
@@ -269,23 +284,14 @@ def _gemma3_query_norm(hf: dict[str, Any]) -> gemma3.QueryPreAttentionNormalisat
 
 
 def _qwen2_config(hf: dict[str, Any]) -> qwen2.ModelConfig:
-  return qwen2.ModelConfig(
-    **_common(hf),
-    vocab_size=_key(hf, "vocab_size"),
-    rope_theta=float(rope(hf)["rope_theta"] or 10_000),
-    norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-    use_tied_embedding=bool(hf.get("tie_word_embeddings", False)),
-  )
+  return qwen2.ModelConfig(**_rope_decoder(hf, 1e-6), use_tied_embedding=_tied(hf))
 
 
 def _qwen3_config(hf: dict[str, Any]) -> Qwen3Config:
   return Qwen3Config(
-    **_common(hf),
-    vocab_size=_key(hf, "vocab_size"),
-    rope_theta=float(rope(hf)["rope_theta"] or 10_000.0),
+    **_rope_decoder(hf, 1e-6),
     rope_inv_freq=rope_frequencies(hf),
-    norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-    use_tied_embedding=bool(hf.get("tie_word_embeddings", False)),
+    use_tied_embedding=_tied(hf),
     dtype=jnp.float32,
     param_dtype=jnp.float32,
   )
@@ -293,12 +299,7 @@ def _qwen3_config(hf: dict[str, Any]) -> Qwen3Config:
 
 def _llama_config(hf: dict[str, Any]) -> Llama3Config:
   return Llama3Config(
-    **_common(hf),
-    vocab_size=_key(hf, "vocab_size"),
-    rope_theta=float(rope(hf)["rope_theta"] or 10_000.0),
-    rope_inv_freq=rope_frequencies(hf),
-    norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
-    weight_tying=bool(hf.get("tie_word_embeddings", False)),
+    **_rope_decoder(hf, 1e-5), rope_inv_freq=rope_frequencies(hf), weight_tying=_tied(hf)
   )
 
 
