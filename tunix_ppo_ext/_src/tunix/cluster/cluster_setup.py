@@ -260,18 +260,27 @@ def build_cluster(
   batch: int,
   max_prompt_length: int,
   max_tokens_to_generate: int,
+  lr: float = 1e-3,
+  critic_lr: float | None = None,
+  mini_batch_size: int | None = None,
+  train_micro_batch_size: int | None = None,
+  rollout_micro_batch_size: int | None = None,
+  logps_micro_batch_size: int | None = None,
+  checkpoint_dir: str | None = None,
+  metrics_dir: str | None = None,
+  metric_backends: Sequence[Callable[[], Any]] = (),
+  metric_keys: MetricKeys | None = None,
+  checkpoint_every: int = 1,
+  eval_every: int = 10**9,
   temperature: float = 1.0,
   seed: int = 0,
   return_logprobs: bool = False,
+  optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation] | None = None,
   sampling: dict[str, Any] | None = None,
   eval_sampling: dict[str, Any] | None = None,
-  **training: Any,
 ) -> rl_cluster_lib.RLCluster:
   """A real tunix `RLCluster` (vanilla rollout) with every role on one mesh.
 
-  `training`: the options of `training_config` besides `max_steps` (`lr`, `critic_lr`,
-  `optimizers`, the mini- and micro-batch sizes, checkpoint and metrics settings,
-  `eval_every`), passed on as given.
   `batch` is the prompts per global step (used only to check the mini-batch sizes);
   `reference=None` means no reference model (PPO then needs `beta=0`). `role_meshes`
   (tunix's `role_to_mesh`, e.g. from `tunix_ppo_ext.models.role_meshes`) overrides `mesh`
@@ -287,7 +296,6 @@ def build_cluster(
   mesh = mesh or make_mesh()
   meshes = {role: mesh for role in (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.ROLLOUT)}
   meshes.update(role_meshes or {})
-  mini_batch_size = training.get("mini_batch_size")
   if mini_batch_size is not None and batch % mini_batch_size:
     raise ConfigError(f"batch={batch} is not a multiple of mini_batch_size={mini_batch_size}")
   placed: dict[Any, Any] = {}  # arrays the models share stay shared
@@ -300,7 +308,22 @@ def build_cluster(
     role_to_mesh=meshes,
     rollout_engine="vanilla",
     offload_to_cpu=False,
-    training_config=training_config(max_steps=max_steps, **training),
+    training_config=training_config(
+      max_steps=max_steps,
+      lr=lr,
+      critic_lr=critic_lr,
+      mini_batch_size=mini_batch_size,
+      train_micro_batch_size=train_micro_batch_size,
+      rollout_micro_batch_size=rollout_micro_batch_size,
+      logps_micro_batch_size=logps_micro_batch_size,
+      optimizers=optimizers,
+      checkpoint_dir=checkpoint_dir,
+      metrics_dir=metrics_dir,
+      metric_backends=metric_backends,
+      metric_keys=metric_keys,
+      checkpoint_every=checkpoint_every,
+      eval_every=eval_every,
+    ),
     rollout_config=_mode_rollout_configs(
       sampling,
       eval_sampling,
