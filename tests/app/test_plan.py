@@ -23,6 +23,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from tests.conftest import SMOKE
 from tunix_ppo_ext._src.run import cli, plan
 from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config
 from tunix_ppo_ext._src.tunix import compat
@@ -368,3 +369,27 @@ def test_step_rows_count_episodes_with_groups():
   overrides += ["batch.train_micro_batch_size=4", "batch.logps_micro_batch_size=8"]
   rows = plan.step_rows(load_resolved(None, overrides, need_files=False))
   assert (rows.rollout, rows.logps, rows.train) == (8, 8, 4)
+
+
+def test_an_interrupted_plan_writes_nothing_and_the_rerun_writes_its_json(
+  tmp_path, monkeypatch, capsys
+):
+  """Ctrl-C while a piece compiles: exit 130, one line saying nothing was written, no JSON
+  (not even a partial one); the same command then writes it whole, over another config's."""
+  out = tmp_path / "plan.json"
+  command = ["plan", "--config", str(SMOKE), "--compiler", "cpu", "--pieces", "actor/logps_pass"]
+  out.write_text('{"from": "another config"}')
+
+  def interrupted(*args, **kwargs):
+    raise KeyboardInterrupt
+
+  with monkeypatch.context() as patched:
+    patched.setattr(abstract, "_compile", interrupted)
+    assert cli.main([*command, "--json", str(out)]) == cli.EXIT_INTERRUPTED
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert line == f"tunix-ppo-ext: error: {cli.INTERRUPTED['plan']}"
+  assert json.loads(out.read_text()) == {"from": "another config"}  # left as it was
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]  # no partial sibling
+  assert cli.main([*command, "--json", str(out)]) == 0
+  (piece,) = json.loads(out.read_text())["pieces"]
+  assert (piece["role"], piece["name"]) == ("actor", "logps_pass") and piece["temp_bytes"] > 0

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pathlib
 import sys
 import threading
 import time
@@ -43,6 +42,11 @@ EXIT_BAD_INPUT, EXIT_NAN_GUARD, EXIT_INTERRUPTED, EXIT_FAILED = 2, 3, 130, 1
 # After a failed or interrupted run, how long the command waits for the threads still
 # running (checkpoint writes finishing) before it exits without them.
 EXIT_GRACE_S = 30.0
+INTERRUPTED = {  # the line of a command stopped by Ctrl-C: what was kept
+  "train": "interrupted; what was checkpointed is kept: run the same command to resume",
+  "sweep": "interrupted; what was checkpointed is kept: run the same command to resume",
+  "plan": "interrupted; nothing was written (plan writes its --json file only once done)",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -127,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except KeyboardInterrupt:
     if args.debug:
       traceback.print_exc()
-    _error("interrupted; what was checkpointed is kept: run the same command to resume")
+    _error(INTERRUPTED[args.command])
     return EXIT_INTERRUPTED
   except NonFiniteTrainingError as err:  # the NaN guard stopped the run after a checkpoint
     _error(str(err), args.debug)
@@ -178,7 +182,7 @@ def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
   result = plan.plan(resolved, args.topology, pieces, args.compiler)
   print(plan.format_plan(result, args.config))
   if args.json:
-    pathlib.Path(args.json).write_text(json.dumps(result.to_json(), indent=2))
+    metrics.write_atomically(args.json, json.dumps(result.to_json(), indent=2))
   return 0
 
 
