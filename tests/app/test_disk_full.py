@@ -141,6 +141,22 @@ def test_a_write_refused_inside_orbax_is_one_line_naming_the_file(tmp_path):
   assert line.startswith(f"cannot write {target}") and ": file too large." in line, done.stderr
 
 
+def test_a_run_under_a_file_size_limit_ends_with_one_line_naming_the_file(tmp_path):
+  """`ulimit -f 16` (KiB): the first checkpoint's files cannot be written. The run exits 1
+  and its last line names the file; no traceback of orbax's threads before or after it."""
+
+  out = tmp_path / "run"
+  command = train_command(out, "train.steps=2", "train.checkpoint_every=1")
+  limited = ["bash", "-c", 'ulimit -f 16 && exec "$@"', "bash", *command]  # as a user sets it
+  done = subprocess.run(
+    limited, env=subprocess_env(tmp_path), capture_output=True, text=True, timeout=600
+  )
+  assert done.returncode == cli.EXIT_FAILED, done.stderr[-3000:]
+  last = done.stderr.strip().splitlines()[-1]
+  assert last.startswith(f"tunix-ppo-ext: error: cannot write {out}/"), last
+  assert ": file too large. " in last and "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
 @pytest.mark.parametrize(
   "error, expected",
   [

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import threading
@@ -146,6 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     full = write_failure(err)  # a full disk the guard did not see coming
     line = full or f"{type(err).__name__}: {err} (rerun with --debug for the traceback)"
     _error(line, args.debug)
+    if full and not args.debug:  # orbax's writes, stopped by the exit, would log after it
+      for name in ("absl", "asyncio"):
+        logging.getLogger(name).disabled = True
     return EXIT_FAILED
 
 

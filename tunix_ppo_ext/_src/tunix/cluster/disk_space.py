@@ -19,6 +19,7 @@ import logging
 import pathlib
 import re
 import shutil
+import sys
 from typing import Any
 
 import jax
@@ -129,7 +130,21 @@ class QuietWriteFailures(logging.Filter):
 
 
 def quiet_write_failures() -> None:
-  """Installs `QuietWriteFailures` on absl's logger (orbax logs through it), once."""
+  """Installs `QuietWriteFailures` on absl's logger (orbax logs through it), once; and
+  drops the "Event loop is closed" errors Python would print as unraisable: tensorstore's
+  callbacks of an orbax write that failed arrive after orbax closed that write's event
+  loop (nothing is lost with them: the write already failed, and is reported)."""
   logger = logging.getLogger("absl")
   if not any(isinstance(f, QuietWriteFailures) for f in logger.filters):
     logger.addFilter(QuietWriteFailures())
+  if getattr(sys.unraisablehook, "_ppo_ext_quiet", False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable: Any) -> None:
+    error = unraisable.exc_value
+    if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+      previous(unraisable)
+
+  hook._ppo_ext_quiet = True  # type: ignore[attr-defined]
+  sys.unraisablehook = hook
