@@ -166,7 +166,8 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
     overrides.append(f"output_dir={args.output_dir}")
   resolved = load_resolved(args.config, overrides)  # the one resolution of this command
   run = resolved.run
-  quiet_write_failures()  # a refused write is this command's one error line
+  if not args.debug:  # a refused write is this command's one error line
+    quiet_write_failures()
   distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ), os.environ)
   meshes = run_meshes(run)  # device counts are known only now (after joining other hosts)
   for line in describe_meshes(meshes).splitlines():
