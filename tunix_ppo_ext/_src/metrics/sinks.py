@@ -274,10 +274,13 @@ class TensorboardBackend:
   """
 
   def __init__(self, log_dir: str | pathlib.Path | None):
+    from tensorboardX.event_file_writer import EventsWriter  # noqa: PLC0415 (not in the fast lane)
+    from tensorboardX.proto import event_pb2  # noqa: PLC0415
+    from tensorboardX.summary import scalar  # noqa: PLC0415
+
+    self._event, self._summary = event_pb2.Event, scalar
     self._writer, self._step = None, None
     if log_dir is not None:
-      from tensorboardX.event_file_writer import EventsWriter  # noqa: PLC0415
-
       pathlib.Path(log_dir).mkdir(parents=True, exist_ok=True)
       self._writer = self._guarded(lambda: EventsWriter(str(pathlib.Path(log_dir) / "events")))
 
@@ -290,19 +293,15 @@ class TensorboardBackend:
       return None
 
   def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
-    from tensorboardX.proto import event_pb2  # noqa: PLC0415
-    from tensorboardX.summary import scalar  # noqa: PLC0415
-
     writer, step = self._writer, int(kwargs.get("step", 0))
     if writer is None:
       return
     if self._step is not None and step != self._step:
       self._guarded(writer.flush)
     self._step = step
-    summary = scalar(event.lstrip("/"), _scalar(value))
-    self._guarded(
-      lambda: writer.write_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
-    )
+    summary = self._summary(event.lstrip("/"), _scalar(value))
+    event_proto = self._event(wall_time=time.time(), step=step, summary=summary)
+    self._guarded(lambda: writer.write_event(event_proto))
 
   def close(self) -> None:
     writer, self._writer = self._writer, None
