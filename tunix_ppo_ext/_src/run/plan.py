@@ -408,6 +408,7 @@ def _logps(role: Role, name: str):
         role=name,
         temperature=b.ppo.logps_temperature or 1.0,
         chunk_size=b.ppo.logits_chunk_size,
+        fused_head=b.ppo.fused_head,
       )
     ]
 
