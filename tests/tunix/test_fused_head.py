@@ -188,6 +188,9 @@ def test_pinned_heads_are_what_each_family_s_call_applies_last():
   for family, heads in compat.PINNED_HEADS.items():
     source = inspect.getsource(family.__call__)
     assert "x = self.final_norm(x)" in source, family
+    if "skip_lm_head" in inspect.signature(family.__call__).parameters:  # tunix main
+      assert "if skip_lm_head:\n      return x, new_cache" in source, family
+      source = inspect.getsource(family.compute_final_logits)  # where main applies the head
     tied_flags = (False, True) if len(heads) == 2 else (True,)  # untied first, then tied
     for (attribute, method, weight, layout), tied in zip(heads, tied_flags, strict=True):
       call = f"self.{attribute}(x)" if method == "__call__" else f"self.{attribute}.{method}(x)"
@@ -299,9 +302,22 @@ def test_the_flag_is_resolved_once_into_the_ppo_config():
     PpoExtConfig(fused_head=True)
 
 
-def test_a_two_step_cli_run_trains_with_the_fused_head(tmp_path):
+def test_a_two_step_cli_run_trains_with_the_fused_head(tmp_path, monkeypatch):
   """The smoke config (tunix's cluster, a toy Qwen3, GAE with a critic, KL in the loss) for two
-  steps with the flag on: it finishes, its metrics are finite and the actor was updated."""
+  steps with the flag on: it finishes, its metrics are finite and the actor was updated; every
+  log-prob pass it traced went through the fused head, none through the logits."""
+  traced = []
+  hidden_states = compat.final_hidden_states
+
+  def counted(model, *args, **kwargs):
+    traced.append(type(model).__name__)
+    return hidden_states(model, *args, **kwargs)
+
+  def no_logits(*args, **kwargs):
+    raise AssertionError("an unfused log-prob pass ran")
+
+  monkeypatch.setattr(compat, "final_hidden_states", counted)
+  monkeypatch.setattr(passes, "_completion_logits", no_logits)
   out = tmp_path / "run"
   args = ["train", "--config", str(SMOKE), "--output-dir", str(out), "train.steps=2"]
   args += ["train.eval_every=100", "model.fused_head=true", "ppo.logits_chunk_size=4"]
@@ -311,3 +327,4 @@ def test_a_two_step_cli_run_trains_with_the_fused_head(tmp_path):
   assert all(math.isfinite(v) for v in values.values() if isinstance(v, float)), values
   assert values["actor/grad_norm"] > 0 and "actor/entropy" in values
   assert json.loads((out / "config.json").read_text())["model"]["fused_head"] is True
+  assert len(traced) >= 2 and set(traced) == {"Qwen3"}  # the actor's step and the passes

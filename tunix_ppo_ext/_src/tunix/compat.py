@@ -43,11 +43,12 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   export a checkpoint), `qwen2_rope_tables` (the sin/cos tables tunix's Qwen2 computes once
   per forward pass and hands to every layer; a value model runs those layers without the
   logits, `models.backbone_hidden_states`).
-- models: `final_hidden_states`, `head_weight` (the fused LM head, `model.fused_head`: tunix's
-  transformers offer no call that stops before the head, so `__call__` runs with its head
-  module made, for that call only, a subclass that hands back its input: the final-norm
-  hidden states; the head's weight is the untied `lm_head.w` `[D, V]` or the tied
-  `embedder.input_embedding` `[V, D]`; `PINNED_HEADS` and tests/tunix/test_fused_head.py).
+- models: `final_hidden_states`, `head_weight` (the fused LM head, `model.fused_head`: tunix
+  0.1.7's transformers offer no call that stops before the head, so `__call__` runs with its
+  head module made, for that call only, a subclass that hands back its input: the final-norm
+  hidden states; on tunix main, which has `skip_lm_head=`, that public keyword is used. The
+  head's weight is the untied `lm_head.w` `[D, V]` or the tied `embedder.input_embedding`
+  `[V, D]`; `PINNED_HEADS` and tests/tunix/test_fused_head.py).
 
 Two tunix versions are tested (`TESTED_TUNIX`): 0.1.7 (PyPI) and tunix main at c7d8950f,
 whose version string is 0.1.8 (`tunix_api()` tells them apart by the API: main has
@@ -75,6 +76,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.metadata
+import inspect
 import threading
 import time
 import warnings
@@ -490,10 +492,9 @@ _PASS_THROUGH: dict[tuple[type, str], type] = {}
 _CAPTURED = threading.local()
 
 
-def _head(model: Any) -> tuple[Any, str, str, str]:
-  """`(head module, method, weight attribute, layout)` of a tunix transformer; a one-line
-  ValueError naming `model.fused_head` and the family for any other model, or for a head
-  carrying LoRA adapters (the fused head reads the weight itself, past qwix's adapter)."""
+def _family(model: Any) -> type:
+  """The tunix family class of `model` (qwix's LoRA class is a subclass); a one-line
+  ValueError naming `model.fused_head` and the model's class for any other model."""
   family = next((f for f in PINNED_HEADS if isinstance(model, f)), None)
   if family is None:
     names = ", ".join(f.__name__ for f in PINNED_HEADS)
@@ -501,6 +502,14 @@ def _head(model: Any) -> tuple[Any, str, str, str]:
       f"{FUSED_HEAD_KEY}: no fused head for {type(model).__name__} (its final hidden states "
       f"are known for tunix's {names} only); set {FUSED_HEAD_KEY}=false"
     )
+  return family
+
+
+def _head(model: Any) -> tuple[Any, str, str, str]:
+  """`(head module, method, weight attribute, layout)` of a tunix transformer; a one-line
+  ValueError naming `model.fused_head` and the family for any other model, or for a head
+  carrying LoRA adapters (the fused head reads the weight itself, past qwix's adapter)."""
+  family = _family(model)
   for attribute, method, weight, layout in PINNED_HEADS[family]:
     module = getattr(model, attribute, None)
     if module is not None and (attribute != "embedder" or not hasattr(model, "lm_head")):
@@ -535,6 +544,8 @@ def final_hidden_states(model: Any, *args: Any, **kwargs: Any) -> Any:
   place is its hidden states again, unused). The call is tunix's own `__call__`, so qwix's
   LoRA interception, remat and the RoPE override (`use_rope_frequencies`) all apply."""
   module, method, _, _ = _head(model)
+  if "skip_lm_head" in inspect.signature(_family(model).__call__).parameters:  # tunix main
+    return model(*args, skip_lm_head=True, **kwargs)[0]
   original = type(module)
   with _HEAD_LOCK:
     module.__class__ = _pass_through_class(original, method)
