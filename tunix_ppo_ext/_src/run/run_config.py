@@ -413,10 +413,12 @@ def _check_type(name: str, value: Any, hint: Any, default: Any = None) -> Any:
 def _check_ppo(value: Any) -> dict[str, Any]:
   if not isinstance(value, dict):
     raise ConfigError(f"config key 'ppo' must be a mapping, got {value!r}")
-  names = [f.name for f in dataclasses.fields(PpoExtConfig) if f.name not in _NOT_IN_PPO]
+  names = [
+    f.name for f in dataclasses.fields(PpoExtConfig) if f.name not in PPO_FIELDS_SET_ELSEWHERE
+  ]
   for key in value:
-    if key in _NOT_IN_PPO:
-      raise ConfigError(f"config key 'ppo.{key}': set {_NOT_IN_PPO[key]} instead")
+    if key in PPO_FIELDS_SET_ELSEWHERE:
+      raise ConfigError(f"config key 'ppo.{key}': set {PPO_FIELDS_SET_ELSEWHERE[key]} instead")
     if key not in names:
       hint = did_you_mean(key, names, n=3)
       raise ConfigError(f"unknown config key {'ppo.' + key!r}{hint}")
@@ -424,7 +426,7 @@ def _check_ppo(value: Any) -> dict[str, Any]:
 
 
 # PpoExtConfig fields the run config sets from another section's key
-_NOT_IN_PPO = {"fused_head": FUSED_HEAD_KEY}
+PPO_FIELDS_SET_ELSEWHERE = {"fused_head": FUSED_HEAD_KEY}
 _PPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PpoExtConfig)}
 
 
