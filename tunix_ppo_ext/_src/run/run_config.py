@@ -57,7 +57,10 @@ class ModelSection:
   every pass (actor's loss, old and reference log-probs) computes its log-probs and entropy
   from the final hidden states and the LM head's weight `ppo.logits_chunk_size` positions at
   a time, so no `[batch, tokens, vocabulary]` logits exist (`ops.fused_logps_and_entropy`;
-  needs `ppo.logits_chunk_size > 0` and a KL estimator, not `ppo.kl_method: full`).
+  needs `ppo.logits_chunk_size > 0` and a KL estimator, not `ppo.kl_method: full`). `remat`:
+  tunix's activation rematerialisation of the policy and the critic (their decoder layers),
+  honoured by `train` and `plan`: `none` keeps every activation for the backward, `block`
+  recomputes each attention and MLP block, `decoder` each whole decoder layer.
   """
 
   alphabet: str | None = "abcehikstw!?. "
@@ -72,6 +75,7 @@ class ModelSection:
   num_kv_heads: int = 1
   lora: dict[str, Any] | None = None  # a LoraSection's keys
   fused_head: bool = False
+  remat: str = "none"  # one of none, block, decoder (tunix's RematConfig)
 
 
 @dataclasses.dataclass
@@ -461,6 +465,11 @@ def _validate_model(model: ModelSection) -> None:
     if model.config_name not in names:
       hint = did_you_mean(model.config_name, names, n=3)
       raise ConfigError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
+  if model.remat not in hf_models.REMAT_CHOICES:
+    hint = did_you_mean(model.remat, hf_models.REMAT_CHOICES, n=1)
+    raise ConfigError(
+      f"config key 'model.remat' {model.remat!r} unknown{hint} (one of {hf_models.REMAT_CHOICES})"
+    )
   _validate_lora(model)
 
 
