@@ -14,6 +14,8 @@ import inspect
 import json
 import math
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -328,3 +330,20 @@ def test_a_two_step_cli_run_trains_with_the_fused_head(tmp_path, monkeypatch):
   assert values["actor/grad_norm"] > 0 and "actor/entropy" in values
   assert json.loads((out / "config.json").read_text())["model"]["fused_head"] is True
   assert len(traced) >= 2 and set(traced) == {"Qwen3"}  # the actor's step and the passes
+
+
+def test_plan_compiles_the_sharded_step_and_pass_with_the_fused_head_and_remat(tmp_path):
+  """`plan` (CPU compiler, the default `v5e:2x4` topology: fsdp=8) builds and compiles the
+  actor's train step and the reference pass with `model.fused_head` and `model.remat` on."""
+  out = tmp_path / "plan.json"
+  command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "plan", "--compiler", "cpu"]
+  command += ["--pieces", "actor/train_step,reference/logps_pass", "--json", str(out)]
+  command += ["model.fused_head=true", "ppo.logits_chunk_size=8", "model.remat=decoder"]
+  result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+  assert result.returncode == 0, result.stderr[-3000:]
+  plan = json.loads(out.read_text())
+  assert plan["mesh"]["fsdp"] == 8
+  assert [(p["role"], p["name"]) for p in plan["pieces"]] == [
+    ("actor", "train_step"),
+    ("reference", "logps_pass"),
+  ]
