@@ -4,12 +4,14 @@ With the flag on, every pass's log-probs and entropy come from the final hidden 
 head's weight (`compat.final_hidden_states`, `compat.head_weight`, `ops.fused_logps_and_entropy`):
 they, the losses and the gradients equal the unfused path for each family the package loads
 (float32 on XLA:CPU, where the logits' matmul is the one difference: one float32 einsum in the
-fused head against tunix's head module); the compiled actor train step and log-prob pass hold no
-`[B, T, V]` array; a two-step CLI run trains.
+fused head against tunix's head module; a bfloat16 model's fused passes are exact for its own
+hidden states); the compiled actor train step and log-prob pass hold no `[B, T, V]` array;
+`plan` compiles them sharded; a two-step CLI run trains.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
@@ -100,6 +102,30 @@ def test_fused_passes_equal_the_unfused_ones_for_every_family(family):
   tied = not hasattr(model, "lm_head")
   assert tied == (family in ("qwen2", "gemma3"))
   assert type(model.embedder) is type(family_model(family).embedder)  # the swap is undone
+
+
+def test_bfloat16_fused_passes_are_exact_for_the_model_s_own_hidden_states():
+  """A bfloat16 Qwen3 (weights and compute): the fused log-probs and entropy equal a float64
+  NumPy head over the model's bfloat16 hidden states and weight to float32 rounding, while
+  tunix's head rounds the logits to bfloat16 first (so the unfused pass is the one off, by
+  about that rounding)."""
+  config = dataclasses.replace(
+    models.tiny_qwen3_config(24), dtype=jnp.bfloat16, param_dtype=jnp.bfloat16
+  )
+  model = models.make_policy(config)
+  prompt, completion, attention = batch(24)
+  plain, fused = (logps_entropy(model, prompt, completion, attention, f) for f in (False, True))
+  hidden = passes._forward(model, prompt, completion, PAD, EOS, attention, hidden=True)
+  hidden = hidden[:, -completion.shape[1] - 1 : -1]
+  assert hidden.dtype == compat.head_weight(model).dtype == jnp.bfloat16
+  z = np.asarray(hidden, np.float64) @ np.asarray(compat.head_weight(model), np.float64)
+  z -= z.max(-1, keepdims=True)
+  log_probs = z - np.log(np.exp(z).sum(-1, keepdims=True))
+  logps = np.take_along_axis(log_probs, np.asarray(completion)[..., None], -1)[..., 0]
+  entropy = -(np.exp(log_probs) * log_probs).sum(-1)
+  for ours, reference, theirs in zip(fused, (logps, entropy), plain, strict=True):
+    np.testing.assert_allclose(np.asarray(ours), reference, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(theirs), reference, atol=5e-2)  # bfloat16 logits
 
 
 def example(vocab: int) -> TrainExample:
