@@ -1,8 +1,11 @@
-"""`model.remat`: tunix's activation rematerialisation from the run config, in train and plan."""
+"""`model.remat`: tunix's activation rematerialisation from the run config, in train and plan;
+resuming a run with it (and `model.fused_head`) changed."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import json
 
 import jax
 import numpy as np
@@ -12,7 +15,7 @@ from flax import nnx
 from tests.tunix.hf_fixtures import hf_config
 from tests.tunix.test_fused_head import example
 from tunix_ppo_ext._src.checks import ConfigError
-from tunix_ppo_ext._src.run import job, plan
+from tunix_ppo_ext._src.run import job, plan, run_dir
 from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
@@ -75,3 +78,19 @@ def test_the_actor_s_train_step_recomputes_what_remat_says_and_keeps_its_gradien
   for name in ("block", "decoder"):
     for x, y in zip(grads["none"], grads[name], strict=True):
       np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_resumed_run_may_turn_remat_and_the_fused_head_on_but_not_change_the_model(tmp_path):
+  """They change how the model computes, not what it is: a rerun over a checkpoint (also one
+  saved before the keys existed) may set them, and they are recorded in the history."""
+  saved = dataclasses.asdict(load_resolved(None, []).run)
+  del saved["model"]["fused_head"], saved["model"]["remat"]  # a run of an earlier version
+  (tmp_path / "config.json").write_text(json.dumps(saved))
+  overrides = ["model.remat=block", "model.fused_head=true", "ppo.logits_chunk_size=8"]
+  rerun = dataclasses.asdict(load_resolved(None, overrides).run)
+  run_dir.check_rerun(tmp_path, rerun, checkpoint_step=1)
+  history = (tmp_path / run_dir.HISTORY).read_text()
+  assert "model.remat" in history and "model.fused_head" in history
+  other = dataclasses.asdict(load_resolved(None, ["model.embed_dim=48"]).run)
+  with pytest.raises(ConfigError, match=r"model\.embed_dim: 64 -> 48"):
+    run_dir.check_rerun(tmp_path, other, checkpoint_step=1)
