@@ -178,6 +178,13 @@ class PpoExtConfig(ppo_learner.PPOConfig):
         raise ConfigError(f"PpoExtConfig.{name}: {e}") from None
     for name, kind in _REGISTRY_FIELDS:
       _registry_choice(self, name, kind)
+    if self.fused_head and not registry.has(registry.POLICY_LOSSES, self.policy_loss_fn):
+      _fail(
+        "fused_head",
+        self.fused_head,
+        f"used with a policy loss of this package or a plugin (policy_loss_fn="
+        f"{self.policy_loss_fn!r} is tunix's, whose pass computes the whole logits)",
+      )
     validate_toolbox(self)
     if self.critic_warmup_steps and not self.uses_critic:
       _fail(
