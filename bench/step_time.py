@@ -1,11 +1,15 @@
-"""Median PPO step time: stock tunix `PPOLearner` vs `PpoExtLearner`, side by side.
+"""Median PPO step time: stock tunix `PPOLearner` vs `PpoExtLearner`, side by side, and the
+fused LM head (`fused_head=True`) against the unfused one at the same `logits_chunk_size`.
 
 Both learners train the same toy Qwen3 (same seed), on the same single-turn prompts and
 rewards, in this one process; the step time is the wall time between consecutive
 batches drawn by tunix's training loop, after `--warmup` compiled steps. Each learner
 runs `--repeats` times, interleaved; the median of the runs' medians is reported.
 
-  python bench/step_time.py [--steps 40 --warmup 8 --repeats 2 --batch 8 --gen 16]
+  python bench/step_time.py [--steps 40 --warmup 8 --repeats 2 --batch 8 --gen 16
+                             --chunk-size 8 --fused-only]
+
+`--fused-only` times just the pair (d) chunked logits / (e) fused head, both `PpoExtLearner`.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ def main() -> None:
   parser.add_argument("--batch", type=int, default=8)
   parser.add_argument("--gen", type=int, default=16)
   parser.add_argument("--repeats", type=int, default=2, help="interleaved runs of each learner")
+  parser.add_argument("--chunk-size", type=int, default=8, help="logits_chunk_size of (d), (e)")
+  parser.add_argument("--fused-only", action="store_true", help="time only (d) and (e)")
   args = parser.parse_args()
   print(
     f"jax {jax.__version__} on {jax.default_backend()}; batch {args.batch}, "
@@ -77,12 +83,30 @@ def main() -> None:
   features = PpoExtConfig(
     entropy_coef=0.01, epsilon_c=3.0, kl_method="low_var_kl", kl_penalty="loss", kl_loss_coef=0.05
   )
-  runs = {"stock": [], "ext": [], "features": []}
-  for _ in range(args.repeats):  # interleaved, so slow phases of the machine hit all three
-    runs["stock"].append(median_step_s(ppo_learner.PPOLearner, ppo_learner.PPOConfig(), args))
-    runs["ext"].append(median_step_s(PpoExtLearner, PpoExtConfig(), args))
-    runs["features"].append(median_step_s(PpoExtLearner, features, args))
+  chunked = PpoExtConfig(logits_chunk_size=args.chunk_size)
+  fused = PpoExtConfig(logits_chunk_size=args.chunk_size, fused_head=True)
+  learners = {
+    "stock": (ppo_learner.PPOLearner, ppo_learner.PPOConfig()),
+    "ext": (PpoExtLearner, PpoExtConfig()),
+    "features": (PpoExtLearner, features),
+    "chunked": (PpoExtLearner, chunked),
+    "fused": (PpoExtLearner, fused),
+  }
+  if args.fused_only:
+    learners = {k: learners[k] for k in ("chunked", "fused")}
+  runs = {k: [] for k in learners}
+  for _ in range(args.repeats):  # interleaved, so slow phases of the machine hit them all
+    for name, (learner_cls, config) in learners.items():
+      runs[name].append(median_step_s(learner_cls, config, args))
   print("per-run medians (s):", {k: [round(v, 4) for v in vs] for k, vs in runs.items()})
+  chunked_s, fused_s = (statistics.median(runs[k]) for k in ("chunked", "fused"))
+  label = f"(d) PpoExtLearner, logits_chunk_size={args.chunk_size}"
+  print(f"{label:58s} {chunked_s:12.4f}   1.000")
+  label = f"(e) PpoExtLearner, logits_chunk_size={args.chunk_size}, fused_head"
+  print(f"{label:58s} {fused_s:12.4f}   {fused_s / chunked_s:.3f}")
+  print(f"FUSED RATIO: fused/chunked = {fused_s / chunked_s:.3f} (target <= 1.10)")
+  if args.fused_only:
+    return
   stock, ext, ext_features = (statistics.median(runs[k]) for k in ("stock", "ext", "features"))
   print(f"{'learner':58s} median step s   ratio")
   print(f"{'(a) tunix PPOLearner, PPOConfig()':58s} {stock:12.4f}   1.000")

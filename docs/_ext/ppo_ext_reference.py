@@ -247,6 +247,10 @@ def config_entries() -> list[ConfigEntry]:
   hints = typing.get_type_hints(PpoExtConfig)
   embedded = run_config.load_run_config(None).ppo
   for field in dataclasses.fields(PpoExtConfig):
+    if (
+      field.name in run_config.PPO_FIELDS_SET_ELSEWHERE
+    ):  # set from another section (`model.fused_head`)
+      continue
     default = field.default
     note = ""
     if field.name in embedded and embedded[field.name] != field.default:

@@ -104,14 +104,17 @@ def _kl(logp: jax.Array, logq: jax.Array) -> jax.Array:
 # ----------------------------------------------------------------------------
 
 
-def _map_seq_chunks(fn: Callable[..., Any], chunk_size: int, *args: Any) -> Any:
-  """Applies `fn` to `[B, c, ...]` slices (axis 1) of `args` and assembles `[B, T, ...]`.
+def _scan_seq_chunks(fn: Callable[..., Any], chunk_size: int, args: Any, init: Any) -> Any:
+  """`(outs [B, T, ...], acc)`: `fn(chunk_args, fresh, acc) -> (chunk_outs, acc)` over
+  `[B, c, ...]` slices (axis 1) of `args`, the per-token outputs assembled into `[B, T, ...]`
+  and `acc` (a pytree of arrays, `init`; `()` for none) carried from chunk to chunk.
 
-  `args` is a pytree of arrays `[B, T, ...]` (None leaves allowed); `fn` maps
-  chunk slices to a pytree of per-token arrays `[B, c, ...]`. Chunks start at
-  `i * c`, the last one clamped to end at T (overlapping its predecessor), and
-  results are written in place into preallocated outputs by a `fori_loop`, so no
-  stacked per-chunk copy exists. Requires `T >= 1`.
+  `args` is a pytree of arrays `[B, T, ...]` (None leaves allowed); `fn`'s chunk outputs are
+  per-token arrays `[B, c, ...]`. Chunks start at `i * c`, the last one clamped to end at T
+  (overlapping its predecessor): `fresh` `[c]` is True at the chunk's positions no earlier
+  chunk covered, so a sum over positions into `acc` counts each once. Results are written in
+  place into preallocated outputs by a `fori_loop`, so no stacked per-chunk copy exists.
+  Requires `T >= 1`.
 
   The inputs ride in the loop carry behind an `optimization_barrier`, which keeps
   XLA from hoisting a whole-array op out of the loop (XLA:CPU, lacking bf16
@@ -125,21 +128,30 @@ def _map_seq_chunks(fn: Callable[..., Any], chunk_size: int, *args: Any) -> Any:
   def take(args: Any, start: jax.Array | int) -> Any:
     return jax.tree.map(lambda a: lax.dynamic_slice_in_dim(a, start, size, axis=1), args)
 
-  out_shapes = jax.eval_shape(lambda: fn(*take(args, 0)))
+  fresh0 = jnp.ones((size,), jnp.bool_)
+  out_shapes = jax.eval_shape(lambda: fn(take(args, 0), fresh0, init)[0])
   outs = jax.tree.map(
     lambda s: jnp.zeros(s.shape[:1] + (seq_len,) + s.shape[2:], s.dtype), out_shapes
   )
 
   def body(i: jax.Array, carry: Any) -> Any:
-    outs, args, i = lax.optimization_barrier((*carry, i))
+    outs, args, acc, i = lax.optimization_barrier((*carry, i))
     start = jnp.minimum(i * size, seq_len - size)
-    chunk_outs = fn(*take(args, start))
+    fresh = (start + jnp.arange(size)) >= i * size  # not covered by the chunk before
+    chunk_outs, acc = fn(take(args, start), fresh, acc)
     outs = jax.tree.map(
       lambda o, c: lax.dynamic_update_slice_in_dim(o, c, start, axis=1), outs, chunk_outs
     )
-    return outs, args
+    return outs, args, acc
 
-  return lax.fori_loop(0, num_chunks, body, (outs, args))[0]
+  outs, _, acc = lax.fori_loop(0, num_chunks, body, (outs, args, init))
+  return outs, acc
+
+
+def _map_seq_chunks(fn: Callable[..., Any], chunk_size: int, *args: Any) -> Any:
+  """`fn` applied to `[B, c, ...]` slices (axis 1) of `args`, assembled into `[B, T, ...]`
+  (`_scan_seq_chunks` with nothing accumulated)."""
+  return _scan_seq_chunks(lambda a, fresh, acc: (fn(*a), acc), chunk_size, args, ())[0]
 
 
 # ----------------------------------------------------------------------------
@@ -399,32 +411,24 @@ def _head_bwd(
   """Chunked backward: each chunk's logits recomputed, their gradient (`_logp_entropy_grad`)
   taken back through the head: `dh = dz W^T` per chunk, `dW = sum_chunks h^T dz`.
 
-  The last chunk is shifted back to end at T like `_map_seq_chunks`'s; its positions that
-  the chunk before already covered get no share of `dW` (they would be counted twice).
+  The last chunk is shifted back to end at T (`_scan_seq_chunks`); its positions that the
+  chunk before already covered get no share of `dW` (they would be counted twice).
   """
   del return_entropy  # `ent` and its cotangent are None when it is off
   hidden, weight, target_ids, m, log_s, ent = res
   g_logp, g_ent = cts
-  seq_len = hidden.shape[1]
-  size = min(chunk_size, seq_len)
-  per_token = (hidden, target_ids, m, log_s, ent, g_logp, g_ent)
 
-  def body(i: jax.Array, carry: Any) -> Any:
-    grad_h, grad_w, per_token, i = lax.optimization_barrier((*carry, i))
-    start = jnp.minimum(i * size, seq_len - size)
-    h, ids, m_c, ls_c, ent_c, gl_c, ge_c = jax.tree.map(
-      lambda a: lax.dynamic_slice_in_dim(a, start, size, axis=1), per_token
-    )
+  def chunk(per_token: tuple[Any, ...], fresh: jax.Array, grad_w: jax.Array) -> Any:
+    h, ids, m_c, ls_c, ent_c, gl_c, ge_c = per_token
     dz = _logp_entropy_grad(_head_logits(h, weight), ids, m_c, ls_c, ent_c, gl_c, ge_c, temperature)
     dh = jnp.einsum("btv,dv->btd", dz, weight, preferred_element_type=jnp.float32)
-    grad_h = lax.dynamic_update_slice_in_dim(grad_h, dh.astype(grad_h.dtype), start, axis=1)
-    new = (start + jnp.arange(size)) >= i * size  # not covered by the chunk before
-    dz = jnp.where(new[None, :, None], dz, 0.0)
+    dz = jnp.where(fresh[None, :, None], dz, 0.0)
     grad_w = grad_w + jnp.einsum("btd,btv->dv", h, dz, preferred_element_type=jnp.float32)
-    return grad_h, grad_w, per_token
+    return dh.astype(hidden.dtype), grad_w
 
-  init = (jnp.zeros_like(hidden), jnp.zeros(weight.shape, jnp.float32), per_token)
-  grad_h, grad_w, _ = lax.fori_loop(0, -(-seq_len // size), body, init)
+  per_token = (hidden, target_ids, m, log_s, ent, g_logp, g_ent)
+  init = jnp.zeros(weight.shape, jnp.float32)
+  grad_h, grad_w = _scan_seq_chunks(chunk, chunk_size, per_token, init)
   return grad_h, grad_w.astype(weight.dtype), None
 
 

@@ -309,7 +309,8 @@ def _base_policy(run: RunConfig, tokenizer, mesh=None):
   """The policy's base model: the checkpoint's (its own family), else a toy or named-size
   Qwen3, loaded from the checkpoint's safetensors or randomly initialised (`run.seed`)."""
   if run.model.checkpoint is not None and hf_models.read_hf_config(run.model.checkpoint):
-    policy = hf_models.load_checkpoint(run.model.checkpoint, mesh)  # family from config.json
+    # family from config.json
+    policy = hf_models.load_checkpoint(run.model.checkpoint, mesh, run.model.remat)
     hf_models.check_vocabulary(hf_models.vocab_size(policy), len(tokenizer))
     return policy
   if run.model.config_name is not None:
@@ -324,6 +325,7 @@ def _base_policy(run: RunConfig, tokenizer, mesh=None):
       head_dim=run.model.head_dim,
       num_kv_heads=run.model.num_kv_heads,
     )
+  config = hf_models.with_remat(config, run.model.remat)
   if run.model.checkpoint is not None:
     return checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config, mesh)
   return models.make_policy(config, run.seed)

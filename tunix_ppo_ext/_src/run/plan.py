@@ -120,6 +120,12 @@ class PlannedModel:
 
 
 def model_config(run: RunConfig) -> PlannedModel:
+  """The policy as the job builds it, its `remat_config` from `model.remat` (as the job's)."""
+  planned = _model_config(run)
+  return dataclasses.replace(planned, config=hf_models.with_remat(planned.config, run.model.remat))
+
+
+def _model_config(run: RunConfig) -> PlannedModel:
   """The policy as the job builds it: a checkpoint's `config.json` gives the family (its
   `model_type`, as `hf_models` loads it) and the sizes, and the weights' dtype (`dtype`, the
   key transformers >= 4.56 writes, else `torch_dtype`; bfloat16 when neither is there);
@@ -408,6 +414,7 @@ def _logps(role: Role, name: str):
         role=name,
         temperature=b.ppo.logps_temperature or 1.0,
         chunk_size=b.ppo.logits_chunk_size,
+        fused_head=b.ppo.fused_head,
       )
     ]
 

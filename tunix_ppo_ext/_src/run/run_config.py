@@ -35,7 +35,8 @@ from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import recipe, resume
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
-from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
+from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
+from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, fused_head_problem
 from tunix_ppo_ext._src.tunix.models import hf_models, lora
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 
@@ -52,7 +53,14 @@ class ModelSection:
   it is a Qwen3 of `ModelConfig.<config_name>()` (e.g. `qwen3_0p6b`) or of the toy sizes
   below. The critic starts from the policy's backbone either way. `tokenizer`: a Hugging
   Face tokenizer directory, used instead of the built-in character tokenizer. `lora`: train
-  LoRA adapters instead of the weights (`LoraSection`; None: full fine-tuning).
+  LoRA adapters instead of the weights (`LoraSection`; None: full fine-tuning). `fused_head`:
+  every pass (actor's loss, old and reference log-probs) computes its log-probs and entropy
+  from the final hidden states and the LM head's weight `ppo.logits_chunk_size` positions at
+  a time, so no `[batch, tokens, vocabulary]` logits exist (`ops.fused_logps_and_entropy`;
+  needs `ppo.logits_chunk_size > 0` and a KL estimator, not `ppo.kl_method: full`). `remat`:
+  tunix's activation rematerialisation of the policy and the critic (their decoder layers),
+  honoured by `train` and `plan`: `none` keeps every activation for the backward, `block`
+  recomputes each attention and MLP block, `decoder` each whole decoder layer.
   """
 
   alphabet: str | None = "abcehikstw!?. "
@@ -66,6 +74,8 @@ class ModelSection:
   head_dim: int = 32
   num_kv_heads: int = 1
   lora: dict[str, Any] | None = None  # a LoraSection's keys
+  fused_head: bool = False
+  remat: str = "none"  # one of none, block, decoder (tunix's RematConfig)
 
 
 @dataclasses.dataclass
@@ -203,7 +213,10 @@ class RunConfig:
   def ppo_config(self) -> PpoExtConfig:
     """The validated `PpoExtConfig` of the `ppo` section; log-probs at the sampling
     temperature (`train.temperature`) unless `ppo.logps_temperature` says otherwise."""
-    return PpoExtConfig(**{"logps_temperature": self.train.temperature, **self.ppo})
+    return PpoExtConfig(
+      **{"logps_temperature": self.train.temperature, **self.ppo},
+      fused_head=self.model.fused_head,
+    )
 
 
 _WANDB_MODES = ("disabled", "offline", "online")
@@ -404,12 +417,21 @@ def _check_type(name: str, value: Any, hint: Any, default: Any = None) -> Any:
 def _check_ppo(value: Any) -> dict[str, Any]:
   if not isinstance(value, dict):
     raise ConfigError(f"config key 'ppo' must be a mapping, got {value!r}")
-  names = [f.name for f in dataclasses.fields(PpoExtConfig)]
+  names = [
+    f.name for f in dataclasses.fields(PpoExtConfig) if f.name not in PPO_FIELDS_SET_ELSEWHERE
+  ]
   for key in value:
+    if key in PPO_FIELDS_SET_ELSEWHERE:
+      raise ConfigError(f"config key 'ppo.{key}': set {PPO_FIELDS_SET_ELSEWHERE[key]} instead")
     if key not in names:
       hint = did_you_mean(key, names, n=3)
       raise ConfigError(f"unknown config key {'ppo.' + key!r}{hint}")
   return dict(value)
+
+
+# PpoExtConfig fields the run config sets from another section's key
+PPO_FIELDS_SET_ELSEWHERE = {"fused_head": FUSED_HEAD_KEY}
+_PPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PpoExtConfig)}
 
 
 def _validate_model(model: ModelSection) -> None:
@@ -443,6 +465,11 @@ def _validate_model(model: ModelSection) -> None:
     if model.config_name not in names:
       hint = did_you_mean(model.config_name, names, n=3)
       raise ConfigError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
+  if model.remat not in hf_models.REMAT_CHOICES:
+    hint = did_you_mean(model.remat, hf_models.REMAT_CHOICES, n=1)
+    raise ConfigError(
+      f"config key 'model.remat' {model.remat!r} unknown{hint} (one of {hf_models.REMAT_CHOICES})"
+    )
   _validate_lora(model)
 
 
@@ -459,6 +486,12 @@ def _validate_lora(model: ModelSection) -> None:
   paths = lora.projection_paths(policy)
   what = f"the {type(policy).__name__} policy"
   lora.check_targets(section.target_modules, paths, what)
+  head = "lm_head" if "lm_head" in paths else "embedder"  # untied, or the tied embedding
+  if model.fused_head and re.fullmatch(section.target_modules, head):
+    raise ConfigError(
+      f"config key '{FUSED_HEAD_KEY}'=True: {lora.KEY}.target_modules adapts the LM head "
+      f"{head!r}, which the fused head computes from its frozen weight; leave it out"
+    )
   if section.critic:
     critic_paths = [f"backbone/{p}" for p in paths if not p.startswith("lm_head")]
     lora.check_targets(section.target_modules, critic_paths, f"{what}'s critic (lora.critic)")
@@ -645,6 +678,16 @@ def resolve(run: RunConfig) -> ResolvedRun:
   Raises:
     ConfigError: naming the key, the value and what is allowed.
   """
+  problem = fused_head_problem(
+    run.model.fused_head,
+    run.ppo.get("logits_chunk_size", 0),
+    run.ppo.get("kl_method", _PPO_DEFAULTS["kl_method"]),
+  )
+  if problem:
+    raise ConfigError(
+      f"config key '{FUSED_HEAD_KEY}'=True must be "
+      + re.sub(r"\b(logits_chunk_size|kl_method)\b", r"ppo.\1", problem)
+    )
   try:
     ppo = run.ppo_config()  # PpoExtConfig names the field, the value and what is allowed
   except ValueError as err:

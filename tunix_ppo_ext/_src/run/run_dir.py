@@ -5,12 +5,12 @@
 - `check_rerun`: before anything is overwritten, a rerun into a directory with
   checkpoints is compared with its saved `config.json`. Settings the checkpoints depend on
   (`FIXED`: the model, its tokenizer, the environment, the estimator, the batch and the
-  seed) must not change, nor may an optimizer setting that changes the structure of the
-  optimizer state the checkpoints hold (`optim.<role>.name`, clipping on or off, gradient
-  accumulation: orbax could not restore it): the differences are listed in one error.
-  Others (steps,
-  learning rates, logging, ...) may: they are applied and appended to
-  `config_history.jsonl`. A checkpoint beyond `train.steps` is an error too.
+  seed; not `COMPUTE_ONLY`, the model's fused head and remat) must not change, nor may an
+  optimizer setting that changes the structure of the optimizer state the checkpoints hold
+  (`optim.<role>.name`, clipping on or off, gradient accumulation: orbax could not restore
+  it): the differences are listed in one error. Others (steps, learning rates, logging,
+  `COMPUTE_ONLY`, ...) may: they are applied and appended to `config_history.jsonl`. A
+  checkpoint beyond `train.steps` is an error too.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ FIXED = (
   "ppo.advantage_estimator",
   "ppo.num_generations",
 )
+# how the model computes, not what it is: a resumed run may change them (and a run saved
+# before they existed resumes with their defaults)
+COMPUTE_ONLY = ("model.fused_head", "model.remat")
 # tunix wraps the optimizer in optax.MultiSteps when it accumulates gradients
 ACCUMULATION = ("batch.train_micro_batch_size", "batch.gradient_accumulation_steps")
 LOCK = ".lock"
@@ -53,7 +56,7 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _fixed(key: str) -> bool:
-  return any(key == f or key.startswith(f + ".") for f in FIXED)
+  return key not in COMPUTE_ONLY and any(key == f or key.startswith(f + ".") for f in FIXED)
 
 
 def _state_structure(spec: dict[str, Any]) -> str:

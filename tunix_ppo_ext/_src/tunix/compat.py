@@ -43,6 +43,12 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   export a checkpoint), `qwen2_rope_tables` (the sin/cos tables tunix's Qwen2 computes once
   per forward pass and hands to every layer; a value model runs those layers without the
   logits, `models.backbone_hidden_states`).
+- models: `final_hidden_states`, `head_weight` (the fused LM head, `model.fused_head`: tunix
+  0.1.7's transformers offer no call that stops before the head, so `__call__` runs with its
+  head module made, for that call only, a subclass that hands back its input: the final-norm
+  hidden states; on tunix main, which has `skip_lm_head=`, that public keyword is used. The
+  head's weight is the untied `lm_head.w` `[D, V]` or the tied `embedder.input_embedding`
+  `[V, D]`; `PINNED_HEADS` and tests/tunix/test_fused_head.py).
 
 Two tunix versions are tested (`TESTED_TUNIX`): 0.1.7 (PyPI) and tunix main at c7d8950f,
 whose version string is 0.1.8 (`tunix_api()` tells them apart by the API: main has
@@ -70,6 +76,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.metadata
+import inspect
 import threading
 import time
 import warnings
@@ -80,6 +87,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 from tunix.generate import sampler as sampler_lib
+from tunix.models.gemma3 import model as gemma3_model
 from tunix.models.llama3 import model as llama3_model
 from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import model as qwen3_model
@@ -463,3 +471,98 @@ def log_step_metrics_now(cluster: Any) -> None:
     snapshot.metrics = dict(buffers[-1].metrics)  # what was logged stays intact for listeners
     cluster._log_metrics(snapshot)
     buffers[-1].metrics.clear()  # the buffer stays: tunix's bookkeeping expects one
+
+
+# ----------------------------------------------------------------------------
+# The fused LM head: final hidden states and head weights of tunix's transformers
+# ----------------------------------------------------------------------------
+
+# Each family's head as its `__call__` applies it to the final-norm hidden states `x`, last:
+# `(head module attribute, its method that takes x, its weight attribute, the weight's layout)`
+# for an untied head, then for a tied one (the input embedding, transposed).
+PINNED_HEADS: dict[type, tuple[tuple[str, str, str, str], ...]] = {
+  family: (("lm_head", "__call__", "w", "DV"), ("embedder", "decode", "input_embedding", "VD"))
+  for family in (qwen2_model.Qwen2, qwen3_model.Qwen3, llama3_model.Llama3)
+}
+PINNED_HEADS[gemma3_model.Gemma3] = (("embedder", "decode", "input_embedding", "VD"),)
+FUSED_HEAD_KEY = "model.fused_head"
+
+_HEAD_LOCK = threading.Lock()
+_PASS_THROUGH: dict[tuple[type, str], type] = {}
+_CAPTURED = threading.local()
+
+
+def _family(model: Any) -> type:
+  """The tunix family class of `model` (qwix's LoRA class is a subclass); a one-line
+  ValueError naming `model.fused_head` and the model's class for any other model."""
+  family = next((f for f in PINNED_HEADS if isinstance(model, f)), None)
+  if family is None:
+    names = ", ".join(f.__name__ for f in PINNED_HEADS)
+    raise ValueError(
+      f"{FUSED_HEAD_KEY}: no fused head for {type(model).__name__} (its final hidden states "
+      f"are known for tunix's {names} only); set {FUSED_HEAD_KEY}=false"
+    )
+  return family
+
+
+def _head(model: Any) -> tuple[Any, str, str, str]:
+  """`(head module, method, weight attribute, layout)` of a tunix transformer; a one-line
+  ValueError naming `model.fused_head` and the family for any other model, or for a head
+  carrying LoRA adapters (the fused head reads the weight itself, past qwix's adapter)."""
+  family = _family(model)
+  for attribute, method, weight, layout in PINNED_HEADS[family]:
+    module = getattr(model, attribute, None)
+    if module is not None and (attribute != "embedder" or not hasattr(model, "lm_head")):
+      adapters = sorted(n for n in vars(module) if n.endswith("_lora_a"))
+      if adapters:
+        raise ValueError(
+          f"{FUSED_HEAD_KEY}: the {family.__name__}'s LM head {attribute!r} carries LoRA "
+          f"adapters {adapters}, which the fused head would skip; keep it out of "
+          "model.lora.target_modules or set model.fused_head=false"
+        )
+      return module, method, weight, layout
+  raise ValueError(f"{FUSED_HEAD_KEY}: the {family.__name__} has no LM head")
+
+
+def _pass_through_class(cls: type, method: str) -> type:
+  """The subclass of a head module's class whose `method` records its input and returns it."""
+  if (cls, method) not in _PASS_THROUGH:
+
+    def through(self: Any, x: Any) -> Any:
+      del self
+      _CAPTURED.hidden = x
+      return x
+
+    body = {method: through, "__module__": __name__}
+    _PASS_THROUGH[cls, method] = type(cls)(f"HiddenOut{cls.__name__}", (cls,), body)
+  return _PASS_THROUGH[cls, method]
+
+
+def final_hidden_states(model: Any, *args: Any, **kwargs: Any) -> Any:
+  """`model(*args, **kwargs)`'s final-norm hidden states `[B, L, D]`, the input of its LM
+  head, in the model's dtype; no logits are computed (what the model then returns in their
+  place is its hidden states again, unused). The call is tunix's own `__call__`, so qwix's
+  LoRA interception, remat and the RoPE override (`use_rope_frequencies`) all apply."""
+  module, method, _, _ = _head(model)
+  if "skip_lm_head" in inspect.signature(_family(model).__call__).parameters:  # tunix main
+    return model(*args, skip_lm_head=True, **kwargs)[0]
+  original = type(module)
+  with _HEAD_LOCK:
+    module.__class__ = _pass_through_class(original, method)
+    _CAPTURED.hidden = None
+    try:
+      model(*args, **kwargs)
+      hidden = _CAPTURED.hidden
+    finally:
+      module.__class__ = original
+      _CAPTURED.hidden = None
+  if hidden is None:
+    raise ValueError(f"{FUSED_HEAD_KEY}: {type(model).__name__}.__call__ never called its head")
+  return hidden
+
+
+def head_weight(model: Any) -> Any:
+  """The LM head's weight `[D, V]` of a tunix transformer (a tied embedding transposed)."""
+  module, _, weight, layout = _head(model)
+  value = getattr(module, weight)[...]
+  return value if layout == "DV" else value.T

@@ -223,9 +223,11 @@ def compile_logps_pass(
   role: str,
   temperature: float = 1.0,
   chunk_size: int = 0,
+  fused_head: bool = False,
 ) -> CompiledPiece:
   """Compiles `passes.compute_per_token_logps` (log-probs and entropy, no gradient) for a
-  `[batch, prompt_len]` prompt and `[batch, completion_len]` completion."""
+  `[batch, prompt_len]` prompt and `[batch, completion_len]` completion (with `fused_head`,
+  through the fused LM head)."""
   graphdef, state = nnx.split(model)
   state = shard_abstract(state, mesh)
 
@@ -240,6 +242,7 @@ def compile_logps_pass(
       return_entropy=True,
       temperature=temperature,
       chunk_size=chunk_size,
+      fused_head=fused_head,
     )
     return jax.tree.map(lambda x: _rows_on_fsdp(x, mesh), out)
 

@@ -37,6 +37,7 @@ from tunix_ppo_ext._src.math import ppo_losses as losses
 from tunix_ppo_ext._src.math.kl import compute_kl_divergence
 from tunix_ppo_ext._src.math.logits import full_kl_divergence, logps_and_entropy
 from tunix_ppo_ext._src.plugins import protocols, registry
+from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
 from tunix_ppo_ext._src.tunix.learner import passes
 
 POLICY_LOSS_NAME = "ppo_ext"
@@ -71,15 +72,24 @@ def policy_pass(
   chunk_size = getattr(algo_config, "logits_chunk_size", 0)
   pass_kw = dict(pad_id=pad_id, eos_id=eos_id, attention_mask=attention_mask)
   prompt, completion = train_example.prompt_ids, train_example.completion_ids
-  logits = passes.compute_completion_logits(
-    model, prompt, completion, stop_gradient=False, **pass_kw
-  )
-  logps, entropy = logps_and_entropy(
-    logits, completion, temperature=temperature, chunk_size=chunk_size
-  )
+  if getattr(algo_config, "fused_head", False):  # no [B, T, V] logits (no exact KL then)
+    logits = None
+    logps, entropy = passes.compute_per_token_logps(
+      model, prompt, completion, return_entropy=True, stop_gradient=False,
+      temperature=temperature, chunk_size=chunk_size, fused_head=True, **pass_kw,
+    )  # fmt: skip
+  else:
+    logits = passes.compute_completion_logits(
+      model, prompt, completion, stop_gradient=False, **pass_kw
+    )
+    logps, entropy = logps_and_entropy(
+      logits, completion, temperature=temperature, chunk_size=chunk_size
+    )
   kl_in_loss = getattr(algo_config, "kl_penalty", "reward") == "loss"
   per_token_kl = None
   if kl_in_loss and ref_model is not None:
+    if logits is None:
+      raise ValueError(f"{FUSED_HEAD_KEY}: the exact KL (kl_method='full') needs the logits")
     ref_logits = passes.compute_completion_logits(
       nnx.merge(*ref_model), prompt, completion, **pass_kw
     )

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 from flax import nnx
 from tunix.rl import common as tunix_common
 
-from tunix_ppo_ext._src.math.logits import logps_and_entropy
+from tunix_ppo_ext._src.math.logits import fused_logps_and_entropy, logps_and_entropy
+from tunix_ppo_ext._src.tunix import compat
 
 
 @functools.partial(jax.jit, static_argnames=("pad_id", "eos_id"))
@@ -88,14 +89,18 @@ def _forward(
   pad_id: int,
   eos_id: int,
   attention_mask: jax.Array | None,
+  hidden: bool = False,
 ) -> jax.Array:
-  """One model pass over prompt + completion; returns the model's first output `[B, P+T, ...]`."""
+  """One model pass over prompt + completion; returns the model's first output `[B, P+T, ...]`
+  (with `hidden`, its final-norm hidden states `[B, P+T, D]` instead: no LM head runs)."""
   input_ids, positions, causal_mask, real = process_ids(
     prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask=attention_mask
   )
   kwargs = {"positions": positions, "cache": None, "attention_mask": causal_mask}
   if _accepts_segment_ids(model):
     kwargs["segment_ids"] = real
+  if hidden:
+    return compat.final_hidden_states(model, input_ids, **kwargs)
   out = model(input_ids, **kwargs)
   return out[0] if isinstance(out, tuple) else out
 
@@ -138,6 +143,7 @@ def _completion_logits(
     "stop_gradient",
     "temperature",
     "chunk_size",
+    "fused_head",
   ),
   graph=False,
 )
@@ -153,22 +159,24 @@ def compute_per_token_logps(
   stop_gradient: bool = True,
   temperature: float = 1.0,
   chunk_size: int = 0,
+  fused_head: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
   """Per-token log-probs `[B, T]` of the completion, and its entropy `[B, T]` when asked.
 
-  Both come from the same forward pass, through the chunked `logps_and_entropy`.
-  `attention_mask` is the attention mask (all real tokens), not the loss mask.
+  Both come from the same forward pass, through the chunked `logps_and_entropy`; with
+  `fused_head` (`PpoExtConfig.fused_head`), through `fused_logps_and_entropy` from the final
+  hidden states and the head's weight, `chunk_size` positions of logits at a time (the
+  `[B, T, V]` logits never exist). `attention_mask` is the attention mask (all real tokens),
+  not the loss mask.
   """
-  logits = _completion_logits(
-    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask
-  )
-  logps, entropy = logps_and_entropy(
-    logits,
-    completion_tokens,
-    temperature=temperature,
-    chunk_size=chunk_size,
-    return_entropy=return_entropy,
-  )
+  kw = dict(temperature=temperature, chunk_size=chunk_size, return_entropy=return_entropy)
+  args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
+  if fused_head:
+    hidden = _forward(*args, hidden=True)[:, -completion_tokens.shape[1] - 1 : -1]
+    weight = compat.head_weight(model).astype(hidden.dtype)  # as tunix's head multiplies
+    logps, entropy = fused_logps_and_entropy(hidden, weight, completion_tokens, **kw)
+  else:
+    logps, entropy = logps_and_entropy(_completion_logits(*args), completion_tokens, **kw)
   if stop_gradient:
     logps = jax.lax.stop_gradient(logps)
     entropy = None if entropy is None else jax.lax.stop_gradient(entropy)

@@ -45,6 +45,11 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     whiten_advantages: whiten GAE advantages over the loss mask.
     critic_warmup_steps: steps during which only the critic is trained.
     logits_chunk_size: sequence chunk for log-prob/entropy/KL over logits (0: unchunked).
+    fused_head: compute every pass's log-probs and entropy from the final hidden states and
+      the LM head's weight, `logits_chunk_size` positions at a time (the fused head,
+      `ops.fused_logps_and_entropy`): no pass holds the `[B, T, V]` logits. Needs
+      `logits_chunk_size > 0` and a KL estimator (not `full`); the run config's
+      `model.fused_head`.
     num_generations: samples per prompt; consecutive samples of one prompt form a group for
       the group-based estimators (`grpo`, `rloo`).
     max_nonfinite_steps: consecutive optimizer updates of the actor or the critic skipped
@@ -79,6 +84,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   whiten_advantages: bool = True
   critic_warmup_steps: int = 0
   logits_chunk_size: int = 0
+  fused_head: bool = False
   num_generations: int = 1
   max_nonfinite_steps: int = 10
   nonfinite_rewards: str = "error"
@@ -140,7 +146,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _integer(self, "logits_chunk_size", low=0)
     _integer(self, "num_generations", low=1)
     _integer(self, "max_nonfinite_steps", low=1)
-    for name in ("norm_adv_by_std", "whiten_advantages"):
+    for name in ("norm_adv_by_std", "whiten_advantages", "fused_head"):
       if not isinstance(getattr(self, name), bool):
         _fail(name, getattr(self, name), "True or False")
 
@@ -151,6 +157,9 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       self.kl_method = names.canonical_kl_method(self.kl_method, include_full=True)
     except ValueError as e:
       raise ConfigError(f"PpoExtConfig.kl_method: {e}") from None
+    problem = fused_head_problem(self.fused_head, self.logits_chunk_size, self.kl_method)
+    if problem:
+      _fail("fused_head", self.fused_head, problem)
     if self.kl_method == names.FULL_KL and self.kl_penalty != "loss":
       _fail(
         "kl_method",
@@ -165,6 +174,13 @@ class PpoExtConfig(ppo_learner.PPOConfig):
         raise ConfigError(f"PpoExtConfig.{name}: {e}") from None
     for name, kind in _REGISTRY_FIELDS:
       _registry_choice(self, name, kind)
+    if self.fused_head and not registry.has(registry.POLICY_LOSSES, self.policy_loss_fn):
+      _fail(
+        "fused_head",
+        self.fused_head,
+        f"used with a policy loss of this package or a plugin (policy_loss_fn="
+        f"{self.policy_loss_fn!r} is tunix's, whose pass computes the whole logits)",
+      )
     validate_toolbox(self)
     if self.critic_warmup_steps and not self.uses_critic:
       _fail(
@@ -172,6 +188,24 @@ class PpoExtConfig(ppo_learner.PPOConfig):
         self.critic_warmup_steps,
         f"0 with advantage_estimator={self.advantage_estimator!r}, which uses no critic",
       )
+
+
+def fused_head_problem(fused_head: bool, chunk_size: int, kl_method: str) -> str | None:
+  """Why the fused head cannot run with this chunk size and KL method (None: it can)."""
+  if not fused_head:
+    return None
+  if chunk_size == 0:
+    return "used with logits_chunk_size > 0 (positions of logits per chunk, e.g. 128)"
+  try:
+    kl_method = names.canonical_kl_method(kl_method, include_full=True)
+  except ValueError:  # a bad name: PpoExtConfig's own check names it
+    return None
+  if kl_method == names.FULL_KL:
+    return (
+      "used with a KL estimator, not kl_method='full' (the exact KL needs the policy's and "
+      "the reference's whole logits)"
+    )
+  return None
 
 
 def estimator_takes_values(name: str) -> bool:

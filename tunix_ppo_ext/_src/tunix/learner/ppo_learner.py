@@ -119,7 +119,7 @@ class PpoExtLearner(compat.LearnerHooks):
     self._set_up_reference(ppo_config)
     prompts = compat.logps_micro_batch_size(self)  # tunix counts prompts; a pass sees rows
     rows = None if prompts is None else prompts * ppo_config.num_generations  # as tunix's GRPO
-    self._passes = RolePasses(rl_cluster, rows)
+    self._passes = RolePasses(rl_cluster, rows, ppo_config.fused_head, ppo_config.logits_chunk_size)
     self._nan_guard = guards.NanGuard(rl_cluster, ppo_config.max_nonfinite_steps)
     self._disk_guard = disk_space.guard_for(rl_cluster)
     self._check_disk()  # before the first step

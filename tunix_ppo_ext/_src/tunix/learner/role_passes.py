@@ -12,8 +12,9 @@ sharded on the data axis, the model loaded from host memory and offloaded after
   tokens are all non-pad takes
   this path too: its loss mask never enters a pass.
 - Otherwise (a real token equal to the pad id, e.g. EOS when `eos_id == pad_id`; another
-  temperature, which tunix's old-log-prob pass cannot take) the same steps run around this
-  package's mask-aware passes (`passes`).
+  temperature, which tunix's old-log-prob pass cannot take; the fused head,
+  `PpoExtConfig.fused_head`, which tunix's passes do not have) the same steps run around
+  this package's mask-aware passes (`passes`).
 
 All passes return `[B, T]` for the completion (values and scores: `[B, P+T]`, as tunix).
 """
@@ -68,9 +69,17 @@ class RolePasses:
   roles' meshes may hold different devices).
   """
 
-  def __init__(self, cluster: rl_cluster_lib.RLCluster, micro_batch_size: int | None):
+  def __init__(
+    self,
+    cluster: rl_cluster_lib.RLCluster,
+    micro_batch_size: int | None,
+    fused_head: bool = False,
+    chunk_size: int = 0,
+  ):
     self.cluster = cluster
     self.micro_batch_size = micro_batch_size
+    # the log-prob passes' head: fused (`chunk_size` positions of logits at a time) or not
+    self.head = {"fused_head": fused_head, "chunk_size": chunk_size if fused_head else 0}
     # Several hosts: every pass keeps this host's rows. (tunix 0.1.7's reference pass
     # shards its inputs into the global batch, which its PPO learner then mixes with
     # host-local log-probs; so the reference takes the mask-aware path there.)
@@ -92,7 +101,7 @@ class RolePasses:
   def old_logps(self, inputs: ModelInputs) -> jax.Array:
     """log pi_old(a_t) `[B, T]` of the rollout policy (the model the engine samples from)."""
     cluster = self.cluster
-    if inputs.temperature in (None, 1.0) and inputs.tunix_mask:
+    if inputs.temperature in (None, 1.0) and inputs.tunix_mask and not self.head["fused_head"]:
       return self._at_home(
         cluster.get_old_per_token_logps(
           inputs.prompt, inputs.completion, micro_batch_size=self.micro_batch_size
@@ -111,6 +120,7 @@ class RolePasses:
     cluster, tunix_temperature = self.cluster, self._train_temperature()
     temperature = tunix_temperature if inputs.temperature is None else inputs.temperature
     stock = temperature == tunix_temperature and inputs.tunix_mask  # tunix's pass uses it
+    stock = stock and not self.head["fused_head"]
     if stock and not self.multi_process:
       return self._at_home(
         cluster.get_ref_per_token_logps(
@@ -176,8 +186,7 @@ class RolePasses:
     with compat.on_role(self.cluster, role, model):
       return passes.compute_score(model, inputs.prompt, inputs.completion, **inputs.passes)
 
-  @staticmethod
-  def _logps(model: Any, inputs: ModelInputs, prompt, completion, mask, temperature) -> jax.Array:
+  def _logps(self, model: Any, inputs: ModelInputs, prompt, completion, mask, temperature):
     return passes.compute_per_token_logps(
       model,
       prompt,
@@ -186,6 +195,7 @@ class RolePasses:
       eos_id=inputs.eos_id,
       attention_mask=mask,
       temperature=temperature or 1.0,
+      **self.head,
     )
 
   def _chunked(self, inputs: ModelInputs, shard: bool, fn: Callable) -> jax.Array:

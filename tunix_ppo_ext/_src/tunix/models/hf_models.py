@@ -395,17 +395,30 @@ def vocab_size(model: nnx.Module) -> int:
   return config.num_embed if hasattr(config, "num_embed") else config.vocab_size
 
 
+# `model.remat`: tunix's `RematConfig` of every family (Qwen2, Qwen3, Llama 3, Gemma 3), by
+# name: none (every activation kept), block (the attention and MLP blocks recomputed in the
+# backward), decoder (each whole decoder layer recomputed)
+REMAT_CHOICES = ("none", "block", "decoder")
+
+
+def with_remat(config: Any, remat: str) -> Any:
+  """`config` (any family's tunix `ModelConfig`) with its `remat_config` set to `remat`, one
+  of `REMAT_CHOICES`, as its family's own `RematConfig` member."""
+  return dataclasses.replace(config, remat_config=type(config.remat_config)[remat.upper()])
+
+
 def load_checkpoint(
-  directory: str | pathlib.Path, mesh: jax.sharding.Mesh | None = None
+  directory: str | pathlib.Path, mesh: jax.sharding.Mesh | None = None, remat: str = "none"
 ) -> nnx.Module:
   """The tunix model of the checkpoint in `directory`, loaded by its family's own tunix
-  loader straight onto `mesh` (sharded; None: the first device), in the file's dtype."""
+  loader straight onto `mesh` (sharded; None: the first device), in the file's dtype, with
+  tunix's activation rematerialisation `remat` (`REMAT_CHOICES`)."""
   directory = gguf_files.resolve(directory, weights=True)
   hf = read_hf_config(directory)
   if hf is None:
     raise ConfigError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
   family = family_of(hf)
-  config = tunix_config(hf)
+  config = with_remat(tunix_config(hf), remat)
   try:
     model = family.load(str(directory), config, mesh)
   except (ValueError, TypeError, KeyError, OSError) as err:  # tunix's loader names no file
