@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _error(line, args.debug)
     if full and not args.debug:  # orbax's writes, stopped by the exit, would log after it
       for name in ("absl", "asyncio"):
-        logging.getLogger(name).disabled = True
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     return EXIT_FAILED
 
 

@@ -137,14 +137,17 @@ def quiet_write_failures() -> None:
   logger = logging.getLogger("absl")
   if not any(isinstance(f, QuietWriteFailures) for f in logger.filters):
     logger.addFilter(QuietWriteFailures())
-  if getattr(sys.unraisablehook, "_ppo_ext_quiet", False):
-    return
-  previous = sys.unraisablehook
+  if not isinstance(sys.unraisablehook, _QuietUnraisable):
+    sys.unraisablehook = _QuietUnraisable(sys.unraisablehook)
 
-  def hook(unraisable: Any) -> None:
+
+class _QuietUnraisable:
+  """`sys.unraisablehook` that drops "Event loop is closed" and passes the rest on."""
+
+  def __init__(self, previous: Any):
+    self.previous = previous
+
+  def __call__(self, unraisable: Any) -> None:
     error = unraisable.exc_value
     if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
-      previous(unraisable)
-
-  hook._ppo_ext_quiet = True  # type: ignore[attr-defined]
-  sys.unraisablehook = hook
+      self.previous(unraisable)
