@@ -42,7 +42,8 @@ from tunix_ppo_ext._src.tunix.learner.ppo_learner import TrainExample
 from tunix_ppo_ext._src.tunix.models import hf_models, lora
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# Lane 2 (tunix main, `-m tunix_facing`) runs the tests of what compat does per version (the
+# hidden states and head of each family, LoRA through them); the rest is our own code.
 
 PAD, EOS = 0, 1
 CHUNK = 3  # the completion's 7 positions are no multiple of it
@@ -89,6 +90,7 @@ def assert_trees_close(a, b, atol):
     np.testing.assert_allclose(np.asarray(x[...]), np.asarray(y[...]), atol=atol, err_msg=path)
 
 
+@pytest.mark.tunix_facing
 @pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama", "gemma3"])
 def test_fused_passes_equal_the_unfused_ones_for_every_family(family):
   """Log-probs, entropy and the gradient of a loss of both, w.r.t. every weight (the head's
@@ -178,6 +180,7 @@ def test_the_actor_loss_and_its_update_equal_the_unfused_ones(policy_loss_fn):
   assert_trees_close(p0, p1, atol=1e-5)
 
 
+@pytest.mark.tunix_facing
 def test_lora_adapters_train_the_same_and_one_on_the_head_is_refused():
   """qwix's adapters on the projections apply (the call is tunix's intercepted `__call__`);
   an adapter on the LM head, which the fused head would skip, is a one-line error."""
@@ -199,12 +202,14 @@ def test_lora_adapters_train_the_same_and_one_on_the_head_is_refused():
     logps_entropy(on_head, *args, True)
 
 
+@pytest.mark.tunix_facing
 def test_a_model_without_a_known_head_is_refused_in_one_line():
   critic = models.critic_from_policy(toy_policy(24))
   with pytest.raises(ValueError, match=r"^model\.fused_head: no fused head for ValueModel \("):
     compat.head_weight(critic)
 
 
+@pytest.mark.tunix_facing
 def test_pinned_heads_are_what_each_family_s_call_applies_last():
   """`PINNED_HEADS`: each family's `__call__` feeds the final norm's output to the head named
   there (untied and tied), which holds the weight named there in the layout named there."""
