@@ -22,10 +22,10 @@ import shutil
 import sys
 from typing import Any
 
-import jax
 from flax import nnx
 
 from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.models.lora import array_bytes
 
 MARGIN_BYTES = 16 * 2**20
 _MIB = 2**20
@@ -39,14 +39,10 @@ class OutOfSpaceError(RuntimeError):
   """The checkpoint directory's filesystem has no room for the next checkpoint."""
 
 
-def _array_bytes(tree: Any) -> int:
-  return sum(int(x.nbytes) for x in jax.tree.leaves(tree) if hasattr(x, "nbytes"))
-
-
 def checkpoint_bytes(trainer: Any) -> int:
   """Bytes a tunix trainer's checkpoint holds: trainable parameters and optimizer state."""
   saved = nnx.LoRAParam if compat.lora_enabled(trainer) else nnx.Param
-  return _array_bytes(nnx.state(trainer.model, saved)) + _array_bytes(trainer.optimizer.opt_state)
+  return array_bytes(nnx.state(trainer.model, saved)) + array_bytes(trainer.optimizer.opt_state)
 
 
 def free_bytes(directory: str | pathlib.Path) -> int:
