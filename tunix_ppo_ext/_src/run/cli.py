@@ -43,9 +43,10 @@ EXIT_BAD_INPUT, EXIT_NAN_GUARD, EXIT_INTERRUPTED, EXIT_FAILED = 2, 3, 130, 1
 # After a failed or interrupted run, how long the command waits for the threads still
 # running (checkpoint writes finishing) before it exits without them.
 EXIT_GRACE_S = 30.0
+_RESUMABLE = "interrupted; what was checkpointed is kept: run the same command to resume"
 INTERRUPTED = {  # the line of a command stopped by Ctrl-C: what was kept
-  "train": "interrupted; what was checkpointed is kept: run the same command to resume",
-  "sweep": "interrupted; what was checkpointed is kept: run the same command to resume",
+  "train": _RESUMABLE,
+  "sweep": _RESUMABLE,
   "plan": "interrupted; nothing was written (plan writes its --json file only once done)",
 }
 
