@@ -93,6 +93,30 @@ def test_a_disk_without_room_for_a_checkpoint_is_refused_before_the_first_step(s
   assert max(common_checkpoints(out), default=0) == 0  # nothing beyond the initial state
 
 
+def test_the_guard_names_the_step_every_role_finished_after_the_run_is_stopped(tmp_path):
+  """tunix's trainers save their last step as they close, when it fits (found on CI: the
+  line named step 4 while the close wrote step 5). The line is counted after `stop`."""
+  for step in ("actor/4", "critic/4", "actor/5", "critic/5", "actor/6"):
+    (tmp_path / step).mkdir(parents=True)
+  stopped = []
+
+  def stop() -> None:  # the close finishes step 7 for the actor only, and dies in the critic's
+    stopped.append(True)
+    (tmp_path / "actor/7").mkdir()
+    (tmp_path / "critic/7.orbax-checkpoint-tmp-1").mkdir()
+
+  free = shutil.disk_usage(tmp_path).free
+  disk_space.DiskGuard(tmp_path, ("actor", "critic"), needed=1).check(8, stop=stop)
+  assert not stopped  # room enough: nothing happens
+  guard = disk_space.DiskGuard(tmp_path, ("actor", "critic"), needed=free + 2**40)
+  with pytest.raises(disk_space.OutOfSpaceError, match="the checkpoint of step 5 is intact"):
+    guard.check(8, stop=stop)
+  assert stopped == [True]
+  nothing = disk_space.DiskGuard(tmp_path / "new", ("actor",), needed=free + 2**40)
+  with pytest.raises(disk_space.OutOfSpaceError, match="at step 1: .* no checkpoint was written"):
+    nothing.check(1)
+
+
 def test_tensorboard_on_a_full_disk_warns_once_and_never_waits(small_disk):
   fill(small_disk, leave=0)
   backend = sinks.TensorboardBackend(small_disk / "tb")

@@ -14,18 +14,11 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Sequence
 
+from tunix_ppo_ext._src.tunix.cluster.disk_space import finalized_steps
+
 ROLES: tuple[str, ...] = ("actor", "critic")
 INCOMPLETE = "incomplete"
 DAMAGED = "damaged"
-
-
-def finalized_steps(role_dir: str | pathlib.Path) -> set[int]:
-  """Steps orbax finished writing under `role_dir` (its step directories are named `<int>`;
-  unfinished saves live in `<step>.orbax-checkpoint-tmp-*` until orbax renames them)."""
-  directory = pathlib.Path(role_dir)
-  if not directory.is_dir():
-    return set()
-  return {int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()}
 
 
 def align_role_checkpoints(

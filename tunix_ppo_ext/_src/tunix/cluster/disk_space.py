@@ -20,6 +20,7 @@ import pathlib
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from flax import nnx
@@ -45,6 +46,15 @@ def checkpoint_bytes(trainer: Any) -> int:
   return array_bytes(nnx.state(trainer.model, saved)) + array_bytes(trainer.optimizer.opt_state)
 
 
+def finalized_steps(role_dir: str | pathlib.Path) -> set[int]:
+  """Steps orbax finished writing under `role_dir` (its step directories are named `<int>`;
+  unfinished saves live in `<step>.orbax-checkpoint-tmp-*` until orbax renames them)."""
+  directory = pathlib.Path(role_dir)
+  if not directory.is_dir():
+    return set()
+  return {int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()}
+
+
 def free_bytes(directory: str | pathlib.Path) -> int:
   """Free bytes (for this user) on the filesystem `directory` is (or will be) created on."""
   path = pathlib.Path(directory).resolve()
@@ -58,20 +68,27 @@ class DiskGuard:
 
   Args:
     directory: the checkpoint root directory (tunix's `checkpoint_root_directory`).
-    trainers: the trainers that save there (actor, and critic if any).
+    roles: the roles that save there (tunix saves each under `<directory>/<role>`).
+    needed: the bytes one checkpoint step needs (see `checkpoint_bytes`).
   """
 
-  def __init__(self, directory: str | pathlib.Path, trainers: list[Any]):
+  def __init__(self, directory: str | pathlib.Path, roles: tuple[str, ...], needed: int):
     self.directory = pathlib.Path(directory)
-    self.needed = sum(checkpoint_bytes(t) for t in trainers) + MARGIN_BYTES
-    self._trainers = trainers
+    self.roles = roles
+    self.needed = needed
 
-  def check(self, step: int) -> None:
-    """Raises `OutOfSpaceError` when fewer than `needed` bytes are free."""
+  def check(self, step: int, stop: Callable[[], None] = lambda: None) -> None:
+    """Raises `OutOfSpaceError` when fewer than `needed` bytes are free, after `stop()`.
+
+    `stop` closes the run (tunix's trainers save their last step as they close, when it
+    fits); the line then names the newest step every role finished writing.
+    """
     free = free_bytes(self.directory)
     if free >= self.needed:
       return
-    last = max((t.checkpoint_manager.latest_step() or 0) for t in self._trainers)
+    stop()
+    saved = [finalized_steps(self.directory / role) for role in self.roles]
+    last = max(set.intersection(*saved), default=0)
     kept = f"the checkpoint of step {last} is intact" if last else "no checkpoint was written"
     raise OutOfSpaceError(
       f"no space for a checkpoint at step {step}: {self.directory} has {free / _MIB:.1f} MiB "
@@ -85,10 +102,11 @@ def guard_for(rl_cluster: Any) -> DiskGuard | None:
   directory = rl_cluster.cluster_config.training_config.checkpoint_root_directory
   if directory is None:
     return None
-  trainers = [rl_cluster.actor_trainer]
+  trainers = {"actor": rl_cluster.actor_trainer}
   if getattr(rl_cluster, "critic_trainer", None) is not None:
-    trainers.append(rl_cluster.critic_trainer)
-  return DiskGuard(directory, trainers)
+    trainers["critic"] = rl_cluster.critic_trainer
+  needed = sum(checkpoint_bytes(t) for t in trainers.values()) + MARGIN_BYTES
+  return DiskGuard(directory, tuple(trainers), needed)
 
 
 def write_failure(err: BaseException) -> str | None:

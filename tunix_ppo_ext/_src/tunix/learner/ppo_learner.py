@@ -194,13 +194,8 @@ class PpoExtLearner(compat.LearnerHooks):
   def _check_disk(self) -> None:
     """The disk guard; before it raises, the cluster is closed (metrics flushed, the
     checkpoint in flight finished), so the checkpoints written so far stay intact."""
-    if self._disk_guard is None:
-      return
-    try:
-      self._disk_guard.check(self.rl_cluster.global_steps + 1)
-    except disk_space.OutOfSpaceError:
-      self.rl_cluster.close()
-      raise
+    if self._disk_guard is not None:
+      self._disk_guard.check(self.rl_cluster.global_steps + 1, stop=self.rl_cluster.close)
 
   def _one_rollout_per_step(self) -> bool:
     """Whether each global step makes one rollout (no mini-batches, no accumulation), so
