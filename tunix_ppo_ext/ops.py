@@ -29,6 +29,7 @@ from tunix_ppo_ext._src.math.kl import (
 )
 from tunix_ppo_ext._src.math.logits import (
   full_kl_divergence,
+  fused_full_kl_divergence,
   fused_logps_and_entropy,
   logps_and_entropy,
 )
@@ -65,6 +66,7 @@ __all__ = [
   "compute_rloo_advantages",
   "entropy_from_logits",
   "full_kl_divergence",
+  "fused_full_kl_divergence",
   "fused_logps_and_entropy",
   "geo_mean_loss",
   "gpg_loss",

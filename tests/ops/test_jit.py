@@ -42,6 +42,10 @@ CASES = {
   "compute_rloo_advantages": ((SCORES, GROUPS, MASK), {}),
   "entropy_from_logits": ((LOGITS,), {"chunk_size": 4}),
   "full_kl_divergence": ((LOGITS, REF_LOGITS), {"temperature": 0.7, "chunk_size": 5}),
+  "fused_full_kl_divergence": (
+    (HIDDEN, HEAD, HIDDEN[::-1], HEAD * 0.5),
+    {"temperature": 0.9, "chunk_size": 4},
+  ),
   "fused_logps_and_entropy": ((HIDDEN, HEAD, IDS), {"temperature": 0.9, "chunk_size": 4}),
   "geo_mean_loss": (PG, {}),
   "gpg_loss": (PG, {}),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tunix_ppo_ext._src.math.logits import (
   full_kl_divergence,
+  fused_full_kl_divergence,
   fused_logps_and_entropy,
   logps_and_entropy,
 )
@@ -351,6 +352,98 @@ def test_fused_head_bad_shapes_are_named():
     fused_logps_and_entropy(hidden, weight.T, ids)
   with pytest.raises(ValueError, match=r"target_ids shape \(1, 2\) does not match hidden"):
     fused_logps_and_entropy(hidden, weight, ids[:, :2])
+
+
+def np_head_kl_reference(hidden, weight, ref_hidden, ref_weight, temperature, w):
+  """(KL, d hidden, d weight) of sum(w KL), float64: `np_kl_reference`'s logit gradient
+  taken back through `logits = hidden @ weight` (the reference's logits held constant)."""
+  h, wt = np.asarray(hidden, np.float64), np.asarray(weight, np.float64)
+  ref_logits = np.asarray(ref_hidden, np.float64) @ np.asarray(ref_weight, np.float64)
+  kl, grad = np_kl_reference(h @ wt, ref_logits, temperature, w)
+  return kl, grad @ wt.T, np.einsum("btd,btv->dv", h, grad)
+
+
+def fused_kl(hidden, weight, ref_hidden, ref_weight, w, temperature, chunk):
+  def loss(h, wt, rh, rw):
+    kl = fused_full_kl_divergence(h, wt, rh, rw, temperature=temperature, chunk_size=chunk)
+    return jnp.sum(w * kl), kl
+
+  grad = jax.value_and_grad(loss, (0, 1, 2, 3), has_aux=True)
+  (_, kl), grads = jax.jit(grad)(hidden, weight, ref_hidden, ref_weight)
+  return kl, *grads
+
+
+@pytest.mark.parametrize("b, t, v, chunk, temperature", CASES)
+def test_fused_kl_values_and_grads(b, t, v, chunk, temperature):
+  """Another width for the reference (D' = 4), as a reference of another size would have;
+  the reference's hidden states and head get no gradient."""
+  hidden, weight, _, w, _ = head_inputs(b, t, v)
+  rng = np.random.default_rng(7)
+  ref_hidden = rng.standard_normal((b, t, 4)).astype(np.float32)
+  ref_weight = (rng.standard_normal((4, v)) * 1.5).astype(np.float32)
+  kl, d_hidden, d_weight, d_ref_h, d_ref_w = fused_kl(
+    hidden, weight, ref_hidden, ref_weight, w, temperature, chunk
+  )
+  want = np_head_kl_reference(hidden, weight, ref_hidden, ref_weight, temperature, w)
+  for name, g, x in zip(
+    ("KL", "d hidden", "d weight"), (kl, d_hidden, d_weight), want, strict=True
+  ):
+    np.testing.assert_allclose(np.asarray(g), x, rtol=1e-4, atol=1e-4, err_msg=name)
+  assert not np.any(np.asarray(d_ref_h)) and not np.any(np.asarray(d_ref_w))
+
+
+def test_fused_kl_of_a_model_with_itself_is_zero_and_it_is_never_negative():
+  hidden, weight, _, w, _ = head_inputs(2, 13, 50, seed=3)
+  kl, d_hidden, d_weight, _, _ = fused_kl(hidden, weight, hidden, weight, w, 0.7, 4)
+  np.testing.assert_allclose(kl, 0.0, atol=1e-6)
+  np.testing.assert_allclose(d_hidden, 0.0, atol=1e-6)  # KL's minimum: no gradient
+  np.testing.assert_allclose(d_weight, 0.0, atol=1e-6)
+  other = (hidden[:, ::-1] * 3.0).copy()  # huge log-ratios
+  kl = fused_kl(hidden, weight, other, weight, w, 1.0, 5)[0]
+  assert np.all(np.asarray(kl) >= -1e-6) and np.all(np.isfinite(kl))
+
+
+def test_fused_kl_bfloat16_matches_float32_of_the_rounded_inputs():
+  hidden, weight, _, w, _ = head_inputs(2, 11, 40, seed=4)
+  ref_hidden = hidden[::-1].copy()
+  h16, w16, r16 = (jnp.asarray(x, jnp.bfloat16) for x in (hidden, weight, ref_hidden))
+  kl, d_hidden, d_weight, _, _ = fused_kl(h16, w16, r16, w16, w, 0.9, 4)
+  assert kl.dtype == jnp.float32 and d_hidden.dtype == d_weight.dtype == jnp.bfloat16
+  rounded = [np.asarray(x, np.float64) for x in (h16, w16, r16, w16)]
+  want = np_head_kl_reference(*rounded, 0.9, w)
+  np.testing.assert_allclose(np.asarray(kl), want[0], rtol=1e-4, atol=1e-4)
+  for g, x in zip((d_hidden, d_weight), want[1:], strict=True):  # rounded to bfloat16
+    np.testing.assert_allclose(np.asarray(g, np.float64), x, rtol=2e-2, atol=2e-2)
+
+
+def test_fused_kl_holds_one_chunk_of_logits_not_the_sequence():
+  b, t, d, v = 1, 4096, 64, 16384
+  hidden = jax.ShapeDtypeStruct((b, t, d), jnp.bfloat16)
+  weight = jax.ShapeDtypeStruct((d, v), jnp.bfloat16)
+  f32_full = b * t * v * 4
+
+  def step(chunk):
+    def loss(h, wt, rh, rw):
+      return jnp.sum(fused_full_kl_divergence(h, wt, rh, rw, chunk_size=chunk))
+
+    return jax.value_and_grad(loss, (0, 1))
+
+  chunk = 128
+  plain = _temp_bytes(step(0), hidden, weight, hidden, weight)
+  chunked = _temp_bytes(step(chunk), hidden, weight, hidden, weight)
+  assert plain >= 2 * f32_full  # unfused: both models' logits are [B, T, V]
+  # a few float32 [B, chunk, V] buffers of each model at a time
+  assert chunked < 10 * b * chunk * v * 4 < f32_full / 3, (chunked, f32_full)
+
+
+def test_fused_kl_bad_shapes_are_named():
+  hidden, weight, _, _, _ = head_inputs(1, 3, 7)
+  with pytest.raises(ValueError, match=r"ref_hidden \(1, 2, 6\) must have hidden's \[B, T\]"):
+    fused_full_kl_divergence(hidden, weight, hidden[:, :2], weight)
+  with pytest.raises(ValueError, match=r"ref_weight \(6, 5\) must have weight's V 7"):
+    fused_full_kl_divergence(hidden, weight, hidden, weight[:, :5])
+  with pytest.raises(ValueError, match=r"ref_hidden must be \[B, T, D\]"):
+    fused_full_kl_divergence(hidden, weight, hidden[0], weight)
 
 
 # ----------------------------------------------------------------------------

@@ -26,19 +26,25 @@ import optax
 import pytest
 from flax import nnx
 from tunix.models.gemma3 import model as gemma3_model
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.rollout import base_rollout
 
 from tests.conftest import SMOKE, toy_policy
 from tests.tunix.hf_fixtures import hf_config
+from tests.tunix.parity_run import stock_cluster
 from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
+from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import TrainExample
+from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
 from tunix_ppo_ext._src.tunix.models import hf_models, lora
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 
@@ -46,6 +52,7 @@ from tunix_ppo_ext._src.tunix.models import toy_models as models
 # hidden states and head of each family, LoRA through them); the rest is our own code.
 
 PAD, EOS = 0, 1
+Role = rl_cluster_lib.Role
 CHUNK = 3  # the completion's 7 positions are no multiple of it
 
 
@@ -150,15 +157,20 @@ def example(vocab: int) -> TrainExample:
   )
 
 
-@pytest.mark.parametrize("policy_loss_fn", ["ppo_ext", "gspo"])
-def test_the_actor_loss_and_its_update_equal_the_unfused_ones(policy_loss_fn):
-  """The policy loss (KL in the loss, entropy bonus), its metrics, its gradient and the
-  parameters after one Adam step, flag on and off."""
+@pytest.mark.parametrize(
+  "policy_loss_fn, kl_method",
+  [("ppo_ext", "low_var_kl"), ("gspo", "low_var_kl"), ("ppo_ext", "full")],
+)
+def test_the_actor_loss_and_its_update_equal_the_unfused_ones(policy_loss_fn, kl_method):
+  """The policy loss (KL in the loss: an estimator, or the exact KL against another model,
+  the reference; entropy bonus), its metrics, its gradient and the parameters after one
+  Adam step, flag on and off."""
   base = dict(
     policy_loss_fn=policy_loss_fn, entropy_coef=0.01, kl_penalty="loss", kl_loss_coef=0.1,
-    logits_chunk_size=CHUNK,
+    logits_chunk_size=CHUNK, kl_method=kl_method,
   )  # fmt: skip
   train_example = example(24)
+  reference = nnx.split(toy_policy(24, seed=3)) if kl_method == "full" else None
   results = []
   for fused in (False, True):
     model = toy_policy(24)
@@ -166,7 +178,8 @@ def test_the_actor_loss_and_its_update_equal_the_unfused_ones(policy_loss_fn):
     fn = registry.get(registry.POLICY_LOSSES, policy_loss_fn)
 
     def loss(m, config=config, fn=fn):
-      return fn(m, train_example, config, pad_id=PAD, eos_id=EOS, temperature=0.7)
+      kw = {"ref_model": reference} if reference else {}
+      return fn(m, train_example, config, pad_id=PAD, eos_id=EOS, temperature=0.7, **kw)
 
     (value, metrics), g = nnx.value_and_grad(loss, has_aux=True)(model)
     optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
@@ -178,6 +191,30 @@ def test_the_actor_loss_and_its_update_equal_the_unfused_ones(policy_loss_fn):
     np.testing.assert_allclose(float(m1[key]), float(m0[key]), rtol=1e-5, atol=1e-6, err_msg=key)
   assert_trees_close(g0, g1, atol=2e-5)
   assert_trees_close(p0, p1, atol=1e-5)
+
+
+def test_the_learner_s_exact_kl_equals_the_unfused_one_micro_batch_by_micro_batch():
+  """The learner's exact KL of the rollout policy to the reference (`kl_method=full`: its
+  `actor/kl` and the KL controller's input) through tunix's cluster, one-row micro-batches:
+  from hidden states with the flag, from logits without; the reference's weights scaled so
+  that the KL is not 0."""
+  meshes = dict.fromkeys(rl_cluster_lib.Role, make_mesh((1, 1)))
+  rollout = base_rollout.RolloutConfig(
+    max_tokens_to_generate=4, max_prompt_length=8, kv_cache_size=16
+  )
+  cluster = stock_cluster(meshes, rollout, max_steps=1)
+  reference = cluster.inference_worker.get_model("reference")
+  nnx.update(reference, jax.tree.map(lambda x: x * 1.3, nnx.state(reference, nnx.Param)))
+  prompt, completion, attention = batch(CharTokenizer().vocab_size)
+  inputs = ModelInputs(prompt, completion, attention, attention.astype(jnp.float32), PAD, EOS, None)
+  kls = []
+  for fused in (False, True):
+    role_passes = RolePasses(cluster, 1, fused_head=fused, chunk_size=CHUNK)
+    pair = [role_passes.kl_inputs(inputs, role) for role in (Role.ROLLOUT, Role.REFERENCE)]
+    assert isinstance(pair[0], tuple) == fused
+    kls.append(passes.exact_kl(*pair, temperature=0.7, chunk_size=CHUNK))
+  np.testing.assert_allclose(np.asarray(kls[1]), np.asarray(kls[0]), rtol=1e-5, atol=1e-6)
+  assert float(jnp.min(kls[0])) > 1e-4
 
 
 @pytest.mark.tunix_facing
@@ -313,9 +350,6 @@ def test_no_pass_allocates_a_batch_by_sequence_by_vocabulary_array_with_the_fuse
     (["model.fused_head=2"], "config key 'model.fused_head' must be bool, got 2"),
     (["model.fused_head=true", "ppo.logits_chunk_size=0"],
      "config key 'model.fused_head'=True must be used with ppo.logits_chunk_size > 0"),
-    (["model.fused_head=true", "ppo.logits_chunk_size=8", "ppo.kl_method=full",
-      "ppo.kl_penalty=loss"],
-     "config key 'model.fused_head'=True must be used with a KL estimator, not ppo.kl_method="),
     (["ppo.fused_head=true"], "config key 'ppo.fused_head': set model.fused_head instead"),
     (["model.fused_head=true", "ppo.logits_chunk_size=8", "model.lora={target_modules: '.*'}"],
      "config key 'model.fused_head'=True: model.lora.target_modules adapts the LM head 'lm_head'"),
@@ -336,9 +370,10 @@ def test_the_flag_is_resolved_once_into_the_ppo_config():
 
 
 def test_a_two_step_cli_run_trains_with_the_fused_head(tmp_path, monkeypatch):
-  """The smoke config (tunix's cluster, a toy Qwen3, GAE with a critic, KL in the loss) for two
-  steps with the flag on: it finishes, its metrics are finite and the actor was updated; every
-  log-prob pass it traced went through the fused head, none through the logits."""
+  """The smoke config (tunix's cluster, a toy Qwen3, GAE with a critic, KL in the loss) with
+  the exact KL, for two steps with the flag on: it finishes, its metrics are finite and the
+  actor was updated; every pass it traced went through the fused head, none through the
+  logits."""
   traced = []
   hidden_states = compat.final_hidden_states
 
@@ -354,11 +389,13 @@ def test_a_two_step_cli_run_trains_with_the_fused_head(tmp_path, monkeypatch):
   out = tmp_path / "run"
   args = ["train", "--config", str(SMOKE), "--output-dir", str(out), "train.steps=2"]
   args += ["train.eval_every=100", "model.fused_head=true", "ppo.logits_chunk_size=4"]
+  args += ["ppo.kl_method=full"]  # in the loss (the smoke config) and the learner's own KL
   assert cli.main(args) == 0
   rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
   values = {k: v for row in rows for k, v in row.items() if k != "step"}
   assert all(math.isfinite(v) for v in values.values() if isinstance(v, float)), values
   assert values["actor/grad_norm"] > 0 and "actor/entropy" in values
+  assert values["actor/kl"] > 0  # the exact KL of the rollout policy to the reference
   assert json.loads((out / "config.json").read_text())["model"]["fused_head"] is True
   assert len(traced) >= 2 and set(traced) == {"Qwen3"}  # the actor's step and the passes
 

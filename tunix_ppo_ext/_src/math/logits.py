@@ -421,15 +421,33 @@ def _head_bwd(
   def chunk(per_token: tuple[Any, ...], fresh: jax.Array, grad_w: jax.Array) -> Any:
     h, ids, m_c, ls_c, ent_c, gl_c, ge_c = per_token
     dz = _logp_entropy_grad(_head_logits(h, weight), ids, m_c, ls_c, ent_c, gl_c, ge_c, temperature)
-    dh = jnp.einsum("btv,dv->btd", dz, weight, preferred_element_type=jnp.float32)
-    dz = jnp.where(fresh[None, :, None], dz, 0.0)
-    grad_w = grad_w + jnp.einsum("btd,btv->dv", h, dz, preferred_element_type=jnp.float32)
-    return dh.astype(hidden.dtype), grad_w
+    return _through_head(dz, h, weight, fresh, grad_w)
 
   per_token = (hidden, target_ids, m, log_s, ent, g_logp, g_ent)
+  grad_h, grad_w = _scan_head_grads(chunk, chunk_size, per_token, weight)
+  return grad_h, grad_w, None
+
+
+def _through_head(
+  dz: jax.Array, h: jax.Array, weight: jax.Array, fresh: jax.Array, grad_w: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+  """One chunk's logit gradient `dz [B, c, V]` taken back through `logits = h @ weight`:
+  `(dh [B, c, D] in h's dtype, grad_w + h^T dz)`, the positions not `fresh` left out of the
+  weight's sum (the chunk before covered them)."""
+  dh = jnp.einsum("btv,dv->btd", dz, weight, preferred_element_type=jnp.float32)
+  dz = jnp.where(fresh[None, :, None], dz, 0.0)
+  grad_w = grad_w + jnp.einsum("btd,btv->dv", h, dz, preferred_element_type=jnp.float32)
+  return dh.astype(h.dtype), grad_w
+
+
+def _scan_head_grads(
+  chunk: Callable[..., Any], chunk_size: int, per_token: tuple[Any, ...], weight: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+  """`(d hidden [B, T, D], d weight [D, V] in weight's dtype)` of a head's chunked backward,
+  `chunk` returning `_through_head`'s pair; the weight's gradient summed in float32."""
   init = jnp.zeros(weight.shape, jnp.float32)
   grad_h, grad_w = _scan_seq_chunks(chunk, chunk_size, per_token, init)
-  return grad_h, grad_w.astype(weight.dtype), None
+  return grad_h, grad_w.astype(weight.dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
@@ -470,15 +488,7 @@ def fused_logps_and_entropy(
   None)`, equal to the unfused `logps_and_entropy` of float32 logits `hidden @ weight`.
   `chunk_size=0` is the unfused autodiff path (the reference).
   """
-  if jnp.ndim(hidden) != 3 or jnp.ndim(weight) != 2:
-    raise ValueError(
-      f"hidden must be [B, T, D] and weight [D, V], got {jnp.shape(hidden)} and {jnp.shape(weight)}"
-    )
-  if jnp.shape(weight)[0] != jnp.shape(hidden)[2]:
-    raise ValueError(
-      f"weight {jnp.shape(weight)} must be [D, V] with D = hidden's last axis "
-      f"{jnp.shape(hidden)[2]} (pass a tied [V, D] embedding transposed)"
-    )
+  _check_head(hidden, weight)
   _check_common(hidden, temperature, chunk_size)
   _check_targets(target_ids, jnp.shape(hidden)[:2], "hidden")
   if chunk_size == 0 or jnp.shape(hidden)[1] == 0:
@@ -488,4 +498,115 @@ def fused_logps_and_entropy(
     )  # fmt: skip
   return _head_chunked(
     hidden, weight, target_ids, float(temperature), int(chunk_size), bool(return_entropy)
+  )
+
+
+# ----------------------------------------------------------------------------
+# The fused exact KL: KL(pi || pi_ref) over the vocabulary from two models' hidden states
+# ----------------------------------------------------------------------------
+
+
+def _head_kl_fwd(
+  hidden: jax.Array,
+  weight: jax.Array,
+  ref_hidden: jax.Array,
+  ref_weight: jax.Array,
+  temperature: float,
+  chunk_size: int,
+) -> tuple[jax.Array, tuple[Any, ...]]:
+  """Chunked forward: KL `[B, T]`, one chunk of both models' logits at a time; residuals:
+  the inputs and both normalizers per token."""
+
+  def stats(h: jax.Array, rh: jax.Array) -> tuple[jax.Array, ...]:
+    return _kl_stats(_head_logits(h, weight), _head_logits(rh, ref_weight), temperature)
+
+  kl, *norms = _map_seq_chunks(stats, chunk_size, hidden, ref_hidden)
+  return kl, (hidden, weight, ref_hidden, ref_weight, kl, *norms)
+
+
+def _head_kl_bwd(
+  temperature: float, chunk_size: int, res: tuple[Any, ...], g: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """Chunked backward: both chunks' logits recomputed, the policy's logit gradient
+  (`_kl_grad`) taken back through its head (`_through_head`); the reference gets none."""
+  hidden, weight, ref_hidden, ref_weight, kl, mx, lsx, my, lsy = res
+
+  def chunk(per_token: tuple[Any, ...], fresh: jax.Array, grad_w: jax.Array) -> Any:
+    h, rh, kl_c, mx_c, lsx_c, my_c, lsy_c, g_c = per_token
+    logits, ref_logits = _head_logits(h, weight), _head_logits(rh, ref_weight)
+    dz = _kl_grad(logits, ref_logits, kl_c, mx_c, lsx_c, my_c, lsy_c, g_c, temperature)
+    return _through_head(dz, h, weight, fresh, grad_w)
+
+  per_token = (hidden, ref_hidden, kl, mx, lsx, my, lsy, g)
+  grad_h, grad_w = _scan_head_grads(chunk, chunk_size, per_token, weight)
+  return grad_h, grad_w, jnp.zeros_like(ref_hidden), jnp.zeros_like(ref_weight)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _head_kl_chunked(
+  hidden: jax.Array,
+  weight: jax.Array,
+  ref_hidden: jax.Array,
+  ref_weight: jax.Array,
+  temperature: float,
+  chunk_size: int,
+) -> jax.Array:
+  """Fused exact KL `[B, T]` whose passes hold one chunk of each model's logits."""
+  return _head_kl_fwd(hidden, weight, ref_hidden, ref_weight, temperature, chunk_size)[0]
+
+
+_head_kl_chunked.defvjp(_head_kl_fwd, _head_kl_bwd)
+
+
+def _check_head(hidden: jax.Array, weight: jax.Array, of: str = "hidden") -> None:
+  """`hidden [B, T, D]` and `weight [D, V]`, named in the error."""
+  if jnp.ndim(hidden) != 3 or jnp.ndim(weight) != 2:
+    raise ValueError(
+      f"{of} must be [B, T, D] and its weight [D, V], got {jnp.shape(hidden)} and "
+      f"{jnp.shape(weight)}"
+    )
+  if jnp.shape(weight)[0] != jnp.shape(hidden)[2]:
+    raise ValueError(
+      f"weight {jnp.shape(weight)} must be [D, V] with D = {of}'s last axis "
+      f"{jnp.shape(hidden)[2]} (pass a tied [V, D] embedding transposed)"
+    )
+
+
+def fused_full_kl_divergence(
+  hidden: jax.Array,
+  weight: jax.Array,
+  ref_hidden: jax.Array,
+  ref_weight: jax.Array,
+  *,
+  temperature: float = 1.0,
+  chunk_size: int = 256,
+) -> jax.Array:
+  """`full_kl_divergence(hidden @ weight, ref_hidden @ ref_weight)` without `[B, T, V]` logits.
+
+  The exact per-token `KL(pi || pi_ref) = sum_v pi_v (log pi_v - log pi_ref_v)`, float32
+  `[B, T]`, with `pi = softmax(hidden @ weight / temperature)` and `pi_ref` likewise from
+  the reference's hidden states `[B, T, D']` and head `[D', V]` (held constant: no gradient
+  flows into them). As in `fused_logps_and_entropy`, both heads run `chunk_size` positions
+  at a time inside a `jax.custom_vjp`, the backward recomputing each chunk's logits: the
+  logits' gradient `pi (log pi - log pi_ref - KL) / temperature` goes back through the
+  policy's head to `hidden` and `weight`. `chunk_size=0` is the unfused path (the
+  reference).
+  """
+  _check_head(hidden, weight)
+  _check_head(ref_hidden, ref_weight, "ref_hidden")
+  if jnp.shape(ref_hidden)[:2] != jnp.shape(hidden)[:2]:
+    raise ValueError(
+      f"ref_hidden {jnp.shape(ref_hidden)} must have hidden's [B, T] {jnp.shape(hidden)[:2]}"
+    )
+  if jnp.shape(ref_weight)[1] != jnp.shape(weight)[1]:
+    raise ValueError(
+      f"ref_weight {jnp.shape(ref_weight)} must have weight's V {jnp.shape(weight)[1]}"
+    )
+  _check_common(hidden, temperature, chunk_size)
+  ref_hidden, ref_weight = lax.stop_gradient(ref_hidden), lax.stop_gradient(ref_weight)
+  if chunk_size == 0 or jnp.shape(hidden)[1] == 0:
+    logits, ref_logits = _head_logits(hidden, weight), _head_logits(ref_hidden, ref_weight)
+    return full_kl_divergence(logits, ref_logits, temperature)
+  return _head_kl_chunked(
+    hidden, weight, ref_hidden, ref_weight, float(temperature), int(chunk_size)
   )

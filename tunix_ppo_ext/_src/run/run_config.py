@@ -678,15 +678,11 @@ def resolve(run: RunConfig) -> ResolvedRun:
   Raises:
     ConfigError: naming the key, the value and what is allowed.
   """
-  problem = fused_head_problem(
-    run.model.fused_head,
-    run.ppo.get("logits_chunk_size", 0),
-    run.ppo.get("kl_method", _PPO_DEFAULTS["kl_method"]),
-  )
+  problem = fused_head_problem(run.model.fused_head, run.ppo.get("logits_chunk_size", 0))
   if problem:
     raise ConfigError(
       f"config key '{FUSED_HEAD_KEY}'=True must be "
-      + re.sub(r"\b(logits_chunk_size|kl_method)\b", r"ppo.\1", problem)
+      + re.sub(r"\b(logits_chunk_size)\b", r"ppo.\1", problem)
     )
   try:
     ppo = run.ppo_config()  # PpoExtConfig names the field, the value and what is allowed

@@ -35,9 +35,8 @@ from tunix_ppo_ext._src.math import advantages
 from tunix_ppo_ext._src.math import kl_methods as names
 from tunix_ppo_ext._src.math import ppo_losses as losses
 from tunix_ppo_ext._src.math.kl import compute_kl_divergence
-from tunix_ppo_ext._src.math.logits import full_kl_divergence, logps_and_entropy
+from tunix_ppo_ext._src.math.logits import fused_logps_and_entropy, logps_and_entropy
 from tunix_ppo_ext._src.plugins import protocols, registry
-from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
 from tunix_ppo_ext._src.tunix.learner import passes
 
 POLICY_LOSS_NAME = "ppo_ext"
@@ -70,30 +69,20 @@ def policy_pass(
   """
   attention_mask, loss_mask = _masks(train_example)
   chunk_size = getattr(algo_config, "logits_chunk_size", 0)
+  fused = getattr(algo_config, "fused_head", False)  # no [B, T, V] logits
   pass_kw = dict(pad_id=pad_id, eos_id=eos_id, attention_mask=attention_mask)
-  prompt, completion = train_example.prompt_ids, train_example.completion_ids
-  if getattr(algo_config, "fused_head", False):  # no [B, T, V] logits (no exact KL then)
-    logits = None
-    logps, entropy = passes.compute_per_token_logps(
-      model, prompt, completion, return_entropy=True, stop_gradient=False,
-      temperature=temperature, chunk_size=chunk_size, fused_head=True, **pass_kw,
-    )  # fmt: skip
-  else:
-    logits = passes.compute_completion_logits(
-      model, prompt, completion, stop_gradient=False, **pass_kw
-    )
-    logps, entropy = logps_and_entropy(
-      logits, completion, temperature=temperature, chunk_size=chunk_size
-    )
+  ids = (train_example.prompt_ids, train_example.completion_ids)
+  head = passes.completion_head(model, *ids, fused_head=fused, stop_gradient=False, **pass_kw)
+  kw = dict(temperature=temperature, chunk_size=chunk_size)
+  if fused:  # head: (hidden [B, T, D], weight [D, V])
+    logps, entropy = fused_logps_and_entropy(*head, ids[1], **kw)
+  else:  # head: logits [B, T, V]
+    logps, entropy = logps_and_entropy(head, ids[1], **kw)
   kl_in_loss = getattr(algo_config, "kl_penalty", "reward") == "loss"
   per_token_kl = None
   if kl_in_loss and ref_model is not None:
-    if logits is None:
-      raise ValueError(f"{FUSED_HEAD_KEY}: the exact KL (kl_method='full') needs the logits")
-    ref_logits = passes.compute_completion_logits(
-      nnx.merge(*ref_model), prompt, completion, **pass_kw
-    )
-    per_token_kl = full_kl_divergence(logits, ref_logits, temperature, chunk_size)
+    ref_head = passes.completion_head(nnx.merge(*ref_model), *ids, fused_head=fused, **pass_kw)
+    per_token_kl = passes.exact_kl(head, ref_head, **kw)
   elif kl_in_loss and train_example.ref_per_token_logps is not None:
     per_token_kl = _estimated_kl(algo_config, logps, train_example.ref_per_token_logps)
   return {
@@ -181,7 +170,7 @@ def ppo_ext_value_loss_fn(
     attention_mask=attention_mask,
     stop_gradient=False,
   )
-  vpreds = scores[:, -train_example.completion_ids.shape[1] - 1 : -1]
+  vpreds = passes.predicting_positions(scores, train_example.completion_ids.shape[1])
   return losses.value_loss(
     vpreds,
     train_example.old_values,

@@ -16,13 +16,19 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from tunix.rl import common as tunix_common
 
-from tunix_ppo_ext._src.math.logits import fused_logps_and_entropy, logps_and_entropy
+from tunix_ppo_ext._src.math.logits import (
+  full_kl_divergence,
+  fused_full_kl_divergence,
+  fused_logps_and_entropy,
+  logps_and_entropy,
+)
 from tunix_ppo_ext._src.tunix import compat
 
 
@@ -123,6 +129,88 @@ def compute_completion_logits(
   return jax.lax.stop_gradient(logits) if stop_gradient else logits
 
 
+def predicting_positions(per_position: jax.Array, completion_width: int) -> jax.Array:
+  """`per_position [B, P+T, ...]` at the positions that predict the completion's T tokens:
+  the prompt's last position through the completion's second-to-last."""
+  return per_position[:, -completion_width - 1 : -1]
+
+
+def head_weight(model: nnx.Module, dtype: jnp.dtype) -> jax.Array:
+  """The LM head's weight `[D, V]` in the hidden states' `dtype` (as tunix's head multiplies;
+  a tied embedding transposed)."""
+  return compat.head_weight(model).astype(dtype)
+
+
+def _completion_hidden(
+  model: nnx.Module,
+  prompt_tokens: jax.Array,
+  completion_tokens: jax.Array,
+  pad_id: int,
+  eos_id: int,
+  attention_mask: jax.Array | None,
+) -> jax.Array:
+  """The final hidden states `[B, T, D]` that predict each completion token."""
+  hidden = _forward(
+    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask, hidden=True
+  )
+  return predicting_positions(hidden, completion_tokens.shape[1])
+
+
+@nnx.jit(static_argnames=("pad_id", "eos_id", "stop_gradient"), graph=False)
+def compute_completion_hidden(
+  model: nnx.Module,
+  prompt_tokens: jax.Array,
+  completion_tokens: jax.Array,
+  *,
+  pad_id: int,
+  eos_id: int,
+  attention_mask: jax.Array | None = None,
+  stop_gradient: bool = True,
+) -> jax.Array:
+  """Final hidden states `[B, T, D]` that predict each completion token (the fused head's
+  input: one forward pass that stops before the LM head)."""
+  hidden = _completion_hidden(
+    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask
+  )
+  return jax.lax.stop_gradient(hidden) if stop_gradient else hidden
+
+
+def completion_head(
+  model: nnx.Module,
+  prompt_tokens: jax.Array,
+  completion_tokens: jax.Array,
+  *,
+  fused_head: bool,
+  stop_gradient: bool = True,
+  **pass_kw: Any,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+  """What the log-prob and exact-KL functions take of a model: completion logits
+  `[B, T, V]`, or with `fused_head` `(hidden [B, T, D], head weight [D, V])`."""
+  args = (model, prompt_tokens, completion_tokens)
+  if not fused_head:
+    return compute_completion_logits(*args, stop_gradient=stop_gradient, **pass_kw)
+  hidden = compute_completion_hidden(*args, stop_gradient=stop_gradient, **pass_kw)
+  weight = head_weight(model, hidden.dtype)
+  return hidden, (jax.lax.stop_gradient(weight) if stop_gradient else weight)
+
+
+def exact_kl(
+  policy: jax.Array | tuple[jax.Array, jax.Array],
+  reference: jax.Array | tuple[jax.Array, jax.Array],
+  *,
+  temperature: float,
+  chunk_size: int,
+) -> jax.Array:
+  """Per-token `KL(pi || pi_ref)` `[B, T]` over the vocabulary from two passes' outputs:
+  completion logits `[B, T, V]` each, or `(hidden, weight)` pairs with the fused head
+  (`compute_completion_hidden`; no `[B, T, V]` logits then)."""
+  if isinstance(policy, tuple):
+    return fused_full_kl_divergence(
+      *policy, *reference, temperature=temperature, chunk_size=chunk_size
+    )
+  return full_kl_divergence(policy, reference, temperature, chunk_size)
+
+
 def _completion_logits(
   model: nnx.Module,
   prompt_tokens: jax.Array,
@@ -132,7 +220,7 @@ def _completion_logits(
   attention_mask: jax.Array | None,
 ) -> jax.Array:
   logits = _forward(model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
-  return logits[:, -completion_tokens.shape[1] - 1 : -1]
+  return predicting_positions(logits, completion_tokens.shape[1])
 
 
 @nnx.jit(
@@ -172,8 +260,8 @@ def compute_per_token_logps(
   kw = dict(temperature=temperature, chunk_size=chunk_size, return_entropy=return_entropy)
   args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
   if fused_head:
-    hidden = _forward(*args, hidden=True)[:, -completion_tokens.shape[1] - 1 : -1]
-    weight = compat.head_weight(model).astype(hidden.dtype)  # as tunix's head multiplies
+    hidden = _completion_hidden(*args)
+    weight = head_weight(model, hidden.dtype)
     logps, entropy = fused_logps_and_entropy(hidden, weight, completion_tokens, **kw)
   else:
     logps, entropy = logps_and_entropy(_completion_logits(*args), completion_tokens, **kw)

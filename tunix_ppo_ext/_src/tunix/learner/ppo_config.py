@@ -45,10 +45,11 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     whiten_advantages: whiten GAE advantages over the loss mask.
     critic_warmup_steps: steps during which only the critic is trained.
     logits_chunk_size: sequence chunk for log-prob/entropy/KL over logits (0: unchunked).
-    fused_head: compute every pass's log-probs and entropy from the final hidden states and
-      the LM head's weight, `logits_chunk_size` positions at a time (the fused head,
-      `ops.fused_logps_and_entropy`): no pass holds the `[B, T, V]` logits. Needs
-      `logits_chunk_size > 0` and a KL estimator (not `full`); the run config's
+    fused_head: compute every pass's log-probs and entropy (and the exact KL,
+      `kl_method="full"`) from the final hidden states and the LM head's weight,
+      `logits_chunk_size` positions at a time (the fused head,
+      `ops.fused_logps_and_entropy`, `ops.fused_full_kl_divergence`): no pass holds the
+      `[B, T, V]` logits. Needs `logits_chunk_size > 0`; the run config's
       `model.fused_head`.
     num_generations: samples per prompt; consecutive samples of one prompt form a group for
       the group-based estimators (`grpo`, `rloo`).
@@ -157,7 +158,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       self.kl_method = names.canonical_kl_method(self.kl_method, include_full=True)
     except ValueError as e:
       raise ConfigError(f"PpoExtConfig.kl_method: {e}") from None
-    problem = fused_head_problem(self.fused_head, self.logits_chunk_size, self.kl_method)
+    problem = fused_head_problem(self.fused_head, self.logits_chunk_size)
     if problem:
       _fail("fused_head", self.fused_head, problem)
     if self.kl_method == names.FULL_KL and self.kl_penalty != "loss":
@@ -190,21 +191,10 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       )
 
 
-def fused_head_problem(fused_head: bool, chunk_size: int, kl_method: str) -> str | None:
-  """Why the fused head cannot run with this chunk size and KL method (None: it can)."""
-  if not fused_head:
-    return None
-  if chunk_size == 0:
+def fused_head_problem(fused_head: bool, chunk_size: int) -> str | None:
+  """Why the fused head cannot run with this chunk size (None: it can)."""
+  if fused_head and chunk_size == 0:
     return "used with logits_chunk_size > 0 (positions of logits per chunk, e.g. 128)"
-  try:
-    kl_method = names.canonical_kl_method(kl_method, include_full=True)
-  except ValueError:  # a bad name: PpoExtConfig's own check names it
-    return None
-  if kl_method == names.FULL_KL:
-    return (
-      "used with a KL estimator, not kl_method='full' (the exact KL needs the policy's and "
-      "the reference's whole logits)"
-    )
   return None
 
 

@@ -42,6 +42,7 @@ from tunix_ppo_ext._src.plugins import protocols, registry
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.cluster import disk_space, guards, timing
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
+from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
 
@@ -385,7 +386,7 @@ class PpoExtLearner(compat.LearnerHooks):
       return old_logps, jnp.zeros_like(inputs.loss_mask)
     with timer("values"):
       width = inputs.completion.shape[1]
-      values = self._passes.values(inputs)[:, -width - 1 : -1]
+      values = passes.predicting_positions(self._passes.values(inputs), width)
       values = timer.ready(values * inputs.loss_mask)
     return old_logps, values
 
@@ -453,9 +454,9 @@ class PpoExtLearner(compat.LearnerHooks):
   def _reference_kl(self, inputs: ModelInputs, old_logps):
     """`(ref_logps or None, per-token KL [B, T])` of the rollout policy to the reference."""
     if self._kl_method is None:  # the exact KL over the vocabulary
-      kl = kl_lib.full_kl_divergence(
-        self._passes.logits(inputs, rl_cluster_lib.Role.ROLLOUT),
-        self._passes.logits(inputs, rl_cluster_lib.Role.REFERENCE),
+      kl = passes.exact_kl(
+        self._passes.kl_inputs(inputs, rl_cluster_lib.Role.ROLLOUT),
+        self._passes.kl_inputs(inputs, rl_cluster_lib.Role.REFERENCE),
         temperature=self._temperature(),
         chunk_size=self.algo_config.logits_chunk_size,
       )

@@ -153,23 +153,26 @@ class RolePasses:
       return self._stock_scores(inputs, Role.REWARD, model, self.cluster.get_rewards)
     return self._at_home(self._scores(inputs, Role.REWARD, model))
 
-  def logits(self, inputs: ModelInputs, role: Any) -> jax.Array:
-    """Completion logits `[B, T, V]` of the rollout policy or the reference (exact KL)."""
+  def kl_inputs(self, inputs: ModelInputs, role: Any) -> Any:
+    """What the exact KL (`passes.exact_kl`) takes of the rollout policy or the reference:
+    completion logits `[B, T, V]`, or with the fused head `(hidden [B, T, D], weight
+    [D, V])` (no `[B, T, V]` logits)."""
     cluster = self.cluster
     if role == Role.ROLLOUT:
       model = cluster.rollout.model()
     else:
       model = cluster.inference_worker.get_model("reference")
+    kw = {"pad_id": inputs.pad_id, "eos_id": inputs.eos_id}
+    head_pass = passes.compute_completion_logits
+    if self.head["fused_head"]:
+      head_pass = passes.compute_completion_hidden
     with compat.on_role(cluster, role, model):
-      return self._at_home(
-        self._chunked(
-          inputs,
-          False,
-          lambda p, c, m: passes.compute_completion_logits(
-            model, p, c, pad_id=inputs.pad_id, eos_id=inputs.eos_id, attention_mask=m
-          ),
-        )
+      out = self._at_home(
+        self._chunked(inputs, False, lambda p, c, m: head_pass(model, p, c, attention_mask=m, **kw))
       )
+      if not self.head["fused_head"]:
+        return out
+      return out, self._at_home(passes.head_weight(model, out.dtype))
 
   def _stock_scores(self, inputs: ModelInputs, role: Any, model: Any, tunix_pass: Callable):
     """tunix's `get_values` / `get_rewards`, with the model loaded from host memory first.
