@@ -57,7 +57,7 @@ def test_a_disk_that_fills_during_a_run_stops_it_at_a_step_and_the_rerun_resumes
   small_disk, tmp_path
 ):
   out, env, log = small_disk / "run", subprocess_env(tmp_path), tmp_path / "full.log"
-  command = train_command(out, "train.steps=12", "train.checkpoint_every=2")
+  command = train_command(out, "train.steps=6", "train.checkpoint_every=2")
   with log.open("w") as stderr:
     process = subprocess.Popen(command, env=env, stdout=stderr, stderr=stderr)
   deadline = time.monotonic() + 600
@@ -73,15 +73,42 @@ def test_a_disk_that_fills_during_a_run_stops_it_at_a_step_and_the_rerun_resumes
   assert f"{out / 'checkpoints'} has" in last and "run the same command to resume" in last
   assert "Traceback" not in text
   kept = common_checkpoints(out)
-  assert kept and max(kept) < 12 and f"the checkpoint of step {max(kept)} is intact" in last
+  assert kept and max(kept) < 6 and f"the checkpoint of step {max(kept)} is intact" in last
 
   filler.unlink()
   done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   assert f"resuming from step {max(kept)}" in done.stderr
-  assert json.loads((out / "summary.json").read_text())["steps"] == 12
+  assert json.loads((out / "summary.json").read_text())["steps"] == 6
   rows = {row["step"]: row for row in sinks.read_jsonl(out / "metrics.jsonl")}
-  assert all(any(k.startswith("train/") for k in rows.get(s, {})) for s in range(1, 13))
+  assert all(any(k.startswith("train/") for k in rows.get(s, {})) for s in range(1, 7))
+
+
+def test_a_stop_between_checkpoints_resumes_from_the_last_scheduled_one_exactly(
+  tmp_path, monkeypatch, capsys
+):
+  """The disk reported full after step 5 (checkpoints every 2 steps): tunix's trainers would
+  save step 5 as they close, without the metadata a resume needs, and the rerun's metrics
+  restarted at step 1 (found on CI). The run stops with step 4 newest; the rerun resumes
+  there and logs steps 1-12 once each."""
+  out, checks, free = tmp_path / "run", [], disk_space.free_bytes
+
+  def filling(directory):  # checked before step 1 and after each step: full after step 5
+    checks.append(directory)
+    return 0 if len(checks) > 5 else free(directory)
+
+  monkeypatch.setattr(disk_space, "free_bytes", filling)
+  args = smoke_args(out, "train.steps=12", "train.checkpoint_every=2", "train.eval_every=100")
+  assert cli.main(args) == cli.EXIT_FAILED
+  assert "the checkpoint of step 4 is intact" in capsys.readouterr().err
+  assert common_checkpoints(out) == {2, 4}
+  monkeypatch.setattr(disk_space, "free_bytes", free)
+  assert cli.main(args) == 0
+  assert "resuming from step 4" in capsys.readouterr().err
+  rows = sinks.read_jsonl(out / "metrics.jsonl")
+  trained = [row["step"] for row in rows if any(k.startswith("train/") for k in row)]
+  assert trained == list(range(1, 13))  # one row a step, after the compaction
+  assert json.loads((out / "summary.json").read_text())["steps"] == 6
 
 
 def test_a_disk_without_room_for_a_checkpoint_is_refused_before_the_first_step(small_disk, capsys):

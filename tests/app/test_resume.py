@@ -17,9 +17,10 @@ import time
 import numpy as np
 import pytest
 
+from tests.app.test_faults import smoke_args
 from tests.conftest import common_checkpoints, subprocess_env, train_command
 from tunix_ppo_ext._src.metrics.sinks import compact_jsonl, read_jsonl, truncate_jsonl
-from tunix_ppo_ext._src.run import resume
+from tunix_ppo_ext._src.run import cli, resume
 
 STEPS = 14
 CHECKPOINT_EVERY = 4  # the kill lands two steps after one, two steps before the next
@@ -115,6 +116,23 @@ def test_sigkill_then_rerun_continues_from_the_checkpoint(tmp_path):
   coefs = [row[kl_key] for row in rows.values() if kl_key in row]
   assert len(coefs) == STEPS and len(set(coefs)) == STEPS  # it moved at every step
   assert coefs == sorted(coefs, reverse=True)  # kl_target=10: it shrinks, never restarts
+
+
+def test_a_finished_run_extended_by_a_rerun_continues_its_steps_and_kl_controller(tmp_path):
+  """5 steps with checkpoints every 2, then the same command with `train.steps=8`: the last
+  step's checkpoint (off the schedule) carries the global step and the learner's state, as
+  the scheduled ones do. It used to be tunix's save at close, without them: the extension's
+  metrics restarted at step 1 over the old rows, with a fresh KL controller."""
+  out = tmp_path / "run"
+  args = smoke_args(out, *OVERRIDES[2:], "train.checkpoint_every=2", "train.eval_every=100")
+  assert cli.main([*args, "train.steps=5"]) == 0
+  assert common_checkpoints(out) == {4, 5}
+  assert cli.main([*args, "train.steps=8"]) == 0
+  rows = [r for r in read_jsonl(out / "metrics.jsonl") if any(k.startswith("train/") for k in r)]
+  assert [r["step"] for r in rows] == list(range(1, 9))
+  kl_key = first_key(rows, KL_COEF)
+  coefs = [row[kl_key] for row in rows]
+  assert coefs == sorted(coefs, reverse=True) and len(set(coefs)) == 8  # never restarts
 
 
 def test_truncate_keeps_rows_up_to_the_step_and_drops_a_cut_off_line(tmp_path):

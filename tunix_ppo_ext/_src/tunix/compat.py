@@ -19,7 +19,9 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   trainer's constructor), `restored_metadata` (the custom metadata tunix restored),
   `lora_enabled` (as tunix's own save call passes it), `write_pending_metrics` (tunix
   0.1.7 closes the shared metrics logger with the actor trainer, before the critic
-  trainer writes its last step), `silence_progress_bar` (tunix's trainer opens its own
+  trainer writes its last step), `close_without_a_last_save` (tunix's trainers save
+  their current step as they close, without the metadata a resume needs; a run the disk
+  guard stops closes without that save), `silence_progress_bar` (tunix's trainer opens its own
   tqdm bar whenever it runs under IPython or a terminal, with no setting to turn it off;
   the actor's and critic's bars interleave with the run's own bar).
 - rollout: `vanilla_sampler` (the vanilla engine's `Sampler`, whose model, weights and
@@ -129,7 +131,10 @@ PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
       "_log_metrics",
     ),
   ),
-  "tunix.sft.peft_trainer.PeftTrainer": (peft_trainer.PeftTrainer, ("_write_train_metrics",)),
+  "tunix.sft.peft_trainer.PeftTrainer": (
+    peft_trainer.PeftTrainer,
+    ("_write_train_metrics", "_save_last_checkpoint"),
+  ),
   "tunix.models.qwen3.params": (qwen3_params, ("_get_key_and_transform_mapping",)),
   # `shard`, and the module globals `Attention.block` looks up at trace time (`apply_rope`,
   # replaced by use_rope_frequencies) and the class it subclasses
@@ -298,6 +303,28 @@ def lora_enabled(trainer: Any) -> bool:
 def write_pending_metrics(trainer: Any) -> None:
   """Writes the trainer's buffered metrics (tunix writes them only at its next step)."""
   trainer._write_train_metrics()
+
+
+def close_without_a_last_save(cluster: Any) -> None:
+  """`cluster.close()` without the checkpoint tunix's trainers save as they close.
+
+  `PeftTrainer.close` saves the current step when it is newer than the last saved one
+  (`_save_last_checkpoint`), without the custom metadata its scheduled saves carry (the
+  global step, the learner's KL controller and sampler state). A run resumed from it
+  would start its metrics at step 1 again with a fresh KL controller (found by the disk
+  guard's test on CI). A run stopped early (the disk guard) closes without it: its newest
+  checkpoint is a scheduled one, which resumes exactly. Metrics are flushed and the
+  checkpoint in flight is finished as in `close`.
+  """
+  trainers = [cluster.actor_trainer, getattr(cluster, "critic_trainer", None)]
+  trainers = [t for t in trainers if t is not None]
+  for trainer in trainers:
+    trainer._save_last_checkpoint = lambda: None  # an instance attribute over the method
+  try:
+    cluster.close()
+  finally:
+    for trainer in trainers:
+      del trainer._save_last_checkpoint
 
 
 class SilentProgressBar:

@@ -216,6 +216,19 @@ class NanGuard:
 
   def _save_and_close(self) -> dict[str, int | None]:
     """Saves each trainer's current (= last good) state, then closes the cluster."""
+    saved = self.save_current_states()
+    critic = self._trainers().get("critic")
+    if critic is not None:
+      # tunix closes the shared metrics logger with the actor, before the critic writes.
+      compat.write_pending_metrics(critic)
+    self.rl_cluster.close()
+    return saved
+
+  def save_current_states(self) -> dict[str, int | None]:
+    """Saves each trainer's current state unless its newest checkpoint is of this step, with
+    the custom metadata of tunix's scheduled saves (the global step, the learner's state),
+    which the save tunix's trainers make as they close lacks; returns the newest step by
+    role. Called within a global step (before tunix counts it), as the scheduled saves."""
     saved = {}
     for role, trainer in self._trainers().items():
       manager, step = trainer.checkpoint_manager, trainer.train_steps
@@ -229,11 +242,6 @@ class NanGuard:
           custom_metadata=trainer.custom_checkpoint_metadata(),
         )
       saved[role] = manager.latest_step()
-    critic = self._trainers().get("critic")
-    if critic is not None:
-      # tunix closes the shared metrics logger with the actor, before the critic writes.
-      compat.write_pending_metrics(critic)
-    self.rl_cluster.close()
     return saved
 
   def _message(

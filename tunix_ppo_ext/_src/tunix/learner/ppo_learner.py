@@ -183,6 +183,9 @@ class PpoExtLearner(compat.LearnerHooks):
     self.rl_cluster.buffer_metrics(self._nan_guard.after_global_step(), mode=Mode.TRAIN)
     cluster = self.rl_cluster
     if cluster.actor_trainer.train_steps >= cluster.cluster_config.training_config.max_steps:
+      # the last step's checkpoint, with the metadata a longer rerun resumes from (tunix's
+      # trainers would save it as they close, without it, when the schedule did not)
+      self._nan_guard.save_current_states()
       self._nan_guard.at_last_step()  # a run that ends skipping does not end as a success
       # tunix 0.1.7 closes the shared metrics logger with the actor trainer, before the
       # critic trainer writes its last step's metrics: write them while it is open.
@@ -194,9 +197,11 @@ class PpoExtLearner(compat.LearnerHooks):
 
   def _check_disk(self) -> None:
     """The disk guard; before it raises, the cluster is closed (metrics flushed, the
-    checkpoint in flight finished), so the checkpoints written so far stay intact."""
+    checkpoint in flight finished, no unscheduled last save), so the checkpoints written so
+    far stay intact and the newest resumes exactly."""
     if self._disk_guard is not None:
-      self._disk_guard.check(self.rl_cluster.global_steps + 1, stop=self.rl_cluster.close)
+      stop = lambda: compat.close_without_a_last_save(self.rl_cluster)  # noqa: E731
+      self._disk_guard.check(self.rl_cluster.global_steps + 1, stop=stop)
 
   def _one_rollout_per_step(self) -> bool:
     """Whether each global step makes one rollout (no mini-batches, no accumulation), so
