@@ -6,7 +6,8 @@ Compiles `jax.value_and_grad` w.r.t. bf16 logits of `sum(logp) + sum(entropy)` f
 and of `sum(full_kl_divergence)` unchunked vs chunked; then, from bf16 hidden states
 `[B, T, --hidden]` and a bf16 head `[--hidden, V]`, (c) the unfused head (the model's
 logits, then (b)) against (d) the fused head `tunix_ppo_ext.ops.fused_logps_and_entropy`
-(gradients w.r.t. hidden states and head); and prints XLA's
+(gradients w.r.t. hidden states and head), and (e) the exact KL from two models' bf16
+logits against (f) `fused_full_kl_divergence` from their hidden states; and prints XLA's
 `memory_analysis().temp_size_in_bytes` (compile only: nothing runs at the full shape).
 The numerical comparison runs at the smaller `--check-shape` (full-shape execution
 of the stock path needs ~14 GiB of temporaries plus the inputs).
@@ -26,7 +27,12 @@ import numpy as np
 from tunix.rl.algo_core import compute_entropy_from_logits
 from tunix.rl.common import selective_log_softmax
 
-from tunix_ppo_ext.ops import full_kl_divergence, fused_logps_and_entropy, logps_and_entropy
+from tunix_ppo_ext.ops import (
+  full_kl_divergence,
+  fused_full_kl_divergence,
+  fused_logps_and_entropy,
+  logps_and_entropy,
+)
 
 GIB = 2.0**30
 
@@ -68,6 +74,20 @@ def head_loss(chunk_size: int, fused: bool):
   return loss
 
 
+def head_kl_loss(chunk_size: int, fused: bool):
+  """The exact KL from two models' hidden states: fused, or their bf16 logits then chunked."""
+
+  def loss(hidden: jax.Array, head: jax.Array, ref_hidden: jax.Array, ref_head: jax.Array):
+    if fused:
+      return jnp.sum(
+        fused_full_kl_divergence(hidden, head, ref_hidden, ref_head, chunk_size=chunk_size)
+      )
+    logits = jnp.einsum("btd,dv->btv", hidden, head)
+    return kl_loss(chunk_size)(logits, jnp.einsum("btd,dv->btv", ref_hidden, ref_head))
+
+  return loss
+
+
 def temp_gib(fn, *args) -> float:
   """XLA temporary bytes (GiB) of `jit(fn)` compiled for `args` (arrays or ShapeDtypeStructs)."""
   return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes / GIB
@@ -81,9 +101,12 @@ def memory_table(shape: tuple[int, int, int], chunk_size: int, hidden: int) -> d
   w = jax.ShapeDtypeStruct((hidden, v), jnp.bfloat16)
   vg = lambda f: jax.value_and_grad(f, has_aux=True)  # noqa: E731
   head = lambda fused: jax.value_and_grad(head_loss(chunk_size, fused), (0, 1))  # noqa: E731
+  head_kl = lambda fused: jax.value_and_grad(head_kl_loss(chunk_size, fused), (0, 1))  # noqa: E731
   return {
     "head_unfused": temp_gib(head(False), h, w, ids),
     "head_fused": temp_gib(head(True), h, w, ids),
+    "head_kl_unfused": temp_gib(head_kl(False), h, w, h, w),
+    "head_kl_fused": temp_gib(head_kl(True), h, w, h, w),
     "stock": temp_gib(vg(stock_loss), x, ids),
     "chunked": temp_gib(vg(chunked_loss(chunk_size)), x, ids),
     "kl_plain": temp_gib(jax.value_and_grad(kl_loss(0)), x, x),
@@ -181,6 +204,12 @@ def main() -> None:
       f"(d) fused_logps_and_entropy(chunk_size={args.chunk_size})",
       mem["head_fused"],
       mem["head_unfused"] / mem["head_fused"],
+    ),
+    (f"(e) 2 x hidden {args.hidden} -> bf16 logits -> KL", mem["head_kl_unfused"], 1.0),
+    (
+      f"(f) fused_full_kl_divergence(chunk_size={args.chunk_size})",
+      mem["head_kl_fused"],
+      mem["head_kl_unfused"] / mem["head_kl_fused"],
     ),
   ]
   for name, gib, ratio in rows:
