@@ -13,6 +13,7 @@ values (`_old_logps_and_values`), the KL to the reference (`_kl_penalty`), advan
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -200,7 +201,7 @@ class PpoExtLearner(compat.LearnerHooks):
     checkpoint in flight finished, no unscheduled last save), so the checkpoints written so
     far stay intact and the newest resumes exactly."""
     if self._disk_guard is not None:
-      stop = lambda: compat.close_without_a_last_save(self.rl_cluster)  # noqa: E731
+      stop = functools.partial(compat.close_without_a_last_save, self.rl_cluster)
       self._disk_guard.check(self.rl_cluster.global_steps + 1, stop=stop)
 
   def _one_rollout_per_step(self) -> bool:
