@@ -8,8 +8,9 @@ import pytest
 
 from tests.conftest import save_hf_tokenizer
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.run import cli, job
+from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext.rollout import ObservationsInLoss
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
@@ -101,5 +102,5 @@ def test_observation_loss_ablation_puts_every_real_token_under_the_loss():
     loss_mask=np.array([[1, 0, 0, 1, 0]]),
     token_rewards=np.zeros((1, 5), np.float32),
   )
-  wrapped = job._observations_in_loss(lambda learner, training_input, mode: batch)
+  wrapped = ObservationsInLoss(lambda learner, training_input, mode: batch)
   np.testing.assert_array_equal(wrapped(None, {}, None).loss_mask, attention)

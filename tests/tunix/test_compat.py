@@ -24,7 +24,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tunix_ppo_ext"
 TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent
 # Non-self objects our own code may set attributes on (our dataclasses and functions, and
 # Python's own `sys` hooks: `disk_space.quiet_write_failures` sets `sys.unraisablehook`).
-OWN_OBJECTS = {"episode", "batch", "config", "source_with_observations_in_loss", "sys"}
+OWN_OBJECTS = {"episode", "batch", "config", "sys"}
 
 
 def test_installed_tunix_is_the_tested_one_and_has_every_pinned_name():

@@ -19,6 +19,8 @@ from tunix_ppo_ext._src.data.rewards import nonfinite_rows
 
 SEED_KEY = "seed"
 ENV_KEY = "env"  # which environment of a mixed run plays the row (index into the run's list)
+# an evaluation input's own episodes: `[P, num_generations]` seeds and environment indices
+VAL_SEED_KEY, VAL_ENV_KEY = "validation_seed", "validation_env"
 
 
 @dataclasses.dataclass

@@ -25,14 +25,8 @@ import dataclasses
 from typing import Any
 
 from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
-from tunix_ppo_ext._src.data.dynamic_sampling import (
-  SCORE_METRICS,
-  fill_with_informative_groups,
-  overlong_shaped,
-  round_input,
-)
-from tunix_ppo_ext._src.run.recipe import WrappedSource, buffer_rollout_stats
-from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
+from tunix_ppo_ext._src.data.dynamic_sampling import SCORE_METRICS
+from tunix_ppo_ext._src.tunix.rollout.sources import DynamicSampling, OverlongPenalty
 
 
 @dataclasses.dataclass
@@ -98,36 +92,11 @@ def validate_dapo(section: DapoSection, budget: int, num_generations: int) -> No
 
 
 def dapo_source(source: Any, section: DapoSection, budget: int) -> Any:
-  """`source` with the overlong penalty and then dynamic sampling on its training batches
-  (each off: `source` itself); metrics `rollout/overlong_penalty` (mean added reward, <= 0),
-  `rollout/overlong_frac` (share penalized), `rollout/dynamic_sampling_rounds`,
-  `rollout/dynamic_sampling_kept_frac` (share of generated groups kept),
-  `rollout/dynamic_sampling_masked_frac` (share of the batch completed with masked groups)."""
+  """`source` wrapped in `OverlongPenalty`, then `DynamicSampling` (each only when enabled;
+  neither: `source` itself), so dynamic sampling judges scores with the penalty."""
   over, groups = section.overlong_buffer, section.filter_groups
-  if not (over.enable or groups.enable):
-    return source
-
-  def shaped(learner: Any, training_input: dict[str, Any]) -> Any:
-    batch = source(learner, training_input, Mode.TRAIN)
-    if not over.enable:
-      return batch
-    batch, penalty = overlong_shaped(batch, budget, over.len, over.penalty_factor)
-    stats = {"overlong_penalty": penalty.mean(), "overlong_frac": (penalty < 0).mean()}
-    buffer_rollout_stats(learner, stats, Mode.TRAIN)
-    return batch
-
-  def dapo(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
-    if mode != Mode.TRAIN:  # evaluation measures the environment's own rewards
-      return source(learner, training_input, mode)
-    if not groups.enable:
-      return shaped(learner, training_input)
-    batch, stats = fill_with_informative_groups(
-      lambda r: shaped(learner, round_input(training_input, r)),
-      groups.max_num_gen_batches,
-      groups.metric,
-    )
-    stats = {f"dynamic_sampling_{k}": v for k, v in stats.items()}
-    buffer_rollout_stats(learner, stats, Mode.TRAIN)
-    return batch
-
-  return WrappedSource(source, dapo)
+  if over.enable:
+    source = OverlongPenalty(source, budget, over.len, over.penalty_factor)
+  if groups.enable:
+    source = DynamicSampling(source, groups.max_num_gen_batches, groups.metric)
+  return source

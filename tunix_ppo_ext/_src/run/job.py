@@ -53,6 +53,7 @@ from tunix_ppo_ext._src.tunix.models import hf_models, lora
 from tunix_ppo_ext._src.tunix.models import qwen3_safetensors as checkpoints
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
+from tunix_ppo_ext._src.tunix.rollout.sources import ObservationsInLoss
 
 RETURN_KEY = metric_keys.SUMMARY_KEY
 SHOWN_METRICS = {  # published key -> progress-bar label
@@ -154,7 +155,7 @@ def _trajectory_source(resolved: ResolvedRun, tokenizer: Any, writer: Any) -> An
     chat=ChatFormat(tokenizer) if run.env.chat_template else None,
   )
   if run.env.loss_on_observations:
-    source = _observations_in_loss(source)
+    source = ObservationsInLoss(source)
   validation = _validation_rollout(resolved, writer)
   source = recipe.validation_source(source, run.validation, validation)
   source = dapo_source(source, run.dapo, resolved.episode_budget)
@@ -266,20 +267,6 @@ def _check_round_trip(tokenizer: Any, run: RunConfig, entry: recipe.EnvEntry) ->
       f"encodes: {text[:40]!r} comes back as {back[:40]!r}; use the checkpoint's own "
       "tokenizer files (model.tokenizer), whose decode(encode(text)) is the text"
     )
-
-
-def _observations_in_loss(source):
-  """Ablation: the source's trajectories with every real token under the loss mask."""
-
-  def source_with_observations_in_loss(learner, training_input, mode):
-    batch = source(learner, training_input, mode)
-    batch.loss_mask = np.asarray(batch.attention_mask).copy()
-    return batch
-
-  for name in ("state_dict", "load_state_dict"):  # checkpointed sampling state, if any
-    if hasattr(source, name):
-      setattr(source_with_observations_in_loss, name, getattr(source, name))
-  return source_with_observations_in_loss
 
 
 def _models(run: RunConfig, tokenizer, mesh=None):

@@ -32,43 +32,17 @@ from tunix_ppo_ext._src.checks import (
   did_you_mean,
   whole_share,
 )
-from tunix_ppo_ext._src.data.score_shaping import (
-  GROUPINGS,
-  filter_groups,
-  normalize_batch_scores,
-  penalize_malformed_turns,
-)
-from tunix_ppo_ext._src.data.trajectory import ENV_KEY, SEED_KEY, spread_env_ids
+from tunix_ppo_ext._src.data.score_shaping import GROUPINGS
+from tunix_ppo_ext._src.data.trajectory import SEED_KEY, VAL_ENV_KEY, VAL_SEED_KEY, spread_env_ids
 from tunix_ppo_ext._src.envs.base import EnvSpec, make_env
 from tunix_ppo_ext._src.math.score_norm import SCORE_NORMALIZATIONS
 from tunix_ppo_ext._src.tunix.cluster.optimizers import OptimizerSpec, build_optimizer
-from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
-
-
-class WrappedSource:
-  """A trajectory source calling `fn(learner, training_input, mode)` in place of `inner`,
-  with `inner`'s checkpointed state (`state_dict` / `load_state_dict`) if it has one."""
-
-  _STATE = ("state_dict", "load_state_dict")
-
-  def __init__(self, inner: Any, fn: Any):
-    self.inner = inner
-    self.fn = fn
-
-  def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
-    return self.fn(learner, training_input, mode)
-
-  def __getattr__(self, name: str) -> Any:
-    if name in self._STATE:
-      return getattr(self.inner, name)
-    raise AttributeError(name)
-
-
-def buffer_rollout_stats(learner: Any, stats: dict[str, Any], mode: Any) -> None:
-  """Buffers every entry of `stats` on the learner's cluster as metric `rollout/<name>`,
-  a float averaged over the batches of a step: how a wrapped source reports what it did."""
-  metrics = {f"rollout/{k}": (float(v), np.mean) for k, v in stats.items()}
-  learner.rl_cluster.buffer_metrics(metrics, mode=mode)
+from tunix_ppo_ext._src.tunix.rollout.sources import (
+  FILTER_BY,
+  GroupFilter,
+  ScoreShaping,
+  ValidationEpisodes,
+)
 
 
 @dataclasses.dataclass
@@ -148,23 +122,11 @@ def validate_shaping(section: ShapingSection) -> None:
 
 
 def shaped_source(source: Any, section: ShapingSection) -> Any:
-  """The trajectory source `source` with its batches' scores normalized, then the format
-  penalty added to malformed turns' rewards, logging `rollout/malformed_turns` and
-  `rollout/format_penalty` (means per episode); `source` itself when neither is on. Keeps
-  the source's checkpointed state methods."""
+  """`source` wrapped in `ScoreShaping` by the section; `source` itself when neither the
+  normalization nor the format penalty is on."""
   if section.method == "identity" and section.format_penalty == 0.0:
     return source
-
-  def shaped(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
-    batch = source(learner, training_input, mode)
-    batch = normalize_batch_scores(batch, section.grouping, section.method, section.eps)
-    if section.format_penalty == 0.0:
-      return batch
-    batch, stats = penalize_malformed_turns(batch, section.format_penalty)
-    buffer_rollout_stats(learner, stats, mode)
-    return batch
-
-  return WrappedSource(source, shaped)
+  return ScoreShaping(source, **dataclasses.asdict(section))
 
 
 @dataclasses.dataclass
@@ -229,9 +191,6 @@ def entry_env_ids(entries: list[EnvEntry]) -> np.ndarray | None:
   return spread_env_ids([e.groups for e in entries]) if entries else None
 
 
-FILTER_BY = ("std", "std_rev")
-
-
 @dataclasses.dataclass
 class FilterSection:
   """Rollout filtering: keep `keep_ratio` of each rollout chunk's groups, those with the
@@ -271,21 +230,10 @@ def rollout_chunk(sizes: dict[str, int], batch_size: int) -> int:
 
 
 def filtered_source(source: Any, section: FilterSection) -> Any:
-  """`source` keeping only the chosen groups' loss masks in training (`data.shaping.filter_groups`),
-  logging `rollout/filter_kept_frac`, `rollout/in_group_std`, `rollout/kept_in_group_std`."""
+  """`source` wrapped in `GroupFilter` by the section (`keep_ratio` 1.0: `source` itself)."""
   if section.keep_ratio >= 1.0:
     return source
-
-  def filtered(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
-    batch = source(learner, training_input, mode)
-    if mode != Mode.TRAIN:  # evaluation measures every episode
-      return batch
-    batch, stats = filter_groups(batch, section.keep_ratio, section.by == "std_rev")
-    names = {"kept_frac": "filter_kept_frac"}
-    buffer_rollout_stats(learner, {names.get(k, k): v for k, v in stats.items()}, mode)
-    return batch
-
-  return WrappedSource(source, filtered)
+  return GroupFilter(source, section.keep_ratio, section.by)
 
 
 @dataclasses.dataclass
@@ -349,9 +297,6 @@ def validation_seeds(section: ValidationSection, rows: int, group_size: int) -> 
   return np.repeat(seeds, group_size)
 
 
-VAL_SEED_KEY, VAL_ENV_KEY = "validation_seed", "validation_env"
-
-
 def validation_entries(
   section: ValidationSection, train_entries: list[EnvEntry], num_generations: int
 ) -> list[EnvEntry]:
@@ -408,21 +353,11 @@ def validation_batches(
 
 def validation_source(source: Any, section: ValidationSection, evaluation: Any) -> Any:
   """`source` in training; in evaluation the `evaluation` rollout (the validation
-  environment(s) and group size) on the rows' `validation_batches` episodes."""
+  environment(s) and group size) on the rows' `validation_batches` episodes
+  (`ValidationEpisodes`); the default section: `source` itself."""
   if section.is_default():
     return source
-
-  def validated(learner: Any, training_input: dict[str, Any], mode: Any) -> Any:
-    if mode == Mode.TRAIN:
-      return source(learner, training_input, mode)
-    rows = np.arange(len(training_input[VAL_SEED_KEY]))
-    copies = rows % np.shape(training_input[VAL_SEED_KEY])[1]
-    seeds = np.asarray(training_input[VAL_SEED_KEY])[rows, copies]
-    envs = np.asarray(training_input[VAL_ENV_KEY])[rows, copies]
-    inputs = {"prompts": seeds.astype(str), SEED_KEY: seeds, ENV_KEY: envs}
-    return evaluation(learner, inputs, mode)
-
-  return WrappedSource(source, validated)
+  return ValidationEpisodes(source, evaluation)
 
 
 def validate_optim(section: OptimSection, steps: int) -> None:
