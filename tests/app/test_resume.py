@@ -8,6 +8,7 @@ step exactly once. The helpers that make this work are tested directly as well.
 
 from __future__ import annotations
 
+import itertools
 import json
 import pathlib
 import signal
@@ -18,7 +19,9 @@ import numpy as np
 import pytest
 
 from tests.app.test_faults import smoke_args
-from tests.conftest import common_checkpoints, subprocess_env, train_command
+from tests.conftest import SMOKE, common_checkpoints, subprocess_env, train_command
+from tunix_ppo_ext import config as jobs_config
+from tunix_ppo_ext import jobs
 from tunix_ppo_ext._src.metrics.sinks import compact_jsonl, read_jsonl, truncate_jsonl
 from tunix_ppo_ext._src.run import cli, resume
 
@@ -133,6 +136,29 @@ def test_a_finished_run_extended_by_a_rerun_continues_its_steps_and_kl_controlle
   kl_key = first_key(rows, KL_COEF)
   coefs = [row[kl_key] for row in rows]
   assert coefs == sorted(coefs, reverse=True) and len(set(coefs)) == 8  # never restarts
+
+
+@pytest.mark.tunix_facing  # tunix main closes and counts steps too (lane 2 of .ci/run)
+def test_a_python_users_dataset_that_ends_early_resumes_exactly(tmp_path):
+  """A cluster for 6 steps trained on a dataset of 3 batches: tunix's loop ends with the
+  data and its trainers save step 3 as they close. That save carries the global step and
+  the learner's state (it used to carry neither: the second run logged steps 1-3 again
+  with a fresh KL controller); the second run, on the whole dataset, resumes at step 4."""
+  out = tmp_path / "run"
+  overrides = [*OVERRIDES[2:], "train.steps=6", "train.checkpoint_every=100"]
+  run = jobs_config.load_run_config(str(SMOKE), [*overrides, f"output_dir={out}"])
+  learner, batches, _, _ = jobs.build_run(run, out)
+  learner.train(itertools.islice(batches, 3))
+  assert max(common_checkpoints(out)) == 3  # orbax keeps the first step too
+  learner, batches, _, _ = jobs.build_run(run, out)
+  assert learner.rl_cluster.global_steps == 3  # restored from the save at close
+  learner.train(batches)
+  compact_jsonl(out / "metrics.jsonl")
+  rows = [r for r in read_jsonl(out / "metrics.jsonl") if any(k.startswith("train/") for k in r)]
+  assert [r["step"] for r in rows] == list(range(1, 7))
+  kl_key = first_key(rows, KL_COEF)
+  coefs = [row[kl_key] for row in rows]
+  assert coefs == sorted(coefs, reverse=True) and len(set(coefs)) == 6  # never restarts
 
 
 def test_truncate_keeps_rows_up_to_the_step_and_drops_a_cut_off_line(tmp_path):

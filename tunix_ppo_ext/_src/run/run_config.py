@@ -678,7 +678,8 @@ def resolve(run: RunConfig) -> ResolvedRun:
   Raises:
     ConfigError: naming the key, the value and what is allowed.
   """
-  problem = fused_head_problem(run.model.fused_head, run.ppo.get("logits_chunk_size", 0))
+  logits_chunk = run.ppo.get("logits_chunk_size", _PPO_DEFAULTS["logits_chunk_size"])
+  problem = fused_head_problem(run.model.fused_head, logits_chunk)
   if problem:
     raise ConfigError(
       f"config key '{FUSED_HEAD_KEY}'=True must be "

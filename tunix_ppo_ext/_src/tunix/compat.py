@@ -19,9 +19,10 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   trainer's constructor), `restored_metadata` (the custom metadata tunix restored),
   `lora_enabled` (as tunix's own save call passes it), `write_pending_metrics` (tunix
   0.1.7 closes the shared metrics logger with the actor trainer, before the critic
-  trainer writes its last step), `close_without_a_last_save` (tunix's trainers save
-  their current step as they close, without the metadata a resume needs; a run the disk
-  guard stops closes without that save), `silence_progress_bar` (tunix's trainer opens its own
+  trainer writes its last step), `save_at_close` (tunix's trainers save their current
+  step as they close, without the metadata a resume needs: the learner's training makes
+  that save with it, `metadata_after_the_step`, and a run the disk guard stops closes
+  without it, `close_without_a_last_save`), `silence_progress_bar` (tunix's trainer opens its own
   tqdm bar whenever it runs under IPython or a terminal, with no setting to turn it off;
   the actor's and critic's bars interleave with the run's own bar).
 - rollout: `vanilla_sampler` (the vanilla engine's `Sampler`, whose model, weights and
@@ -77,6 +78,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib.metadata
 import inspect
 import threading
@@ -305,26 +307,46 @@ def write_pending_metrics(trainer: Any) -> None:
   trainer._write_train_metrics()
 
 
-def close_without_a_last_save(cluster: Any) -> None:
-  """`cluster.close()` without the checkpoint tunix's trainers save as they close.
+@contextlib.contextmanager
+def save_at_close(cluster: Any, save: Callable[[Any], None]) -> Iterator[None]:
+  """Within the block, the save each trainer makes as it closes is `save(trainer)`.
 
   `PeftTrainer.close` saves the current step when it is newer than the last saved one
   (`_save_last_checkpoint`), without the custom metadata its scheduled saves carry (the
-  global step, the learner's KL controller and sampler state). A run resumed from it
-  would start its metrics at step 1 again with a fresh KL controller (found by the disk
-  guard's test on CI). A run stopped early (the disk guard) closes without it: its newest
-  checkpoint is a scheduled one, which resumes exactly. Metrics are flushed and the
-  checkpoint in flight is finished as in `close`.
+  global step, the learner's KL controller and sampler state): a run resumed from it would
+  start its metrics at step 1 again with a fresh KL controller (found by the disk guard's
+  test on CI). The trainers' own method is back after the block; nested blocks restore the
+  outer block's `save`.
   """
   trainers = [cluster.actor_trainer, getattr(cluster, "critic_trainer", None)]
   trainers = [t for t in trainers if t is not None]
-  for trainer in trainers:
-    trainer._save_last_checkpoint = lambda: None  # an instance attribute over the method
+  outer = [t.__dict__.get("_save_last_checkpoint") for t in trainers]
+  for trainer in trainers:  # an instance attribute over the method
+    trainer._save_last_checkpoint = functools.partial(save, trainer)
   try:
-    cluster.close()
+    yield
   finally:
-    for trainer in trainers:
-      del trainer._save_last_checkpoint
+    for trainer, previous in zip(trainers, outer, strict=True):
+      if previous is None:
+        del trainer._save_last_checkpoint
+      else:
+        trainer._save_last_checkpoint = previous
+
+
+def close_without_a_last_save(cluster: Any) -> None:
+  """`cluster.close()` without the checkpoint tunix's trainers save as they close
+  (`save_at_close`): a run stopped early (the disk guard) keeps a scheduled checkpoint as its
+  newest, which resumes exactly. Metrics are flushed and the checkpoint in flight is
+  finished as in `close`."""
+  with save_at_close(cluster, lambda trainer: None):
+    cluster.close()
+
+
+def metadata_after_the_step(cluster: Any, trainer: Any) -> dict[str, Any]:
+  """The trainer's custom checkpoint metadata for a save made once tunix has counted the
+  global step (as it closes): tunix's metadata function adds 1 to `global_steps` for the
+  saves made during a step, before the count."""
+  return {**trainer.custom_checkpoint_metadata(), "global_step": cluster.global_steps}
 
 
 class SilentProgressBar:

@@ -231,17 +231,8 @@ class NanGuard:
     role. Called within a global step (before tunix counts it), as the scheduled saves."""
     saved = {}
     for role, trainer in self._trainers().items():
-      manager, step = trainer.checkpoint_manager, trainer.train_steps
-      if manager.latest_step() != step:
-        manager.save(
-          step,
-          trainer.model,
-          trainer.optimizer,
-          save_only_lora_params=compat.lora_enabled(trainer),  # as tunix saves
-          force=True,
-          custom_metadata=trainer.custom_checkpoint_metadata(),
-        )
-      saved[role] = manager.latest_step()
+      save_state(trainer, trainer.custom_checkpoint_metadata())
+      saved[role] = trainer.checkpoint_manager.latest_step()
     return saved
 
   def _message(
@@ -267,4 +258,19 @@ class NanGuard:
       + " because the loss or gradient was NaN or inf (PpoExtConfig.max_nonfinite_steps="
       f"{self.max_consecutive}); {checkpoint}. Lower the learning rate, check the rewards, "
       "or resume from the checkpoint."
+    )
+
+
+def save_state(trainer: Any, metadata: dict[str, Any]) -> None:
+  """Saves the trainer's model and optimizer at its current step with custom `metadata`,
+  unless its newest checkpoint is of this step already (as tunix's own saves do)."""
+  manager, step = trainer.checkpoint_manager, trainer.train_steps
+  if manager.latest_step() != step:
+    manager.save(
+      step,
+      trainer.model,
+      trainer.optimizer,
+      save_only_lora_params=compat.lora_enabled(trainer),  # as tunix saves
+      force=True,
+      custom_metadata=metadata,
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import flax
@@ -170,6 +170,19 @@ class PpoExtLearner(compat.LearnerHooks):
   def has_critic(self) -> bool:
     """Whether the cluster has a critic (built for estimators that take values)."""
     return critic_trainer(self.rl_cluster) is not None
+
+  def train(
+    self, train_ds: Iterable[Any], eval_ds: Iterable[Any] | None = None, skip_jit: bool = False
+  ) -> None:
+    """tunix's training loop (same signature). The checkpoint tunix's trainers save as they
+    close, when the newest one is older (a dataset that ends before `max_steps`), carries the
+    global step and the learner's state as the scheduled ones do, so a rerun resumes it
+    exactly (`compat.save_at_close`)."""
+    with compat.save_at_close(self.rl_cluster, self._save_at_close):
+      super().train(train_ds, eval_ds, skip_jit)
+
+  def _save_at_close(self, trainer: Any) -> None:
+    guards.save_state(trainer, compat.metadata_after_the_step(self.rl_cluster, trainer))
 
   def after_global_step(self, seconds: float) -> None:
     """After each of tunix's global steps: `timing_s/step`, the NaN guard, the disk guard.
