@@ -113,15 +113,37 @@ def test_invalid_replies_and_the_step_budget():
 
 
 def test_a_box_pushed_off_its_goal_costs_its_reward():
-  env = SokobanEnv(num_boxes=2, height=5, width=5, min_distance=1)
+  """Every move's reward, from the board texts alone (`B`: a box on a goal): `box_reward`
+  per box pushed onto a goal, minus that per box pushed off, minus `step_penalty`, plus
+  `solve_reward` when every box ends on a goal; a push off a goal gets -0.1 - 0.01."""
+  box_reward, step_penalty, solve_reward, boxes = 0.1, 0.01, 1.0, 2
+  walk = "ldrurdlu" * 2
+  env = SokobanEnv(
+    num_boxes=boxes,
+    height=5,
+    width=5,
+    min_distance=1,
+    max_steps=len(walk),
+    box_reward=box_reward,
+    step_penalty=step_penalty,
+    solve_reward=solve_reward,
+  )
+  pushed_off = 0
   for seed in range(200):
-    env.reset(seed)
-    room = env.room
-    for letter in "ldrurdlu" * 2:
-      room, change = room.move(letter)
+    board, _ = env.reset(seed)
+    for letter in walk:
+      text, reward, terminated, *_ = env.step(letter)
+      if terminated:  # solved: the board is gone, every box is on a goal
+        onto = boxes - board.count("B")
+        assert reward == pytest.approx(onto * box_reward - step_penalty + solve_reward)
+        break
+      change = text.count("B") - board.count("B")  # one push moves one box: -1, 0 or 1
+      assert reward == pytest.approx(change * box_reward - step_penalty), (seed, board, text)
       if change == -1:
-        return
-  pytest.fail("no push off a goal in 200 rooms")
+        pushed_off += 1
+        assert reward == pytest.approx(-0.11)
+      board = text
+  assert pushed_off > 0, "no push off a goal in 200 rooms"
 
 
 def test_uniform_random_baseline():

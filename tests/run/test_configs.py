@@ -16,11 +16,11 @@ from flax import nnx
 from tunix.models.qwen3 import model as qwen3
 
 from tests.conftest import save_hf_tokenizer, toy_policy
+from tests.tunix.qwen3_writer import save_qwen3_safetensors
 from tunix_ppo_ext import envs
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.run.run_config import RunConfig, load_run_config
 from tunix_ppo_ext._src.tunix.cluster.mesh import resolve_shape
-from tunix_ppo_ext._src.tunix.models import qwen3_safetensors as checkpoints
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
@@ -33,7 +33,7 @@ SLICES = {"v4-8": 4, "v5e-8": 8}  # JAX devices (chips) of each slice
 def local_model_dirs(tmp_path_factory) -> dict[str, str]:
   """A tiny Qwen3 safetensors checkpoint and a character-level HF tokenizer, written locally."""
   root = tmp_path_factory.mktemp("local_model")
-  checkpoints.save_qwen3_safetensors(toy_policy(CharTokenizer().vocab_size), root / "ckpt")
+  save_qwen3_safetensors(toy_policy(CharTokenizer().vocab_size), root / "ckpt")
   save_hf_tokenizer(root / "tokenizer", "abc")
   return {"checkpoint": str(root / "ckpt"), "tokenizer": str(root / "tokenizer")}
 

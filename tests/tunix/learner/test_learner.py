@@ -12,6 +12,7 @@ from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.learner.role_passes import RolePasses
 
 BATCH = 4
 PROMPT_LEN = 8
@@ -159,6 +160,19 @@ KNOBS = {
 }
 
 
+# estimators that are >= 0 for any two distributions (|x|, x^2 / 2, e^-x + x - 1 of the log-ratio
+# x, the exact KL); `kl`/`k1` (x itself) can be negative. `+`: the same value, another gradient
+NONNEGATIVE_KL = {"abs", "mse_kl", "mse", "k2", "low_var_kl", "k3", "full"}
+
+
+def entropy_bound(loss_agg_mode: str, vocab: int) -> float:
+  """The most the logged `entropy` can be: log(vocab) nats a token (a uniform policy),
+  aggregated as `loss_agg_mode` aggregates: a mean of tokens (or of per-row means), a mean
+  of per-row sums (at most `GEN_LEN` tokens a row), or the batch's sum over `GEN_LEN`."""
+  tokens = {"seq-mean-token-sum": GEN_LEN, "seq-mean-token-sum-norm": BATCH}
+  return float(np.log(vocab)) * tokens.get(loss_agg_mode, 1)
+
+
 @pytest.mark.parametrize("name", list(KNOBS))
 def test_each_knob_trains(name):
   config = PpoExtConfig(**KNOBS[name])
@@ -171,11 +185,40 @@ def test_each_knob_trains(name):
   assert cluster.actor_trainer.train_steps == 2
   assert not np.allclose(param_leaf(policy), before)
   actor_loss = history(cluster, "actor", "loss")
-  assert np.all(np.isfinite(actor_loss)) and np.all(np.isfinite(history(cluster, "critic", "loss")))
-  for metric in ["pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy"]:
-    assert np.all(np.isfinite(history(cluster, "actor", metric))), metric
+  critic_loss = history(cluster, "critic", "loss")
+  assert len(actor_loss) == len(critic_loss) == 2  # one update per global step
+  assert np.all(np.isfinite(actor_loss)) and np.all(critic_loss >= 0)  # a squared error
+  names = ["pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy"]
+  metrics = {m: history(cluster, "actor", m) for m in names}
+  for metric in ["pg_clipfrac", "pg_clipfrac_lower"]:  # shares of tokens
+    assert np.all((metrics[metric] >= 0) & (metrics[metric] <= 1)), (metric, metrics[metric])
+  assert np.all(np.isfinite(metrics["pg_loss"]))
+  # One epoch of one mini-batch: each update is the first on a batch the same weights just
+  # sampled and scored, so the ratio is 1 (the old log-probs' pass and the loss's agree):
+  # no token clipped, no KL between the two.
+  assert config.num_iterations == 1
+  np.testing.assert_array_equal(metrics["pg_clipfrac"], 0.0)
+  np.testing.assert_array_equal(metrics["pg_clipfrac_lower"], 0.0)
+  np.testing.assert_allclose(metrics["ppo_kl"], 0.0, atol=1e-5)
+  vocab = cluster.tokenizer.vocab_size  # the toy policy's logits are this wide
+  assert policy.config.vocab_size == vocab
+  entropy = metrics["entropy"]
+  assert np.all((entropy > 0) & (entropy <= entropy_bound(config.loss_agg_mode, vocab))), entropy
+  kl_loss = 0.0
   if config.kl_penalty == "loss":
-    assert np.all(np.isfinite(history(cluster, "actor", "kl_loss")))
+    kl_loss = history(cluster, "actor", "kl_loss")
+    np.testing.assert_allclose(kl_loss[0], 0.0, atol=1e-6)  # first update: policy = reference
+    if config.kl_method.rstrip("+") in NONNEGATIVE_KL:
+      assert np.all(kl_loss >= -1e-6), kl_loss
+  # the loss is its terms with the configured coefficients
+  expected = metrics["pg_loss"] - config.entropy_coef * entropy + config.kl_loss_coef * kl_loss
+  np.testing.assert_allclose(actor_loss, expected, rtol=1e-5, atol=1e-6)
+  if config.kl_penalty != "none":
+    kl = history(cluster, "learner", "kl")  # rollout policy to reference, on loss tokens
+    # the reference is a copy of the policy, which samples the first step's batch
+    np.testing.assert_allclose(kl[0], 0.0, atol=1e-6)
+    if config.kl_method.rstrip("+") in NONNEGATIVE_KL:
+      assert np.all(kl >= 0), kl
   coef = history(cluster, "learner", "kl_coef")
   if config.kl_ctrl == "adaptive":
     # measured KL far below the target: the coefficient shrinks by 20% x 4 samples / 10
@@ -217,7 +260,41 @@ def test_group_estimators_train_without_a_critic():
     assert not logged.metric_exists(prefix, name, "train"), (prefix, name)
 
 
-def test_log_prob_passes_take_rows_of_whole_groups():
+def record_log_prob_passes(monkeypatch, cluster) -> list[tuple[str, np.ndarray, list]]:
+  """Spies on the learner's log-prob passes, each still run as it is: per pass `(name, the
+  whole batch's prompt rows, the prompt rows of each model call it made)`. A call is tunix's
+  (the rollout engine's `get_per_token_logps`, the inference worker's reference pass) or the
+  mask-aware `passes.compute_per_token_logps`, whichever path the pass takes."""
+  seen = []
+
+  def spy_pass(name):
+    original = getattr(RolePasses, name)
+
+    def recorded(self, inputs):
+      seen.append((name, np.asarray(inputs.prompt), []))
+      return original(self, inputs)
+
+    monkeypatch.setattr(RolePasses, name, recorded)
+
+  def spy_call(owner, attribute, prompt_arg):
+    original = getattr(owner, attribute)
+
+    def recorded(*args, **kwargs):
+      assert seen, f"{attribute} called outside a log-prob pass"
+      seen[-1][2].append(np.asarray(args[prompt_arg]))
+      return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attribute, recorded)
+
+  spy_pass("old_logps")
+  spy_pass("ref_logps")
+  spy_call(cluster.rollout, "get_per_token_logps", 0)
+  spy_call(cluster.inference_worker, "get_ref_per_token_logps", 0)
+  spy_call(passes, "compute_per_token_logps", 1)  # (model, prompt, completion, ...)
+  return seen
+
+
+def test_log_prob_passes_take_rows_of_whole_groups(monkeypatch):
   """tunix's `compute_logps_micro_batch_size` counts prompts; with groups a log-prob pass
   takes that many prompts' rows, `num_generations` each (as tunix's GRPO learner does)."""
   config = PpoExtConfig(advantage_estimator="grpo", num_generations=2, beta=0.04)
@@ -225,9 +302,22 @@ def test_log_prob_passes_take_rows_of_whole_groups():
     config, with_critic=False, reward=spread_reward, num_generations=2, logps_micro_batch_size=1
   )
   assert learner._passes.micro_batch_size == 2  # 1 prompt x 2 generations
+  seen = record_log_prob_passes(monkeypatch, cluster)
   learner.train(data)
   assert cluster.actor_trainer.train_steps == 2
   assert np.all(np.isfinite(history(cluster, "actor", "loss")))
+  # each of the 2 steps: the old log-probs, then the reference's (beta > 0)
+  assert [name for name, *_ in seen] == ["old_logps", "ref_logps"] * 2
+  for name, batch, calls in seen:
+    # the batch: BATCH // 2 prompts, each repeated on 2 consecutive rows (its group)
+    assert len(batch) == BATCH
+    np.testing.assert_array_equal(batch[0::2], batch[1::2])
+    assert not np.array_equal(batch[0], batch[2])  # two groups, two prompts
+    # one call per group, in order: 2 rows each, of one prompt, together the whole batch
+    assert [len(rows) for rows in calls] == [2] * (BATCH // 2), name
+    for rows in calls:
+      np.testing.assert_array_equal(rows[0], rows[1])
+    np.testing.assert_array_equal(np.concatenate(calls), batch)
 
 
 def test_gae_without_a_critic_is_refused_and_an_unused_critic_warns():

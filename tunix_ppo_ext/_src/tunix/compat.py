@@ -42,10 +42,10 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   know no RoPE scaling: each attention layer of a loaded model is made a subclass whose
   `block` runs tunix's own with that module's `apply_rope` replaced, under a lock, by a
   rotation with the inverse frequencies the config carries, `rope_inv_freq`).
-- models: `qwen3_key_mapping` (tunix's HF-to-tunix parameter table, read backwards to
-  export a checkpoint), `qwen2_rope_tables` (the sin/cos tables tunix's Qwen2 computes once
-  per forward pass and hands to every layer; a value model runs those layers without the
-  logits, `models.backbone_hidden_states`).
+- models: `qwen3_key_mapping` (tunix's HF-to-tunix parameter table, read backwards by
+  the tests' checkpoint writer, tests/tunix/qwen3_writer.py), `qwen2_rope_tables` (the
+  sin/cos tables tunix's Qwen2 computes once per forward pass and hands to every layer; a
+  value model runs those layers without the logits, `models.backbone_hidden_states`).
 - models: `final_hidden_states`, `head_weight` (the fused LM head, `model.fused_head`: tunix
   0.1.7's transformers offer no call that stops before the head, so `__call__` runs with its
   head module made, for that call only, a subclass that hands back its input: the final-norm
