@@ -273,9 +273,6 @@ class PpoExtLearner(compat.LearnerHooks):
   def _reference_model(self):
     return self.rl_cluster.inference_worker.get_model("reference")
 
-  def _critic_model(self):
-    return self.rl_cluster.critic_trainer.model
-
   # ----- the rollout phase -----
 
   def _single_turn_batch(self, training_input: dict[str, Any], mode: Mode) -> TrajectoryBatch:
