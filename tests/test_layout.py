@@ -66,6 +66,33 @@ def test_tunix_parts_import_only_downward():
   assert not _upward(TUNIX_RANK, _tunix_part)
 
 
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
+  """The cycles a depth-first walk of `graph` (module -> modules it imports) closes."""
+  state, cycles = {}, []
+
+  def visit(module: str, path: list[str]) -> None:
+    state[module] = "open"
+    for target in sorted(graph.get(module, ())):
+      if state.get(target) == "open":
+        cycles.append(" -> ".join([*path[path.index(target) :], target]))
+      elif target not in state:
+        visit(target, [*path, target])
+    state[module] = "done"
+
+  for module in sorted(graph):
+    if module not in state:
+      visit(module, [module])
+  return cycles
+
+
+def test_no_import_cycles():
+  """The package's import graph (imports at any depth of a module's code, lazy and
+  type-only ones included) has no cycle, inside a layer as between layers."""
+  assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]
+  assert _cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+  assert not _cycles(_graph()), _cycles(_graph())
+
+
 def test_the_implementation_never_imports_the_public_modules():
   public = {"tunix_ppo_ext"} | {f"tunix_ppo_ext.{name}" for name in PUBLIC}
   wrong = [
