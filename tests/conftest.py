@@ -321,6 +321,17 @@ def read_wandb_run(
   return history, config
 
 
+def save_weights_only(model: Any, directory: str | pathlib.Path) -> pathlib.Path:
+  """`model`'s Hugging Face `model.safetensors` (`tunix_ppo_ext.models.save_hf_checkpoint`,
+  the export) without its `config.json`: a checkpoint of weights only, whose sizes the run
+  config gives. Returns the safetensors file."""
+  from tunix_ppo_ext.models import save_hf_checkpoint  # noqa: PLC0415
+
+  directory = save_hf_checkpoint(model, directory, None)
+  (directory / "config.json").unlink()
+  return directory / "model.safetensors"
+
+
 def toy_policy(vocab_size, seed=7, **sizes):
   """A toy tunix Qwen3 policy (1 layer, width 32 unless `sizes` say otherwise)."""
   sizes = {

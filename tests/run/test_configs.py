@@ -15,8 +15,7 @@ import yaml
 from flax import nnx
 from tunix.models.qwen3 import model as qwen3
 
-from tests.conftest import save_hf_tokenizer, toy_policy
-from tests.tunix.qwen3_writer import save_qwen3_safetensors
+from tests.conftest import save_hf_tokenizer, save_weights_only, toy_policy
 from tunix_ppo_ext import envs
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.run.run_config import RunConfig, load_run_config
@@ -33,7 +32,7 @@ SLICES = {"v4-8": 4, "v5e-8": 8}  # JAX devices (chips) of each slice
 def local_model_dirs(tmp_path_factory) -> dict[str, str]:
   """A tiny Qwen3 safetensors checkpoint and a character-level HF tokenizer, written locally."""
   root = tmp_path_factory.mktemp("local_model")
-  save_qwen3_safetensors(toy_policy(CharTokenizer().vocab_size), root / "ckpt")
+  save_weights_only(toy_policy(CharTokenizer().vocab_size), root / "ckpt")
   save_hf_tokenizer(root / "tokenizer", "abc")
   return {"checkpoint": str(root / "ckpt"), "tokenizer": str(root / "tokenizer")}
 

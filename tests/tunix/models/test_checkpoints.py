@@ -7,8 +7,7 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file
 
-from tests.conftest import save_hf_tokenizer, toy_policy, train_argv
-from tests.tunix.qwen3_writer import save_qwen3_safetensors
+from tests.conftest import save_hf_tokenizer, save_weights_only, toy_policy, train_argv
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.run import cli, job
 from tunix_ppo_ext._src.run.run_config import load_run_config
@@ -24,7 +23,7 @@ def params(model):
 
 def test_save_writes_hugging_face_layout_and_tunix_loads_it_back(tmp_path):
   policy = toy_policy(CharTokenizer().vocab_size, num_layers=2, num_heads=2, head_dim=16)
-  file = save_qwen3_safetensors(policy, tmp_path)
+  file = save_weights_only(policy, tmp_path)
   tensors = load_file(str(file))
   assert tensors["model.layers.1.self_attn.q_proj.weight"].shape == (2 * 16, 32)  # [out, in]
   assert tensors["model.layers.0.self_attn.o_proj.weight"].shape == (32, 2 * 16)
@@ -43,7 +42,7 @@ def test_main_job_trains_from_a_local_checkpoint(tmp_path):
   run = load_run_config(str(CONFIGS / "smoke.yaml"))
   tokenizer = CharTokenizer(run.model.alphabet)
   policy = toy_policy(tokenizer.vocab_size)
-  save_qwen3_safetensors(policy, tmp_path / "ckpt")
+  save_weights_only(policy, tmp_path / "ckpt")
   run = load_run_config(
     str(CONFIGS / "smoke.yaml"),
     [f"model.checkpoint={tmp_path / 'ckpt'}", f"output_dir={tmp_path / 'run'}", "train.steps=2"],
@@ -63,7 +62,7 @@ def test_main_job_trains_a_checkpoint_with_its_hugging_face_tokenizer(tmp_path):
   run = load_run_config(str(CONFIGS / "smoke.yaml"))
   save_hf_tokenizer(tmp_path / "tokenizer", run.model.alphabet)
   policy = toy_policy(len(run.model.alphabet) + 3, seed=11)
-  save_qwen3_safetensors(policy, tmp_path / "ckpt")
+  save_weights_only(policy, tmp_path / "ckpt")
   out = tmp_path / "run"
   code = cli.main(
     train_argv(

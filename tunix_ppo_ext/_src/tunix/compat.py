@@ -42,10 +42,9 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   know no RoPE scaling: each attention layer of a loaded model is made a subclass whose
   `block` runs tunix's own with that module's `apply_rope` replaced, under a lock, by a
   rotation with the inverse frequencies the config carries, `rope_inv_freq`).
-- models: `qwen3_key_mapping` (tunix's HF-to-tunix parameter table, read backwards by
-  the tests' checkpoint writer, tests/tunix/qwen3_writer.py), `qwen2_rope_tables` (the
-  sin/cos tables tunix's Qwen2 computes once per forward pass and hands to every layer; a
-  value model runs those layers without the logits, `models.backbone_hidden_states`).
+- models: `qwen2_rope_tables` (the sin/cos tables tunix's Qwen2 computes once per forward
+  pass and hands to every layer; a value model runs those layers without the logits,
+  `models.backbone_hidden_states`).
 - models: `final_hidden_states`, `head_weight` (the fused LM head, `model.fused_head`: tunix
   0.1.7's transformers offer no call that stops before the head, so `__call__` runs with its
   head module made, for that call only, a subclass that hands back its input: the final-norm
@@ -95,7 +94,6 @@ from tunix.models.gemma3 import model as gemma3_model
 from tunix.models.llama3 import model as llama3_model
 from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import model as qwen3_model
-from tunix.models.qwen3 import params as qwen3_params
 from tunix.rl import algo_core, rl_learner
 from tunix.rl import common as tunix_common
 from tunix.rl import rl_cluster as rl_cluster_lib
@@ -137,7 +135,6 @@ PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
     peft_trainer.PeftTrainer,
     ("_write_train_metrics", "_save_last_checkpoint"),
   ),
-  "tunix.models.qwen3.params": (qwen3_params, ("_get_key_and_transform_mapping",)),
   # `shard`, and the module globals `Attention.block` looks up at trace time (`apply_rope`,
   # replaced by use_rope_frequencies) and the class it subclasses
   "tunix.models.qwen3.model": (qwen3_model, ("shard", "apply_rope", "Attention")),
@@ -479,11 +476,6 @@ def use_rope_frequencies(model: Any) -> Any:
       if type(attention) is module.Attention:
         attention.__class__ = _rope_class(module.Attention, module)
   return model
-
-
-def qwen3_key_mapping(config: Any) -> dict[str, tuple[str, Callable | None]]:
-  """tunix's Qwen3 table `{hf_regex: (tunix_path_template, transform)}`."""
-  return qwen3_params._get_key_and_transform_mapping(config)
 
 
 def qwen2_rope_tables(positions: Any, head_dim: int, rope_theta: float) -> tuple[Any, Any]:

@@ -1,8 +1,7 @@
 """Qwen3 policies from Hugging Face-layout safetensors checkpoints, through tunix's loader.
 
-`load_qwen3_checkpoint` is tunix's own `create_model_from_safe_tensors`. (The tests write
-such checkpoints with `tests/tunix/qwen3_writer.py`, the inverse of tunix's key and shape
-mapping.)
+`load_qwen3_checkpoint` is tunix's own `create_model_from_safe_tensors`; it reads what
+`models.save_hf_checkpoint` (the export) writes, which is how the tests make checkpoints.
 """
 
 from __future__ import annotations
