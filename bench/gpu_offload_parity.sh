@@ -30,6 +30,6 @@ for name, r in sorted(runs.items()):
     diff = max(abs(a - b) for k in base for a, b in zip(base[k], r[k], strict=True))
     print(f"{name}: max |loss - shared loss| = {diff:.3g}")
 PY
-# tunix's learner contract (tests/tunix/learner/test_tunix_contract.py) on the GPU as well.
+# tunix's learner contract (tests/tunix/test_tunix_contract.py) on the GPU as well.
 PYTHONPATH="${PYTHONPATH:-}:$PWD" timeout 240 python3 -m pytest -q -x -p no:cacheprovider \
-  tests/tunix/learner/test_tunix_contract.py 2>&1 | tail -15
+  tests/tunix/test_tunix_contract.py 2>&1 | tail -15

@@ -190,15 +190,3 @@ def test_the_benches_examples_and_notebooks_use_only_the_public_api():
   assert places
   private = [str(p.relative_to(REPO)) for p in places if "tunix_ppo_ext._src" in p.read_text()]
   assert not private, private
-
-
-def test_the_tests_mirror_the_tree():
-  """`tests/<layer>/` for the layers of `_src` (`tests/math/` is `tunix_ppo_ext.ops`'s), and
-  `tests/tunix/<part>/` for the tunix layer's parts; no other test package."""
-  tests = REPO / "tests"
-
-  def packages(folder):
-    return {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
-
-  assert packages(tests) <= set(LAYERS), packages(tests) - set(LAYERS)
-  assert packages(tests / "tunix") <= set(TUNIX_PARTS), packages(tests / "tunix")

@@ -50,7 +50,7 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   head module made, for that call only, a subclass that hands back its input: the final-norm
   hidden states; on tunix main, which has `skip_lm_head=`, that public keyword is used. The
   head's weight is the untied `lm_head.w` `[D, V]` or the tied `embedder.input_embedding`
-  `[V, D]`; `PINNED_HEADS` and tests/tunix/models/test_fused_head.py).
+  `[V, D]`; `PINNED_HEADS` and tests/tunix/test_fused_head.py).
 
 Two tunix versions are tested (`TESTED_TUNIX`): 0.1.7 (PyPI) and tunix main at c7d8950f,
 whose version string is 0.1.8 (`tunix_api()` tells them apart by the API: main has

@@ -1,5 +1,5 @@
 """The math layer against tunix's own functions where tunix has one (GAE, the three KL
-names, log-probs and entropy from logits, loss aggregation). Kept out of tests/math so that
+names, log-probs and entropy from logits, loss aggregation). Kept out of tests/ops so that
 the math's tests import no tunix (the fast lane)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 from tunix.rl import common as tunix_common
 from tunix.rl.common import selective_log_softmax
 
-from tests.math.test_advantages import TOL, B, T
-from tests.math.test_kl import random_logps
-from tests.math.test_logits import ATOL, RTOL, _logp_ent, make_inputs
-from tests.math.test_losses import RTOL as LOSS_RTOL
-from tests.math.test_losses import random_batch
+from tests.ops.test_advantages import TOL, B, T
+from tests.ops.test_kl import random_logps
+from tests.ops.test_logits import ATOL, RTOL, _logp_ent, make_inputs
+from tests.ops.test_losses import RTOL as LOSS_RTOL
+from tests.ops.test_losses import random_batch
 from tunix_ppo_ext._src.math import kl_methods as names
 from tunix_ppo_ext._src.math import ppo_losses as losses
 from tunix_ppo_ext._src.math.advantages import compute_gae_advantages

@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 
 from tests.tunix.hf_fixtures import hf_config
-from tests.tunix.models.test_fused_head import example
+from tests.tunix.test_fused_head import example
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import job, plan, run_dir
 from tunix_ppo_ext._src.run.run_config import load_resolved

@@ -242,7 +242,7 @@ def test_smollm2_tokenizer_ids_match_transformers_and_the_file(smollm2):
 
 @needs_smollm2
 def test_smollm2_chat_episodes_are_token_exact_with_agent_tokens_trained(smollm2):
-  from tests.tunix.rollout.test_chat import _play
+  from tests.tunix.test_chat import _play
 
   _, _, tokenizer = smollm2
   chat = ChatFormat(tokenizer)

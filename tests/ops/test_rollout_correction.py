@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.math.test_losses import np_masked_mean
+from tests.ops.test_losses import np_masked_mean
 from tunix_ppo_ext._src.math import rollout_is as rc
 
 

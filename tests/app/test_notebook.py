@@ -31,7 +31,7 @@ def _own_checkpoint(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path
   character tokenizer's (in its own directory, as `test_chat` explains)."""
   pytest.importorskip("torch")
   from tests.tunix.hf_fixtures import write_checkpoint
-  from tests.tunix.rollout.test_chat import STYLES, save_chat_tokenizer
+  from tests.tunix.test_chat import STYLES, save_chat_tokenizer
 
   tokenizer = save_chat_tokenizer(directory / "tokenizer", STYLES["chatml"], alphabet=CHAT_ALPHABET)
   checkpoint = write_checkpoint(

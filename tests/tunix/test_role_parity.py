@@ -26,7 +26,7 @@ from tests.tunix.parity_run import stock_cluster
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "parity_run.py"
+SCRIPT = pathlib.Path(__file__).with_name("parity_run.py")
 
 
 @functools.cache
