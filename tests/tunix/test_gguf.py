@@ -258,3 +258,47 @@ def test_smollm2_chat_episodes_are_token_exact_with_agent_tokens_trained(smollm2
   header = encode("<|im_start|>assistant\n")
   assert tokenizer.decode(untrained).count("<|im_start|>assistant\n") == len(replies) - 1
   assert untrained[-len(header) :] == header
+
+
+@needs_smollm2
+def test_smollm2_two_lora_ppo_steps_then_export_loads_in_transformers(smollm2, tmp_path):
+  """`configs/smollm2.yaml` cut to two small steps through the job: the chat template stays
+  token-exact, the sampler's log-probs are the trainer's, only the adapters are trained and
+  saved, and `export` merges them into a checkpoint `transformers` loads with the trained
+  policy's logits (rope_theta 1e5 and the tied embedding kept)."""
+  import dataclasses
+  import json
+
+  from tests.tunix.hf_fixtures import hf_logits
+  from tunix_ppo_ext._src.run import cli, job, run_dir
+  from tunix_ppo_ext.metrics import read_jsonl
+
+  _, _, tokenizer = smollm2
+  out = tmp_path / "run"
+  small = ["train.steps=2", "train.batch_size=4", "train.eval_batches=0", "ppo.num_generations=2"]
+  small += ["train.checkpoint_every=2", "env.max_turns=2", "env.max_completion_len=32"]
+  run = load_run_config("configs/smollm2.yaml", [f"output_dir={out}", "wandb=disabled", *small])
+  out.mkdir()
+  run_dir.check_rerun(out, dataclasses.asdict(run), None)
+  learner, batches, eval_batches, _ = job.build_run(run, out)
+  learner.train(batches, eval_ds=eval_batches)
+  learner.rl_cluster.close()
+
+  rows = [r for r in read_jsonl(out / "metrics.jsonl") if "rollout/chat_template_mismatch" in r]
+  assert [r["step"] for r in rows] == [1, 2]
+  assert all(r["rollout/chat_template_mismatch"] == 0 for r in rows)
+  assert all(abs(r["rollout/logprob_diff"]) < 1e-4 for r in rows)
+  actor = learner.rl_cluster.actor_trainer.model
+  adapters = dict(nnx.to_flat_state(nnx.state(actor, nnx.LoRAParam)))
+  assert any(np.abs(v[...]).max() > 0 for p, v in adapters.items() if p[-1].endswith("lora_b"))
+
+  assert cli.main(["export", str(out), str(tmp_path / "hf")]) == 0
+  config = json.loads((tmp_path / "hf" / "config.json").read_text())
+  assert (config["model_type"], config["rope_theta"], config["tie_word_embeddings"]) == (
+    "llama",
+    100_000.0,
+    True,
+  )
+  tokens = _chat_ids(tokenizer)
+  trained = np.asarray(_logits(actor, jnp.asarray(tokens)))
+  np.testing.assert_allclose(hf_logits(tmp_path / "hf", tokens), trained, atol=3e-4, rtol=0)

@@ -3,6 +3,7 @@
 - `did_you_mean(value, choices)`: `"; did you mean 'x'?"` or `""`.
 - `check_number(name, value, ...)`: a real, finite number inside an interval, as float.
 - `check_integer(name, value, low)`: an integer (not a bool) `>= low`.
+- `check_choice(name, value, choices)`: one of `choices`, with the closest as a hint.
 
 Every error is one `ConfigError` line (a `ValueError`) naming the field, the value and what
 is allowed.
@@ -15,7 +16,7 @@ import math
 import numbers
 from collections.abc import Iterable
 
-__all__ = ["ConfigError", "check_integer", "check_number", "did_you_mean"]
+__all__ = ["ConfigError", "check_choice", "check_integer", "check_number", "did_you_mean"]
 
 
 class ConfigError(ValueError):
@@ -71,6 +72,14 @@ def check_integer(name: str, value: object, low: int) -> int:
   if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
     raise ConfigError(f"{name}={value!r} is invalid: must be an integer >= {low}.")
   return int(value)
+
+
+def check_choice(name: str, value: object, choices: Iterable[str]) -> None:
+  """ConfigError `"<name>=<value> unknown; did you mean 'x'? (valid: (...))"` unless `value`
+  is one of `choices`."""
+  choices = tuple(choices)
+  if value not in choices:
+    raise ConfigError(f"{name}={value!r} unknown{did_you_mean(value, choices)} (valid: {choices})")
 
 
 def whole_share(ratio: float, total: int) -> int | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import ConfigError, check_choice, check_integer, check_number
 from tunix_ppo_ext._src.data.dynamic_sampling import SCORE_METRICS
 from tunix_ppo_ext._src.tunix.rollout.sources import DynamicSampling, OverlongPenalty
 
@@ -76,12 +76,7 @@ def validate_dapo(section: DapoSection, budget: int, num_generations: int) -> No
       f"config key 'dapo.overlong_buffer.len'={over.len} exceeds the budget of {budget} agent "
       "tokens: min(env.max_completion_len, env.max_turns * env.max_tokens_per_turn)"
     )
-  if groups.metric not in SCORE_METRICS:
-    hint = did_you_mean(groups.metric, SCORE_METRICS)
-    raise ConfigError(
-      f"config key 'dapo.filter_groups.metric'={groups.metric!r} unknown{hint} "
-      f"(valid: {SCORE_METRICS})"
-    )
+  check_choice("config key 'dapo.filter_groups.metric'", groups.metric, SCORE_METRICS)
   rounds = groups.max_num_gen_batches
   check_integer("config key 'dapo.filter_groups.max_num_gen_batches'", rounds, low=1)
   if groups.enable and num_generations < 2:

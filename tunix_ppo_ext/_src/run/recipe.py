@@ -27,9 +27,9 @@ import optax
 
 from tunix_ppo_ext._src.checks import (
   ConfigError,
+  check_choice,
   check_integer,
   check_number,
-  did_you_mean,
   whole_share,
 )
 from tunix_ppo_ext._src.data.score_shaping import GROUPINGS
@@ -108,10 +108,7 @@ class ShapingSection:
 def validate_shaping(section: ShapingSection) -> None:
   """Names the key and the choices."""
   for key, choices in (("grouping", GROUPINGS), ("method", SCORE_NORMALIZATIONS)):
-    value = getattr(section, key)
-    if value not in choices:
-      hint = did_you_mean(value, choices)
-      raise ConfigError(f"config key 'shaping.{key}'={value!r} unknown{hint} (valid: {choices})")
+    check_choice(f"config key 'shaping.{key}'", getattr(section, key), choices)
   check_number("config key 'shaping.eps'", section.eps, low=0.0, low_open=True)
   if section.format_penalty > 0:
     raise ConfigError(
@@ -206,9 +203,7 @@ def validate_filter(section: FilterSection, chunk: int, num_generations: int) ->
   check_number(
     "config key 'filter.keep_ratio'", section.keep_ratio, low=0.0, high=1.0, low_open=True
   )
-  if section.by not in FILTER_BY:
-    hint = did_you_mean(section.by, FILTER_BY)
-    raise ConfigError(f"config key 'filter.by'={section.by!r} unknown{hint} (valid: {FILTER_BY})")
+  check_choice("config key 'filter.by'", section.by, FILTER_BY)
   groups = chunk // num_generations
   if whole_share(section.keep_ratio, groups) is None:
     raise ConfigError(

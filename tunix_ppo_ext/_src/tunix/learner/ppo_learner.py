@@ -197,9 +197,8 @@ class PpoExtLearner(compat.LearnerHooks):
     self.rl_cluster.buffer_metrics(self._nan_guard.after_global_step(), mode=Mode.TRAIN)
     cluster = self.rl_cluster
     if cluster.actor_trainer.train_steps >= cluster.cluster_config.training_config.max_steps:
-      # the last step's checkpoint, with the metadata a longer rerun resumes from (tunix's
-      # trainers would save it as they close, without it, when the schedule did not)
-      self._nan_guard.save_current_states()
+      # the last step's checkpoint, when the schedule did not make one, is the one tunix's
+      # trainers save as they close, with the resume metadata (`train`'s `save_at_close`)
       self._nan_guard.at_last_step()  # a run that ends skipping does not end as a success
       # tunix 0.1.7 closes the shared metrics logger with the actor trainer, before the
       # critic trainer writes its last step's metrics: write them while it is open.

@@ -29,12 +29,12 @@ build these (`run.recipe`, `run.dapo_section`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import ConfigError, check_choice, check_integer, check_number
 from tunix_ppo_ext._src.data.dynamic_sampling import (
   SCORE_METRICS,
   fill_with_informative_groups,
@@ -66,12 +66,6 @@ def buffer_rollout_stats(learner: Any, stats: dict[str, Any], mode: Any) -> None
   a float averaged over the batches of a step: how a wrapper reports what it did."""
   metrics = {f"rollout/{k}": (float(v), np.mean) for k, v in stats.items()}
   learner.rl_cluster.buffer_metrics(metrics, mode=mode)
-
-
-def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
-  if value not in choices:
-    hint = did_you_mean(value, choices)
-    raise ConfigError(f"{name}={value!r} unknown{hint} (valid: {tuple(choices)})")
 
 
 class SourceWrapper:
@@ -162,7 +156,7 @@ class DynamicSampling(SourceWrapper):
   def __init__(self, inner: Source, max_rounds: int = 4, metric: str = "seq_reward"):
     super().__init__(inner)
     check_integer("DynamicSampling's max_rounds", max_rounds, low=1)
-    _check_choice("DynamicSampling's metric", metric, SCORE_METRICS)
+    check_choice("DynamicSampling's metric", metric, SCORE_METRICS)
     self.max_rounds, self.metric = max_rounds, metric
 
   def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
@@ -193,8 +187,8 @@ class ScoreShaping(SourceWrapper):
     format_penalty: float = 0.0,
   ):
     super().__init__(inner)
-    _check_choice("ScoreShaping's grouping", grouping, GROUPINGS)
-    _check_choice("ScoreShaping's method", method, SCORE_NORMALIZATIONS)
+    check_choice("ScoreShaping's grouping", grouping, GROUPINGS)
+    check_choice("ScoreShaping's method", method, SCORE_NORMALIZATIONS)
     check_number("ScoreShaping's eps", eps, low=0.0, low_open=True)
     check_number("ScoreShaping's format_penalty", format_penalty, high=0.0)
     self.grouping, self.method, self.eps = grouping, method, eps
@@ -220,7 +214,7 @@ class GroupFilter(SourceWrapper):
   def __init__(self, inner: Source, keep_ratio: float, by: str = "std"):
     super().__init__(inner)
     check_number("GroupFilter's keep_ratio", keep_ratio, low=0.0, high=1.0, low_open=True)
-    _check_choice("GroupFilter's by", by, FILTER_BY)
+    check_choice("GroupFilter's by", by, FILTER_BY)
     self.keep_ratio, self.by = keep_ratio, by
 
   def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
