@@ -98,6 +98,18 @@ def flush_subnormals(x: Any) -> np.ndarray:
   return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0) * x, x)
 
 
+class MetricsRecorder:
+  """The learner's one surface a trajectory source uses, `rl_cluster.buffer_metrics`,
+  recorded: `metrics[key]` is the value, `modes[key]` the mode it was buffered under."""
+
+  def __init__(self):
+    self.rl_cluster, self.metrics, self.modes = self, {}, {}
+
+  def buffer_metrics(self, metrics: dict[str, tuple[Any, Any]], mode: Any) -> None:
+    for key, (value, _) in metrics.items():
+      self.metrics[key], self.modes[key] = value, mode
+
+
 def train_argv(
   config: str | os.PathLike, output_dir: str | os.PathLike, *overrides: str
 ) -> list[str]:

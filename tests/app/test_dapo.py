@@ -7,7 +7,7 @@ both pieces on is `tests/tunix/test_policy_losses.py`
 import numpy as np
 import pytest
 
-from tests.conftest import SMOKE
+from tests.conftest import SMOKE, MetricsRecorder
 from tests.data.test_dapo import multi_turn_batch
 from tests.ops.test_dapo import np_overlong
 from tunix_ppo_ext._src.run.dapo_section import agent_token_budget, dapo_source
@@ -46,16 +46,6 @@ def test_the_budget_is_the_most_agent_tokens_an_episode_holds():
   assert episode_budget(run) == 8 and run.dapo.overlong_buffer.len == 8
 
 
-class Learner:
-  """The learner's one surface the wrapper uses: `rl_cluster.buffer_metrics`, recorded."""
-
-  def __init__(self):
-    self.rl_cluster, self.metrics = self, {}
-
-  def buffer_metrics(self, metrics, mode):
-    self.metrics.update({k: (v, mode) for k, (v, _) in metrics.items()})
-
-
 def test_the_wrapper_shapes_training_batches_and_leaves_evaluation_alone():
   run = load_run_config(str(SMOKE), [*ON, "ppo.num_generations=2", "dapo.overlong_buffer.len=2"])
   batch = multi_turn_batch([1.0, 1.0, 0.0, 0.0])  # 3 agent tokens each; both groups equal
@@ -67,15 +57,16 @@ def test_the_wrapper_shapes_training_batches_and_leaves_evaluation_alone():
 
   wrapped = dapo_source(source, run.dapo, budget=4)
   seeds = np.array([5, 5, 6, 6])
-  learner = Learner()
+  learner = MetricsRecorder()
   assert wrapped(learner, {"seed": seeds}, Mode.EVAL) is batch and not learner.metrics
   trained = wrapped(learner, {"seed": seeds}, Mode.TRAIN)
   penalty = np_overlong(3, 4, 2, 1.0)  # -0.5: every group still equal, so 4 rounds
   np.testing.assert_allclose(trained.token_rewards.sum(-1), [1 + penalty] * 2 + [penalty] * 2)
   rounds = [s for s, mode in seen if mode == Mode.TRAIN]
   assert rounds[0] == 5 and len(set(rounds)) == 4  # each later round plays new episodes
-  assert learner.metrics["rollout/dynamic_sampling_rounds"] == (4.0, Mode.TRAIN)
-  assert learner.metrics["rollout/dynamic_sampling_masked_frac"][0] == 1.0
-  assert learner.metrics["rollout/overlong_penalty"][0] == pytest.approx(penalty)
+  assert learner.metrics["rollout/dynamic_sampling_rounds"] == 4.0
+  assert learner.modes["rollout/dynamic_sampling_rounds"] == Mode.TRAIN
+  assert learner.metrics["rollout/dynamic_sampling_masked_frac"] == 1.0
+  assert learner.metrics["rollout/overlong_penalty"] == pytest.approx(penalty)
   assert not trained.loss_mask.any()  # nothing informative: nothing trains
   assert dapo_source(source, load_run_config(str(SMOKE)).dapo, budget=4) is source

@@ -5,6 +5,7 @@ run config's sections build the same classes (tests/app/test_dapo.py, test_recip
 import numpy as np
 import pytest
 
+from tests.conftest import MetricsRecorder
 from tests.data.test_dapo import multi_turn_batch
 from tunix_ppo_ext.rollout import (
   DynamicSampling,
@@ -15,16 +16,6 @@ from tunix_ppo_ext.rollout import (
   ScoreShaping,
   SourceWrapper,
 )
-
-
-class Learner:
-  """The learner's one surface a wrapper uses: `rl_cluster.buffer_metrics`, recorded."""
-
-  def __init__(self):
-    self.rl_cluster, self.metrics = self, {}
-
-  def buffer_metrics(self, metrics, mode):
-    self.metrics.update({k: v for k, (v, _) in metrics.items()})
 
 
 class StatefulSource:
@@ -50,7 +41,7 @@ SCORES = [1.0, 3.0, 2.0, 2.0, 0.0, 4.0]  # three groups of two: spreads 1, 0, 2
 def test_score_shaping_normalizes_within_groups_as_numpy_does():
   batch = multi_turn_batch(SCORES)
   source = ScoreShaping(lambda *_: batch, method="mean_std", eps=1e-6)
-  shaped = source(Learner(), {}, Mode.TRAIN)
+  shaped = source(MetricsRecorder(), {}, Mode.TRAIN)
   groups = np.asarray(SCORES).reshape(3, 2)
   mean, std = groups.mean(1, keepdims=True), groups.std(1, keepdims=True)
   expected = ((groups - mean) / (std + 1e-6)).reshape(-1)
@@ -60,7 +51,7 @@ def test_score_shaping_normalizes_within_groups_as_numpy_does():
 
 def test_the_group_filter_keeps_the_widest_groups_in_training_only():
   batch = multi_turn_batch(SCORES)
-  learner = Learner()
+  learner = MetricsRecorder()
   source = GroupFilter(lambda *_: batch, keep_ratio=2 / 3)
   kept = source(learner, {}, Mode.TRAIN)
   # spreads (population std) 1, 0, 2: the two widest are groups 0 and 2
@@ -76,7 +67,7 @@ def test_the_group_filter_keeps_the_widest_groups_in_training_only():
 def test_stacked_wrappers_compose_in_order_and_keep_the_innermost_state():
   batch = multi_turn_batch([1.0, 1.0, 0.0, 1.0])  # group 0 uninformative, group 1 informative
   inner = StatefulSource(batch)
-  learner = Learner()
+  learner = MetricsRecorder()
   source = GroupFilter(
     ScoreShaping(
       DynamicSampling(OverlongPenalty(inner, budget=4, buffer_len=2), 2), "batch", "mean"
@@ -104,7 +95,7 @@ def test_stacked_wrappers_compose_in_order_and_keep_the_innermost_state():
 def test_observations_in_loss_does_not_change_the_inner_batch():
   batch = multi_turn_batch([1.0, 0.0])
   batch.loss_mask[:, 0] = 0  # an observation token
-  out = ObservationsInLoss(lambda *_: batch)(Learner(), {}, Mode.TRAIN)
+  out = ObservationsInLoss(lambda *_: batch)(MetricsRecorder(), {}, Mode.TRAIN)
   np.testing.assert_array_equal(out.loss_mask, batch.attention_mask)
   assert not batch.loss_mask[:, 0].any()
 
