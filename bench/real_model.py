@@ -153,18 +153,21 @@ def plot_report(runs: list[dict[str, Any]], path: pathlib.Path) -> None:
   import matplotlib.pyplot as plt  # noqa: PLC0415
   import numpy as np  # noqa: PLC0415
 
-  fig, ax = plt.subplots(figsize=(7, 4))
-  for results in runs:
-    curves = np.array([r["trained"]["success_curve"] for r in results["seeds"].values()])
-    steps = np.arange(1, curves.shape[1] + 1)
-    (line,) = ax.plot(steps, curves.mean(0), label=_label(results))
-    ax.fill_between(steps, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
-  base = [x for res in runs for r in res["seeds"].values() for x in r["baseline"]["success_curve"]]
-  ax.axhspan(min(base), max(base), color="gray", alpha=0.15, label="baseline batches (min-max)")
-  ax.axhline(statistics.fmean(base), color="gray", linestyle=":")
-  ax.set_xlabel("batch (8 episodes)")
-  ax.set_ylabel("success rate")
-  ax.legend(fontsize=7)
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  panels = (("success", "success rate"), ("return", "episode return"))
+  for ax, (key, name) in zip(axes, panels, strict=True):
+    for results in runs:
+      seeds = results["seeds"].values()
+      curves = np.array([r["trained"][f"{key}_curve"] for r in seeds])
+      steps = np.arange(1, curves.shape[1] + 1)
+      (line,) = ax.plot(steps, curves.mean(0), label=f"{_label(results)} (mean, min-max)")
+      ax.fill_between(steps, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
+    base = [x for res in runs for r in res["seeds"].values() for x in r["baseline"][f"{key}_curve"]]
+    ax.axhspan(min(base), max(base), color="gray", alpha=0.15, label="baseline batches (min-max)")
+    ax.axhline(statistics.fmean(base), color="gray", linestyle=":")
+    ax.set_xlabel("batch (8 episodes)")
+    ax.set_ylabel(f"{name} (train batches)")
+  axes[0].legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path)
 
