@@ -184,6 +184,9 @@ def main() -> None:
   args = parser.parse_args()
   out = pathlib.Path(args.out)
   if args.report:
+    missing = [d for d in args.report if not (pathlib.Path(d) / "results.json").is_file()]
+    if missing:
+      parser.error(f"--report: no results.json in {', '.join(missing)} (a finished bench's --out)")
     runs = [json.loads((pathlib.Path(d) / "results.json").read_text()) for d in args.report]
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(report(runs))
