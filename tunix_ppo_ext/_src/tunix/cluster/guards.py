@@ -201,8 +201,8 @@ class NanGuard:
     return metrics
 
   def at_last_step(self) -> None:
-    """At the run's last step: raises (after the checkpoint and close of
-    `after_global_step`) when a trainer's updates skipped in a row at the end are at least
+    """At the run's last step: raises (after saving each trainer's current state and closing
+    the cluster) when a trainer's updates skipped in a row at the end are at least
     half of the updates this run made, so a run shorter than `max_consecutive` that skipped
     all or nearly all of them does not end as a success."""
     stuck = {}
