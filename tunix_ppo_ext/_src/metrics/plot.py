@@ -137,12 +137,17 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
 
 
 def plot_spread(
-  curves_by_name: dict[str, list[list[float]]], out: str | pathlib.Path
+  curves_by_name: dict[str, list[list[float]]],
+  out: str | pathlib.Path,
+  ylabel: str = "training episode return",
+  reference: tuple[str, list[float]] | None = None,
 ) -> pathlib.Path:
   """One line per name: the mean over its curves (e.g. seeds) per step, with the min-max band.
 
   `curves_by_name[name]` holds one curve per seed, `curves[k][t]` the value at step t+1;
-  curves of unequal length are cut to the shortest. Writes the PNG at `out`.
+  curves of unequal length are cut to the shortest. `reference = (label, values)` draws the
+  values' min-max as a horizontal band and their mean as a dotted line (e.g. a baseline's
+  batches). Writes the PNG at `out`.
   """
   import matplotlib  # noqa: PLC0415 (only the plot commands need it)
 
@@ -158,8 +163,12 @@ def plot_spread(
     steps = np.arange(1, length + 1)
     axis.plot(steps, values.mean(0), label=f"{name} (mean of {len(runs)})")
     axis.fill_between(steps, values.min(0), values.max(0), alpha=0.2)
+  if reference is not None and reference[1]:
+    label, values = reference
+    axis.axhspan(min(values), max(values), color="gray", alpha=0.15, label=f"{label} (min-max)")
+    axis.axhline(float(np.mean(values)), color="gray", linestyle=":", label=f"{label} (mean)")
   axis.set_xlabel("batch (row of the return curve)")
-  axis.set_ylabel("training episode return")
+  axis.set_ylabel(ylabel)
   if axis.lines:
     axis.legend(fontsize="x-small")
   figure.tight_layout()
