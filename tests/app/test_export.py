@@ -3,7 +3,6 @@ that `transformers` loads with the trained tunix policy's logits; the refusals."
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import pathlib
 
@@ -14,9 +13,9 @@ import yaml
 from flax import nnx
 from safetensors.numpy import load_file
 
-from tests.conftest import SMOKE, save_hf_tokenizer
+from tests.conftest import SMOKE, save_hf_tokenizer, train_in_process
 from tests.tunix.hf_fixtures import FAMILIES, hf_logits, write_checkpoint
-from tunix_ppo_ext._src.run import cli, job, run_dir
+from tunix_ppo_ext._src.run import cli, job
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.models import hf_export, hf_models, lora
 from tunix_ppo_ext._src.tunix.models import toy_models as models
@@ -43,13 +42,7 @@ def _train(tmp_path: pathlib.Path, *overrides: str, keep_model: bool = True, ste
   out = tmp_path / "run"
   fast = [f"train.steps={steps}", "train.batch_size=4", "train.eval_batches=0"]
   fast.append("train.checkpoint_every=2")
-  run = load_run_config(str(file), [f"output_dir={out}", *fast, *overrides])
-  out.mkdir()
-  run_dir.check_rerun(out, dataclasses.asdict(run), None)  # the run's config.json
-  learner, batches, eval_batches, _ = job.build_run(run, out)
-  learner.train(batches, eval_ds=eval_batches)
-  learner.rl_cluster.close()
-  return out, learner.rl_cluster
+  return out, train_in_process(file, out, *fast, *overrides).rl_cluster
 
 
 def _export(run: pathlib.Path, out: pathlib.Path) -> None:

@@ -266,23 +266,18 @@ def test_smollm2_two_lora_ppo_steps_then_export_loads_in_transformers(smollm2, t
   token-exact, the sampler's log-probs are the trainer's, only the adapters are trained and
   saved, and `export` merges them into a checkpoint `transformers` loads with the trained
   policy's logits (rope_theta 1e5 and the tied embedding kept)."""
-  import dataclasses
   import json
 
+  from tests.conftest import train_in_process
   from tests.tunix.hf_fixtures import hf_logits
-  from tunix_ppo_ext._src.run import cli, job, run_dir
+  from tunix_ppo_ext._src.run import cli
   from tunix_ppo_ext.metrics import read_jsonl
 
   _, _, tokenizer = smollm2
   out = tmp_path / "run"
   small = ["train.steps=2", "train.batch_size=4", "train.eval_batches=0", "ppo.num_generations=2"]
   small += ["train.checkpoint_every=2", "env.max_turns=2", "env.max_completion_len=32"]
-  run = load_run_config("configs/smollm2.yaml", [f"output_dir={out}", "wandb=disabled", *small])
-  out.mkdir()
-  run_dir.check_rerun(out, dataclasses.asdict(run), None)
-  learner, batches, eval_batches, _ = job.build_run(run, out)
-  learner.train(batches, eval_ds=eval_batches)
-  learner.rl_cluster.close()
+  learner = train_in_process("configs/smollm2.yaml", out, "wandb=disabled", *small)
 
   rows = [r for r in read_jsonl(out / "metrics.jsonl") if "rollout/chat_template_mismatch" in r]
   assert [r["step"] for r in rows] == [1, 2]
