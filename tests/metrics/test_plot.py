@@ -53,3 +53,38 @@ def test_the_collapse_signals_have_panels_and_the_echo_trap_a_line_on_each(tmp_p
   height, width = image.imread(out).shape[:2]
   assert width == 3 * 450 and height == 280  # return, return spread, gradient norm
   assert [x for _, x in lines] == [12, 12, 12]  # one dashed line per panel
+
+
+def test_spread_band_is_the_mean_min_and_max_per_step_over_curves_cut_to_the_shortest():
+  runs = [[1.0, -2.0, 4.0, 9.0], [3.0, 0.5, -1.0], [2.0, 2.0, 2.0, 2.0, 2.0]]
+  mean, low, high = plot.spread_band(runs)
+  for step in range(3):  # the shortest curve has 3 points
+    column = [run[step] for run in runs]
+    assert mean[step] == sum(column) / 3
+    assert (low[step], high[step]) == (min(column), max(column))
+  assert len(mean) == len(low) == len(high) == 3
+  assert plot.spread_band([[1.0], []]) is None and plot.spread_band([]) is None
+
+
+def test_plot_spread_draws_each_band_and_the_reference_min_max_and_mean(tmp_path, monkeypatch):
+  from matplotlib.axes import Axes  # noqa: PLC0415
+
+  drawn: dict[str, list] = {"fill_between": [], "axhspan": [], "axhline": [], "plot": []}
+  for name in drawn:
+    original = getattr(Axes, name)
+
+    def recorded(axis, *args, _name=name, _original=original, **kwargs):
+      drawn[_name].append((args, kwargs.get("label")))
+      return _original(axis, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, name, recorded)
+  curves = {"a": [[0.0, 1.0, 2.0], [2.0, 3.0]], "empty": [[], [1.0]]}
+  out = plot.plot_spread(curves, tmp_path / "s.png", "success", ("baseline", [0.1, 0.4, 0.25]))
+  assert image.imread(out).shape[:2] == (400, 700)
+  (((steps, mean), label),) = drawn["plot"]  # the empty run draws nothing
+  assert list(steps) == [1, 2] and list(mean) == [1.0, 2.0] and label == "a (mean of 2)"
+  (((_, low, high), _),) = drawn["fill_between"]
+  assert list(low) == [0.0, 1.0] and list(high) == [2.0, 3.0]
+  assert drawn["axhspan"] == [((0.1, 0.4), "baseline (min-max)")]
+  (((level,), label),) = drawn["axhline"]
+  assert abs(level - 0.25) < 1e-12 and label == "baseline (mean)"

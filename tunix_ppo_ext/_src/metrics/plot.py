@@ -136,6 +136,16 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
   return out
 
 
+def spread_band(runs: list[list[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+  """`(mean, min, max)` per step over the curves `runs` (e.g. one per seed), each cut to
+  the shortest; `None` when there is no curve or the shortest is empty."""
+  length = min((len(c) for c in runs), default=0)
+  if not length:
+    return None
+  values = np.array([c[:length] for c in runs], np.float64)
+  return values.mean(0), values.min(0), values.max(0)
+
+
 def plot_spread(
   curves_by_name: dict[str, list[list[float]]],
   out: str | pathlib.Path,
@@ -156,13 +166,13 @@ def plot_spread(
 
   figure, axis = plt.subplots(figsize=(7, 4))
   for name, runs in curves_by_name.items():
-    length = min(len(c) for c in runs)
-    if not length:
+    band = spread_band(runs)
+    if band is None:
       continue
-    values = np.array([c[:length] for c in runs], np.float64)
-    steps = np.arange(1, length + 1)
-    axis.plot(steps, values.mean(0), label=f"{name} (mean of {len(runs)})")
-    axis.fill_between(steps, values.min(0), values.max(0), alpha=0.2)
+    mean, low, high = band
+    steps = np.arange(1, len(mean) + 1)
+    axis.plot(steps, mean, label=f"{name} (mean of {len(runs)})")
+    axis.fill_between(steps, low, high, alpha=0.2)
   if reference is not None and reference[1]:
     label, values = reference
     axis.axhspan(min(values), max(values), color="gray", alpha=0.15, label=f"{label} (min-max)")

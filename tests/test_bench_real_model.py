@@ -1,0 +1,67 @@
+"""`bench/real_model.py`'s arithmetic: per-seed summaries and the side-by-side report."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import statistics
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _bench():
+  spec = importlib.util.spec_from_file_location("bench_real_model", REPO / "bench/real_model.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _rows(success: list[float], returns: list[float]) -> list[dict]:
+  return [
+    {"step": k + 1, "train/success_rate": s, "train/episode_return/mean": r}
+    | {"train/response_length/mean": 10.0 + k, "timing_s/rollout": 2.0, "timing_s/step": 4.0 + k}
+    for k, (s, r) in enumerate(zip(success, returns, strict=True))
+  ]
+
+
+def test_summarize_takes_the_last_quarter_and_counts_tokens_per_second_of_the_batch():
+  bench = _bench()
+  success = [0.0, 0.0, 0.125, 0.25, 0.5, 0.25, 0.375, 0.5]
+  returns = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+  summary = bench.summarize(_rows(success, returns), 0.25, batch=8)
+  assert summary["batches"] == 8
+  assert summary["success"] == (0.375 + 0.5) / 2  # a quarter of 8 batches: the last 2
+  assert abs(summary["return"] - 0.75) < 1e-12
+  tokens = 8 * sum(10.0 + k for k in range(8))
+  assert summary["rollout_tokens_per_s"] == tokens / (2.0 * 8)
+  assert summary["step_tokens_per_s"] == tokens / sum(4.0 + k for k in range(8))
+  assert summary["step_s_median"] == 7.5
+  whole = bench.summarize(_rows(success[:1], returns[:1]), 0.25, batch=8)
+  assert whole["success"] == 0.0 and whole["return"] == 0.1  # at least one batch is kept
+
+
+def test_report_pools_the_baseline_batches_and_spreads_the_trained_seeds():
+  bench = _bench()
+  seeds = {}
+  for seed, (base, done) in enumerate([([0.0, 0.25], 0.5), ([0.125, 0.0], 0.25), ([0.5], 1.0)]):
+    seeds[str(seed)] = {
+      "baseline": bench.summarize(_rows(base, base), 1.0, batch=8),
+      "trained": bench.summarize(_rows([0.0, done], [0.0, done]), 0.5, batch=8),
+    }
+  results = {
+    "args": {"config": "configs/smoke.yaml", "overrides": ["ppo.advantage_estimator=rloo"]},
+    "seeds": seeds,
+  }
+  (row,) = bench.report([results]).splitlines()[2:]
+  cells = [c.strip() for c in row.strip("|").split("|")]
+  pooled = [0.0, 0.25, 0.125, 0.0, 0.5]
+  trained = [0.5, 0.25, 1.0]
+
+  def spread(values):
+    mean = sum(values) / len(values)
+    sd = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+    return f"{mean:.3f} ± {sd:.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+  assert cells[:4] == ["rloo", "3", spread(pooled), spread(trained)]
+  assert cells[4:6] == [spread(pooled), spread(trained)]  # returns: the same values here
+  assert cells[6] == f"{statistics.median([4.5, 4.5, 4.5]):.1f}"
