@@ -216,7 +216,7 @@ class NanGuard:
 
   def _save_and_close(self) -> dict[str, int | None]:
     """Saves each trainer's current (= last good) state, then closes the cluster."""
-    saved = self.save_current_states()
+    saved = self._save_current_states()
     critic = self._trainers().get("critic")
     if critic is not None:
       # tunix closes the shared metrics logger with the actor, before the critic writes.
@@ -224,7 +224,7 @@ class NanGuard:
     self.rl_cluster.close()
     return saved
 
-  def save_current_states(self) -> dict[str, int | None]:
+  def _save_current_states(self) -> dict[str, int | None]:
     """Saves each trainer's current state unless its newest checkpoint is of this step, with
     the custom metadata of tunix's scheduled saves (the global step, the learner's state),
     which the save tunix's trainers make as they close lacks; returns the newest step by
