@@ -64,12 +64,23 @@ def test_the_format_reward_pays_each_guess_in_range():
   assert env.max_return == pytest.approx(1.1)
 
 
-def test_bad_settings_are_refused():
-  with pytest.raises(ValueError, match="high must be above low"):
-    GuessEnv(low=5, high=5)
-  with pytest.raises(ValueError, match="max_turns must be >= 1"):
-    GuessEnv(max_turns=0)
-  with pytest.raises(ValueError, match="turn_penalty"):
-    GuessEnv(max_turns=6, turn_penalty=0.2)
-  with pytest.raises(ValueError, match="valid_reward"):
-    GuessEnv(valid_reward=-1)
+def test_bad_settings_are_refused_in_one_line_naming_the_setting():
+  nan = float("nan")
+  for kwargs, culprit in [
+    ({"low": 5, "high": 5}, "high=5"),
+    ({"low": "a"}, "low='a'"),
+    ({"low": -1}, "low=-1"),
+    ({"high": 9.5}, "high=9.5"),
+    ({"max_turns": 0}, "max_turns=0"),
+    ({"max_turns": True}, "max_turns=True"),
+    ({"max_turns": 6, "turn_penalty": 0.2}, "turn_penalty=0.2"),  # the 6th guess would pay 0
+    ({"turn_penalty": -0.1}, "turn_penalty=-0.1"),
+    ({"turn_penalty": nan}, "turn_penalty=nan"),
+    ({"valid_reward": -1}, "valid_reward=-1"),
+    ({"valid_reward": nan}, "valid_reward=nan"),
+    ({"valid_reward": float("inf")}, "valid_reward=inf"),
+  ]:
+    with pytest.raises(ValueError, match="is invalid") as raised:
+      GuessEnv(**kwargs)
+    assert str(raised.value).startswith(culprit) and "\n" not in str(raised.value)
+  assert GuessEnv(max_turns=1, turn_penalty=5.0).max_return == 1.0  # one guess: no penalty

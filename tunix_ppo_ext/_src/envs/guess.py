@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from tunix_ppo_ext._src.checks import check_integer, check_number
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
 
 _NUMBER = re.compile(r"-?\d+")
@@ -43,18 +44,15 @@ class GuessEnv:
     turn_penalty: float = 0.2,
     valid_reward: float = 0.0,
   ) -> None:
-    if high <= low:
-      raise ValueError(f"high must be above low, got low={low}, high={high}")
-    if max_turns < 1:
-      raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-    if not 0.0 <= turn_penalty * (max_turns - 1) < 1.0:
-      raise ValueError(f"turn_penalty * (max_turns - 1) must be in [0, 1), got {turn_penalty}")
-    self.low, self.high = int(low), int(high)
-    self.max_turns = int(max_turns)
-    if valid_reward < 0:
-      raise ValueError(f"valid_reward must be >= 0, got {valid_reward}")
-    self.turn_penalty = float(turn_penalty)
-    self.valid_reward = float(valid_reward)
+    self.low = check_integer("low", low, low=0)  # whole numbers
+    self.high = check_integer("high", high, low=self.low + 1)
+    self.max_turns = check_integer("max_turns", max_turns, low=1)
+    # every reward stays in [0, 1 + valid_reward]: a later hit never pays less than 0
+    last = 1.0 / (self.max_turns - 1) if self.max_turns > 1 else None
+    self.turn_penalty = check_number(
+      "turn_penalty", turn_penalty, low=0.0, high=last, high_open=True
+    )
+    self.valid_reward = check_number("valid_reward", valid_reward, low=0.0)
     self.max_return = 1.0 + self.valid_reward
     self._secret: int | None = None
     self._turn = 0
