@@ -404,7 +404,7 @@ def test_every_short_style_text_fits_the_countdown_alphabet():
 @pytest.mark.parametrize(
   "kwargs, message",
   [
-    ({"style": "long"}, "style must be one of"),
+    ({"style": "long"}, "style='long' unknown"),
     ({"min_numbers": 1}, "min_numbers"),
     ({"min_numbers": 5, "max_numbers": 4}, "min_numbers=5, max_numbers=4"),
     ({"min_value": 0}, "min_value=0"),

@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tunix_ppo_ext._src.checks import check_integer, check_number
+from tunix_ppo_ext._src.checks import check_choice, check_integer, check_number
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
 
 MAX_EQUATION_CHARS = 200
@@ -226,7 +226,7 @@ def score_answer(
   Checks in TinyZero's order: an answer present, every given number used exactly once
   (as a multiset), then the exact value equal to `target` (within 1e-6).
   """
-  _check_style(style)
+  check_choice("style", style, STYLES)
   equation = extract_answer(reply, style)
   if equation is None:
     return Score(0.0, "no_answer")
@@ -243,11 +243,6 @@ def score_answer(
   if abs(value - target) < 1e-6:
     return Score(correct_reward, "correct", equation, value)
   return Score(format_reward, "too_high" if value > target else "too_low", equation, value)
-
-
-def _check_style(style: str) -> None:
-  if style not in STYLES:
-    raise ValueError(f"style must be one of {STYLES}, got {style!r}")
 
 
 # ----- problems -----
@@ -396,7 +391,7 @@ class CountdownEnv:
     correct_reward: float = 1.0,
     allow_unary_minus: bool = False,
   ):
-    _check_style(style)
+    check_choice("style", style, STYLES)
     self.ranges = check_ranges(
       min_numbers=min_numbers,
       max_numbers=max_numbers,
