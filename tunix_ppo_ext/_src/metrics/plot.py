@@ -65,6 +65,25 @@ def robust_limits(values: list[float], tail: float = 1.0) -> tuple[float, float]
   return low - pad, high + pad
 
 
+Panel = tuple[str, list[tuple[str, list[int], list[float]]]]  # title, (key, steps, values)
+
+
+def logged_panels(rows: list[dict[str, Any]], keys: MetricKeys) -> list[Panel]:
+  """The `PANELS` whose keys (as the run published them) the rows hold, each with its
+  lines `(key, steps, values)`; panels without a logged key are left out."""
+  panels: list[Panel] = []
+  for title, names in PANELS.items():
+    lines = []
+    for name in names:
+      key = keys.final(name)
+      steps, values = curves(rows, key) if key else ([], [])
+      if steps:
+        lines.append((key, steps, values))
+    if lines:
+      panels.append((title, lines))
+  return panels
+
+
 def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
   """Draws the `PANELS` a run logged from `RUN_DIR/metrics.jsonl` into `RUN_DIR/curves.png`.
 
@@ -84,16 +103,7 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
   if not metrics_path.is_file():
     raise ValueError(f"RUN_DIR {str(run_dir)!r} has no metrics.jsonl")
   rows, keys = read_jsonl(metrics_path), run_keys(run_dir)
-  panels: list[tuple[str, list[tuple[str, list[int], list[float]]]]] = []
-  for title, names in PANELS.items():
-    lines = []
-    for name in names:
-      key = keys.final(name)
-      steps, values = curves(rows, key) if key else ([], [])
-      if steps:
-        lines.append((key, steps, values))
-    if lines:
-      panels.append((title, lines))
+  panels = logged_panels(rows, keys)
   if not panels:
     raise ValueError(f"RUN_DIR {str(run_dir)!r}: metrics.jsonl holds none of the plotted keys")
   echo_key = keys.final(ECHO_TRAP_KEY)

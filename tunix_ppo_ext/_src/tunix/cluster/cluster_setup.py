@@ -248,6 +248,26 @@ def _mode_rollout_configs(
   return {mode.TRAIN: rollout_config(**train), mode.EVAL: rollout_config(**train | eval_sampling)}
 
 
+def _place_on_meshes(
+  policy: nnx.Module,
+  critic: nnx.Module | None,
+  reference: nnx.Module | None,
+  mesh: jax.sharding.Mesh,
+  role_meshes: dict[Role, jax.sharding.Mesh] | None,
+) -> dict[Role, jax.sharding.Mesh]:
+  """Every role's mesh (`mesh` unless `role_meshes` names another), with each model sharded
+  onto its role's in place; arrays the models share stay shared."""
+  meshes = {role: mesh for role in (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.ROLLOUT)}
+  meshes.update(role_meshes or {})
+  placed: dict[Any, Any] = {}
+  for model, role in ((policy, Role.ACTOR), (critic, Role.CRITIC), (reference, Role.REFERENCE)):
+    if model is not None:
+      shard_to_mesh(model, meshes[role], placed)
+  if meshes[Role.ROLLOUT] != meshes[Role.ACTOR]:  # tunix reshards a copy of the policy there
+    check_shardable(policy, meshes[Role.ROLLOUT])
+  return meshes
+
+
 def build_cluster(
   policy: nnx.Module,
   critic: nnx.Module | None,
@@ -293,17 +313,9 @@ def build_cluster(
   configs), each defaulting to training's. tunix's trainers open no tqdm bars of their own
   (the actor's and critic's would interleave with the run's: `metrics.sinks.ProgressBackend`).
   """
-  mesh = mesh or make_mesh()
-  meshes = {role: mesh for role in (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.ROLLOUT)}
-  meshes.update(role_meshes or {})
   if mini_batch_size is not None and batch % mini_batch_size:
     raise ConfigError(f"batch={batch} is not a multiple of mini_batch_size={mini_batch_size}")
-  placed: dict[Any, Any] = {}  # arrays the models share stay shared
-  for model, role in ((policy, Role.ACTOR), (critic, Role.CRITIC), (reference, Role.REFERENCE)):
-    if model is not None:
-      shard_to_mesh(model, meshes[role], placed)
-  if meshes[Role.ROLLOUT] != meshes[Role.ACTOR]:  # tunix reshards a copy of the policy there
-    check_shardable(policy, meshes[Role.ROLLOUT])
+  meshes = _place_on_meshes(policy, critic, reference, mesh or make_mesh(), role_meshes)
   cluster_config = rl_cluster_lib.ClusterConfig(
     role_to_mesh=meshes,
     rollout_engine="vanilla",
