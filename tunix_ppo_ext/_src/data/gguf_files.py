@@ -8,7 +8,7 @@ checkpoint holds, so everything downstream (tunix's loaders, LoRA, export) reads
 one:
 
 - `config.json` from the file's metadata (`llama` architecture only: `ARCHITECTURES`);
-- the tokenizer, built by `transformers` from the file (`gguf_file=`), with the special
+- the tokenizer, built by `transformers`' GGUF converter from the file (no torch needed), with the special
   tokens the metadata names (`tokenizer.ggml.{bos,eos,padding,unknown}_token_id`) and its
   chat template;
 - `model.safetensors`: every tensor dequantized by PyPI's `gguf` (llama.cpp's own reader)
@@ -36,7 +36,7 @@ import numpy as np
 from tunix_ppo_ext._src.checks import ConfigError
 
 ENV_CACHE = "TUNIX_PPO_EXT_CACHE"
-CONVERSION = 2  # part of the cache key: a changed conversion converts again
+CONVERSION = 3  # part of the cache key: a changed conversion converts again
 SUFFIX = ".gguf"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -307,17 +307,33 @@ def special_tokens(reader: Any, meta: dict[str, Any]) -> dict[str, str]:
   return {f"{role}_token": str(tokens.contents(int(i))) for role, i in ids.items() if i is not None}
 
 
+def build_tokenizer(reader: Any) -> Any:
+  """The file's tokenizer as `transformers` builds it from a GGUF file (its own converter,
+  `transformers.integrations.ggml.convert_gguf_tokenizer`, from the fields its
+  `GGUF_TOKENIZER_MAPPING` names), without `AutoTokenizer.from_pretrained(gguf_file=)`,
+  whose GGUF reader needs torch even for a tokenizer."""
+  from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+  from transformers.integrations import ggml  # noqa: PLC0415
+
+  parsed: dict[str, dict[str, Any]] = {"tokenizer": {}, "tokenizer_config": {}}
+  for part, renames in ggml.GGUF_TOKENIZER_MAPPING.items():
+    for name, key in renames.items():
+      field = reader.fields.get(f"tokenizer.{name}")
+      if field is not None:
+        parsed[part][key] = field.contents()
+  fast, extra = ggml.convert_gguf_tokenizer(ARCHITECTURES[0], parsed["tokenizer"])
+  return PreTrainedTokenizerFast(tokenizer_object=fast, **parsed["tokenizer_config"], **extra)
+
+
 def save_tokenizer(
   file: pathlib.Path, reader: Any, meta: dict[str, Any], directory: pathlib.Path
 ) -> None:
-  """The file's tokenizer, built by `transformers` from it, saved in `directory` with the
+  """The file's tokenizer (`build_tokenizer`), saved in `directory` with the
   metadata's special tokens (transformers 5.12 makes `<|im_start|>` SmolLM2's EOS, where
   the file says `<|im_end|>`) and the file's chat template."""
-  import transformers  # noqa: PLC0415
-
   if "tokenizer.ggml.tokens" not in reader.fields:
     raise ConfigError(f"GGUF file {str(file)!r} holds no tokenizer (tokenizer.ggml.tokens)")
-  tokenizer = transformers.AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+  tokenizer = build_tokenizer(reader)
   size = len(tokenizer)
   tokenizer.add_special_tokens(special_tokens(reader, meta))
   if len(tokenizer) != size:
