@@ -8,9 +8,9 @@ checkpoint holds, so everything downstream (tunix's loaders, LoRA, export) reads
 one:
 
 - `config.json` from the file's metadata (`llama` architecture only: `ARCHITECTURES`);
-- the tokenizer, built by `transformers`' GGUF converter from the file (no torch needed), with the special
-  tokens the metadata names (`tokenizer.ggml.{bos,eos,padding,unknown}_token_id`) and its
-  chat template;
+- the tokenizer, built by `transformers`' GGUF converter from the file (no torch needed),
+  with the special tokens the metadata names
+  (`tokenizer.ggml.{bos,eos,padding,unknown}_token_id`) and its chat template;
 - `model.safetensors`: every tensor dequantized by PyPI's `gguf` (llama.cpp's own reader)
   to float32, written only when the weights are loaded (`resolve(ref, weights=True)`).
 
