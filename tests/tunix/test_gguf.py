@@ -6,7 +6,10 @@ token-exact under the real tokenizer, and two PPO steps with LoRA on the real mo
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -120,6 +123,26 @@ def test_tiny_gguf_tokenizer_has_the_files_special_tokens_and_template(tmp_path)
   for text in ["ab c", "abc<|im_end|>", "<|im_start|>a b<|im_end|>"]:
     assert ours.encode(text) == direct.encode(text)
   assert ours.encode("ab c<|im_end|>") == [23, 22, 5, 2]  # "ab", "Ġ", "c", <|im_end|>
+
+
+def test_the_tokenizer_converts_where_torch_cannot_be_imported(tmp_path):
+  """The `gguf` extra has no torch: config and tokenizer convert without importing it
+  (transformers' `from_pretrained(gguf_file=)` refuses without torch)."""
+  file = tmp_path / "tiny.gguf"
+  write_gguf(file, _tiny_llama())
+  code = (
+    "import sys; sys.modules['torch'] = None\n"  # `import torch` raises ImportError
+    "from tunix_ppo_ext._src.data import gguf_files\n"
+    f"print(gguf_files.resolve({str(file)!r}))\n"
+  )
+  env = {**os.environ, gguf_files.ENV_CACHE: str(tmp_path / "cache")}
+  done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+  assert done.returncode == 0, done.stderr[-2000:]
+  directory = pathlib.Path(done.stdout.strip().splitlines()[-1])
+  import transformers
+
+  ours = transformers.AutoTokenizer.from_pretrained(directory)
+  assert ours.encode("ab c<|im_end|>") == [23, 22, 5, 2]
 
 
 def test_another_architecture_is_refused_in_one_line(tmp_path):
