@@ -7,7 +7,7 @@ batches of sampled episodes) and the trained run (`--steps` optimizer updates). 
 batches, trained mean over the last quarter of the steps, per seed and over seeds; wall
 time; rollout and training tokens per second) and `OUT/curves.png`.
 
-  python bench/real_model.py [--seeds 3 --steps 40 --baseline-steps 8 --out DIR] [KEY=VALUE ...]
+  python bench/real_model.py [--seeds 3 --steps 64 --baseline-steps 8 --out DIR] [KEY=VALUE ...]
   python bench/real_model.py --report DIR [DIR ...] --out DIR   # several runs side by side
 
 `--report` reads each DIR's `results.json` and writes `OUT/report.md` (per run: the
@@ -165,7 +165,7 @@ def main() -> None:
   parser.add_argument("--report", nargs="+", metavar="DIR", help="tabulate finished runs")
   parser.add_argument("--config", default="configs/smollm2.yaml")
   parser.add_argument("--seeds", type=int, default=3)
-  parser.add_argument("--steps", type=int, default=40)
+  parser.add_argument("--steps", type=int, default=64)
   parser.add_argument("--baseline-steps", type=int, default=8)
   parser.add_argument("--out", default="bench/results/real_model")
   parser.add_argument("overrides", nargs="*")
