@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import pathlib
 import re
 from collections.abc import Sequence
@@ -85,6 +86,10 @@ def plan_devices(topology: str, compiler: str = "auto") -> PlanDevices:
     raise ConfigError(f"--compiler {compiler!r}: expected one of {COMPILERS}")
   hbm = HBM_GIB[generation] * GIB
   if compiler != "cpu":
+    # Compiling for a topology touches no TPU, but with libtpu installed every JAX process
+    # (a training run beside it, another plan) takes libtpu's lockfile as it starts, and a
+    # second one is refused ("Internal error when accessing libtpu multi-process lockfile").
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
       from jax.experimental import topologies  # noqa: PLC0415
 
