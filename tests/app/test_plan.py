@@ -394,3 +394,55 @@ def test_an_interrupted_plan_writes_nothing_and_the_rerun_writes_its_json(
   assert cli.main([*command, "--json", str(out)]) == 0
   (piece,) = json.loads(out.read_text())["pieces"]
   assert (piece["role"], piece["name"]) == ("actor", "logps_pass") and piece["temp_bytes"] > 0
+
+
+def test_the_tpu_compilers_out_of_memory_refusal_gives_the_temporaries():
+  """The TPU compiler refuses a program whose temporaries exceed the chip (message as
+  libtpu 0.0.42.1 printed it for Qwen3-0.6B at 8,192 tokens a row); sizes are binary."""
+  message = (
+    "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+    "temporaries (131.74G) exceeds available HBM (15.75G)."
+  )
+  assert abstract.refused_temporaries(message) == round(131.74 * 2**30)
+  assert abstract.refused_temporaries(message.replace("131.74G", "512.5M")) == 537395200
+  assert abstract.refused_temporaries(message.replace("(131.74G)", "(900)")) == 900
+  assert abstract.refused_temporaries("RESOURCE_EXHAUSTED: out of host memory") is None
+
+
+def test_a_refused_piece_is_marked_and_the_verdict_says_so():
+  def piece(name: str, temps: int, refused: bool) -> abstract.CompiledPiece:
+    return abstract.CompiledPiece(
+      role="actor",
+      name=name,
+      argument_bytes=3 * 2**20,
+      output_bytes=0 if refused else 2**20,
+      alias_bytes=0,
+      temp_bytes=temps,
+      code_bytes=0,
+      resident_bytes=2**20,
+      compile_s=12.5,
+      refused=refused,
+    )
+
+  result = plan.Plan(
+    topology="v5e:2x4",
+    compiler="tpu",
+    hbm_bytes=16 * 2**30,
+    model_source="qwen3_0p6b",
+    parameters=596_049_920,
+    mesh={"fsdp": 8, "tp": 1},
+    pieces=[piece("logps_pass", 2**30, False), piece("train_step", 20 * 2**30, True)],
+    resident={"actor weights": 2**20},
+    rows={"rollout": 16, "logps": 16, "train": 16, "accumulation": None},
+  )
+  text = plan.format_plan(result, "configs/x.yaml")
+  (train_row,) = [line for line in text.splitlines() if line.startswith("  actor/train_step")]
+  assert "refused: temps from the compiler's refusal" in train_row
+  (logps_row,) = [line for line in text.splitlines() if line.startswith("  actor/logps_pass")]
+  assert "refused" not in logps_row
+  (verdict,) = [line for line in text.splitlines() if line.startswith("peak:")]
+  assert verdict.endswith(
+    "DOES NOT FIT (the TPU compiler refused the piece: its temporaries exceed the chip)"
+  )
+  assert result.peak_bytes == 2**20 + 2 * 2**20 + 20 * 2**30
+  assert result.to_json()["pieces"][1]["refused"] is True

@@ -499,7 +499,8 @@ def format_plan(p: Plan, config_path: str | None) -> str:
       piece.peak_extra_bytes,
     )
     cells = "".join(f"{n / MIB:>10.1f}" for n in figures)
-    lines.append(f"  {piece.role + '/' + piece.name:<24}{cells}{piece.compile_s:>10.1f}")
+    refused = "  refused: temps from the compiler's refusal, outputs not counted" * piece.refused
+    lines.append(f"  {piece.role + '/' + piece.name:<24}{cells}{piece.compile_s:>10.1f}{refused}")
   parts = ", ".join(f"{k} {_size(v)}" for k, v in p.resident.items())
   lines.append(f"resident all step: {_size(sum(p.resident.values()))} ({parts})")
   lines.append(_verdict(p))
@@ -527,6 +528,8 @@ def _verdict(p: Plan) -> str:
   peak, hbm = p.peak_bytes, p.hbm_bytes
   share = peak / hbm
   verdict = "DOES NOT FIT" if share > 1 else "fits, tight (over 90%)" if share > 0.9 else "fits"
+  if p.peak_piece.refused:
+    verdict += " (the TPU compiler refused the piece: its temporaries exceed the chip)"
   caveat = " (CPU compiler's temporaries)" if p.compiler == "cpu" else ""
   return (
     f"peak: {_size(peak)}{caveat} = resident + {p.peak_piece.role}/{p.peak_piece.name} "

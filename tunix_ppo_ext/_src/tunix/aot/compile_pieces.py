@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +69,9 @@ class CompiledPiece:
   code_bytes: int
   resident_bytes: int
   compile_s: float
+  # the TPU compiler refused the program: its temporaries alone exceed the chip's memory
+  # (`temp_bytes` is then the compiler's figure from its refusal, and the outputs unknown)
+  refused: bool = False
 
   @property
   def peak_extra_bytes(self) -> int:
@@ -147,6 +151,22 @@ def abstract_optimizer(
   return nnx.eval_shape(lambda model: nnx.Optimizer(model, tx, wrt=wrt), model)
 
 
+_REFUSAL = re.compile(
+  r"memory required for HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM"
+)
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def refused_temporaries(message: str) -> int | None:
+  """The temporaries' bytes in the TPU compiler's out-of-memory refusal ("Ran out of memory
+  on HBM, the total memory required for HLO temporaries (131.74G) exceeds available HBM
+  (15.75G)"; XLA's sizes are binary), or None for any other error."""
+  match = _REFUSAL.search(message)
+  if match is None:
+    return None
+  return round(float(match.group(1)) * _UNITS[match.group(2)])
+
+
 def _compile(lowerable, *args, role: str, name: str, resident: Any, **static: Any) -> CompiledPiece:
   """Lowers (with tunix's Qwen3 activation shardings on the mesh of the first argument)
   and compiles `lowerable(*args, **static)`, and reads its per-device memory analysis."""
@@ -154,7 +174,24 @@ def _compile(lowerable, *args, role: str, name: str, resident: Any, **static: An
   mesh = jax.tree.leaves(args[0])[0].sharding.mesh
   with compat.qwen3_activation_sharding(mesh):
     lowered = lowerable.lower(*args, **static)
-  compiled = lowered.compile()
+  try:
+    compiled = lowered.compile()
+  except jax.errors.JaxRuntimeError as err:
+    temps = refused_temporaries(str(err))
+    if temps is None:
+      raise
+    return CompiledPiece(
+      role=role,
+      name=name,
+      argument_bytes=tree_bytes_per_device(args),
+      output_bytes=0,
+      alias_bytes=0,
+      temp_bytes=temps,
+      code_bytes=0,
+      resident_bytes=tree_bytes_per_device(resident),
+      compile_s=round(time.perf_counter() - start, 1),
+      refused=True,
+    )
   seconds = time.perf_counter() - start
   stats = compiled.memory_analysis()
   return CompiledPiece(
