@@ -175,35 +175,32 @@ def _compile(lowerable, *args, role: str, name: str, resident: Any, **static: An
   with compat.qwen3_activation_sharding(mesh):
     lowered = lowerable.lower(*args, **static)
   try:
-    compiled = lowered.compile()
+    stats = lowered.compile().memory_analysis()
+    figures: dict[str, Any] = {
+      "argument_bytes": int(stats.argument_size_in_bytes),
+      "output_bytes": int(stats.output_size_in_bytes),
+      "alias_bytes": int(stats.alias_size_in_bytes),
+      "temp_bytes": int(stats.temp_size_in_bytes),
+      "code_bytes": int(getattr(stats, "generated_code_size_in_bytes", 0) or 0),
+    }
   except jax.errors.JaxRuntimeError as err:
     temps = refused_temporaries(str(err))
     if temps is None:
       raise
-    return CompiledPiece(
-      role=role,
-      name=name,
-      argument_bytes=tree_bytes_per_device(args),
-      output_bytes=0,
-      alias_bytes=0,
-      temp_bytes=temps,
-      code_bytes=0,
-      resident_bytes=tree_bytes_per_device(resident),
-      compile_s=round(time.perf_counter() - start, 1),
-      refused=True,
-    )
-  seconds = time.perf_counter() - start
-  stats = compiled.memory_analysis()
+    figures = {
+      "argument_bytes": tree_bytes_per_device(args),
+      "output_bytes": 0,
+      "alias_bytes": 0,
+      "temp_bytes": temps,
+      "code_bytes": 0,
+      "refused": True,
+    }
   return CompiledPiece(
     role=role,
     name=name,
-    argument_bytes=int(stats.argument_size_in_bytes),
-    output_bytes=int(stats.output_size_in_bytes),
-    alias_bytes=int(stats.alias_size_in_bytes),
-    temp_bytes=int(stats.temp_size_in_bytes),
-    code_bytes=int(getattr(stats, "generated_code_size_in_bytes", 0) or 0),
     resident_bytes=tree_bytes_per_device(resident),
-    compile_s=round(seconds, 1),
+    compile_s=round(time.perf_counter() - start, 1),
+    **figures,
   )
 
 
