@@ -446,3 +446,17 @@ def test_a_refused_piece_is_marked_and_the_verdict_says_so():
   )
   assert result.peak_bytes == 2**20 + 2 * 2**20 + 20 * 2**30
   assert result.to_json()["pieces"][1]["refused"] is True
+
+
+def test_the_tpu_compiler_is_asked_without_libtpus_process_lock(monkeypatch):
+  """With `libtpu` installed every JAX process holds libtpu's lockfile, so `plan` lets
+  libtpu load beside them (`ALLOW_MULTIPLE_LIBTPU_LOAD`), set before it asks for a
+  topology, with libtpu or without (then `--compiler tpu` is refused in one line)."""
+  import os  # noqa: PLC0415
+
+  monkeypatch.delenv("ALLOW_MULTIPLE_LIBTPU_LOAD", raising=False)
+  try:
+    plan.plan_devices("v5e:2x2", "tpu")
+  except plan.ConfigError as err:  # no libtpu here
+    assert "no TPU compiler" in str(err) and "\n" not in str(err)
+  assert os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
