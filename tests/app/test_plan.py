@@ -30,6 +30,7 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.guards import guarded_adam
 from tunix_ppo_ext._src.tunix.cluster.optimizers import build_optimizer
+from tunix_ppo_ext._src.tunix.learner import loss_fns
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -265,6 +266,27 @@ def test_group_estimator_plans_no_critic(tmp_path):
   roles = {piece["role"] for piece in figures["pieces"]}
   assert roles == {"rollout", "actor", "reference"}
   assert set(figures["resident"]) == {"actor weights", "actor optimizer", "reference weights"}
+
+
+@pytest.mark.tunix_facing  # tunix main's own losses return a LossOutput
+def test_tunix_own_losses_are_planned_as_tunix_learner_runs_them(tmp_path):
+  """`ppo.policy_loss_fn=ppo` / `ppo.value_loss_fn=ppo` (tunix's own, in tunix's registry
+  only) are what plan compiles, from tunix's registry as tunix's learner looks them up; the
+  step's arguments are those of our loss (the same weights, optimizer state and batch)."""
+  from tunix.rl import algo_core  # noqa: PLC0415
+
+  assert loss_fns.configured_loss("policy_losses", "ppo") is algo_core.ppo_policy_loss_fn
+  assert loss_fns.configured_loss("value_losses", "ppo") is algo_core.ppo_value_loss_fn
+  ours = loss_fns.configured_loss("policy_losses", "ppo_ext")
+  assert ours is loss_fns.ppo_ext_policy_loss_fn
+  smoke = ("--config", str(ROOT / "configs" / "smoke.yaml"), "model.fused_head=false")
+  steps = ("--pieces", "actor/train_step,critic/train_step")
+  tunix_own = run_plan(tmp_path, *smoke, *steps, "ppo.policy_loss_fn=ppo", "ppo.value_loss_fn=ppo")
+  own = run_plan(tmp_path, *smoke, *steps)
+  for tunix_step, own_step in zip(tunix_own["pieces"], own["pieces"], strict=True):
+    assert tunix_step["role"] == own_step["role"] and tunix_step["name"] == "train_step"
+    assert tunix_step["argument_bytes"] == own_step["argument_bytes"] > 0
+    assert tunix_step["temp_bytes"] > 0
 
 
 def test_optimizer_state_follows_the_optim_and_batch_sections(tmp_path):

@@ -249,11 +249,21 @@ def test_ppo_trains_on_frozenlake_with_exact_masks(monkeypatch):
     ({"max_steps": "3"}, r"max_steps='3' is invalid: must be an integer >= 1"),
     ({"max_steps": 2.5}, r"max_steps=2.5 is invalid"),
     ({"is_slippery": "yes"}, r"is_slippery='yes' is invalid: must be true or false"),
+    ({"invalid_reward": 0.5}, r"invalid_reward=0.5 is invalid: must be a finite number in"),
+    ({"invalid_reward": "x"}, r"invalid_reward='x' is invalid"),
   ],
 )
 def test_bad_frozenlake_kwargs_are_one_line_naming_the_key(kwargs, message):
   with pytest.raises(ValueError, match=message):
     FrozenLakeEnv(**kwargs)
+
+
+def test_an_invalid_reply_pays_invalid_reward_and_a_move_pays_none_of_it():
+  env = FrozenLakeEnv(desc=["SF", "FG"], invalid_reward=-0.1)
+  env.reset(0)
+  assert env.step("jump")[1:4] == (-0.1, False, False)
+  assert env.step("r")[1] == 0.0  # a move: Gymnasium's reward only
+  assert env.step("d")[1:3] == (1.0, True)
 
 
 def test_a_custom_frozenlake_map_plays():

@@ -112,6 +112,19 @@ def test_invalid_replies_and_the_step_budget():
   assert env.step("d")[3] is True  # valid moves count too
 
 
+def test_an_invalid_reply_pays_invalid_reward_and_a_move_pays_none_of_it():
+  replies = ["jump", "l", "x", "d", "r", "u", "", "l"]
+  penalised, plain = SokobanEnv(invalid_reward=-0.1), SokobanEnv()
+  for seed in range(5):
+    penalised.reset(seed), plain.reset(seed)
+    for reply in replies:
+      with_penalty, without = penalised.step(reply), plain.step(reply)
+      assert with_penalty[0] == without[0]  # the same rooms
+      assert with_penalty[1] == without[1] + (-0.1 if reply not in MOVES else 0.0)
+      if with_penalty[2]:
+        break
+
+
 def test_a_box_pushed_off_its_goal_costs_its_reward():
   """Every move's reward, from the board texts alone (`B`: a box on a goal): `box_reward`
   per box pushed onto a goal, minus that per box pushed off, minus `step_penalty`, plus
@@ -172,6 +185,7 @@ def test_uniform_random_baseline():
     ({"max_steps": "3"}, r"max_steps='3' is invalid"),  # refused here, not at the first step
     ({"scramble": 2.5}, r"scramble=2.5 is invalid"),
     ({"box_reward": "x"}, r"box_reward='x' is invalid: must be a finite number"),
+    ({"invalid_reward": 1.0}, r"invalid_reward=1.0 is invalid: must be a finite number in"),
     ({"min_distance": 9}, r"sokoban: no room .* min_distance=9\): lower min_distance"),
   ],
 )

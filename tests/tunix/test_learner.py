@@ -89,6 +89,30 @@ def test_default_config_matches_stock_ppo_step_for_step():
   np.testing.assert_allclose(ext_critic, stock_critic, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.tunix_facing
+def test_tunix_own_losses_get_tunix_inputs_and_log_tunix_metrics_as_stock_ppo():
+  """`policy_loss_fn="ppo"`, `value_loss_fn="ppo"` (tunix's own, held only by tunix's
+  registry) train as in stock `PPOLearner`: tunix's inputs (no temperature, no aggregation
+  keyword) and tunix's metric names and values (its entropy term switched on)."""
+  shared = dict(num_iterations=2, entropy_coef=0.05, epsilon_c=3.0)
+  names = [("actor", "loss"), ("critic", "loss"), ("actor", "pg_clipfrac")]
+  names += [("actor", "pg_clipfrac_lower"), ("actor", "loss/entropy")]
+  names += [("critic", "vpred_mean"), ("critic", "vf_clipfrac")]
+  logged = {}
+  for cls, config in [
+    (ppo_learner.PPOLearner, ppo_learner.PPOConfig(**shared)),
+    (PpoExtLearner, PpoExtConfig(**shared, policy_loss_fn="ppo", value_loss_fn="ppo")),
+  ]:
+    cluster, learner, data = setup(config, steps=4, learner_cls=cls)
+    learner.train(data)
+    logged[cls] = {name: history(cluster, *name) for name in names}
+  stock, ours = logged.values()
+  for name in names:
+    assert len(stock[name]) == 4, name  # 2 global steps x 2 PPO epochs
+    np.testing.assert_allclose(ours[name], stock[name], rtol=1e-5, atol=1e-5, err_msg=str(name))
+  assert np.all(ours[("actor", "loss/entropy")] > 0)
+
+
 def test_fractional_rewards_reach_returns_and_advantages():
   """tunix 0.1.7 builds int32 token rewards and truncates 0.7 to 0; we keep float32."""
   config = dict(beta=0.0, gamma=1.0, gae_lambda=1.0)

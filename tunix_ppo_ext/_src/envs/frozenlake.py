@@ -3,7 +3,8 @@
 The board is rendered in one line of lowercase cells with the player as `p`, rows
 separated by spaces (4x4: `pfff fhfh fffh hffg`; `s` start, `f` frozen, `h` hole, `g`
 goal). The agent answers one letter: `l`, `d`, `r`, `u` (Gymnasium's actions 0-3); any
-other reply gets `bad` and the board again (`info["invalid_action"]`). Reaching the goal
+other reply gets `bad` and the board again (`info["invalid_action"]`) and `invalid_reward`
+(default 0.0; RAGEN's format penalty is -0.1). Reaching the goal
 pays 1.0 (Gymnasium's reward, the turn's reward) and is a success; falling into a hole
 ends the episode with 0; `max_steps` (default 8) is the step budget. `is_slippery`
 defaults to False (deterministic moves). Every text fits `FROZENLAKE_ALPHABET`, the
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunix_ppo_ext._src.checks import check_integer, did_you_mean
+from tunix_ppo_ext._src.checks import check_integer, check_number, did_you_mean
 from tunix_ppo_ext._src.envs.gym_adapter import GymEnv, import_gymnasium
 
 ACTIONS = ("l", "d", "r", "u")  # Gymnasium's order: left, down, right, up
@@ -79,7 +80,8 @@ def check_desc(desc: object) -> list[str]:
 
 class FrozenLakeEnv(GymEnv):
   """FrozenLake as a text game (see the module docstring); kwargs: `map_name`,
-  `is_slippery`, `max_steps`, `desc` (a custom map as a list of row strings)."""
+  `is_slippery`, `max_steps`, `desc` (a custom map as a list of row strings),
+  `invalid_reward` (the reward of a reply that is not a move)."""
 
   def __init__(
     self,
@@ -88,10 +90,12 @@ class FrozenLakeEnv(GymEnv):
     is_slippery: bool = False,
     max_steps: int = 8,
     desc: list[str] | None = None,
+    invalid_reward: float = 0.0,
   ):
     if not isinstance(is_slippery, bool):
       raise ValueError(f"is_slippery={is_slippery!r} is invalid: must be true or false.")
     max_steps = check_integer("max_steps", max_steps, low=1)
+    invalid_reward = check_number("invalid_reward", invalid_reward, high=0.0)
     make_kwargs: dict[str, Any] = {"map_name": map_name, "is_slippery": is_slippery}
     if desc is not None:
       make_kwargs["desc"] = check_desc(desc)
@@ -104,6 +108,7 @@ class FrozenLakeEnv(GymEnv):
       render=render_board,
       parse_action=parse_letter,
       invalid_feedback=INVALID,
+      invalid_reward=invalid_reward,
       success_reward=1.0,
       make_kwargs=make_kwargs,
     )

@@ -9,7 +9,8 @@ than `min_distance` (2) cells to the nearest goal are drawn again.
 
 Text (4x4, one box): `#p.. .b.. ..g. ....`: rows separated by spaces; `.` floor, `#`
 wall, `g` goal, `b` box, `B` box on a goal, `p` player (`P` on a goal). Replies are one
-letter, `l d r u`; anything else gets `bad` and the board (`info["invalid_action"]`).
+letter, `l d r u`; anything else gets `bad`, the board (`info["invalid_action"]`) and
+`invalid_reward` (0; RAGEN's format penalty is -0.1).
 Rewards per move (turn rewards, gym-sokoban's shape, scaled): `box_reward` (0.1) for a box
 pushed onto a goal, minus that for one pushed off, `solve_reward` (1.0) when every box is
 on a goal (the episode ends; `info["success"]`), `step_penalty` (0) on every move.
@@ -178,6 +179,7 @@ class SokobanEnv:
     box_reward: float = 0.1,
     solve_reward: float = 1.0,
     step_penalty: float = 0.0,
+    invalid_reward: float = 0.0,
   ):
     self.layout = _check_layout(
       height=height,
@@ -191,6 +193,7 @@ class SokobanEnv:
     box_reward = check_number("box_reward", box_reward)
     solve_reward = check_number("solve_reward", solve_reward)
     step_penalty = check_number("step_penalty", step_penalty)
+    self.invalid_reward = float(check_number("invalid_reward", invalid_reward, high=0.0))
     _feasible(tuple(self.layout.items()))  # kwargs no room can meet fail here, not at a reset
     self.max_steps = max_steps
     self.box_reward, self.solve_reward = float(box_reward), float(solve_reward)
@@ -214,7 +217,8 @@ class SokobanEnv:
     info: dict[str, Any] = {"invalid_action": letter not in MOVES, "success": False}
     if info["invalid_action"]:  # the room as it was: unsolved
       info["boxes_on_goals"] = len(self.room.boxes & self.room.goals)
-      return f"{INVALID} {self.room.text()}", 0.0, False, self._steps >= self.max_steps, info
+      truncated = self._steps >= self.max_steps
+      return f"{INVALID} {self.room.text()}", self.invalid_reward, False, truncated, info
     self.room, change = self.room.move(letter)
     reward = change * self.box_reward - self.step_penalty
     info["success"] = self.room.solved

@@ -39,6 +39,7 @@ from tunix_ppo_ext._src.run.job import role_models
 from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, as_resolved, lora_section
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
+from tunix_ppo_ext._src.tunix.learner import loss_fns
 from tunix_ppo_ext._src.tunix.models import hf_models
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import prefill_bucket
@@ -379,8 +380,10 @@ def _actor_train_step(b: _Built) -> list[abstract.CompiledPiece]:
   example = abstract.train_example(
     mesh, b.rows.train, b.prompt, b.completion, kl_in_loss=kl_in_loss
   )
-  loss_fn = registry.get(registry.POLICY_LOSSES, b.ppo.policy_loss_fn)
-  static = dict(algo_config=b.ppo, pad_id=0, eos_id=1, temperature=b.ppo.logps_temperature or 1.0)
+  loss_fn = loss_fns.configured_loss(registry.POLICY_LOSSES, b.ppo.policy_loss_fn)
+  static: dict[str, Any] = dict(algo_config=b.ppo, pad_id=0, eos_id=1)
+  if not loss_fns.tunix_own(registry.POLICY_LOSSES, b.ppo.policy_loss_fn):  # as the learner
+    static["temperature"] = b.ppo.logps_temperature or 1.0
   inputs = {"train_example": example}
   return [
     abstract.compile_train_step(
@@ -392,13 +395,10 @@ def _actor_train_step(b: _Built) -> list[abstract.CompiledPiece]:
 def _critic_train_step(b: _Built) -> list[abstract.CompiledPiece]:
   mesh = b.meshes[Role.CRITIC]
   example = abstract.train_example(mesh, b.rows.train, b.prompt, b.completion, kl_in_loss=False)
-  loss_fn = registry.get(registry.VALUE_LOSSES, b.ppo.value_loss_fn)
-  static = dict(
-    clip_range_value=b.ppo.clip_range_value,
-    pad_id=0,
-    eos_id=1,
-    loss_agg_mode=b.ppo.value_loss_agg_mode,
-  )
+  loss_fn = loss_fns.configured_loss(registry.VALUE_LOSSES, b.ppo.value_loss_fn)
+  static: dict[str, Any] = dict(clip_range_value=b.ppo.clip_range_value, pad_id=0, eos_id=1)
+  if not loss_fns.tunix_own(registry.VALUE_LOSSES, b.ppo.value_loss_fn):  # as the learner
+    static["loss_agg_mode"] = b.ppo.value_loss_agg_mode
   inputs = {"train_example": example}
   return [
     abstract.compile_train_step(

@@ -88,6 +88,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 from tunix.generate import sampler as sampler_lib
 from tunix.models.gemma3 import model as gemma3_model
@@ -512,6 +513,31 @@ def log_step_metrics_now(cluster: Any) -> None:
     snapshot.metrics = dict(buffers[-1].metrics)  # what was logged stays intact for listeners
     cluster._log_metrics(snapshot)
     buffers[-1].metrics.clear()  # the buffer stays: tunix's bookkeeping expects one
+
+
+def loss_and_aux(out: Any) -> tuple[Any, Any]:
+  """`(the value tunix's trainer differentiates, aux)` of a policy or value loss's output.
+
+  tunix main's own losses return an `sft.utils.LossOutput`, which its `PeftTrainer`
+  differentiates through `primary_loss.unreduced_sum` (keeping the whole output as aux);
+  ours, and tunix 0.1.7's, return the `(loss, aux)` pair.
+  """
+  primary = getattr(out, "primary_loss", None)
+  return (primary.unreduced_sum, out) if primary is not None else out
+
+
+def tunix_loss_metrics(algo_config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+  """`(actor, critic)` metrics to log of tunix's own `ppo` losses, as tunix's `PPOLearner`
+  asks its trainers for them, with the reducer of the installed tunix (tunix main's losses
+  return weighted metrics, reduced by its `mean_of_means`; 0.1.7's plain arrays, `np.mean`).
+  """
+  mean = getattr(tunix_common, "mean_of_means", np.mean)
+  actor = {"pg_clipfrac": mean}
+  if algo_config.epsilon_c is not None:
+    actor["pg_clipfrac_lower"] = mean
+  if algo_config.entropy_coef is not None and algo_config.entropy_coef > 0.0:
+    actor["loss/entropy"] = mean
+  return actor, {"vpred_mean": mean, "vf_clipfrac": mean}
 
 
 # ----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ applied on the piece's mesh), and outputs keep their rows on `fsdp`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import time
@@ -227,9 +228,13 @@ def compile_train_step(
   opt_def, opt_state = nnx.split(optimizer)
   model_state, opt_state = shard_abstract(model_state, mesh), shard_abstract(opt_state, mesh)
 
+  @functools.wraps(loss_fn)  # its signature: nnx maps the keyword inputs by it
+  def differentiated(model, *args, **kwargs):
+    return compat.loss_and_aux(loss_fn(model, *args, **kwargs))
+
   def step(model_state, opt_state, inputs):
     model, opt = nnx.merge(model_def, model_state), nnx.merge(opt_def, opt_state)
-    grad_fn = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt), has_aux=True)
+    grad_fn = nnx.value_and_grad(differentiated, argnums=nnx.DiffState(0, wrt), has_aux=True)
     (loss, aux), grads = grad_fn(model, **inputs, **static_inputs)
     grad_norm = optax.global_norm(grads)
     opt.update(model, grads)

@@ -237,6 +237,22 @@ def register_configured(config: Any) -> None:
       register_in_tunix(kind, name, registry.get(kind, name))
 
 
+def tunix_own(kind: str, name: str) -> bool:
+  """Whether `name` is tunix's own loss (only tunix's registry holds it, e.g. `ppo`): it
+  gets the inputs tunix's `PPOLearner` gives (no temperature, no aggregation mode) and logs
+  tunix's metric names."""
+  return not registry.has(kind, name)
+
+
+def configured_loss(kind: str, name: str) -> Callable[..., Any]:
+  """The loss tunix's trainers run for `name`, looked up as tunix's learner does (its
+  `function_registry`): this package's or a plugin's (put there first), else tunix's own
+  (e.g. `ppo`)."""
+  if registry.has(kind, name):
+    register_in_tunix(kind, name, registry.get(kind, name))
+  return _REGISTER[kind][1](name)
+
+
 def register_in_tunix(kind: str, name: str, obj: Any) -> None:
   """Registers a registry object in tunix's `function_registry` as `name`, if not there yet.
 

@@ -115,6 +115,13 @@ class PpoExtLearner(compat.LearnerHooks):
       ppo_config.kl_ctrl, ppo_config.kl_coef, ppo_config.kl_target, ppo_config.kl_horizon
     )
     self._restore_learner_state()
+    self._tunix_own = {  # tunix's own losses get tunix's inputs and log tunix's metrics
+      kind: tunix_losses.tunix_own(kind, name)
+      for kind, name in (
+        (registry.POLICY_LOSSES, ppo_config.policy_loss_fn),
+        (registry.VALUE_LOSSES, ppo_config.value_loss_fn),
+      )
+    }
     self._set_up_actor(rl_cluster.actor_trainer, ppo_config)
     if critic is not None:
       self._set_up_critic(critic)
@@ -145,6 +152,9 @@ class PpoExtLearner(compat.LearnerHooks):
     compat.add_checkpoint_metadata(actor, self._learner_state)
     actor.with_gen_model_input_fn(self._actor_inputs)
     actor.with_training_hooks(timing.UpdateTimer(self.rl_cluster, "timing_s/update_actor"))
+    if self._tunix_own[registry.POLICY_LOSSES]:  # tunix's aux keys and reducer
+      actor.with_rl_metrics_to_log(compat.tunix_loss_metrics(config)[0])
+      return
     logged = ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
     kl_loss = ("kl_loss",) if config.kl_penalty == "loss" else ()
     actor.with_rl_metrics_to_log(dict.fromkeys((*logged, *kl_loss), np.mean))
@@ -163,6 +173,9 @@ class PpoExtLearner(compat.LearnerHooks):
     """The critic trainer's inputs, update timer and logged loss terms."""
     critic.with_gen_model_input_fn(self._critic_inputs)
     critic.with_training_hooks(timing.UpdateTimer(self.rl_cluster, "timing_s/update_critic"))
+    if self._tunix_own[registry.VALUE_LOSSES]:
+      critic.with_rl_metrics_to_log(compat.tunix_loss_metrics(self.algo_config)[1])
+      return
     logged = ("vf_loss", "vpred_mean", "vf_clipfrac")
     critic.with_rl_metrics_to_log(dict.fromkeys(logged, np.mean))
 
@@ -234,20 +247,24 @@ class PpoExtLearner(compat.LearnerHooks):
       "algo_config": self.algo_config,
       "pad_id": self.rl_cluster.rollout.pad_id(),
       "eos_id": self.rl_cluster.rollout.eos_id(),
-      "temperature": self._temperature(),
     }
+    if self._tunix_own[registry.POLICY_LOSSES]:
+      return inputs  # what tunix's PPOLearner gives its losses
+    inputs["temperature"] = self._temperature()
     if self._ref_state is not None:
       inputs["ref_model"] = self._ref_state
     return inputs
 
   def _critic_inputs(self, example: TrainExample) -> dict[str, Any]:
-    return {
+    inputs = {
       "train_example": example,
       "clip_range_value": self.algo_config.clip_range_value,
       "pad_id": self.rl_cluster.rollout.pad_id(),
       "eos_id": self.rl_cluster.rollout.eos_id(),
-      "loss_agg_mode": self.algo_config.value_loss_agg_mode,
     }
+    if not self._tunix_own[registry.VALUE_LOSSES]:
+      inputs["loss_agg_mode"] = self.algo_config.value_loss_agg_mode
+    return inputs
 
   def num_generations(self) -> int:
     return self.algo_config.num_generations
