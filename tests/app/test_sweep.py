@@ -48,14 +48,26 @@ def test_smoothing_is_a_trailing_mean(values):
 
 def test_variant_row_statistics():
   keys = ("final_return", "max_return", "steps_to_reach", "peak_drop", "echo_trap_step", "wall_s")
-  rows = [(1.0, 1.25, 10, 0.2, None, 3), (0.5, 1.25, None, 0.0, 7, 5)]
+  keys += ("final_success",)
+  rows = [(1.0, 1.25, 10, 0.2, None, 3, 0.25), (0.5, 1.25, None, 0.0, 7, 5, 0.5)]
   results = [dict(zip(keys, row, strict=True)) for row in rows]
   row = sweep.variant_row("x", results)
   assert row["final_mean"] == 0.75 and row["final_std"] == 0.25 and row["final_min"] == 0.5
   assert row["reached"] == 1 and row["steps_to_reach_mean"] == 10.0
   assert row["peak_drop_max"] == 0.2 and row["wall_s_mean"] == 4.0 and row["echo_trap"] == 1
+  assert (row["success_mean"], row["success_min"], row["success_max"]) == (0.375, 0.25, 0.5)
   table = sweep.markdown_table([row])
-  assert "| x | 2 | 0.750 | 0.250 | 0.500 | 1/2 | 10 | 0.200 | 1/2 | 4.0 |" in table
+  line = "| x | 2 | 0.750 | 0.250 | 0.500 | 0.375 [0.250, 0.500] | 1/2 | 10 | 0.200 | 1/2 | 4.0 |"
+  assert line in table
+  results[1]["final_success"] = None  # a seed without successes: no column, not a wrong mean
+  assert "| 0.500 | - | 1/2 |" in sweep.markdown_table([sweep.variant_row("x", results)])
+
+
+def test_final_success_is_the_mean_of_the_last_tenth_of_logged_steps():
+  rows = [{"train/success_rate": v} for v in np.linspace(0, 1, 30)] + [{"other": 1.0}]
+  assert np.isclose(sweep.final_success(rows), np.mean(np.linspace(0, 1, 30)[-3:]))
+  assert sweep.final_success([{"train/success_rate": 0.5}]) == 0.5  # at least one step
+  assert sweep.final_success([{"other": 1.0}]) is None
 
 
 def test_a_seed_saved_before_a_key_existed_counts_as_the_same_config(tmp_path):

@@ -23,7 +23,9 @@ stops further starts; the sweep then fails naming it. Then
 `DIR/table.md`, `DIR/table.json` and `DIR/curves.png` (mean training return per variant,
 with its min-max band over seeds) are written.
 
-Per variant, over seeds: mean, std (population) and min of `final_return`; how many seeds
+Per variant, over seeds: mean, std (population) and min of `final_return`; the mean, min
+and max of the seeds' final success rates (`train/success_rate` averaged over each seed's
+last tenth of steps; `-` for an environment without successes); how many seeds
 reached 0.9 of the environment's maximum on the smoothed return curve and after how many
 batches (rows of that curve; with `ppo.num_iterations=k` a batch is k of `train.steps`),
 the mean over the seeds that did; the largest drop from a seed's smoothed peak to its
@@ -59,6 +61,7 @@ from tunix_ppo_ext._src.metrics.sinks import read_jsonl, write_atomically
 
 _UNSET = object()  # a key no default has
 REACHED = 0.9  # share of the environment's max return that counts as solved
+SUCCESS_KEY = "train/success_rate"  # logged by environments that say what a success is
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,6 +245,13 @@ def smoothed(values: Sequence[float]) -> np.ndarray:
   return (sums[1:] - sums[starts]) / (np.arange(1, len(x) + 1) - starts)
 
 
+def final_success(rows: Sequence[dict[str, Any]]) -> float | None:
+  """Mean `train/success_rate` over the last tenth of the steps that log it (at least one);
+  None for an environment that logs no success."""
+  values = [float(r[SUCCESS_KEY]) for r in rows if r.get(SUCCESS_KEY) is not None]
+  return float(np.mean(values[-max(1, len(values) // 10) :])) if values else None
+
+
 def seed_result(run_dir: pathlib.Path) -> dict[str, Any]:
   """One seed's summary plus `curve` (return per step), `steps_to_reach` and `peak_drop`."""
   summary = json.loads((run_dir / "summary.json").read_text())
@@ -254,6 +264,7 @@ def seed_result(run_dir: pathlib.Path) -> dict[str, Any]:
     **summary,
     "curve": curve,
     "steps_to_reach": int(reached[0]) + 1 if reached.size else None,
+    "final_success": final_success(rows),
     "peak_drop": float(smooth.max() - summary["final_return"]) if smooth.size else 0.0,
     "echo_trap_step": echo_trap_step(rows, _echo_rule(run_dir), summary["max_return"]),
   }
@@ -280,24 +291,40 @@ def variant_row(name: str, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     "reached": len(reached),
     "steps_to_reach_mean": float(np.mean(reached)) if reached else None,
     "peak_drop_max": float(max(r["peak_drop"] for r in results)),
+    **_success_columns([r.get("final_success") for r in results]),
     "echo_trap": sum(r["echo_trap_step"] is not None for r in results),
     "wall_s_mean": float(np.mean([r["wall_s"] for r in results])),
+  }
+
+
+def _success_columns(values: Sequence[float | None]) -> dict[str, float | None]:
+  """Mean, min and max of the seeds' final success rates; None where a seed has none."""
+  if not values or any(v is None for v in values):
+    return dict.fromkeys(("success_mean", "success_min", "success_max"))
+  return {
+    "success_mean": float(np.mean(values)),
+    "success_min": float(min(values)),
+    "success_max": float(max(values)),
   }
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
   """`table.md`: one line per variant."""
   header = (
-    "| variant | seeds | final_return mean | std | min | reached 0.9 of max | batches to 0.9 "
-    "(mean) | max drop from peak | echo trap | wall s (mean) |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    "| variant | seeds | final_return mean | std | min | final success mean [min, max] | "
+    "reached 0.9 of max | batches to 0.9 (mean) | max drop from peak | echo trap | "
+    "wall s (mean) |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
   )
   lines = []
   for r in rows:
     steps = "-" if r["steps_to_reach_mean"] is None else f"{r['steps_to_reach_mean']:.0f}"
+    success = "-"
+    if r.get("success_mean") is not None:
+      success = f"{r['success_mean']:.3f} [{r['success_min']:.3f}, {r['success_max']:.3f}]"
     lines.append(
       f"| {r['variant']} | {r['seeds']} | {r['final_mean']:.3f} | {r['final_std']:.3f} | "
-      f"{r['final_min']:.3f} | {r['reached']}/{r['seeds']} | {steps} | "
+      f"{r['final_min']:.3f} | {success} | {r['reached']}/{r['seeds']} | {steps} | "
       f"{r['peak_drop_max']:.3f} | {r['echo_trap']}/{r['seeds']} | {r['wall_s_mean']:.1f} |"
     )
   return header + "\n".join(lines) + "\n"
