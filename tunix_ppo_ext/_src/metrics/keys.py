@@ -40,6 +40,7 @@ SUMMARY_KEY = "train/episode_return/mean"  # the main job's summary is made of i
 # tunix's trainers log these (prefix `actor`/`critic`) at the number of updates done ...
 _ACTOR = ("pg_loss", "entropy", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "kl_loss")
 _ACTOR += ("grad_norm", "loss")
+TUNIX_LOSS_KEYS = frozenset({"actor/loss/entropy"})  # tunix's own `ppo` policy loss's name
 _CRITIC = ("vf_loss", "vf_clipfrac", "vpred_mean", "grad_norm", "loss")
 TRAINER_PREFIXES = ("actor", "critic")
 # ... the learner buffers the rest at tunix's global step, which counts from 0.
@@ -62,14 +63,16 @@ ROLLOUT_CORRECTION_KEYS = frozenset(f"rollout/{name}" for name in ROLLOUT_CORREC
 DAPO = ("overlong_penalty", "overlong_frac", "dynamic_sampling_rounds")
 DAPO += ("dynamic_sampling_kept_frac", "dynamic_sampling_masked_frac")
 DAPO_KEYS = frozenset(f"rollout/{name}" for name in DAPO)
-# published only while the feature that makes them is configured (`ppo.rollout_is/rs`, `dapo`)
-CONDITIONAL_KEYS = ROLLOUT_CORRECTION_KEYS | DAPO_KEYS
+# published only while the feature that makes them is configured (`ppo.rollout_is/rs`, `dapo`,
+# tunix's own policy loss)
+CONDITIONAL_KEYS = ROLLOUT_CORRECTION_KEYS | DAPO_KEYS | TUNIX_LOSS_KEYS
 
 # internal name -> published key (`{mode}`: train/eval); `None` drops the metric by default.
 TAXONOMY: dict[str, str | None] = {
   **{f"batch/{f}/{s}": f"{{mode}}/{f}/{s}" for f in BATCH_FAMILIES for s in STATS},
   **{f"batch/{name}": f"{{mode}}/{name}" for name in BATCH_SCALARS},
   **{f"actor/{name}": f"actor/{name}" for name in _ACTOR},
+  **{key: key for key in TUNIX_LOSS_KEYS},
   **{f"learner/{name}": f"actor/{name}" for name in _LEARNER_ACTOR},
   "learner/explained_variance": "critic/explained_variance",
   # the NaN guard and non-finite rewards (`tunix_ppo_ext._src.tunix.cluster.guards`)
