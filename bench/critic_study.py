@@ -60,7 +60,8 @@ def seed_line(run_dir: pathlib.Path, fixed: float) -> tuple[str, str]:
 def report(sweep_dir: pathlib.Path, fixed: float) -> str:
   header = (
     f"### {sweep_dir.name}\n\n| variant | seed | final success | final return | entropy | "
-    "invalid share | echo trap at step | ended |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    "invalid share | echo trap at step | ended |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
   )
   lines, counts = [], collections.defaultdict(collections.Counter)
   for run_dir in sorted(sweep_dir.glob("*/seed*")):
