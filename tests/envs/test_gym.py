@@ -266,6 +266,32 @@ def test_an_invalid_reply_pays_invalid_reward_and_a_move_pays_none_of_it():
   assert env.step("d")[1:3] == (1.0, True)
 
 
+def _slippery_walks(env: FrozenLakeEnv, seed: int, resets: int) -> list[tuple[str, ...]]:
+  walks = []
+  for _ in range(resets):
+    texts = [env.reset(seed)[0]]
+    for letter in "rrddrrddrrdd":
+      text, _, terminated, truncated, _ = env.step(letter)
+      texts.append(text)
+      if terminated or truncated:
+        break
+    walks.append(tuple(texts))
+  return walks
+
+
+def test_a_groups_episodes_share_their_chance_unless_it_is_independent():
+  """Same seed, same moves: the same slips (common random numbers); with
+  `independent_chance` the same start but each reset its own slips."""
+  kwargs = dict(desc=["SFF", "FHF", "FFG"], is_slippery=True, max_steps=12)
+  shared = _slippery_walks(FrozenLakeEnv(**kwargs), seed=424242, resets=8)
+  assert len(set(shared)) == 1
+  independent = _slippery_walks(FrozenLakeEnv(**kwargs, independent_chance=True), 424243, 8)
+  assert {walk[0] for walk in independent} == {"pff fhf ffg"}
+  assert len(set(independent)) > 1  # 8 walks of up to 12 slippery moves: not all alike
+  with pytest.raises(ValueError, match=r"independent_chance='yes' is invalid: must be true"):
+    FrozenLakeEnv(**kwargs, independent_chance="yes")
+
+
 def test_a_custom_frozenlake_map_plays():
   env = FrozenLakeEnv(desc=["SF", "HG"])
   assert env.reset(0)[0] == "pf hg"

@@ -81,7 +81,8 @@ def check_desc(desc: object) -> list[str]:
 class FrozenLakeEnv(GymEnv):
   """FrozenLake as a text game (see the module docstring); kwargs: `map_name`,
   `is_slippery`, `max_steps`, `desc` (a custom map as a list of row strings),
-  `invalid_reward` (the reward of a reply that is not a move)."""
+  `invalid_reward` (the reward of a reply that is not a move), `independent_chance` (the
+  episodes of a group slip independently; `tunix_ppo_ext._src.envs.gym_adapter`)."""
 
   def __init__(
     self,
@@ -91,6 +92,7 @@ class FrozenLakeEnv(GymEnv):
     max_steps: int = 8,
     desc: list[str] | None = None,
     invalid_reward: float = 0.0,
+    independent_chance: bool = False,
   ):
     if not isinstance(is_slippery, bool):
       raise ValueError(f"is_slippery={is_slippery!r} is invalid: must be true or false.")
@@ -109,6 +111,7 @@ class FrozenLakeEnv(GymEnv):
       parse_action=parse_letter,
       invalid_feedback=INVALID,
       invalid_reward=invalid_reward,
+      independent_chance=independent_chance,
       success_reward=1.0,
       make_kwargs=make_kwargs,
     )

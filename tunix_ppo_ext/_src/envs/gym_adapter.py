@@ -24,17 +24,29 @@ count): the episode is truncated when it is spent. Success (`info["success"]`,
 (Gymnasium-Robotics' convention), else, with `success_reward` set, "terminated with a
 reward >= success_reward" (FrozenLake: reached the goal).
 
+Chance: `reset(seed)` seeds Gymnasium's random generator, so the episodes of a group (which
+share their seed) meet the same chance for the same moves: common random numbers, and the
+group's returns differ only by its choices. With `independent_chance`, the generator is
+seeded again after the reset from the seed and how many resets of that seed this process
+has made before: the group's episodes start alike (the reset's draws are the seed's) but
+meet their own chance, as in an environment whose luck cannot be replayed. Deterministic for
+a given order of resets.
+
 `gymnasium` is optional: `pip install 'tunix-ppo-ext[gym]'`; without it the adapter
 raises one line saying so.
 """
 
 from __future__ import annotations
 
+import collections
 import importlib
 import inspect
 import re
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from tunix_ppo_ext._src.checks import check_integer
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
@@ -126,6 +138,7 @@ class GymEnv:
     invalid_reward: the reward of an invalid reply.
     success_reward: see the module doc.
     make_kwargs: keyword arguments of `gymnasium.make`.
+    independent_chance: each reset of a seed meets its own chance (see the module doc).
   """
 
   def __init__(
@@ -141,7 +154,13 @@ class GymEnv:
     invalid_reward: float = 0.0,
     success_reward: float | None = None,
     make_kwargs: dict[str, Any] | None = None,
+    independent_chance: bool = False,
   ):
+    if not isinstance(independent_chance, bool):
+      raise ValueError(
+        f"independent_chance={independent_chance!r} is invalid: must be true or false."
+      )
+    self.independent_chance = independent_chance
     gym = import_gymnasium()
     # the renderer's and parser's modules first: one of them may register the id
     self.render = resolve_callable(render, "render") or ansi_text
@@ -167,6 +186,10 @@ class GymEnv:
   def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
     """`gymnasium` reset with `seed`; the rendered first observation."""
     self._observation, info = self.env.reset(seed=int(seed))
+    if self.independent_chance:  # the start as the seed's; the rest of the luck the episode's
+      draw = _resets_before(self.name, int(seed))
+      entropy = [int(seed) % 2**63, draw]
+      self.env.unwrapped.np_random = np.random.Generator(np.random.PCG64(entropy))
     self._steps = 0
     return self.render(self.env, self._observation), dict(info)
 
@@ -191,6 +214,18 @@ class GymEnv:
     elif self.success_reward is not None:
       info["success"] = terminated and reward >= self.success_reward
     return info
+
+
+_RESETS: collections.Counter[tuple[str, int]] = collections.Counter()
+_RESETS_LOCK = threading.Lock()
+
+
+def _resets_before(name: str, seed: int) -> int:
+  """How many `independent_chance` resets of `seed` this process made before (then one more)."""
+  with _RESETS_LOCK:
+    count = _RESETS[(name, seed)]
+    _RESETS[(name, seed)] += 1
+  return count
 
 
 def registered_id(env_id: str) -> str:
