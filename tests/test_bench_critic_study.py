@@ -50,3 +50,8 @@ def test_each_seed_gets_its_last_tenth_and_the_variants_their_tallies(tmp_path):
   assert "- a: 1 fixed invalid reply, 1 fixed reply" in text
   assert "- b: 1 still sampling" in text
   assert bench.verdict(0.05, 1.0, fixed=0.05) == "still sampling"  # the threshold is strict
+  assert bench.short_name("advantage_estimator=rloo") == "rloo"
+  assert bench.short_name("steps=3_advantage_estimator=gae_keep_ratio=0.5_by=std") == "StarPO-S"
+  curves = bench.success_curves([tmp_path])
+  assert sorted(curves) == ["a", "b"] and len(curves["a"]) == 2
+  assert len(curves["a"][0]) == 20 and curves["a"][0][-1] == 0.25  # window 1: the value
