@@ -1,12 +1,12 @@
 """How each seed of a critic-study sweep ended: the reply it settled on, if one.
 
 Reads the seed directories `tunix-ppo-ext sweep` wrote (`DIR/<variant>/seed<k>/`) and prints
-a markdown table per DIR: per seed, the final success rate and episode return (the sweep's
-`final_success` rule: the mean over the last tenth of the steps), the final entropy per token
-and invalid-reply share (the same last tenth), the step the Echo Trap rule fired at, and the
-verdict: `fixed reply` when the final entropy is below `--fixed` nats per token (one reply,
-the same at every turn, whatever the observation), `fixed invalid reply` when that reply is
-not a move (invalid share above 0.9), else `still sampling`. Then per variant: how many seeds
+a markdown table per DIR: per seed (`tunix_ppo_ext.jobs.seed_result`), the final success
+rate, episode return, entropy per token and invalid-reply share (each the mean over the
+seed's last tenth of steps), the step the Echo Trap rule fired at, and the verdict:
+`fixed reply` when the final entropy is below `--fixed` nats per token (one reply, the same
+at every turn, whatever the observation), `fixed invalid reply` when that reply is not a
+move (invalid share above 0.9), else `still sampling`. Then per variant: how many seeds
 ended each way.
 
   python bench/critic_study.py runs/sweeps/critic_frozenlake_slippery [DIR ...] [--fixed 0.05]
@@ -24,23 +24,13 @@ import argparse
 import collections
 import pathlib
 from collections.abc import Sequence
-from typing import Any
 
-import numpy as np
-
-from tunix_ppo_ext._src.metrics.plot import plot_spread
-from tunix_ppo_ext._src.metrics.sinks import read_jsonl
-from tunix_ppo_ext._src.run import sweep
+from tunix_ppo_ext.jobs import seed_result
+from tunix_ppo_ext.metrics import plot_spread, trailing_mean
 
 ENTROPY = "actor/entropy"
 INVALID = "train/env/invalid_action"
 RETURN = "train/episode_return/mean"
-
-
-def last_tenth(rows: Sequence[dict[str, Any]], key: str) -> float | None:
-  """Mean of `key` over the last tenth of the steps that log it (at least one)."""
-  values = [float(r[key]) for r in rows if r.get(key) is not None]
-  return float(np.mean(values[-max(1, len(values) // 10) :])) if values else None
 
 
 def verdict(entropy: float, invalid: float, fixed: float) -> str:
@@ -51,14 +41,14 @@ def verdict(entropy: float, invalid: float, fixed: float) -> str:
 
 def seed_line(run_dir: pathlib.Path, fixed: float) -> tuple[str, str]:
   """`(verdict, markdown row)` of one finished seed."""
-  rows = read_jsonl(run_dir / "metrics.jsonl")
-  result = sweep.seed_result(run_dir)
-  entropy, invalid = last_tenth(rows, ENTROPY) or 0.0, last_tenth(rows, INVALID) or 0.0
+  result = seed_result(run_dir)
+  final = result["final_metrics"]
+  entropy, invalid = final.get(ENTROPY, 0.0), final.get(INVALID, 0.0)
   ended = verdict(entropy, invalid, fixed)
   trap = result["echo_trap_step"]
   row = (
     f"| {short_name(run_dir.parent.name)} | {run_dir.name} | {result['final_success']:.3f} | "
-    f"{last_tenth(rows, RETURN):.3f} | {entropy:.4f} | {invalid:.3f} | "
+    f"{final[RETURN]:.3f} | {entropy:.4f} | {invalid:.3f} | "
     f"{'-' if trap is None else trap} | {ended} |"
   )
   return ended, row
@@ -96,9 +86,8 @@ def success_curves(sweep_dirs: Sequence[pathlib.Path]) -> dict[str, list[list[fl
   for sweep_dir in sweep_dirs:
     for run_dir in sorted(sweep_dir.glob("*/seed*")):
       if (run_dir / "summary.json").is_file():
-        rows = read_jsonl(run_dir / "metrics.jsonl")
-        values = [float(r[sweep.SUCCESS_KEY]) for r in rows if r.get(sweep.SUCCESS_KEY) is not None]
-        curves[short_name(run_dir.parent.name)].append(list(sweep.smoothed(values)))
+        success = seed_result(run_dir)["success_curve"]
+        curves[short_name(run_dir.parent.name)].append(list(trailing_mean(success)))
   return dict(curves)
 
 

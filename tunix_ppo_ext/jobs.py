@@ -9,7 +9,8 @@
   tunix's cluster, the training and evaluation batches and the best reachable return.
 - `plan(resolved, topology)`: the run's jitted pieces compiled for a TPU topology, with
   their memory per chip (`format_plan` prints it as the command does).
-- `sweep(seeds, output_dir, overrides)`: seeds times variants of a run, with their table.
+- `sweep(seeds, output_dir, overrides)`: seeds times variants of a run, with their table;
+  `seed_result(run_dir)`: what the table takes from one seed (curves, final success, ...).
 - `export_run(run_dir, out_dir)`: a trained run's policy as a Hugging Face checkpoint.
 
 Every name here loads tunix.
@@ -19,6 +20,15 @@ from tunix_ppo_ext._src.run.cli import main
 from tunix_ppo_ext._src.run.export_cmd import export_run
 from tunix_ppo_ext._src.run.job import build_run, train
 from tunix_ppo_ext._src.run.plan import format_plan, plan
-from tunix_ppo_ext._src.run.sweep import sweep
+from tunix_ppo_ext._src.run.sweep import seed_result, sweep
 
-__all__ = ["build_run", "export_run", "format_plan", "main", "plan", "sweep", "train"]
+__all__ = [
+  "build_run",
+  "export_run",
+  "format_plan",
+  "main",
+  "plan",
+  "seed_result",
+  "sweep",
+  "train",
+]

@@ -2,7 +2,8 @@
 
 `published_key` maps tunix's and this package's metric names to the grouped keys
 (`train/`, `eval/`, `actor/`, `critic/`, `timing_s/`); `read_jsonl` and `read_tensorboard`
-read a run's `metrics.jsonl` and TensorBoard events back; `plot_run` draws `curves.png`.
+read a run's `metrics.jsonl` and TensorBoard events back; `plot_run` draws `curves.png`,
+`plot_spread` curves of several seeds with their spread, smoothed by `trailing_mean`.
 `EchoTrapRule` and `echo_trap_step` detect RAGEN's multi-turn collapse in a run's rows
 (`EchoTrapWatch` does it while the main job trains, warning with `EchoTrapWarning`).
 """
@@ -16,6 +17,7 @@ from tunix_ppo_ext._src.metrics.collapse import (
 from tunix_ppo_ext._src.metrics.keys import known_keys, published_key
 from tunix_ppo_ext._src.metrics.plot import plot_run, plot_spread
 from tunix_ppo_ext._src.metrics.sinks import jsonl_sink, read_jsonl, read_tensorboard
+from tunix_ppo_ext._src.metrics.stats import trailing_mean
 
 __all__ = [
   "EchoTrapRule",
@@ -29,4 +31,5 @@ __all__ = [
   "published_key",
   "read_jsonl",
   "read_tensorboard",
+  "trailing_mean",
 ]

@@ -22,6 +22,7 @@ from tests.conftest import SMOKE, common_checkpoints, subprocess_env, train_comm
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import sweep
 from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext.metrics import trailing_mean
 
 
 def test_overrides_with_commas_make_the_product_of_variants():
@@ -43,7 +44,7 @@ def test_overrides_with_commas_make_the_product_of_variants():
 def test_smoothing_is_a_trailing_mean(values):
   window = max(1, len(values) // 20)
   expected = [np.mean(values[max(0, t + 1 - window) : t + 1]) for t in range(len(values))]
-  np.testing.assert_allclose(sweep.smoothed(values), expected, rtol=1e-9, atol=1e-9)
+  np.testing.assert_allclose(trailing_mean(values), expected, rtol=1e-9, atol=1e-9)
 
 
 def test_variant_row_statistics():
@@ -64,10 +65,11 @@ def test_variant_row_statistics():
 
 
 def test_final_success_is_the_mean_of_the_last_tenth_of_logged_steps():
-  rows = [{"train/success_rate": v} for v in np.linspace(0, 1, 30)] + [{"other": 1.0}]
-  assert np.isclose(sweep.final_success(rows), np.mean(np.linspace(0, 1, 30)[-3:]))
-  assert sweep.final_success([{"train/success_rate": 0.5}]) == 0.5  # at least one step
-  assert sweep.final_success([{"other": 1.0}]) is None
+  key = "train/success_rate"
+  rows = [{key: v} for v in np.linspace(0, 1, 30)] + [{"other": 1.0}]
+  assert np.isclose(sweep.last_tenth(rows, key), np.mean(np.linspace(0, 1, 30)[-3:]))
+  assert sweep.last_tenth([{key: 0.5}], key) == 0.5  # at least one step
+  assert sweep.last_tenth([{"other": 1.0}], key) is None
 
 
 def test_a_seed_saved_before_a_key_existed_counts_as_the_same_config(tmp_path):

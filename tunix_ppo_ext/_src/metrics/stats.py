@@ -146,3 +146,13 @@ def tunix_statistics(
   family("advantages/returns", np.asarray(returns)[mask])
   family("advantages/old_values", np.asarray(values)[mask])
   return out
+
+
+def trailing_mean(values: Any) -> np.ndarray:
+  """Trailing mean over `max(1, len // 20)` points (a shorter window at the start): how a
+  sweep smooths a run's per-step curve."""
+  x = np.asarray(values, np.float64)
+  window = max(1, len(x) // 20)
+  sums = np.cumsum(np.concatenate([[0.0], x]))
+  starts = np.maximum(np.arange(1, len(x) + 1) - window, 0)
+  return (sums[1:] - sums[starts]) / (np.arange(1, len(x) + 1) - starts)

@@ -58,6 +58,7 @@ from tunix_ppo_ext._src.checks import ConfigError, check_integer
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics.collapse import EchoTrapRule, echo_trap_step
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl, write_atomically
+from tunix_ppo_ext._src.metrics.stats import trailing_mean
 
 _UNSET = object()  # a key no default has
 REACHED = 0.9  # share of the environment's max return that counts as solved
@@ -236,35 +237,39 @@ def _send(child: subprocess.Popen[str], signum: int) -> None:
     child.send_signal(signum)
 
 
-def smoothed(values: Sequence[float]) -> np.ndarray:
-  """Trailing mean over `max(1, len // 20)` points (a shorter window at the start)."""
-  x = np.asarray(values, np.float64)
-  window = max(1, len(x) // 20)
-  sums = np.cumsum(np.concatenate([[0.0], x]))
-  starts = np.maximum(np.arange(1, len(x) + 1) - window, 0)
-  return (sums[1:] - sums[starts]) / (np.arange(1, len(x) + 1) - starts)
-
-
-def final_success(rows: Sequence[dict[str, Any]]) -> float | None:
-  """Mean `train/success_rate` over the last tenth of the steps that log it (at least one);
-  None for an environment that logs no success."""
-  values = [float(r[SUCCESS_KEY]) for r in rows if r.get(SUCCESS_KEY) is not None]
+def last_tenth(rows: Sequence[dict[str, Any]], key: str) -> float | None:
+  """Mean of `key` over the last tenth of the steps that log it (at least one); None where
+  no step does (e.g. `train/success_rate` of an environment without successes)."""
+  values = [float(r[key]) for r in rows if r.get(key) is not None]
   return float(np.mean(values[-max(1, len(values) // 10) :])) if values else None
 
 
+def final_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+  """`{key: last_tenth(rows, key)}` for every numeric key the rows log (not `step`)."""
+  keys = {k for r in rows for k, v in r.items() if k != "step" and isinstance(v, int | float)}
+  return {key: last_tenth(rows, key) for key in sorted(keys)}
+
+
 def seed_result(run_dir: pathlib.Path) -> dict[str, Any]:
-  """One seed's summary plus `curve` (return per step), `steps_to_reach` and `peak_drop`."""
+  """One finished seed of a sweep (or any run directory of the main job): its
+  `summary.json` plus `curve` (episode return per step), `success_curve` (success rate per
+  step; empty without successes), `steps_to_reach` (the first step where the smoothed
+  return reaches 0.9 of `max_return`, or None), `final_success` (success over the last
+  tenth of the steps, or None), `final_metrics` (every logged key's mean over its last
+  tenth), `peak_drop` and `echo_trap_step` (or None)."""
   summary = json.loads((run_dir / "summary.json").read_text())
   rows = read_jsonl(run_dir / "metrics.jsonl")
   key = metric_keys.SUMMARY_KEY
   curve = [float(r[key]) for r in rows if r.get(key) is not None]
-  smooth = smoothed(curve)
+  smooth = trailing_mean(curve)
   reached = np.flatnonzero(smooth >= REACHED * summary["max_return"])
   return {
     **summary,
     "curve": curve,
     "steps_to_reach": int(reached[0]) + 1 if reached.size else None,
-    "final_success": final_success(rows),
+    "success_curve": [float(r[SUCCESS_KEY]) for r in rows if r.get(SUCCESS_KEY) is not None],
+    "final_success": last_tenth(rows, SUCCESS_KEY),
+    "final_metrics": final_metrics(rows),
     "peak_drop": float(smooth.max() - summary["final_return"]) if smooth.size else 0.0,
     "echo_trap_step": echo_trap_step(rows, _echo_rule(run_dir), summary["max_return"]),
   }
