@@ -19,6 +19,7 @@ length, type: 1 full, 2 first, 3 middle, 4 last) and a chunk of a serialized
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -410,6 +411,15 @@ def save_byte_level_tokenizer(directory: pathlib.Path, vocab_size: int = 270) ->
 
 
 SMOKE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
+
+
+def load_bench(name: str) -> Any:
+  """`bench/<name>.py` as a module (the bench scripts are not a package)."""
+  path = pathlib.Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+  spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def train_command(out: pathlib.Path, *overrides: str) -> list[str]:

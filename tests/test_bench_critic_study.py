@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from tests.conftest import load_bench
 
 
 def _bench():
-  spec = importlib.util.spec_from_file_location("critic_study", REPO / "bench/critic_study.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_bench("critic_study")
 
 
 def _seed(root: pathlib.Path, variant: str, seed: int, entropy: float, invalid: float) -> None:

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import statistics
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from tests.conftest import load_bench
 
 
 def _bench():
-  spec = importlib.util.spec_from_file_location("bench_real_model", REPO / "bench/real_model.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_bench("real_model")
 
 
 def _rows(success: list[float], returns: list[float]) -> list[dict]:
