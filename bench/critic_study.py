@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import pathlib
 from collections.abc import Sequence
+from typing import Any
 
 from tunix_ppo_ext.jobs import seed_result
 from tunix_ppo_ext.metrics import plot_spread, trailing_mean
@@ -39,9 +41,15 @@ def verdict(entropy: float, invalid: float, fixed: float) -> str:
   return "fixed invalid reply" if invalid > 0.9 else "fixed reply"
 
 
+@functools.cache
+def _result(run_dir: pathlib.Path) -> dict[str, Any]:
+  """`seed_result`, read once per seed for the table and the plot."""
+  return seed_result(run_dir)
+
+
 def seed_line(run_dir: pathlib.Path, fixed: float) -> tuple[str, str]:
   """`(verdict, markdown row)` of one finished seed."""
-  result = seed_result(run_dir)
+  result = _result(run_dir)
   final = result["final_metrics"]
   entropy, invalid = final.get(ENTROPY, 0.0), final.get(INVALID, 0.0)
   ended = verdict(entropy, invalid, fixed)
@@ -86,7 +94,7 @@ def success_curves(sweep_dirs: Sequence[pathlib.Path]) -> dict[str, list[list[fl
   for sweep_dir in sweep_dirs:
     for run_dir in sorted(sweep_dir.glob("*/seed*")):
       if (run_dir / "summary.json").is_file():
-        success = seed_result(run_dir)["success_curve"]
+        success = _result(run_dir)["success_curve"]
         curves[short_name(run_dir.parent.name)].append(list(trailing_mean(success)))
   return dict(curves)
 

@@ -262,14 +262,15 @@ def seed_result(run_dir: pathlib.Path) -> dict[str, Any]:
   key = metric_keys.SUMMARY_KEY
   curve = [float(r[key]) for r in rows if r.get(key) is not None]
   smooth = trailing_mean(curve)
+  final = final_metrics(rows)
   reached = np.flatnonzero(smooth >= REACHED * summary["max_return"])
   return {
     **summary,
     "curve": curve,
     "steps_to_reach": int(reached[0]) + 1 if reached.size else None,
     "success_curve": [float(r[SUCCESS_KEY]) for r in rows if r.get(SUCCESS_KEY) is not None],
-    "final_success": last_tenth(rows, SUCCESS_KEY),
-    "final_metrics": final_metrics(rows),
+    "final_success": final.get(SUCCESS_KEY),
+    "final_metrics": final,
     "peak_drop": float(smooth.max() - summary["final_return"]) if smooth.size else 0.0,
     "echo_trap_step": echo_trap_step(rows, _echo_rule(run_dir), summary["max_return"]),
   }
