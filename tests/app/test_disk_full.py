@@ -57,7 +57,11 @@ def test_a_disk_that_fills_during_a_run_stops_it_at_a_step_and_the_rerun_resumes
   small_disk, tmp_path
 ):
   out, env, log = small_disk / "run", subprocess_env(tmp_path), tmp_path / "full.log"
-  command = train_command(out, "train.steps=6", "train.checkpoint_every=2")
+  # A step takes ~0.3 s once compiled, and orbax may finalize step 2's checkpoint only as
+  # step 4's begins: with 6 steps the fill below came after the last check on CI (the run
+  # ended 0). 20 steps leave the fill 16 steps or more (seconds) to land before the end.
+  steps = 20
+  command = train_command(out, f"train.steps={steps}", "train.checkpoint_every=2")
   with log.open("w") as stderr:
     process = subprocess.Popen(command, env=env, stdout=stderr, stderr=stderr)
   deadline = time.monotonic() + 600
@@ -73,15 +77,15 @@ def test_a_disk_that_fills_during_a_run_stops_it_at_a_step_and_the_rerun_resumes
   assert f"{out / 'checkpoints'} has" in last and "run the same command to resume" in last
   assert "Traceback" not in text
   kept = common_checkpoints(out)
-  assert kept and max(kept) < 6 and f"the checkpoint of step {max(kept)} is intact" in last
+  assert kept and max(kept) < steps and f"the checkpoint of step {max(kept)} is intact" in last
 
   filler.unlink()
   done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   assert f"resuming from step {max(kept)}" in done.stderr
-  assert json.loads((out / "summary.json").read_text())["steps"] == 6
+  assert json.loads((out / "summary.json").read_text())["steps"] == steps
   rows = {row["step"]: row for row in sinks.read_jsonl(out / "metrics.jsonl")}
-  assert all(any(k.startswith("train/") for k in rows.get(s, {})) for s in range(1, 7))
+  assert all(any(k.startswith("train/") for k in rows.get(s, {})) for s in range(1, steps + 1))
 
 
 def test_a_stop_between_checkpoints_resumes_from_the_last_scheduled_one_exactly(
