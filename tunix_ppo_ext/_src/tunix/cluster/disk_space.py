@@ -156,12 +156,16 @@ def quiet_write_failures() -> None:
 
 
 class _QuietUnraisable:
-  """`sys.unraisablehook` that drops "Event loop is closed" and passes the rest on."""
+  """`sys.unraisablehook` that drops "Event loop is closed", and the ImportError of such a
+  late callback that arrives while Python shuts down (it printed a stray last line after
+  the run's one error line), and passes the rest on."""
 
   def __init__(self, previous: Any):
     self.previous = previous
 
   def __call__(self, unraisable: Any) -> None:
     error = unraisable.exc_value
-    if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+    closed = isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+    shutting_down = isinstance(error, ImportError) and "shutting down" in str(error)
+    if not (closed or shutting_down):
       self.previous(unraisable)
