@@ -104,6 +104,7 @@ def test_taxonomy_covers_the_documented_keys():
     "critic/lr",
     "rollout/logprob_diff",
     "rollout/tokens_per_s",
+    "rollout/completion_tokens_per_s",
     *(f"timing_s/{n}" for n in ("rollout", "old_logp", "ref_logp", "values", "advantages")),
     *(f"timing_s/{n}" for n in ("update_actor", "update_critic", "step")),
   }
@@ -380,7 +381,7 @@ def test_user_metric_keys_the_rollout_sampler_and_timing_are_sensible(smoke_run)
     phases = sum(row[f"timing_s/{p}"] for p in ("rollout", "old_logp", "ref_logp", "advantages"))
     assert 0 < phases <= row["timing_s/step"]
     assert row["timing_s/update_actor"] > 0 and row["timing_s/update_critic"] > 0
-    assert row["rollout/tokens_per_s"] > 0
+    assert 0 < row["rollout/tokens_per_s"] <= row["rollout/completion_tokens_per_s"]
   # the default actor schedule: cosine from train.lr down to a tenth of it
   lrs = [r["actor/lr"] for r in rows]
   assert lrs[0] <= run.train.lr and lrs == sorted(lrs, reverse=True)  # logged after an update

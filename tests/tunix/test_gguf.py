@@ -300,6 +300,7 @@ def test_smollm2_two_lora_ppo_steps_then_export_loads_in_transformers(smollm2, t
   out = tmp_path / "run"
   small = ["train.steps=2", "train.batch_size=4", "train.eval_batches=0", "ppo.num_generations=2"]
   small += ["train.checkpoint_every=2", "env.max_turns=2", "env.max_completion_len=32"]
+  small += ["ppo.recompute_old_logps=true"]  # the trainer's log-probs for the gap metric
   learner = train_in_process("configs/smollm2.yaml", out, "wandb=disabled", *small)
 
   rows = [r for r in read_jsonl(out / "metrics.jsonl") if "rollout/chat_template_mismatch" in r]

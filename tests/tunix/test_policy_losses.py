@@ -10,12 +10,15 @@ value against the ops function on a real toy Qwen3 (so the CLI runs cover the wi
 the conditional metrics, not each loss again).
 """
 
+import dataclasses
 import json
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from tests.conftest import SMOKE, toy_policy
 from tunix_ppo_ext._src.math import verl_losses as pl
@@ -23,6 +26,7 @@ from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
+from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import TrainExample
 from tunix_ppo_ext._src.tunix.learner.verl_loss_fns import NAMES, clip_cov_key
@@ -123,3 +127,34 @@ def test_registered_loss_is_the_ops_loss_of_the_policy_pass(name):
   )
   doubled = fn(model, _example(jnp.full((3, 5), 2.0)), config, pad_id=0, eos_id=2)[1]
   np.testing.assert_allclose(float(doubled["pg_loss"]), 2 * float(expected), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["ppo_ext", "gspo", "cispo"])
+def test_an_example_without_old_logps_trains_on_the_rollout_policy_exactly(name):
+  """With no old log-probs on the example (`old_logps_in_update`) the loss takes the pass's
+  own under stop_gradient: loss, metrics and gradient equal those of the same example
+  carrying the policy's log-probs from a separate pass (the old-log-prob pass it saves)."""
+  model = toy_policy(16)
+  config = PpoExtConfig(policy_loss_fn=name, entropy_coef=0.01, epsilon_high=0.28)
+  fn = registry.get(registry.POLICY_LOSSES, name)
+  example = _example()
+  separate = passes.compute_per_token_logps(
+    model, example.prompt_ids, example.completion_ids, pad_id=0, eos_id=2,
+    attention_mask=example.attention_mask,
+  )  # fmt: skip
+  with_old = dataclasses.replace(example, old_per_token_logps=separate)
+  without = dataclasses.replace(example, old_per_token_logps=None)
+
+  def loss(model, example):
+    return fn(model, example, config, pad_id=0, eos_id=2)
+
+  (value, metrics), grads = nnx.value_and_grad(loss, has_aux=True)(model, without)
+  (expected, expected_metrics), expected_grads = nnx.value_and_grad(loss, has_aux=True)(
+    model, with_old
+  )
+  np.testing.assert_allclose(float(value), float(expected), rtol=1e-6, atol=1e-7)
+  for key, metric in expected_metrics.items():
+    np.testing.assert_allclose(float(metrics[key]), float(metric), rtol=1e-5, atol=1e-6)
+  assert float(metrics["ppo_kl"]) == 0.0 and float(metrics["pg_clipfrac"]) == 0.0
+  for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(expected_grads), strict=True):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-6)

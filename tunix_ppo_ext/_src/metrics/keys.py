@@ -86,7 +86,8 @@ TAXONOMY: dict[str, str | None] = {
   "critic/learning_rate": "critic/lr",
   "critic/perplexity": None,
   "rollout/logprob_diff": "rollout/logprob_diff",
-  "rollout/tokens_per_s": "rollout/tokens_per_s",
+  "rollout/tokens_per_s": "rollout/tokens_per_s",  # agent tokens
+  "rollout/completion_tokens_per_s": "rollout/completion_tokens_per_s",  # + observations
   "rollout/chat_template_mismatch": "rollout/chat_template_mismatch",  # tunix.chat
   # rollout correction (`tunix_ppo_ext._src.data.rollout_weights`)
   **{f"rollout/{name}": f"rollout/{name}" for name in ROLLOUT_CORRECTION + DAPO},

@@ -572,16 +572,17 @@ def _family(model: Any) -> type:
   return family
 
 
-def _head(model: Any) -> tuple[Any, str, str, str]:
+def _head(model: Any, adapters_ok: bool = False) -> tuple[Any, str, str, str]:
   """`(head module, method, weight attribute, layout)` of a tunix transformer; a one-line
-  ValueError naming `model.fused_head` and the family for any other model, or for a head
-  carrying LoRA adapters (the fused head reads the weight itself, past qwix's adapter)."""
+  ValueError naming `model.fused_head` and the family for any other model, or (unless
+  `adapters_ok`) for a head carrying LoRA adapters (the fused head reads the weight itself,
+  past qwix's adapter)."""
   family = _family(model)
   for attribute, method, weight, layout in PINNED_HEADS[family]:
     module = getattr(model, attribute, None)
     if module is not None and (attribute != "embedder" or not hasattr(model, "lm_head")):
       adapters = sorted(n for n in vars(module) if n.endswith("_lora_a"))
-      if adapters:
+      if adapters and not adapters_ok:
         raise ValueError(
           f"{FUSED_HEAD_KEY}: the {family.__name__}'s LM head {attribute!r} carries LoRA "
           f"adapters {adapters}, which the fused head would skip; keep it out of "
@@ -626,6 +627,20 @@ def final_hidden_states(model: Any, *args: Any, **kwargs: Any) -> Any:
   if hidden is None:
     raise ValueError(f"{FUSED_HEAD_KEY}: {type(model).__name__}.__call__ never called its head")
   return hidden
+
+
+def has_pinned_head(model: Any) -> bool:
+  """Whether `model` is of a family whose `__call__` ends in its LM head (`PINNED_HEADS`:
+  logits = head(final-norm hidden states), nothing after), so the head may run on a slice
+  of the hidden states (`lm_head`) with the same logits at those positions."""
+  return any(isinstance(model, family) for family in PINNED_HEADS)
+
+
+def lm_head(model: Any, hidden: Any) -> Any:
+  """The model's own LM head (its module and method, LoRA adapters included) on final
+  hidden states `[B, L, D]`: logits `[B, L, V]` exactly as `model(...)` makes them there."""
+  module, method, _, _ = _head(model, adapters_ok=True)
+  return getattr(module, method)(hidden)
 
 
 def head_weight(model: Any) -> Any:

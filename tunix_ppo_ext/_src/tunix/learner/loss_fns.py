@@ -59,7 +59,9 @@ def policy_pass(
   temperature: float = 1.0,
   ref_model: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
-  """One policy pass, shared by every policy loss: `logps`, `entropy` `[B, T]`, `loss_mask`,
+  """One policy pass, shared by every policy loss: `logps`, `old_logps` (the example's, or
+  when it has none `stop_gradient(logps)`: the rollout policy is the one being updated),
+  `entropy` `[B, T]`, `loss_mask`,
   `per_token_kl` (KL in the loss: the exact full-vocabulary KL when `ref_model` is given with
   `kl_method="full"`, else the configured estimator on the example's reference log-probs;
   None without KL in the loss), `kl_coef` and
@@ -85,8 +87,12 @@ def policy_pass(
     per_token_kl = passes.exact_kl(head, ref_head, **kw)
   elif kl_in_loss and train_example.ref_per_token_logps is not None:
     per_token_kl = _estimated_kl(algo_config, logps, train_example.ref_per_token_logps)
+  old_logps = train_example.old_per_token_logps
+  if old_logps is None:  # the learner left them to this pass (`old_logps_in_update`)
+    old_logps = jax.lax.stop_gradient(logps)
   return {
     "logps": logps,
+    "old_logps": old_logps,
     "entropy": entropy,
     "loss_mask": loss_mask,
     "per_token_kl": per_token_kl,
@@ -115,7 +121,7 @@ def ppo_ext_policy_loss_fn(
   terms = policy_pass(model, train_example, algo_config, pad_id, eos_id, temperature, ref_model)
   loss, metrics = losses.policy_loss(
     terms["logps"],
-    train_example.old_per_token_logps,
+    terms["old_logps"],
     train_example.advantages,
     terms["loss_mask"],
     epsilon_low=algo_config.epsilon_low,

@@ -219,8 +219,14 @@ def _completion_logits(
   eos_id: int,
   attention_mask: jax.Array | None,
 ) -> jax.Array:
-  logits = _forward(model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
-  return predicting_positions(logits, completion_tokens.shape[1])
+  """Logits `[B, T, V]` predicting the completion. For the families whose call ends in
+  the LM head, the head runs on the T predicting positions' hidden states only (the
+  prompt's `P` positions need no logits: a forward, and in training its backward, through
+  a `[B, P+T, D] x [D, V]` head is the largest single product of a small model's pass)."""
+  args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
+  if compat.has_pinned_head(model):
+    return compat.lm_head(model, _completion_hidden(*args))
+  return predicting_positions(_forward(*args), completion_tokens.shape[1])
 
 
 @nnx.jit(

@@ -51,6 +51,11 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       `ops.fused_logps_and_entropy`, `ops.fused_full_kl_divergence`): no pass holds the
       `[B, T, V]` logits. Needs `logits_chunk_size > 0`; the run config's
       `model.fused_head`.
+    recompute_old_logps: run the old-log-prob pass even where the update's own pass gives
+      the old log-probs exactly (one epoch in one optimizer step, nothing reading them
+      before the update: `ppo_learner.old_logps_in_update`), e.g. for the sampler-trainer
+      gap metric `rollout/logprob_diff`, logged only where the pass runs. False saves that
+      forward pass (as tunix's GRPO with one iteration).
     num_generations: samples per prompt; consecutive samples of one prompt form a group for
       the group-based estimators (`grpo`, `rloo`).
     max_nonfinite_steps: consecutive optimizer updates of the actor or the critic skipped
@@ -86,6 +91,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   critic_warmup_steps: int = 0
   logits_chunk_size: int = 0
   fused_head: bool = False
+  recompute_old_logps: bool = False
   num_generations: int = 1
   max_nonfinite_steps: int = 10
   nonfinite_rewards: str = "error"
@@ -147,7 +153,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _integer(self, "logits_chunk_size", low=0)
     _integer(self, "num_generations", low=1)
     _integer(self, "max_nonfinite_steps", low=1)
-    for name in ("norm_adv_by_std", "whiten_advantages", "fused_head"):
+    for name in ("norm_adv_by_std", "whiten_advantages", "fused_head", "recompute_old_logps"):
       if not isinstance(getattr(self, name), bool):
         _fail(name, getattr(self, name), "True or False")
 

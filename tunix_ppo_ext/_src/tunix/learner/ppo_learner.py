@@ -122,6 +122,12 @@ class PpoExtLearner(compat.LearnerHooks):
         (registry.VALUE_LOSSES, ppo_config.value_loss_fn),
       )
     }
+    # the old log-probs come from the update's own pass when the policy cannot have moved
+    self._old_logps_in_update = old_logps_in_update(
+      ppo_config,
+      rl_cluster.cluster_config.training_config,
+      self._tunix_own[registry.POLICY_LOSSES],
+    )
     self._set_up_actor(rl_cluster.actor_trainer, ppo_config)
     if critic is not None:
       self._set_up_critic(critic)
@@ -410,10 +416,13 @@ class PpoExtLearner(compat.LearnerHooks):
     return batch
 
   def _old_logps_and_values(self, batch, inputs: ModelInputs, timer, mode: Mode):
-    """`(old_logps [B, T], values [B, T])`: the rollout policy's log-probs, the critic's values."""
-    with timer("old_logp"):
-      old_logps = timer.ready(self._passes.old_logps(inputs))
-    self._buffer_logprob_gap(batch, old_logps, mode)
+    """`(old_logps [B, T] or None, values [B, T])`: the rollout policy's log-probs, the
+    critic's values. None when the update's own pass gives them (`old_logps_in_update`)."""
+    old_logps = None
+    if not self._old_logps_in_update:
+      with timer("old_logp"):
+        old_logps = timer.ready(self._passes.old_logps(inputs))
+      self._buffer_logprob_gap(batch, old_logps, mode)
     if not self.has_critic:  # the estimator takes no values: zeros, never read
       return old_logps, jnp.zeros_like(inputs.loss_mask)
     with timer("values"):
@@ -568,8 +577,10 @@ class PpoExtLearner(compat.LearnerHooks):
     if variance is not None:
       stats["learner/explained_variance"] = variance
     rollout_s = timer.seconds.get("rollout", 0.0)
-    if rollout_s > 0:
+    if rollout_s > 0:  # agent tokens (loss mask); every real completion token apart
       stats["rollout/tokens_per_s"] = float(mask.sum()) / rollout_s
+      completion = float(np.asarray(batch.attention_mask).sum())
+      stats["rollout/completion_tokens_per_s"] = completion / rollout_s
     self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in stats.items()}, mode=mode)
     tunix_stats = batch_stats.tunix_statistics(
       loss_mask=mask,
@@ -610,6 +621,22 @@ def one_of(name: str, value: Any, old_name: str, old_value: Any) -> Any:
   if value is None and old_value is None:
     raise TypeError(f"PpoExtLearner() missing required argument: '{name}' (or '{old_name}')")
   return old_value if value is None else value
+
+
+def old_logps_in_update(config: PpoExtConfig, training_config: Any, tunix_loss: bool) -> bool:
+  """Whether the actor's update computes the old log-probs itself, as tunix's GRPO does
+  with one iteration: each batch trains one epoch (`num_iterations=1`) in one optimizer
+  step (no `mini_batch_size`; gradient accumulation is one step), so the policy the update
+  differentiates is the rollout policy and `old = stop_gradient(logps)` of the same pass,
+  exactly (the ratio is 1, its gradient the policy gradient's). Not when anything reads the
+  old log-probs before the update: the KL to the reference (its controller and metric),
+  rollout correction, or tunix's own policy loss (which needs them on the example); nor
+  with `recompute_old_logps`. Saves the old-log-prob pass, a forward pass over the batch
+  (`timing_s/old_logp`); the sampler-trainer gap metric `rollout/logprob_diff` then has no
+  trainer values to compare and is not logged."""
+  one_update = config.num_iterations == 1 and training_config.mini_batch_size is None
+  reads_them = config.kl_penalty != "none" or rollout_correction.enabled(config) or tunix_loss
+  return one_update and not reads_them and not config.recompute_old_logps
 
 
 def critic_trainer(rl_cluster: rl_cluster_lib.RLCluster):

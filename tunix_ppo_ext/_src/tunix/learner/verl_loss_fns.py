@@ -109,7 +109,7 @@ def _policy_loss(
   mask, agg = terms["loss_mask"], _agg(algo_config)["loss_agg_mode"]
   loss, metrics = _PG_TERMS[name](
     terms["logps"],
-    train_example.old_per_token_logps,
+    terms["old_logps"],
     train_example.advantages,
     mask,
     w=terms["is_weights"],

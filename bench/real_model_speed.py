@@ -1,0 +1,226 @@
+"""Where a real-model step goes, against each phase's floor, side by side for checkouts.
+
+Trains `configs/smollm2.yaml` (SmolLM2-135M-Instruct on `guess`, or `--config`) for
+`--steps` steps once per checkout per repeat, interleaved (checkout A, B, A, B, ...), each
+run in a fresh process whose `tunix_ppo_ext` is the checkout's own (`NAME=PATH`; same
+environment, config, seed). It prints, per checkout, the median over the steps after
+`--warmup` of each phase (`timing_s/*`: rollout, old log-probs, reference, values,
+advantages, actor and critic updates, the rest of the step) in seconds, its share of the
+step, and its floor as a fraction of the time taken; then each checkout's median step over
+the first checkout's (the ratios to read: the machine's load moves the times). Compilation
+is counted apart: the first step, and the XLA compilations that start after `--warmup`
+steps (`jax.monitoring`'s backend-compile events).
+
+Floors come from this machine, measured in this process before the runs: the float32
+matmul rate (GFLOP/s) and the memory read rate (GB/s), with the model's parameter count
+(`summary.json`), the batch and the tokens each step processed:
+
+- forward FLOPs: 2 x (parameters - head) per token of the pass, plus 2 x head per position
+  that needs logits (the completion's); attention's own products are left out (small at
+  these lengths), so every floor is a lower bound;
+- rollout: the forward FLOPs of every prompt and completion token the batch fed, or the
+  weights read once per decode step (batch `B`: `max_turns x max_tokens_per_turn` steps),
+  whichever is larger;
+- old / reference log-probs, values: one forward over `B x (P + T)` (P, T the real widths);
+- actor update with LoRA: two forwards (the forward and the input-gradient backward; the
+  frozen weights need no gradient); without LoRA three.
+
+  python bench/real_model_speed.py [--steps 6 --warmup 2 --repeats 2]
+      [--checkout base=../base --checkout new=.] [KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+
+PHASES = ("rollout", "old_logp", "ref_logp", "values", "advantages")
+UPDATES = ("update_actor", "update_critic")
+
+# Run in the checkout's own process: trains, stamps each batch drawn and each compilation.
+CHILD = r"""
+import json, pathlib, sys, time
+import jax
+compiles = []
+jax.monitoring.register_event_duration_secs_listener(
+  lambda name, secs, **kw: compiles.append(time.perf_counter())
+  if name == "/jax/core/compile/backend_compile_duration" else None)
+import tunix_ppo_ext
+from tunix_ppo_ext.config import load_run_config
+from tunix_ppo_ext.jobs import build_run
+out, config, overrides = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+run = load_run_config(config, [f"output_dir={out}", *overrides])
+learner, batches, _, _ = build_run(run, out)
+stamps = []
+def timed(batches):
+  for batch in batches:
+    stamps.append(time.perf_counter())
+    yield batch
+learner.train(timed(batches))
+stamps.append(time.perf_counter())
+config = learner.rl_cluster.actor_trainer.model.config
+shape = {"batch": run.train.batch_size, "prompt": run.train.max_prompt_length,
+         "completion": run.env.max_completion_len,
+         "decode_steps": run.env.max_turns * run.env.max_tokens_per_turn,
+         "head": config.vocab_size * config.embed_dim, "lora": run.model.lora is not None}
+(out / "bench.json").write_text(json.dumps({"package": tunix_ppo_ext.__file__,
+  "stamps": stamps, "compiles": compiles, "shape": shape}))
+"""
+
+
+def machine_rates() -> tuple[float, float]:
+  """(float32 matmul GFLOP/s, memory read GB/s) of this machine, medians of 5 timings."""
+  a, w = jnp.ones((1280, 576)), jnp.ones((576, 4096))
+  x = jnp.ones((64 * 1024 * 1024,), jnp.float32)
+  matmul, total = jax.jit(lambda a, w: a @ w), jax.jit(jnp.sum)
+
+  def seconds(fn, *args) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(5):
+      start = time.perf_counter()
+      jax.block_until_ready(fn(*args))
+      times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+  return 2 * 1280 * 576 * 4096 / seconds(matmul, a, w) / 1e9, x.nbytes / seconds(total, x) / 1e9
+
+
+def run_checkout(path: pathlib.Path, args, out: pathlib.Path) -> dict:
+  """Trains `args.steps` steps with `path`'s package: its metrics, summary, stamps, shape."""
+  env = {**os.environ, "PYTHONPATH": str(path.resolve())}
+  overrides = [f"train.steps={args.steps}", "train.eval_every=1000", "train.checkpoint_every=1000"]
+  config = str(pathlib.Path(args.config).resolve())
+  command = [sys.executable, "-c", CHILD, str(out), config, *overrides, *args.overrides]
+  done = subprocess.run(command, env=env, cwd=path, stderr=subprocess.PIPE, text=True)
+  if done.returncode:
+    raise RuntimeError(f"{path}: the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+  result = json.loads((out / "bench.json").read_text())
+  if not result["package"].startswith(str(path.resolve())):
+    raise RuntimeError(f"{path}: the run imported {result['package']}, not this checkout's")
+  steps: dict[int, dict] = {}
+  for line in (out / "metrics.jsonl").read_text().splitlines():
+    row = json.loads(line)
+    steps.setdefault(row.get("step", 0), {}).update(row)
+  result["steps"] = steps
+  result["params"] = json.loads((out / "summary.json").read_text())["memory"]["actor"]["params"]
+  return result
+
+
+def medians(result: dict, warmup: int) -> dict:
+  """Median seconds per phase and tokens per step over the steps after `warmup`; the first
+  step (compilation) and the compilations that started after `warmup` steps."""
+  stamps = result["stamps"]
+  rows = [row for step, row in result["steps"].items() if step > warmup]
+
+  def median(key: str) -> float:
+    return statistics.median(row.get(key, 0.0) for row in rows)
+
+  out = {p: median(f"timing_s/{p}") for p in PHASES + UPDATES + ("step",)}
+  out["first_step"] = result["steps"][1]["timing_s/step"]
+  out["completion_tokens"] = median("generation/completions/mean_length")
+  out["agent_tokens"] = median("train/response_length/mean")
+  out["compiles_after_warmup"] = sum(t > stamps[warmup] for t in result["compiles"])
+  return out
+
+
+def floors(result: dict, m: dict, gflops: float, gbps: float) -> dict:
+  """Seconds each phase would take at this machine's matmul and memory rates (see the
+  module docstring): the lower bounds the measured times are read against."""
+  shape, params = result["shape"], result["params"]["total"]
+  b, p, t, head = shape["batch"], shape["prompt"], shape["completion"], shape["head"]
+  body = params - head  # a tied head counts once: its forward is the head's product
+
+  def forward(rows: int, positions: int, logit_positions: int) -> float:
+    return 2 * (body * rows * positions + head * rows * logit_positions) / (gflops * 1e9)
+
+  fed = forward(b, p + m["completion_tokens"], shape["decode_steps"])
+  read = shape["decode_steps"] * params * 4 / (gbps * 1e9)
+  one_pass = forward(b, p + t, t)
+  return {
+    "rollout": max(fed, read),
+    "old_logp": one_pass,
+    "ref_logp": one_pass,
+    "values": one_pass,
+    "update_actor": (2 if shape["lora"] else 3) * one_pass,
+    "update_critic": (2 if shape["lora"] else 3) * one_pass,
+  }
+
+
+def report(name: str, runs: list[dict], base_step: float | None, rates: tuple[float, float]):
+  """Prints one checkout's table (medians over its runs) and its step ratio to the first."""
+  m = {k: statistics.median(r["m"][k] for r in runs) for k in runs[0]["m"]}
+  floor = floors(runs[0]["result"], m, *rates)
+  step = m["step"]
+  late = m["compiles_after_warmup"]
+  print(
+    f"\n== {name}: median step {step:.2f} s over {len(runs)} run(s); first step "
+    f"{m['first_step']:.1f} s; compilations after the warm-up: {late:.0f}"
+  )
+  print(f"{'phase':14s} {'s':>7s} {'share':>7s} {'floor s':>8s} {'floor/s':>8s}")
+  rest = step
+  for phase in PHASES + UPDATES:
+    seconds = m[phase]
+    if seconds <= 0:
+      continue
+    rest -= seconds
+    low = floor.get(phase)
+    ratio = f"{low / seconds:8.2f}" if low else f"{'':8s}"
+    print(f"{phase:14s} {seconds:7.2f} {seconds / step:7.1%} {low or 0:8.2f} {ratio}")
+  print(f"{'rest':14s} {rest:7.2f} {rest / step:7.1%}")
+  rows, rollout = runs[0]["result"]["shape"]["batch"], m["rollout"]
+  limit = rates[0] * 1e9 / (2 * runs[0]["result"]["params"]["total"])
+  for kind in ("agent", "completion"):
+    rate = m[f"{kind}_tokens"] * rows / rollout
+    print(
+      f"rollout {kind} tokens/s: {rate:.1f} ({rate / limit:.3f} of the compute limit "
+      f"{limit:.0f} tokens/s)"
+    )
+  if base_step is not None:
+    print(f"STEP RATIO {name}/first: {step / base_step:.3f} (speed-up {base_step / step:.2f}x)")
+  return step
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
+  parser.add_argument("--config", default="configs/smollm2.yaml")
+  parser.add_argument("--steps", type=int, default=6)
+  parser.add_argument("--warmup", type=int, default=2)
+  parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per checkout")
+  parser.add_argument("--checkout", action="append", help="NAME=PATH (default: this=.)")
+  parser.add_argument("overrides", nargs="*", help="KEY=VALUE config overrides")
+  args = parser.parse_args()
+  checkouts = [c.split("=", 1) for c in args.checkout or ["this=."]]
+  rates = machine_rates()
+  print(
+    f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} cores: float32 "
+    f"matmul {rates[0]:.0f} GFLOP/s, memory read {rates[1]:.1f} GB/s; {args.config}, "
+    f"{args.steps} steps, medians after {args.warmup}, {args.repeats} interleaved repeats"
+  )
+  runs: dict[str, list[dict]] = {name: [] for name, _ in checkouts}
+  with tempfile.TemporaryDirectory() as tmp:
+    for repeat in range(args.repeats):
+      for name, path in checkouts:
+        result = run_checkout(pathlib.Path(path), args, pathlib.Path(tmp) / f"{name}{repeat}")
+        runs[name].append({"result": result, "m": medians(result, args.warmup)})
+        print(f"  run {repeat + 1} of {name}: step {runs[name][-1]['m']['step']:.2f} s", flush=True)
+  base = None
+  for name, _ in checkouts:
+    step = report(name, runs[name], base, rates)
+    base = step if base is None else base
+
+
+if __name__ == "__main__":
+  main()
