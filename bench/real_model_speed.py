@@ -68,11 +68,15 @@ def timed(batches):
     yield batch
 learner.train(timed(batches))
 stamps.append(time.perf_counter())
-config = learner.rl_cluster.actor_trainer.model.config
+model = learner.rl_cluster.actor_trainer.model
+config = model.config
+import flax, math
+params = sum(math.prod(x.shape) for x in jax.tree.leaves(flax.nnx.state(model, flax.nnx.Param)))
 shape = {"batch": run.train.batch_size, "prompt": run.train.max_prompt_length,
          "completion": run.env.max_completion_len,
          "decode_steps": run.env.max_turns * run.env.max_tokens_per_turn,
-         "head": config.vocab_size * config.embed_dim, "lora": run.model.lora is not None}
+         "head": config.vocab_size * config.embed_dim, "params": params,
+         "lora": run.model.lora is not None}
 (out / "bench.json").write_text(json.dumps({"package": tunix_ppo_ext.__file__,
   "stamps": stamps, "compiles": compiles, "shape": shape}))
 """
@@ -113,7 +117,6 @@ def run_checkout(path: pathlib.Path, args, out: pathlib.Path) -> dict:
     row = json.loads(line)
     steps.setdefault(row.get("step", 0), {}).update(row)
   result["steps"] = steps
-  result["params"] = json.loads((out / "summary.json").read_text())["memory"]["actor"]["params"]
   return result
 
 
@@ -137,7 +140,8 @@ def medians(result: dict, warmup: int) -> dict:
 def floors(result: dict, m: dict, gflops: float, gbps: float) -> dict:
   """Seconds each phase would take at this machine's matmul and memory rates (see the
   module docstring): the lower bounds the measured times are read against."""
-  shape, params = result["shape"], result["params"]["total"]
+  shape = result["shape"]
+  params = shape["params"]
   b, p, t, head = shape["batch"], shape["prompt"], shape["completion"], shape["head"]
   body = params - head  # a tied head counts once: its forward is the head's product
 
@@ -179,7 +183,7 @@ def report(name: str, runs: list[dict], base_step: float | None, rates: tuple[fl
     print(f"{phase:14s} {seconds:7.2f} {seconds / step:7.1%} {low or 0:8.2f} {ratio}")
   print(f"{'rest':14s} {rest:7.2f} {rest / step:7.1%}")
   rows, rollout = runs[0]["result"]["shape"]["batch"], m["rollout"]
-  limit = rates[0] * 1e9 / (2 * runs[0]["result"]["params"]["total"])
+  limit = rates[0] * 1e9 / (2 * runs[0]["result"]["shape"]["params"])
   for kind in ("agent", "completion"):
     rate = m[f"{kind}_tokens"] * rows / rollout
     print(

@@ -11,7 +11,7 @@ from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner, old_logps_in_update
 from tunix_ppo_ext._src.tunix.learner.role_passes import RolePasses
 
 BATCH = 4
@@ -434,3 +434,59 @@ def test_resume_restores_step_controller_and_data_position(tmp_path):
   assert learner2._iter_steps == 3  # two batches skipped, one trained
   coef = history(cluster2, "learner", "kl_coef")
   np.testing.assert_allclose(coef, [saved_coef * 0.92], rtol=1e-6)
+
+
+@pytest.mark.tunix_facing
+def test_one_epoch_updates_skip_the_old_logp_pass_and_train_the_same(monkeypatch):
+  """One epoch in one optimizer step, no KL, no rollout correction: no old-log-prob pass
+  runs (as tunix's GRPO with one iteration), the update's ratio is exactly 1, and nothing
+  logs a sampler-trainer gap; `recompute_old_logps` runs the pass again. The first
+  update's loss is the same either way (same seed, same weights, same batch)."""
+  losses = {}
+  for recompute in (False, True):
+    config = PpoExtConfig(
+      advantage_estimator="grpo", num_generations=2, kl_penalty="none",
+      recompute_old_logps=recompute,
+    )  # fmt: skip
+    cluster, learner, data = setup(
+      config, with_critic=False, reward=spread_reward, num_generations=2
+    )
+    assert learner._old_logps_in_update is not recompute
+    seen = record_log_prob_passes(monkeypatch, cluster)
+    learner.train(data)
+    monkeypatch.undo()
+    assert [name for name, *_ in seen] == (["old_logps"] * 2 if recompute else [])
+    assert cluster.actor_trainer.train_steps == 2
+    losses[recompute] = history(cluster, "actor", "loss")
+    if not recompute:
+      np.testing.assert_array_equal(history(cluster, "actor", "ppo_kl"), 0.0)
+      np.testing.assert_array_equal(history(cluster, "actor", "pg_clipfrac"), 0.0)
+  assert np.all(np.isfinite(losses[False]))
+  np.testing.assert_allclose(losses[False][0], losses[True][0], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+  "change",
+  [
+    {"num_iterations": 2},
+    {"kl_penalty": "loss", "kl_loss_coef": 0.01},
+    {"kl_penalty": "reward"},
+    {"rollout_is": "token", "rollout_is_threshold": 2.0},
+    {"recompute_old_logps": True},
+  ],
+)
+def test_the_old_logp_pass_runs_whenever_something_reads_the_old_logps(change):
+  """`old_logps_in_update` only for one epoch in one step with nothing before the update
+  reading the old log-probs: each of these needs them (a later epoch's ratio, the KL's
+  policy side and controller, the correction's weights) or asks for them."""
+
+  class Training:
+    mini_batch_size = None
+
+  base = dict(advantage_estimator="grpo", num_generations=2, kl_penalty="none")
+  assert old_logps_in_update(PpoExtConfig(**base), Training, tunix_loss=False)
+  assert not old_logps_in_update(PpoExtConfig(**base), Training, tunix_loss=True)
+  Training.mini_batch_size = 4  # several optimizer steps on one batch
+  assert not old_logps_in_update(PpoExtConfig(**base), Training, tunix_loss=False)
+  Training.mini_batch_size = None
+  assert not old_logps_in_update(PpoExtConfig(**{**base, **change}), Training, tunix_loss=False)

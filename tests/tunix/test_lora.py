@@ -119,3 +119,49 @@ def test_a_lora_run_without_a_checkpoint_holds_the_base_once(tmp_path):
   adapters = lora.array_bytes(nnx.state(actor, nnx.LoRAParam))
   critic = lora.array_bytes(nnx.state(cluster.critic_trainer.model, nnx.Param))
   assert report["model_bytes"] == base + adapters + critic < report["model_bytes_if_separate"]
+
+
+def test_qwix_products_go_through_lora_product_with_the_same_values_and_gradients():
+  """The seam in `compat`: qwix's private `_compute_lora_delta` keeps the signature it is
+  replaced under, and a LoRA model's logits and adapter gradients are qwix's own with it
+  installed (the replacement is only a lean VJP)."""
+  import inspect
+
+  from qwix._src.providers import lora as qwix_lora
+
+  from tunix_ppo_ext._src.tunix import compat
+
+  params = list(inspect.signature(compat.QWIX_LORA_DELTA).parameters)
+  assert params == [
+    "lhs", "lora_a", "lora_b", "lhs_ca", "lhs_ba", "contract_shape", "batch_shape",
+    "remain_shape", "rank", "precision",
+  ]  # fmt: skip
+  model = _randomised(lora.apply_lora(toy_policy(16), SPEC))
+  assert qwix_lora._compute_lora_delta is compat._lora_delta  # apply_lora installed it
+  tokens = jnp.asarray(np.random.default_rng(0).integers(1, 16, (2, 6)), jnp.int32)
+  graphdef, adapters, rest = nnx.split(model, nnx.LoRAParam, ...)
+
+  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+
+  def loss(adapters):  # traced anew by each value_and_grad below: qwix's lookup is at trace
+    policy = nnx.merge(graphdef, adapters, rest)
+    return jnp.sum(jnp.sin(policy(tokens, positions, None, models.causal_mask(2, 6))[0]))
+
+  def value_and_grads():
+    return jax.value_and_grad(loss)(adapters)
+
+  ours = value_and_grads()
+  calls = []
+
+  def counted(*args, **kwargs):
+    calls.append(args[0].shape)
+    return compat.QWIX_LORA_DELTA(*args, **kwargs)
+
+  qwix_lora._compute_lora_delta = counted  # qwix's own, as before the replacement
+  try:
+    theirs = value_and_grads()
+  finally:
+    compat.install_lora_product()
+  assert calls  # the model's products went through the function the seam replaces
+  for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)

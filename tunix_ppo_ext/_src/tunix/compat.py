@@ -90,6 +90,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
+from qwix._src.providers import lora as qwix_lora
 from tunix.generate import sampler as sampler_lib
 from tunix.models.gemma3 import model as gemma3_model
 from tunix.models.llama3 import model as llama3_model
@@ -101,6 +102,8 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.ppo import ppo_learner
 from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import peft_trainer
+
+from tunix_ppo_ext._src.math.low_rank import lora_product
 
 # tunix main (0.1.8) moved it from `tunix.rl.algo_core` (0.1.7) to `tunix.rl.common`.
 compute_entropy_from_logits = (
@@ -648,3 +651,34 @@ def head_weight(model: Any) -> Any:
   module, _, weight, layout = _head(model)
   value = getattr(module, weight)[...]
   return value if layout == "DV" else value.T
+
+
+# ----- qwix's LoRA product (the adapters tunix's LoRA and `model.lora` use) -----
+
+# qwix computes each adapter's `x A B` in its private `_compute_lora_delta(lhs, lora_a,
+# lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape, remain_shape, rank, precision)`,
+# looked up at trace time. `install_lora_product` replaces it, for the calls of tunix's
+# projections (one contracting axis, the input's last; no batch axes; one output axis;
+# default precision), by `math.low_rank.lora_product`: the same product, with a VJP that
+# transposes no activation (31% off SmolLM2's LoRA update on CPU); every other call goes
+# to qwix's own. Pinned by tests/tunix/test_lora.py.
+QWIX_LORA_DELTA = qwix_lora._compute_lora_delta
+
+
+def install_lora_product() -> None:
+  """Routes qwix's adapter products through `lora_product` (idempotent; process-wide, the
+  values unchanged)."""
+  qwix_lora._compute_lora_delta = _lora_delta
+
+
+def _lora_delta(
+  lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape, remain_shape, rank,
+  precision=None,
+):  # fmt: skip
+  args = (lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape, remain_shape, rank)
+  plain = tuple(lhs_ca) == (lhs.ndim - 1,) and not batch_shape and not lhs_ba
+  if not plain or len(contract_shape) != 1 or len(remain_shape) != 1 or precision is not None:
+    return QWIX_LORA_DELTA(*args, precision=precision)
+  a = jnp.reshape(lora_a, (contract_shape[0], rank))
+  b = jnp.reshape(lora_b, (rank, remain_shape[0]))
+  return lora_product(lhs, a, b)

@@ -102,6 +102,7 @@ class PpoExtLearner(compat.LearnerHooks):
     self._nonfinite_rewards = NonFiniteRewards(ppo_config.nonfinite_rewards)
     reward_fns = self._checked_reward_fns(reward_fns, trajectory_source)
     tunix_losses.register_configured(ppo_config)  # tunix's constructor looks them up
+    compat.install_lora_product()  # LoRA adapters made elsewhere: their products' lean VJP
     critic = critic_trainer(rl_cluster)
     check_critic(ppo_config, critic)
     kwargs = {"reward_fns": reward_fns, "metric_fns": metric_fns}
