@@ -25,16 +25,21 @@ matmul rate (GFLOP/s) and the memory read rate (GB/s), with the model's paramete
 - actor update with LoRA: two forwards (the forward and the input-gradient backward; the
   frozen weights need no gradient); without LoRA three.
 
-  python bench/real_model_speed.py [--steps 6 --warmup 2 --repeats 2]
+  python bench/real_model_speed.py [--steps 6 --warmup 2 --repeats 2 --profile]
       [--checkout base=../base --checkout new=.] [KEY=VALUE ...]
+
+`--profile` traces the step after the warm-up of every run (`jax.profiler`) and prints the
+XLA op kinds that took the most time in it (each op's own time, summed by kind).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -49,7 +54,7 @@ UPDATES = ("update_actor", "update_critic")
 
 # Run in the checkout's own process: trains, stamps each batch drawn and each compilation.
 CHILD = r"""
-import json, pathlib, sys, time
+import json, os, pathlib, sys, time
 import jax
 compiles = []
 jax.monitoring.register_event_duration_secs_listener(
@@ -61,9 +66,13 @@ from tunix_ppo_ext.jobs import build_run
 out, config, overrides = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 run = load_run_config(config, [f"output_dir={out}", *overrides])
 learner, batches, _, _ = build_run(run, out)
-stamps = []
+stamps, profile = [], os.environ.get("BENCH_PROFILE_STEP")
 def timed(batches):
   for batch in batches:
+    if profile and len(stamps) == int(profile) - 1:
+      jax.profiler.start_trace(str(out / "trace"), create_perfetto_trace=True)
+    if profile and len(stamps) == int(profile):
+      jax.profiler.stop_trace()
     stamps.append(time.perf_counter())
     yield batch
 learner.train(timed(batches))
@@ -103,6 +112,8 @@ def machine_rates() -> tuple[float, float]:
 def run_checkout(path: pathlib.Path, args, out: pathlib.Path) -> dict:
   """Trains `args.steps` steps with `path`'s package: its metrics, summary, stamps, shape."""
   env = {**os.environ, "PYTHONPATH": str(path.resolve())}
+  if args.profile:  # one step traced: the first after the warm-up
+    env["BENCH_PROFILE_STEP"] = str(args.warmup + 1)
   overrides = [f"train.steps={args.steps}", "train.eval_every=1000", "train.checkpoint_every=1000"]
   config = str(pathlib.Path(args.config).resolve())
   command = [sys.executable, "-c", CHILD, str(out), config, *overrides, *args.overrides]
@@ -118,6 +129,28 @@ def run_checkout(path: pathlib.Path, args, out: pathlib.Path) -> dict:
     steps.setdefault(row.get("step", 0), {}).update(row)
   result["steps"] = steps
   return result
+
+
+def top_ops(trace_dir: pathlib.Path, count: int = 8) -> list[tuple[str, float, int]]:
+  """The XLA op kinds (`ynn_fusion`, `copy_bitcast_fusion`, ...) that took the most time in
+  a `jax.profiler` trace, each op's own time: `(kind, seconds summed, calls)`, largest
+  first."""
+  (path,) = trace_dir.glob("plugins/profile/*/perfetto_trace.json.gz")
+  events = json.loads(gzip.decompress(path.read_bytes()))
+  events = events["traceEvents"] if isinstance(events, dict) else events
+  seconds: dict[str, float] = {}
+  calls: dict[str, int] = {}
+  for event in events:
+    name = event.get("name", "")
+    # XLA's own ops carry `hlo_op`; a `while`, `call` or `cond` holds others (counted there)
+    skipped = name.startswith(("while", "call", "cond")) or event.get("ph") != "X"
+    if skipped or "hlo_op" not in event.get("args", {}):
+      continue
+    kind = re.sub(r"\.\d+$", "", name)
+    seconds[kind] = seconds.get(kind, 0.0) + event.get("dur", 0) / 1e6
+    calls[kind] = calls.get(kind, 0) + 1
+  ranked = sorted(seconds, key=seconds.get, reverse=True)[:count]
+  return [(kind, seconds[kind], calls[kind]) for kind in ranked]
 
 
 def medians(result: dict, warmup: int) -> dict:
@@ -204,6 +237,9 @@ def main() -> None:
   parser.add_argument("--warmup", type=int, default=2)
   parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per checkout")
   parser.add_argument("--checkout", action="append", help="NAME=PATH (default: this=.)")
+  parser.add_argument(
+    "--profile", action="store_true", help="trace the step after the warm-up; top XLA ops"
+  )
   parser.add_argument("overrides", nargs="*", help="KEY=VALUE config overrides")
   args = parser.parse_args()
   checkouts = [c.split("=", 1) for c in args.checkout or ["this=."]]
@@ -220,6 +256,9 @@ def main() -> None:
         result = run_checkout(pathlib.Path(path), args, pathlib.Path(tmp) / f"{name}{repeat}")
         runs[name].append({"result": result, "m": medians(result, args.warmup)})
         print(f"  run {repeat + 1} of {name}: step {runs[name][-1]['m']['step']:.2f} s", flush=True)
+        if args.profile:
+          for kind, seconds, calls in top_ops(pathlib.Path(tmp) / f"{name}{repeat}" / "trace"):
+            print(f"    {kind:28s} {seconds:7.2f} s {calls:6d} calls", flush=True)
   base = None
   for name, _ in checkouts:
     step = report(name, runs[name], base, rates)
