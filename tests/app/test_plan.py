@@ -281,7 +281,9 @@ def test_tunix_own_losses_are_planned_as_tunix_learner_runs_them(tmp_path):
   assert ours is loss_fns.ppo_ext_policy_loss_fn
   smoke = ("--config", str(ROOT / "configs" / "smoke.yaml"), "model.fused_head=false")
   steps = ("--pieces", "actor/train_step,critic/train_step")
-  tunix_own = run_plan(tmp_path, *smoke, *steps, "ppo.policy_loss_fn=ppo", "ppo.value_loss_fn=ppo")
+  tunix_loss = ("ppo.policy_loss_fn=ppo", "ppo.value_loss_fn=ppo")
+  tunix_loss += ("ppo.kl_method=kl", "ppo.kl_ctrl=fixed")  # what tunix's loss does (k1)
+  tunix_own = run_plan(tmp_path, *smoke, *steps, *tunix_loss)
   own = run_plan(tmp_path, *smoke, *steps)
   for tunix_step, own_step in zip(tunix_own["pieces"], own["pieces"], strict=True):
     assert tunix_step["role"] == own_step["role"] and tunix_step["name"] == "train_step"

@@ -97,6 +97,32 @@ def test_bad_values_name_field_value_and_allowed(kwargs, field, allowed):
   assert re.search(allowed, message), message
 
 
+@pytest.mark.parametrize(
+  "kwargs, field",
+  [
+    (dict(kl_penalty="loss", kl_method="full"), "kl_method"),
+    (dict(kl_penalty="loss", kl_method="low_var_kl"), "kl_method"),
+    (dict(kl_penalty="loss", kl_method="kl", kl_ctrl="adaptive"), "kl_ctrl"),
+    (dict(loss_agg_mode="seq-mean-token-mean"), "loss_agg_mode"),
+    (dict(rollout_is="token"), "rollout_is"),
+    (dict(rollout_rs="token_k1"), "rollout_rs"),
+    (dict(clip_range_value=None), "clip_range_value"),
+    (dict(value_loss_agg_mode="seq-mean-token-sum"), "value_loss_agg_mode"),
+  ],
+)
+def test_what_tunix_own_losses_cannot_do_is_refused_naming_both_keys(kwargs, field):
+  """tunix's `ppo` losses would drop these silently (its KL is k1 at the initial
+  coefficient, its aggregation token-mean, no rollout correction, the value loss always
+  clips): one line naming the key and the loss instead. Our own losses take them all."""
+  loss = "value_loss_fn" if field.startswith(("clip_range", "value_")) else "policy_loss_fn"
+  with pytest.raises(ValueError, match=rf"PpoExtConfig\.{field}=.*{loss}='ppo'") as info:
+    PpoExtConfig(**{loss: "ppo", **kwargs})
+  assert "\n" not in str(info.value) and "tunix's own" in str(info.value)
+  PpoExtConfig(**kwargs)  # with this package's losses: trains as configured
+  # what tunix's loss does honour stays accepted: k1 in the loss at a fixed coefficient
+  PpoExtConfig(policy_loss_fn="ppo", value_loss_fn="ppo", kl_penalty="loss", kl_method="kl")
+
+
 def test_accepts_names_registered_in_tunix_registry():
   # tunix's own PPOConfig refuses every advantage estimator but 'grpo' and 'gae'.
   with pytest.raises(ValueError):

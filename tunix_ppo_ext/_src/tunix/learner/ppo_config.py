@@ -189,12 +189,41 @@ class PpoExtConfig(ppo_learner.PPOConfig):
         f"{self.policy_loss_fn!r} is tunix's, whose pass computes the whole logits)",
       )
     validate_toolbox(self)
+    _check_tunix_losses(self)
     if self.critic_warmup_steps and not self.uses_critic:
       _fail(
         "critic_warmup_steps",
         self.critic_warmup_steps,
         f"0 with advantage_estimator={self.advantage_estimator!r}, which uses no critic",
       )
+
+
+def _check_tunix_losses(config: PpoExtConfig) -> None:
+  """Refuses, naming both keys, what tunix's own losses (a name only tunix's registry
+  holds, e.g. `ppo`) would silently not do: tunix's policy loss takes the KL in the loss
+  as k1 on the reference log-probs with the initial `kl_loss_coef` (no other estimator, no
+  exact KL, no controller), averages over tokens, and applies no rollout correction;
+  tunix's value loss always clips and averages over tokens."""
+  policy = config.policy_loss_fn
+  if not registry.has(registry.POLICY_LOSSES, policy):
+    own = f"used with policy_loss_fn={policy!r} (tunix's own loss"
+    if config.kl_penalty == "loss" and config.kl_method != "kl":
+      _fail("kl_method", config.kl_method, f"'kl' {own}: k1 in the loss, whatever is set)")
+    if config.kl_penalty == "loss" and config.kl_ctrl != "fixed":
+      _fail("kl_ctrl", config.kl_ctrl, f"'fixed' {own}: the initial kl_loss_coef throughout)")
+    if config.loss_agg_mode != "token-mean":
+      _fail("loss_agg_mode", config.loss_agg_mode, f"'token-mean' {own}: its only mode)")
+    for name in ("rollout_is", "rollout_rs"):
+      if getattr(config, name) is not None:
+        _fail(name, getattr(config, name), f"None {own}: it applies no correction)")
+  value = config.value_loss_fn
+  if not registry.has(registry.VALUE_LOSSES, value):
+    own = f"used with value_loss_fn={value!r} (tunix's own value loss"
+    if config.clip_range_value is None:
+      _fail("clip_range_value", None, f"a number > 0 {own}: it always clips)")
+    if config.value_loss_agg_mode != "token-mean":
+      mode = config.value_loss_agg_mode
+      _fail("value_loss_agg_mode", mode, f"'token-mean' {own}: its only mode)")
 
 
 def fused_head_problem(fused_head: bool, chunk_size: int) -> str | None:
