@@ -10,9 +10,8 @@ where `^T` on `x`, `g` and `x A` contracts every leading (token) axis. Autodiff 
 same three products, but XLA:CPU lays `dB`'s contraction out by transposing the `[tokens,
 N]` cotangent, a full copy of the layer's output gradient per adapter (for an MLP's
 projections, the largest activations of a layer); here each contraction over the tokens
-takes the rank-`r` operand first, so only `[tokens, r]` arrays are transposed. Measured on
-SmolLM2-135M with LoRA on every projection (docs/measurements.md, "A real-model step"):
-the actor's loss-and-gradient 31% faster on a 2-core CPU.
+takes the rank-`r` operand first, so only `[tokens, r]` arrays are transposed (what it
+saves on SmolLM2-135M: docs/measurements.md, "A real-model step against its floors").
 """
 
 from __future__ import annotations
