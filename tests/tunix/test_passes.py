@@ -185,6 +185,27 @@ def test_process_ids_keeps_tunixs_signature_and_its_packed_path():
     assert (a is None and b is None) or np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("shape", [(1, 3), (2, 4), (4,), (1, 4, 1)])
+def test_process_ids_refuses_a_mask_not_shaped_as_the_completion(shape):
+  """A mask one token short, of another batch size or rank: one line naming the argument
+  and both shapes (before: outputs of disagreeing widths, or JAX's concatenate message)."""
+  prompt, completion = jnp.ones((1, 3), jnp.int32), jnp.ones((1, 4), jnp.int32)
+  for name in ("completion_mask", "attention_mask"):
+    with pytest.raises(ValueError, match=rf"{name} has shape \({shape[0]},.*\(1, 4\)"):
+      tunix_ppo_ext.process_ids(prompt, completion, PAD, EOS, **{name: jnp.ones(shape)})
+
+
+def test_process_ids_refuses_a_mask_beside_segment_ids():
+  """tunix's packed path derives its own mask: a mask given with `segment_ids` would be
+  ignored, so it is refused."""
+  prompt, completion = jnp.zeros((1, 0), jnp.int32), jnp.ones((1, 4), jnp.int32)
+  segments = jnp.ones((1, 4), jnp.int32)
+  with pytest.raises(ValueError, match="completion_mask is not used with segment_ids"):
+    tunix_ppo_ext.process_ids(
+      prompt, completion, PAD, EOS, segments, segments, completion_mask=jnp.ones((1, 4))
+    )
+
+
 def test_score_uses_the_attention_mask(config):
   scorer = ScoreModel(config, nnx.Rngs(2))
   prompt, completion, attention = trajectory(seed=6)

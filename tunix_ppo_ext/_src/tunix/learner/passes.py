@@ -50,23 +50,35 @@ def process_ids(
 
   Args:
     segment_ids, segment_positions: tunix's packed-sequence inputs; with them the call is
-      tunix's own (no mask is derived).
+      tunix's own (no mask is derived; a mask given beside them is refused).
     completion_mask: optional `[B, T]` mask over the completion, 1 for every real token
       (agent and observation tokens alike): the attention mask. This is the seed's (and
       GRL's) name; `attention_mask` is the same argument under this package's name. Used
-      as is; `None` derives `completion_tokens != pad_id` as tunix does.
+      as is (ValueError unless shaped as `completion_tokens`); `None` derives
+      `completion_tokens != pad_id` as tunix does.
 
   Returns:
     `(input_ids [B, P+T], positions [B, P+T], causal_mask [B, P+T, P+T],
     real_token_mask [B, P+T] int32)`; the last is what tunix passes as `segment_ids`.
   """
-  if segment_ids is not None:
-    return tunix_common.process_ids(
-      prompt_tokens, completion_tokens, pad_id, eos_id, segment_ids, segment_positions
-    )
   if completion_mask is not None and attention_mask is not None:
     raise ValueError("process_ids: give completion_mask or attention_mask (the same), not both")
   mask = attention_mask if completion_mask is None else completion_mask
+  name = "attention_mask" if completion_mask is None else "completion_mask"
+  if segment_ids is not None:
+    if mask is not None:
+      raise ValueError(
+        f"process_ids: {name} is not used with segment_ids (tunix's packed path derives "
+        "its own mask): give one or the other"
+      )
+    return tunix_common.process_ids(
+      prompt_tokens, completion_tokens, pad_id, eos_id, segment_ids, segment_positions
+    )
+  if mask is not None and tuple(jnp.shape(mask)) != tuple(jnp.shape(completion_tokens)):
+    raise ValueError(
+      f"process_ids: {name} has shape {tuple(jnp.shape(mask))}, the completion_tokens "
+      f"{tuple(jnp.shape(completion_tokens))}: one mask entry per completion token"
+    )
   del eos_id  # Kept for tunix's signature; the mask is never derived from EOS tokens.
   input_ids = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
   if mask is None:
