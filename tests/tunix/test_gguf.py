@@ -321,3 +321,17 @@ def test_smollm2_two_lora_ppo_steps_then_export_loads_in_transformers(smollm2, t
   tokens = _chat_ids(tokenizer)
   trained = np.asarray(_logits(actor, jnp.asarray(tokens)))
   np.testing.assert_allclose(hf_logits(tmp_path / "hf", tokens), trained, atol=3e-4, rtol=0)
+
+
+def test_plan_plans_the_gguf_checkpoint_not_the_toy_model(tmp_path):
+  """`plan` with `model.checkpoint=` a GGUF file reads the config of the directory the file
+  converts into (a GGUF file has no `config.json` beside it): the file's model, float32 as
+  the job loads it; before, the toy Qwen3 was planned."""
+  from tunix_ppo_ext._src.run import plan
+
+  file = tmp_path / "tiny.gguf"
+  write_gguf(file, _tiny_llama())
+  planned = plan._model_config(load_run_config(None, [f"model.checkpoint={file}"]))
+  assert planned.model_class is hf_models.FAMILIES["llama"].model_class
+  assert (planned.config.vocab_size, planned.config.embed_dim) == (32, 64)
+  assert planned.weight_dtype == jnp.float32 and "float32 weights" in planned.source

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import recipe
@@ -132,13 +133,16 @@ def model_config(run: RunConfig) -> PlannedModel:
 
 
 def _model_config(run: RunConfig) -> PlannedModel:
-  """The policy as the job builds it: a checkpoint's `config.json` gives the family (its
+  """The policy as the job builds it: a checkpoint's `config.json` (a GGUF file's: that of
+  the directory it converts into) gives the family (its
   `model_type`, as `hf_models` loads it) and the sizes, and the weights' dtype (`dtype`, the
   key transformers >= 4.56 writes, else `torch_dtype`; bfloat16 when neither is there);
   else `model.config_name` (a named checkpoint is assumed bfloat16, as Qwen3's are); else
   the toy sizes (random init, float32)."""
   model = run.model
-  hf_config = pathlib.Path(model.checkpoint or "", "config.json")
+  # a GGUF file or short name (`smollm2`): its converted directory's config.json (float32)
+  directory = gguf_files.resolve(model.checkpoint) if model.checkpoint is not None else ""
+  hf_config = pathlib.Path(directory, "config.json")
   if model.checkpoint is not None and hf_config.is_file():
     hf = hf_models.read_hf_config(model.checkpoint) or {}
     family = hf_models.family_of(hf)
