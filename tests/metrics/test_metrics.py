@@ -382,6 +382,16 @@ def test_user_metric_keys_the_rollout_sampler_and_timing_are_sensible(smoke_run)
     assert 0 < phases <= row["timing_s/step"]
     assert row["timing_s/update_actor"] > 0 and row["timing_s/update_critic"] > 0
     assert 0 < row["rollout/tokens_per_s"] <= row["rollout/completion_tokens_per_s"]
+    # per second of rollout: the batch's agent tokens (loss mask) and every real completion
+    # token (attention mask), the totals of the batch statistics' per-row means
+    tokens = {
+      "rollout/tokens_per_s": row["train/response_length/mean"],
+      "rollout/completion_tokens_per_s": row["generation/completions/mean_length"],
+    }
+    for key, mean_length in tokens.items():
+      assert row[key] * row["timing_s/rollout"] == pytest.approx(
+        mean_length * run.train.batch_size, rel=1e-4
+      ), key
   # the default actor schedule: cosine from train.lr down to a tenth of it
   lrs = [r["actor/lr"] for r in rows]
   assert lrs[0] <= run.train.lr and lrs == sorted(lrs, reverse=True)  # logged after an update

@@ -144,7 +144,7 @@ def _model_config(run: RunConfig) -> PlannedModel:
   directory = gguf_files.resolve(model.checkpoint) if model.checkpoint is not None else ""
   hf_config = pathlib.Path(directory, "config.json")
   if model.checkpoint is not None and hf_config.is_file():
-    hf = hf_models.read_hf_config(model.checkpoint) or {}
+    hf = hf_models.read_hf_config(directory) or {}
     family = hf_models.family_of(hf)
     name, dtype = checkpoint_dtype(hf, hf_config)
     source = f"{hf_config} ({family.name}, {name} weights)"
