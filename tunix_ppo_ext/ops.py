@@ -4,7 +4,7 @@ Masked reductions; log-probs, entropy and the full-vocabulary KL from logits, an
 log-probs and entropy from hidden states through a fused LM head; per-token
 KL estimators and KL controllers; PPO policy and value losses with verl's aggregation
 modes; verl's other policy losses (GSPO, SAPO, GMPO, CISPO, Clip-Cov, KL-Cov, GPG);
-advantage estimators (GAE, GRPO, RLOO, REINFORCE++); rollout correction (verl's
+advantage estimators (GAE, turn-level GAE, GRPO, RLOO, REINFORCE++); rollout correction (verl's
 `rollout_is` / `rollout_rs`); DAPO's overlong penalty and informative groups; score
 normalization. Nothing here knows tunix; `compute_kl_divergence` here takes the
 estimator as a callable (the by-name form, tunix's signature, is
@@ -16,6 +16,8 @@ from tunix_ppo_ext._src.math.advantages import (
   compute_grpo_advantages,
   compute_reinforce_plus_plus_advantages,
   compute_rloo_advantages,
+  compute_turn_gae_advantages,
+  length_adaptive_lambda,
 )
 from tunix_ppo_ext._src.math.kl import (
   AdaptiveKLController,
@@ -64,6 +66,7 @@ __all__ = [
   "compute_kl_divergence",
   "compute_reinforce_plus_plus_advantages",
   "compute_rloo_advantages",
+  "compute_turn_gae_advantages",
   "entropy_from_logits",
   "full_kl_divergence",
   "fused_full_kl_divergence",
@@ -77,6 +80,7 @@ __all__ = [
   "kl_k1",
   "kl_k2",
   "kl_k3",
+  "length_adaptive_lambda",
   "logps_and_entropy",
   "make_kl_controller",
   "masked_mean",

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import tunix
+from tunix.generate import sampler as sampler_lib
 from tunix.rl import rl_cluster
 from tunix.rl.ppo import ppo_learner
 from tunix.rl.rollout import vanilla_rollout
@@ -69,6 +70,7 @@ def test_pinned_instance_attributes_are_set_by_tunix_constructors():
     "PeftTrainer": peft_trainer.PeftTrainer,
     "VanillaRollout": vanilla_rollout.VanillaRollout,
     "RLCluster": rl_cluster.RLCluster,
+    "Sampler": sampler_lib.Sampler,
   }
   for owner, names in compat.PINNED_INSTANCE_ATTRIBUTES.items():
     classes = [c for c in owners[owner].__mro__ if c.__module__.startswith("tunix.")]

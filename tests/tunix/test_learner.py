@@ -262,6 +262,77 @@ def test_critic_warmup_freezes_the_actor():
   assert not np.allclose(critic_after, critic_before)
 
 
+def test_critic_warmup_ends_after_the_step_that_reaches_its_explained_variance():
+  # any explained variance reaches -1e9: the warm-up is step 0 alone, then the actor trains
+  config = PpoExtConfig(critic_warmup_steps=3, critic_warmup_until_ev=-1e9)
+  cluster, learner, data = setup(config, steps=3, reward=spread_reward)
+  learner.train(data)
+  np.testing.assert_array_equal(history(cluster, "learner", "critic_warmup"), [1, 0, 0])
+  np.testing.assert_array_equal(history(cluster, "learner", "critic_warmup_steps"), [1, 1, 1])
+  assert learner.critic_warmup.ended_at == 1
+  assert np.any(history(cluster, "actor", "pg_loss")[1:] != 0.0)
+
+
+def _first_example(config, reward=spread_reward):
+  _, learner, data = setup(config, reward=reward)
+  example = learner._generate_and_compute_advantage(data[0])
+  return {k: np.asarray(getattr(example, k)) for k in ("advantages", "returns", "actor_scale")}
+
+
+def test_decoupled_lambdas_give_advantages_and_value_targets_each_their_own():
+  shared = dict(kl_penalty="none", gamma=1.0, whiten_advantages=False)
+  both = _first_example(PpoExtConfig(**shared, gae_lambda=0.5, critic_lambda=1.0))
+  actor = _first_example(PpoExtConfig(**shared, gae_lambda=0.5))
+  critic = _first_example(PpoExtConfig(**shared, gae_lambda=1.0))
+  np.testing.assert_array_equal(both["advantages"], actor["advantages"])
+  np.testing.assert_array_equal(both["returns"], critic["returns"])
+  assert not np.allclose(actor["returns"], critic["returns"])
+  # a warm-up step's targets use the warm-up's lambda (1.0), and the actor's loss is off
+  warm = _first_example(PpoExtConfig(**shared, gae_lambda=0.5, critic_warmup_steps=1))
+  np.testing.assert_array_equal(warm["returns"], critic["returns"])
+  np.testing.assert_array_equal(warm["actor_scale"], 0.0)
+  np.testing.assert_array_equal(both["actor_scale"], 1.0)
+
+
+def test_length_adaptive_and_turn_level_estimators_reach_the_example():
+  shared = dict(kl_penalty="none", whiten_advantages=False, gae_lambda=0.5, critic_lambda=1.0)
+  adaptive = _first_example(PpoExtConfig(**shared, adaptive_lambda_alpha=0.05))
+  zero = _first_example(PpoExtConfig(**{**shared, "gae_lambda": 0.0}))
+  # 6-token rows: 1 - 1 / (0.05 * l) < 0, so every row's lambda is 0
+  np.testing.assert_allclose(adaptive["advantages"], zero["advantages"], rtol=1e-6)
+  turn = _first_example(PpoExtConfig(**shared, advantage_estimator="turn_gae", gamma_turn=0.9))
+  # single-turn rows: one turn, its advantage on every agent token of the row
+  for row in turn["advantages"]:
+    assert len(set(row[row != 0].tolist())) <= 1
+
+
+def test_resume_in_the_middle_of_the_critic_warmup(tmp_path):
+  config = PpoExtConfig(critic_warmup_steps=3)
+  cluster, learner, data = setup(config, steps=2, checkpoint_dir=str(tmp_path))
+  actor_before = param_leaf(cluster.actor_trainer.model)
+  learner.train(data)
+  np.testing.assert_array_equal(param_leaf(cluster.actor_trainer.model), actor_before)
+  cluster2, learner2, data2 = setup(config, steps=4, checkpoint_dir=str(tmp_path))
+  assert cluster2.actor_trainer.train_steps == 2
+  learner2.train(data2)  # step 2 still warms up, step 3 trains the actor
+  np.testing.assert_array_equal(history(cluster2, "learner", "critic_warmup"), [1, 0])
+  np.testing.assert_array_equal(history(cluster2, "learner", "critic_warmup_steps"), [3, 3])
+  assert not np.allclose(param_leaf(cluster2.actor_trainer.model), actor_before)
+
+
+def test_an_early_end_of_the_warmup_survives_a_resume(tmp_path):
+  config = PpoExtConfig(critic_warmup_steps=5, critic_warmup_until_ev=-1e9)
+  _, learner, data = setup(config, steps=2, checkpoint_dir=str(tmp_path), reward=spread_reward)
+  learner.train(data)
+  assert learner.critic_warmup.ended_at == 1
+  cluster2, learner2, data2 = setup(
+    config, steps=3, checkpoint_dir=str(tmp_path), reward=spread_reward
+  )
+  assert learner2.critic_warmup.ended_at == 1
+  learner2.train(data2)
+  np.testing.assert_array_equal(history(cluster2, "learner", "critic_warmup"), [0])
+
+
 @pytest.mark.tunix_facing  # on tunix main too (lane 2 of .ci/run runs no other here)
 def test_group_estimators_train_without_a_critic():
   # one estimator here; `grpo` through the CLI in tests/app/test_sweep.py

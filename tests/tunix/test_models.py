@@ -153,6 +153,24 @@ def test_critic_from_policy_copies_the_backbone(config):
   np.testing.assert_array_equal(reference.lm_head.w[...], policy.lm_head.w[...])
 
 
+def test_a_zero_value_head_starts_every_value_at_zero_and_still_learns(config):
+  policy = models.make_policy(config, seed=0)
+  tokens = jnp.asarray([[3, 5, 7, 2]])
+  positions = jnp.arange(4)[None]
+  critic = models.critic_from_policy(policy, seed=1, head_init="zero")
+  np.testing.assert_array_equal(critic(tokens, positions), 0.0)
+  normal = models.critic_from_policy(policy, seed=1)
+  assert np.all(np.asarray(normal(tokens, positions)) != 0.0)
+
+  def loss(model):
+    return jnp.mean((model(tokens, positions) - 1.0) ** 2)
+
+  grads = nnx.grad(loss)(critic)
+  assert np.any(np.asarray(grads.value_head.kernel[...]) != 0.0)  # the head moves first
+  with pytest.raises(ValueError, match="head_init='uniform'"):
+    models.critic_from_policy(policy, seed=1, head_init="uniform")
+
+
 # ----- end to end: stock tunix PPOLearner on the harness cluster -----
 
 

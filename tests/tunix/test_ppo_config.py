@@ -78,6 +78,12 @@ def test_full_kl_requires_loss_placement():
     (dict(num_iterations=0), "num_iterations", "integer >= 1"),
     (dict(critic_warmup_steps=-1), "critic_warmup_steps", "integer >= 0"),
     (dict(critic_warmup_steps=1.5), "critic_warmup_steps", "integer >= 0"),
+    (dict(critic_lambda=1.2), "critic_lambda", r"\[0.0, 1.0\]"),
+    (dict(adaptive_lambda_alpha=0.0), "adaptive_lambda_alpha", r"\(0.0"),
+    (dict(gamma_turn=-0.5), "gamma_turn", r"\[0.0, 1.0\]"),
+    (dict(critic_warmup_lambda=2.0), "critic_warmup_lambda", r"\[0.0, 1.0\]"),
+    (dict(critic_warmup_until_ev=1.5), "critic_warmup_until_ev", r"1.0\]"),
+    (dict(critic_warmup_until_ev="high"), "critic_warmup_until_ev", "a finite number"),
     (dict(logits_chunk_size=-8), "logits_chunk_size", "integer >= 0"),
     (dict(norm_adv_by_std="yes"), "norm_adv_by_std", "True or False"),
     (dict(kl_penalty="rewards"), "kl_penalty", "did you mean 'reward'"),
@@ -182,3 +188,15 @@ def test_only_estimators_that_take_values_use_a_critic():
     assert not PpoExtConfig(advantage_estimator=name).uses_critic, name
   with pytest.raises(ValueError, match=r"critic_warmup_steps=3 is invalid: must be 0 with "):
     PpoExtConfig(advantage_estimator="grpo", critic_warmup_steps=3)
+  with pytest.raises(ValueError, match=r"critic_lambda=1.0 is invalid: must be None with "):
+    PpoExtConfig(advantage_estimator="rloo", critic_lambda=1.0)
+  with pytest.raises(ValueError, match=r"critic_warmup_until_ev=0.5 is invalid: must be None "):
+    PpoExtConfig(critic_warmup_until_ev=0.5)  # no warm-up to end
+
+
+def test_lambdas_and_turn_discount_default_to_the_shared_ones():
+  config = PpoExtConfig(gamma=0.9, gae_lambda=0.8)
+  assert (config.target_lambda, config.turn_discount) == (0.8, 0.9)
+  config = PpoExtConfig(gamma=0.9, gae_lambda=0.8, critic_lambda=1.0, gamma_turn=0.5)
+  assert (config.target_lambda, config.turn_discount) == (1.0, 0.5)
+  assert PpoExtConfig(advantage_estimator="turn_gae").uses_critic

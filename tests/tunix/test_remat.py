@@ -47,6 +47,15 @@ def test_a_bad_remat_is_one_line_naming_the_key():
   assert "\n" not in message
 
 
+@pytest.mark.tunix_facing
+def test_a_bad_value_head_init_is_one_line_naming_the_key():
+  with pytest.raises(ConfigError) as err:
+    load_resolved(None, ["model.value_head_init=zeros"])
+  message = str(err.value)
+  assert message.startswith("config key 'model.value_head_init' 'zeros' unknown; did you mean")
+  assert "\n" not in message
+
+
 def test_train_and_plan_build_the_policy_and_critic_with_it():
   run = load_resolved(None, ["model.remat=decoder", "model.num_layers=1"]).run
   policy, critic, _ = job._models(run, job._tokenizer(run))
@@ -55,6 +64,27 @@ def test_train_and_plan_build_the_policy_and_critic_with_it():
   assert plan.model_config(run).config.remat_config.name == "DECODER"
   default = load_resolved(None, []).run
   assert plan.model_config(default).config.remat_config.name == "NONE"
+
+
+@pytest.mark.parametrize("remat", ["block", "decoder"])
+def test_a_remat_run_trains_and_samples_what_a_run_without_remat_samples(tmp_path, remat):
+  """The sampler runs without remat (it merges the model inside its decode loop, where a
+  remat'ed layer raised flax's TraceContextError): the run trains, and its first rollout,
+  before any update, is the one of the same run without remat."""
+  from tunix_ppo_ext._src.run import cli  # noqa: PLC0415
+  from tunix_ppo_ext.metrics import read_jsonl  # noqa: PLC0415
+
+  rows = {}
+  for name in ("none", remat):
+    out = tmp_path / name
+    args = ["train", "--config", "configs/smoke.yaml", "--output-dir", str(out)]
+    assert cli.main([*args, "train.steps=2", f"model.remat={name}"]) == 0
+    rows[name] = read_jsonl(out / "metrics.jsonl")
+  keys = ("train/response_length/mean", "train/episode_return/mean", "train/num_turns/mean")
+  first = {name: [r for r in found if r["step"] == 1][0] for name, found in rows.items()}
+  for key in keys:
+    assert first[remat][key] == first["none"][key], key
+  assert [r["step"] for r in rows[remat] if "actor/loss" in r] == [1, 2]
 
 
 def test_the_actor_s_train_step_recomputes_what_remat_says_and_keeps_its_gradient():

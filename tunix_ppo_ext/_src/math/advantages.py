@@ -23,6 +23,8 @@ from tunix_ppo_ext._src.math.masked import masked_whiten
 
 __all__ = [
   "compute_gae_advantages",
+  "compute_turn_gae_advantages",
+  "length_adaptive_lambda",
   "compute_grpo_advantages",
   "compute_reinforce_plus_plus_advantages",
   "compute_rloo_advantages",
@@ -55,26 +57,30 @@ def _gae(
   gamma: jax.Array | float,
   gae_lambda: jax.Array | float,
   whiten: bool,
+  gamma_turn: jax.Array | float | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   chex.assert_rank([rewards, values, mask], 2)
   chex.assert_equal_shape([rewards, values, mask])
   rewards, values, mask = _f32(rewards), _f32(values), _f32(mask)
   gamma = jnp.asarray(gamma, jnp.float32)
-  gae_lambda = jnp.asarray(gae_lambda, jnp.float32)
+  gamma_turn = gamma if gamma_turn is None else jnp.asarray(gamma_turn, jnp.float32)
+  gae_lambda = jnp.asarray(gae_lambda, jnp.float32)  # a scalar or one per row, [B]
   batch = rewards.shape[0]
 
   def step(carry, xs):
-    next_value, last_gae = carry
+    next_value, last_gae, crossed = carry
     r_t, v_t, m_t = xs
-    delta = r_t + gamma * next_value - v_t
-    gae_t = delta + gamma * gae_lambda * last_gae
+    discount = jnp.where(crossed, gamma_turn, gamma)  # gamma_turn across an observation
+    delta = r_t + discount * next_value - v_t
+    gae_t = delta + discount * gae_lambda * last_gae
     # mask == 0: skip the step, carry next value and running advantage unchanged.
     agent = m_t > 0
     next_value = jnp.where(agent, v_t, next_value)
     last_gae = jnp.where(agent, gae_t, last_gae)
-    return (next_value, last_gae), last_gae
+    return (next_value, last_gae, ~agent), last_gae
 
-  init = (jnp.zeros((batch,), jnp.float32), jnp.zeros((batch,), jnp.float32))
+  zeros = jnp.zeros((batch,), jnp.float32)
+  init = (zeros, zeros, jnp.zeros((batch,), jnp.bool_))
   _, raw_t = jax.lax.scan(step, init, (rewards.T, values.T, mask.T), reverse=True)
   raw = raw_t.T
   returns = jnp.where(mask > 0, raw + values, 0.0)
@@ -89,20 +95,26 @@ def compute_gae_advantages(
   gamma: float | jax.Array,
   gae_lambda: float | jax.Array,
   whiten: bool = True,
+  gamma_turn: float | jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Multi-turn GAE over token-level rewards (verl `compute_gae_advantage_return`).
 
-  Reverse scan over T. Where `mask[:, t] == 1`: `delta = r_t + gamma * V_next - v_t`,
-  `A_t = delta + gamma * lambda * A_next`, `V_next = v_t`. Where `mask[:, t] == 0`
+  Reverse scan over T. Where `mask[:, t] == 1`: `delta = r_t + g * V_next - v_t`,
+  `A_t = delta + g * lambda * A_next`, `V_next = v_t`, with `g = gamma` inside a turn and
+  `g = gamma_turn` from a turn's last agent token to the next turn's first (the step that
+  crosses an observation; `None`: `gamma`, verl's form). Where `mask[:, t] == 0`
   (observation tokens, padding) the step is skipped: `V_next` and `A_next` are carried
   across unchanged, so rewards and values at masked positions never affect the result.
   `returns = A + values` (raw, unwhitened A). With `whiten`, `A` is whitened with the
   masked mean and unbiased masked variance over the whole batch (`_masked.masked_whiten`).
+  A discount per turn beside token-level GAE inside each turn is the bi-level form of
+  RAGEN (Wang et al. 2025, arXiv:2504.20073, `high_level_gamma`).
   Ref: Schulman et al. 2015 (arXiv:1506.02438); verl core_algos (multi-turn masking).
 
   Args:
     rewards, values, mask: `[B, T]`, any float dtype (mask 0/1, any dtype).
-    gamma, gae_lambda: scalars in [0, 1] (ValueError for python numbers out of range).
+    gamma, gae_lambda, gamma_turn: in [0, 1] (ValueError for python numbers out of range);
+      `gae_lambda` may also be one value per row, `[B]` (`length_adaptive_lambda`).
     whiten: whiten the advantages (static).
 
   Returns:
@@ -111,7 +123,95 @@ def compute_gae_advantages(
   """
   _check_unit_interval("gamma", gamma)
   _check_unit_interval("gae_lambda", gae_lambda)
-  return _gae(rewards, values, mask, gamma, gae_lambda, whiten)
+  _check_unit_interval("gamma_turn", gamma_turn)
+  return _gae(rewards, values, mask, gamma, gae_lambda, whiten, gamma_turn)
+
+
+@jax.jit
+def length_adaptive_lambda(mask: jax.Array, alpha: float | jax.Array) -> jax.Array:
+  """VAPO's length-adaptive GAE lambda of the policy, one per row (Yue et al. 2025,
+  arXiv:2504.05118, eq. 8): `lambda = 1 - 1 / (alpha * l)`, `l` the row's agent tokens,
+  clipped to [0, 1] (a row shorter than `1 / alpha` tokens gets 0, an empty row 0).
+
+  Args:
+    mask: `[B, T]` 0/1 loss mask; alpha: > 0 (VAPO: 0.05).
+
+  Returns:
+    float32 `[B]`.
+  """
+  length = jnp.sum(_f32(mask) > 0, axis=-1).astype(jnp.float32)
+  scaled = jnp.asarray(alpha, jnp.float32) * length
+  lam = 1.0 - 1.0 / jnp.where(scaled > 0, scaled, 1.0)
+  return jnp.clip(jnp.where(scaled > 0, lam, 0.0), 0.0, 1.0)
+
+
+def _turn_ids(mask: jax.Array) -> jax.Array:
+  """`[B, T]` int32: the agent turn of each agent token (0, 1, ...: maximal runs of
+  `mask == 1`), `T` (out of range) at masked positions."""
+  agent = mask > 0
+  before = jnp.pad(agent[:, :-1], ((0, 0), (1, 0)))
+  starts = jnp.cumsum(agent & ~before, axis=-1) - 1
+  return jnp.where(agent, starts, mask.shape[1]).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("whiten",))
+def _turn_gae(rewards, values, mask, gamma_turn, gae_lambda, whiten):
+  chex.assert_rank([rewards, values, mask], 2)
+  chex.assert_equal_shape([rewards, values, mask])
+  rewards, values, mask = _f32(rewards), _f32(values), _f32(mask)
+  batch, width = mask.shape
+  turn = _turn_ids(mask)
+  rows = jnp.arange(batch)[:, None]
+  agent = mask > 0
+  first = agent & (turn != jnp.pad(turn[:, :-1], ((0, 0), (1, 0)), constant_values=-1))
+  # per turn: summed agent-token rewards, the value read at the turn's first token
+  turn_rewards = jnp.zeros((batch, width + 1)).at[rows, turn].add(jnp.where(agent, rewards, 0.0))
+  turn_values = jnp.zeros((batch, width + 1)).at[rows, turn].add(jnp.where(first, values, 0.0))
+  turn_mask = jnp.zeros((batch, width + 1)).at[rows, turn].max(agent.astype(jnp.float32))
+  turn_adv, _ = _gae(
+    turn_rewards[:, :width],
+    turn_values[:, :width],
+    turn_mask[:, :width],
+    gamma_turn,
+    gae_lambda,
+    False,
+  )
+  turn_adv = jnp.pad(turn_adv, ((0, 0), (0, 1)))
+  raw = jnp.take_along_axis(turn_adv, turn, axis=-1) * mask
+  returns = jnp.where(agent, raw + jnp.take_along_axis(turn_values, turn, axis=-1), 0.0)
+  advantages = masked_whiten(raw, mask) if whiten else raw
+  return advantages * mask, returns
+
+
+def compute_turn_gae_advantages(
+  rewards: jax.Array,
+  values: jax.Array,
+  mask: jax.Array,
+  gamma_turn: float | jax.Array,
+  gae_lambda: float | jax.Array,
+  whiten: bool = True,
+) -> tuple[jax.Array, jax.Array]:
+  """Turn-level GAE: each agent turn (a maximal run of `mask == 1`) is one step.
+
+  Turn `k` of a row: reward `R_k`, the sum of its agent tokens' rewards; value `V_k`, the
+  critic's value at its first agent token (the state after the observation that opened it).
+  Reverse over turns: `delta_k = R_k + gamma_turn * V_{k+1} - V_k`, `A_k = delta_k +
+  gamma_turn * lambda * A_{k+1}`, with `V_K = A_K = 0` after the last turn; every token of
+  turn `k` gets advantage `A_k` and value target `A_k + V_k`. With `whiten`, advantages are
+  whitened over the mask as in `compute_gae_advantages`. Turn-level credit as in Turn-PPO
+  (arXiv:2512.17008) and RAGEN (arXiv:2504.20073); GAE from Schulman et al. 2015.
+
+  Args:
+    rewards, values, mask: `[B, T]` (mask 0/1); rewards and values off the mask are ignored.
+    gamma_turn: discount per turn; gae_lambda: lambda per turn (or one per row, `[B]`).
+    whiten: whiten the advantages (static).
+
+  Returns:
+    `(advantages, returns)`, float32 `[B, T]`, both 0 where `mask == 0`.
+  """
+  _check_unit_interval("gamma_turn", gamma_turn)
+  _check_unit_interval("gae_lambda", gae_lambda)
+  return _turn_gae(rewards, values, mask, gamma_turn, gae_lambda, whiten)
 
 
 # ------------------------------------------------------------------------------------

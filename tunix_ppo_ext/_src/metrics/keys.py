@@ -64,8 +64,9 @@ DAPO = ("overlong_penalty", "overlong_frac", "dynamic_sampling_rounds")
 DAPO += ("dynamic_sampling_kept_frac", "dynamic_sampling_masked_frac")
 DAPO_KEYS = frozenset(f"rollout/{name}" for name in DAPO)
 # published only while the feature that makes them is configured (`ppo.rollout_is/rs`, `dapo`,
-# tunix's own policy loss)
-CONDITIONAL_KEYS = ROLLOUT_CORRECTION_KEYS | DAPO_KEYS | TUNIX_LOSS_KEYS
+# tunix's own policy loss, `ppo.critic_warmup_steps`)
+CRITIC_WARMUP_KEYS = frozenset({"critic/warmup", "critic/warmup_steps"})
+CONDITIONAL_KEYS = ROLLOUT_CORRECTION_KEYS | DAPO_KEYS | TUNIX_LOSS_KEYS | CRITIC_WARMUP_KEYS
 
 # internal name -> published key (`{mode}`: train/eval); `None` drops the metric by default.
 TAXONOMY: dict[str, str | None] = {
@@ -75,6 +76,9 @@ TAXONOMY: dict[str, str | None] = {
   **{key: key for key in TUNIX_LOSS_KEYS},
   **{f"learner/{name}": f"actor/{name}" for name in _LEARNER_ACTOR},
   "learner/explained_variance": "critic/explained_variance",
+  # value pretraining (`tunix_ppo_ext._src.tunix.learner.critic_warmup`)
+  "learner/critic_warmup": "critic/warmup",
+  "learner/critic_warmup_steps": "critic/warmup_steps",
   # the NaN guard and non-finite rewards (`tunix_ppo_ext._src.tunix.cluster.guards`)
   "learner/actor_nonfinite_skips": "actor/nonfinite_skips",
   "learner/critic_nonfinite_skips": "critic/nonfinite_skips",

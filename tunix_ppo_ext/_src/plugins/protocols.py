@@ -25,6 +25,7 @@ ADVANTAGE_INPUTS = (
   "group_ids",
   "gamma",
   "gae_lambda",
+  "gamma_turn",
   "whiten",
   "norm_by_std",
 )

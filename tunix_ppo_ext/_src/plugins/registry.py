@@ -10,7 +10,7 @@ groups (`tunix_ppo_ext.<kind>`), each naming an object that satisfies its kind's
 - `advantage_estimators`: `fn(**inputs)` taking keyword arguments named from
   `ADVANTAGE_INPUTS`: `rewards`, `values`, `mask` (`[B, T]`: token rewards, critic values,
   loss mask), `scores`, `group_ids` (`[B]`: summed rewards, sample groups), `gamma`,
-  `gae_lambda`, `whiten`, `norm_by_std` (the config's values). It must take `mask` and
+  `gae_lambda`, `gamma_turn`, `whiten`, `norm_by_std` (the config's values). It must take `mask` and
   `rewards` or `scores`, and returns `advantages [B, T]` or `(advantages, returns)`.
 - `policy_losses`: tunix's policy-loss signature `fn(model, train_example, algo_config,
   pad_id, eos_id, **kwargs) -> (loss, metrics)` (called with `temperature`, `ref_model`).

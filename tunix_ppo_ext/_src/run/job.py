@@ -286,10 +286,11 @@ def role_models(run: RunConfig, policy: Any) -> tuple[Any, Any, Any]:
   `model.lora` the adapted actor, its critic (`model.lora.critic`) and the base itself as
   the reference (`models.lora_models`); else the policy, a critic from its backbone and a
   copy (`tunix-ppo-ext plan` calls this under `nnx.eval_shape`)."""
-  section = lora_section(run.model)
+  section, head = lora_section(run.model), run.model.value_head_init
   if section is not None:
-    return models.lora_models(policy, section.spec(), run.seed, critic_lora=section.critic)
-  return models.with_critic_and_reference(policy, run.seed)
+    spec = section.spec()
+    return models.lora_models(policy, spec, run.seed, critic_lora=section.critic, head_init=head)
+  return models.with_critic_and_reference(policy, run.seed, head_init=head)
 
 
 def _base_policy(run: RunConfig, tokenizer, mesh=None):

@@ -61,6 +61,9 @@ class ModelSection:
   tunix's activation rematerialisation of the policy and the critic (their decoder layers),
   honoured by `train` and `plan`: `none` keeps every activation for the backward, `block`
   recomputes each attention and MLP block, `decoder` each whole decoder layer.
+  `value_head_init`: the critic's value head starts `normal` (small random weights, so its
+  first values are random in scale) or `zero` (every first value 0: close to the returns
+  of a task whose returns are near 0, and no random offset for the critic to unlearn).
   """
 
   alphabet: str | None = "abcehikstw!?. "
@@ -76,6 +79,7 @@ class ModelSection:
   lora: dict[str, Any] | None = None  # a LoraSection's keys
   fused_head: bool = False
   remat: str = "none"  # one of none, block, decoder (tunix's RematConfig)
+  value_head_init: str = "normal"  # or zero
 
 
 @dataclasses.dataclass
@@ -469,6 +473,12 @@ def _validate_model(model: ModelSection) -> None:
     hint = did_you_mean(model.remat, hf_models.REMAT_CHOICES, n=1)
     raise ConfigError(
       f"config key 'model.remat' {model.remat!r} unknown{hint} (one of {hf_models.REMAT_CHOICES})"
+    )
+  if model.value_head_init not in models.VALUE_HEAD_INITS:
+    hint = did_you_mean(model.value_head_init, models.VALUE_HEAD_INITS, n=1)
+    raise ConfigError(
+      f"config key 'model.value_head_init' {model.value_head_init!r} unknown{hint} "
+      f"(one of {models.VALUE_HEAD_INITS})"
     )
   _validate_lora(model)
 

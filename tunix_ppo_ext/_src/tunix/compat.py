@@ -32,7 +32,8 @@ tunix 0.1.7 offers no public way to do is here, each with its reason:
   it on a state it keeps between turns, and `tunix-ppo-ext plan` compiles that program
   ahead of time on abstract inputs to read its memory), `sample_next_token` (`_sample`:
   the next token from logits, which `ContinuingSampler`'s own prefill of a turn's new
-  tokens and decode step call).
+  tokens and decode step call), `sample_without_remat` (`_transformer_graphdef`: the
+  graph tunix's sampler merges inside its decode loop, where a remat'ed layer cannot run).
 - models: `qwen3_activation_sharding` (tunix's `qwen3.shard()` skips its activation
   sharding constraints whenever `jax.devices()[0]` is a CPU, always the case when `plan`
   compiles for a TPU topology from a host without one: the module function is replaced
@@ -77,6 +78,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import enum
 import functools
 import importlib.metadata
 import inspect
@@ -89,6 +92,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 from qwix._src.providers import lora as qwix_lora
 from tunix.generate import sampler as sampler_lib
@@ -159,6 +163,7 @@ PINNED_INSTANCE_ATTRIBUTES = {
   "PeftTrainer": ("_lora_enabled", "_pbar", "_restored_custom_metadata"),
   "RLCluster": ("_buffered_train_metrics",),
   "VanillaRollout": ("_sampler",),
+  "Sampler": ("_transformer_graphdef",),
 }
 
 
@@ -378,6 +383,28 @@ def vanilla_sampler(rollout: Any) -> Any | None:
   if not isinstance(rollout, vanilla_rollout.VanillaRollout):
     return None
   return getattr(rollout, "_sampler", None)
+
+
+def sample_without_remat(sampler: Any) -> None:
+  """Makes `sampler` run its model without activation rematerialisation (`model.remat`).
+
+  tunix's sampler merges its `_transformer_graphdef` with the weights inside its decode
+  `while_loop`; a Qwen3 / Qwen2 / Llama 3 / Gemma 3 layer whose config asks for remat then
+  wraps itself in `nnx.remat` there, which mutates the freshly merged `Param`s from an inner
+  trace (flax's `TraceContextError`), so a remat'ed policy could not sample at all. Remat
+  only matters for a backward pass, which sampling never takes: the sampler's graph gets
+  the same modules with `remat_config` NONE; the trainers keep theirs.
+  """
+  model = sampler.transformer
+  changed = False
+  for _, module in nnx.iter_graph(model):
+    config = getattr(module, "config", None) if isinstance(module, nnx.Module) else None
+    remat = getattr(config, "remat_config", None)
+    if isinstance(remat, enum.Enum) and remat.name != "NONE":
+      module.config = dataclasses.replace(config, remat_config=type(remat).NONE)
+      changed = True
+  if changed:
+    sampler._transformer_graphdef = nnx.graphdef(model)
 
 
 def sampler_step_functions(

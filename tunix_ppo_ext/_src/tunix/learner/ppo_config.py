@@ -43,7 +43,23 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     Plugin names may be pinned to a distribution, `name@distribution`.
     norm_adv_by_std: divide group advantages by the group std (`False` is Dr. GRPO).
     whiten_advantages: whiten GAE advantages over the loss mask.
-    critic_warmup_steps: steps during which only the critic is trained.
+    critic_lambda: GAE lambda of the critic's value targets (`returns`); `None`: `gae_lambda`,
+      one lambda for both as in verl and tunix. VC-PPO (arXiv:2503.01491) decouples them:
+      1.0 for the critic, below 1 (`gae_lambda`) for the policy's advantages.
+    adaptive_lambda_alpha: VAPO's length-adaptive policy lambda (arXiv:2504.05118): each
+      row's advantages use `1 - 1 / (alpha * l)` (clipped to [0, 1]) for its `l` agent
+      tokens instead of `gae_lambda`; `None`: off (VAPO: 0.05).
+    gamma_turn: the discount between agent turns: the step of GAE from one turn's last agent
+      token to the next turn's first (RAGEN's bi-level `high_level_gamma`), or per turn of
+      the turn-level estimator `turn_gae`; `None`: `gamma`.
+    critic_warmup_steps: at most this many first steps train only the critic (value
+      pretraining, VC-PPO / VAPO): the actor's loss is 0 and the policy stays the initial
+      one, so the critic fits the initial policy's returns.
+    critic_warmup_lambda: the GAE lambda of the value targets during the warm-up (1.0:
+      Monte Carlo returns, as VC-PPO's value pretraining).
+    critic_warmup_until_ev: end the warm-up early, after the first step whose explained
+      variance of the critic's values (before that step's update) against the warm-up's
+      targets reaches this; `None`: run all `critic_warmup_steps`.
     logits_chunk_size: sequence chunk for log-prob/entropy/KL over logits (0: unchunked).
     fused_head: compute every pass's log-probs and entropy (and the exact KL,
       `kl_method="full"`) from the final hidden states and the LM head's weight,
@@ -88,7 +104,12 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   value_loss_agg_mode: str = "token-mean"
   norm_adv_by_std: bool = True
   whiten_advantages: bool = True
+  critic_lambda: float | None = None
+  adaptive_lambda_alpha: float | None = None
+  gamma_turn: float | None = None
   critic_warmup_steps: int = 0
+  critic_warmup_lambda: float = 1.0
+  critic_warmup_until_ev: float | None = None
   logits_chunk_size: int = 0
   fused_head: bool = False
   recompute_old_logps: bool = False
@@ -129,6 +150,17 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     return estimator_takes_values(self.advantage_estimator)
 
   @property
+  def target_lambda(self) -> float:
+    """The GAE lambda of the critic's value targets after the warm-up (`critic_lambda`,
+    else `gae_lambda`)."""
+    return self.gae_lambda if self.critic_lambda is None else self.critic_lambda
+
+  @property
+  def turn_discount(self) -> float:
+    """The discount between agent turns (`gamma_turn`, else `gamma`)."""
+    return self.gamma if self.gamma_turn is None else self.gamma_turn
+
+  @property
   def kl_coef(self) -> float:
     """Initial coefficient of the active KL placement (`beta` or `kl_loss_coef`; 0 for none)."""
     return {"reward": self.beta, "loss": self.kl_loss_coef, "none": 0.0}[self.kl_penalty]
@@ -143,6 +175,11 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _number(self, "kl_loss_coef", low=0.0)
     _number(self, "gamma", low=0.0, high=1.0)
     _number(self, "gae_lambda", low=0.0, high=1.0)
+    _number(self, "critic_lambda", low=0.0, high=1.0, none_ok=True)
+    _number(self, "adaptive_lambda_alpha", low=0.0, low_open=True, none_ok=True)
+    _number(self, "gamma_turn", low=0.0, high=1.0, none_ok=True)
+    _number(self, "critic_warmup_lambda", low=0.0, high=1.0)
+    _number(self, "critic_warmup_until_ev", high=1.0, none_ok=True)
     _number(self, "kl_target", low=0.0, low_open=True)
     _number(self, "kl_horizon", low=0.0, low_open=True)
     _number(self, "kl_clamp_value", low=0.0, low_open=True, none_ok=True)
@@ -190,12 +227,31 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       )
     validate_toolbox(self)
     _check_tunix_losses(self)
-    if self.critic_warmup_steps and not self.uses_critic:
-      _fail(
-        "critic_warmup_steps",
-        self.critic_warmup_steps,
-        f"0 with advantage_estimator={self.advantage_estimator!r}, which uses no critic",
-      )
+    _check_critic_keys(self)
+
+
+def _check_critic_keys(config: PpoExtConfig) -> None:
+  """The critic's keys need an estimator that takes values; the early end of the warm-up
+  needs a warm-up."""
+  if not config.uses_critic:
+    for name, unset in _CRITIC_KEYS:
+      if getattr(config, name) != unset:
+        _fail(
+          name,
+          getattr(config, name),
+          f"{unset!r} with advantage_estimator={config.advantage_estimator!r}, "
+          "which uses no critic",
+        )
+  if config.critic_warmup_until_ev is not None and not config.critic_warmup_steps:
+    _fail(
+      "critic_warmup_until_ev",
+      config.critic_warmup_until_ev,
+      "None without a warm-up (critic_warmup_steps is 0; it caps the warm-up)",
+    )
+
+
+# critic keys and their value when unset
+_CRITIC_KEYS = (("critic_warmup_steps", 0), ("critic_lambda", None))
 
 
 def _check_tunix_losses(config: PpoExtConfig) -> None:

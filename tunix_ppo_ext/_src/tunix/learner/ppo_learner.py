@@ -36,6 +36,7 @@ from tunix_ppo_ext._src.data.trajectory import (
 )
 from tunix_ppo_ext._src.math import kl as kl_lib
 from tunix_ppo_ext._src.math import kl_methods as names
+from tunix_ppo_ext._src.math.advantages import length_adaptive_lambda
 from tunix_ppo_ext._src.math.masked import masked_mean
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import stats as batch_stats
@@ -44,6 +45,7 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.cluster import disk_space, guards, timing
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
+from tunix_ppo_ext._src.tunix.learner.critic_warmup import CriticWarmup
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
 
@@ -103,6 +105,9 @@ class PpoExtLearner(compat.LearnerHooks):
     reward_fns = self._checked_reward_fns(reward_fns, trajectory_source)
     tunix_losses.register_configured(ppo_config)  # tunix's constructor looks them up
     compat.install_lora_product()  # LoRA adapters made elsewhere: their products' lean VJP
+    engine = compat.vanilla_sampler(rl_cluster.rollout)
+    if engine is not None:  # `model.remat` is for the trainers' backward, not sampling
+      compat.sample_without_remat(engine)
     critic = critic_trainer(rl_cluster)
     check_critic(ppo_config, critic)
     kwargs = {"reward_fns": reward_fns, "metric_fns": metric_fns}
@@ -114,6 +119,9 @@ class PpoExtLearner(compat.LearnerHooks):
     self.trajectory_source = trajectory_source
     self.kl_controller = kl_lib.make_kl_controller(
       ppo_config.kl_ctrl, ppo_config.kl_coef, ppo_config.kl_target, ppo_config.kl_horizon
+    )
+    self.critic_warmup = CriticWarmup(
+      ppo_config.critic_warmup_steps, ppo_config.critic_warmup_until_ev
     )
     self._restore_learner_state()
     self._tunix_own = {  # tunix's own losses get tunix's inputs and log tunix's metrics
@@ -280,6 +288,7 @@ class PpoExtLearner(compat.LearnerHooks):
 
   def _learner_state(self) -> dict[str, Any]:
     state = {"kl_ctrl": self.kl_controller.state_dict()}
+    state["critic_warmup"] = self.critic_warmup.state_dict()
     if hasattr(self.trajectory_source, "state_dict"):  # e.g. the rollout's sampling seeds
       state["trajectory_source"] = self.trajectory_source.state_dict()
     return state
@@ -288,6 +297,8 @@ class PpoExtLearner(compat.LearnerHooks):
     restored = compat.restored_metadata(self.rl_cluster.actor_trainer)
     if "kl_ctrl" in restored:
       self.kl_controller.load_state_dict(restored["kl_ctrl"])
+    if "critic_warmup" in restored:
+      self.critic_warmup.load_state_dict(restored["critic_warmup"])
     if "trajectory_source" in restored and hasattr(self.trajectory_source, "load_state_dict"):
       self.trajectory_source.load_state_dict(restored["trajectory_source"])
 
@@ -390,13 +401,19 @@ class PpoExtLearner(compat.LearnerHooks):
     inputs = self._model_inputs(batch, mode)
     old_logps, values = self._old_logps_and_values(batch, inputs, timer, mode)
     rewards, ref_logps, per_token_kl = self._kl_penalty(batch, inputs, old_logps, timer, mode)
+    warming_up = self.critic_warmup.active(self.rl_cluster.global_steps)
     with timer("advantages"):
-      advantages, returns = timer.ready(self._advantages(rewards, values, inputs.loss_mask, batch))
-    self._buffer_rollout_metrics(
+      advantages, returns = self._advantages(rewards, values, inputs.loss_mask, batch, warming_up)
+      timer.ready((advantages, returns))
+    variance = self._buffer_rollout_metrics(
       batch, rewards, values, advantages, returns, per_token_kl, timer, mode
     )
+    if mode == Mode.TRAIN:
+      self._critic_warmup_rule(variance)
     self._buffer_user_metrics(training_input["prompts"], batch, advantages, mode)
-    example = self._train_example(inputs, old_logps, ref_logps, values, advantages, returns)
+    example = self._train_example(
+      inputs, old_logps, ref_logps, values, advantages, returns, warming_up
+    )
     example, corrected = rollout_correction.correct(self.algo_config, batch, example)
     self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in corrected.items()}, mode=mode)
     self.rl_cluster.buffer_metrics(timer.metrics(), mode=mode)
@@ -463,11 +480,13 @@ class PpoExtLearner(compat.LearnerHooks):
       self.kl_controller.update(float(jnp.mean(seq_kl)), n_steps=inputs.completion.shape[0])
     return rewards, ref_logps, per_token_kl
 
-  def _train_example(self, inputs: ModelInputs, old_logps, ref_logps, values, advantages, returns):
-    """tunix's `TrainExample` (loss mask as its `completion_mask`) plus ours."""
+  def _train_example(
+    self, inputs: ModelInputs, old_logps, ref_logps, values, advantages, returns, warming_up
+  ):
+    """tunix's `TrainExample` (loss mask as its `completion_mask`) plus ours; on a critic
+    warm-up step the actor's loss is scaled by 0."""
     config = self.algo_config
     b = inputs.completion.shape[0]
-    warming_up = self.rl_cluster.global_steps < config.critic_warmup_steps
     kl_in_loss = config.kl_penalty == "loss"
     return TrainExample(
       prompt_ids=inputs.prompt,
@@ -484,6 +503,13 @@ class PpoExtLearner(compat.LearnerHooks):
       kl_coef=jnp.full((b,), self.kl_controller.value if kl_in_loss else 0.0, jnp.float32),
       actor_scale=jnp.full((b,), 0.0 if warming_up else 1.0, jnp.float32),
     )
+
+  def _critic_warmup_rule(self, explained_variance: float | None) -> None:
+    """After a training rollout: the warm-up's early end and its metrics."""
+    step = self.rl_cluster.global_steps
+    self.critic_warmup.after_rollout(step, explained_variance)
+    metrics = self.critic_warmup.metrics(step)
+    self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in metrics.items()}, mode=Mode.TRAIN)
 
   def _buffer_logprob_gap(self, batch: TrajectoryBatch, old_logps, mode: Mode) -> None:
     """`rollout/logprob_diff`: mean |sampler - trainer| log-prob on agent tokens, when known."""
@@ -513,8 +539,22 @@ class PpoExtLearner(compat.LearnerHooks):
     )
     return ref_logps, kl
 
-  def _advantages(self, rewards, values, loss_mask, batch: TrajectoryBatch):
-    """`(advantages [B, T], returns [B, T])` with the configured estimator.
+  def _advantages(self, rewards, values, loss_mask, batch: TrajectoryBatch, warming_up: bool):
+    """`(advantages [B, T], returns [B, T])`: the advantages with the policy's lambda
+    (`gae_lambda`, or per row `adaptive_lambda_alpha`'s), the returns with the value
+    targets' (`critic_warmup_lambda` on warm-up steps, else `target_lambda`)."""
+    config = self.algo_config
+    actor_lambda = config.gae_lambda
+    if config.adaptive_lambda_alpha is not None:
+      actor_lambda = length_adaptive_lambda(loss_mask, config.adaptive_lambda_alpha)
+    advantages, returns = self._estimate(rewards, values, loss_mask, batch, actor_lambda)
+    target = config.critic_warmup_lambda if warming_up else config.target_lambda
+    if self.has_critic and not (isinstance(actor_lambda, float) and target == actor_lambda):
+      _, returns = self._estimate(rewards, values, loss_mask, batch, target)
+    return advantages, returns
+
+  def _estimate(self, rewards, values, loss_mask, batch: TrajectoryBatch, gae_lambda):
+    """The configured estimator with lambda `gae_lambda`.
 
     Names resolve in the plugin registry (built-ins included; its keyword protocol), else
     in tunix's `function_registry` (tunix's PPO signature).
@@ -532,7 +572,8 @@ class PpoExtLearner(compat.LearnerHooks):
         scores=scores,
         group_ids=jnp.asarray(group_ids),
         gamma=config.gamma,
-        gae_lambda=config.gae_lambda,
+        gae_lambda=gae_lambda,
+        gamma_turn=config.turn_discount,
         whiten=config.whiten_advantages,
         norm_by_std=config.norm_adv_by_std,
       )
@@ -542,7 +583,7 @@ class PpoExtLearner(compat.LearnerHooks):
       values=values,
       completion_mask=loss_mask,
       gamma=config.gamma,
-      gae_lambda=config.gae_lambda,
+      gae_lambda=gae_lambda,
     )
 
   def _group_ids(self, batch: TrajectoryBatch) -> np.ndarray:
@@ -552,7 +593,8 @@ class PpoExtLearner(compat.LearnerHooks):
     return contiguous_group_ids(len(batch.loss_mask), self.algo_config.num_generations)
 
   def _buffer_rollout_metrics(self, batch, rewards, values, advantages, returns, kl, timer, mode):
-    """The batch statistics (`batch_stats`), reference KL, controller and critic fit."""
+    """The batch statistics (`batch_stats`), reference KL, controller and critic fit;
+    returns the critic's explained variance (None without a critic or agent tokens)."""
     mask = np.asarray(batch.loss_mask)
     values, returns = np.asarray(values), np.asarray(returns)
     stats = batch_stats.batch_statistics(
@@ -596,6 +638,7 @@ class PpoExtLearner(compat.LearnerHooks):
     if not self.has_critic:
       tunix_stats = {k: v for k, v in tunix_stats.items() if "old_values" not in k}
     self.rl_cluster.buffer_metrics(tunix_stats, mode=mode)  # tunix's names, as stock PPO
+    return variance
 
   def _buffer_user_metrics(self, prompts, batch: TrajectoryBatch, advantages, mode: Mode) -> None:
     """tunix's `metric_fns(prompts, completions, advantages, rewards)` on this batch.

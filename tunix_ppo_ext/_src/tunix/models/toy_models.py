@@ -76,24 +76,41 @@ def causal_mask(batch: int, length: int) -> jax.Array:
   return jnp.broadcast_to(jnp.tril(jnp.ones((length, length), jnp.bool_)), (batch, length, length))
 
 
+VALUE_HEAD_INITS = ("normal", "zero")
+
+
 class ValueModel(nnx.Module):
   """A tunix transformer's backbone (embedder, decoder layers, final norm) plus a
   `Linear(embed_dim, 1)` head: the critic / reward model for any family in `BACKBONE_FAMILIES`.
 
   Called like a tunix transformer, it returns per-token scores `[B, L, 1]` (float32), the
-  shape `tunix.rl.common.compute_score` expects. The backbone carries no `lm_head`.
+  shape `tunix.rl.common.compute_score` expects. The backbone carries no `lm_head`. The
+  head's kernel starts `normal` (stddev `1 / sqrt(embed_dim + 1)`) or `zero` (`head_init`);
+  its bias at 0.
   """
 
-  def __init__(self, backbone: nnx.Module, *, rngs: nnx.Rngs, trainable_head: bool = False):
+  def __init__(
+    self,
+    backbone: nnx.Module,
+    *,
+    rngs: nnx.Rngs,
+    trainable_head: bool = False,
+    head_init: str = "normal",
+  ):
     if hasattr(backbone, "lm_head"):
       raise ValueError("ValueModel's backbone must have no lm_head (see critic_from_policy)")
     self.config = backbone.config
     self.backbone = backbone
     embed_dim = backbone.config.embed_dim
+    if head_init not in VALUE_HEAD_INITS:
+      raise ValueError(f"head_init={head_init!r} is not one of {VALUE_HEAD_INITS}")
+    kernel_init = nnx.initializers.normal(stddev=1.0 / math.sqrt(embed_dim + 1))
+    if head_init == "zero":
+      kernel_init = nnx.initializers.zeros_init()
     self.value_head = nnx.Linear(
       embed_dim,
       1,
-      kernel_init=nnx.initializers.normal(stddev=1.0 / math.sqrt(embed_dim + 1)),
+      kernel_init=kernel_init,
       bias_init=nnx.initializers.zeros_init(),
       param_dtype=jnp.float32,
       # on fsdp, where XLA leaves it after an update; declared replicated (or not at all),
@@ -175,14 +192,19 @@ def make_critic(config: qwen3.ModelConfig, seed: int = 0) -> ValueModel:
 
 
 def critic_from_policy(
-  policy: nnx.Module, seed: int = 0, share_weights: bool = False, trainable_head: bool = False
+  policy: nnx.Module,
+  seed: int = 0,
+  share_weights: bool = False,
+  trainable_head: bool = False,
+  head_init: str = "normal",
 ) -> ValueModel:
   """`ValueModel` whose backbone is a copy of `policy`'s (embedder, layers, final norm), for
   any family in `BACKBONE_FAMILIES`; the copy keeps each array's sharding, so a sharded
   policy gives a sharded critic. Only the value head is new (from `seed`); the policy's
   `lm_head`, if any, is not copied. `share_weights`: the backbone holds the policy's own
   arrays instead of copies (for a critic that trains only adapters, `lora_models`), and
-  `trainable_head` makes the head `LoRAParam`s, what a LoRA-enabled tunix trainer trains."""
+  `trainable_head` makes the head `LoRAParam`s, what a LoRA-enabled tunix trainer trains;
+  `head_init` is `ValueModel`'s."""
   backbone = nnx.clone(policy) if share_weights else copy_model(policy)
   if hasattr(backbone, "lm_head"):
     del backbone.lm_head
@@ -190,7 +212,7 @@ def critic_from_policy(
   # backbone (one draw per parameter), so a Qwen3 critic starts as it always did
   rngs = nnx.Rngs(seed)
   rngs.default.count[...] = len(jax.tree.leaves(nnx.state(backbone, nnx.Param)))
-  return ValueModel(backbone, rngs=rngs, trainable_head=trainable_head)
+  return ValueModel(backbone, rngs=rngs, trainable_head=trainable_head, head_init=head_init)
 
 
 def copy_model(model: nnx.Module) -> nnx.Module:
@@ -199,21 +221,31 @@ def copy_model(model: nnx.Module) -> nnx.Module:
   return nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
 
 
-def with_critic_and_reference(policy: nnx.Module, seed: int = 0):
+def with_critic_and_reference(policy: nnx.Module, seed: int = 0, head_init: str = "normal"):
   """`(policy, critic, reference)`: the critic's backbone initialised from the policy (common
-  PPO practice, seed `seed + 1` for its head) and the reference a copy of the policy."""
-  return policy, critic_from_policy(policy, seed + 1), copy_model(policy)
+  PPO practice, seed `seed + 1` for its head, `head_init` as `ValueModel`'s) and the
+  reference a copy of the policy."""
+  return policy, critic_from_policy(policy, seed + 1, head_init=head_init), copy_model(policy)
 
 
-def lora_models(policy: nnx.Module, spec: lora.LoraSpec, seed: int = 0, critic_lora: bool = False):
+def lora_models(
+  policy: nnx.Module,
+  spec: lora.LoraSpec,
+  seed: int = 0,
+  critic_lora: bool = False,
+  head_init: str = "normal",
+):
   """`(actor, critic, reference)` for LoRA training of a base `policy`, as tunix's own CLI
   builds them: the reference is `policy` itself (frozen), the actor `policy` with adapters
   (`lora.apply_lora`, seed `seed`) holding the very same base arrays, so tunix's cluster
   shares one copy of the base weights between actor, rollout and reference. The critic is
   a full copy of the backbone with a value head (seed `seed + 1`), or with `critic_lora` the
-  base's own arrays plus adapters, its value head made trainable (`LoRAParam`)."""
+  base's own arrays plus adapters, its value head made trainable (`LoRAParam`); `head_init`
+  is `ValueModel`'s."""
   actor = lora.apply_lora(policy, spec, seed)
   if not critic_lora:
-    return actor, critic_from_policy(policy, seed + 1), policy
-  critic = critic_from_policy(policy, seed + 1, share_weights=True, trainable_head=True)
+    return actor, critic_from_policy(policy, seed + 1, head_init=head_init), policy
+  critic = critic_from_policy(
+    policy, seed + 1, share_weights=True, trainable_head=True, head_init=head_init
+  )
   return actor, lora.apply_lora(critic, spec, seed + 1), policy
