@@ -8,6 +8,12 @@ batches, trained mean over the last quarter of the steps, per seed and over seed
 time; rollout and training tokens per second) and `OUT/curves.png`.
 
   python bench/real_model.py [--seeds 3 --steps 64 --baseline-steps 8 --out DIR] [KEY=VALUE ...]
+  python bench/real_model.py --seed-ids 1 2 --out DIR [KEY=VALUE ...]   # these seeds only
+
+Each seed's summary is written to `OUT/seed<N>/result.json` as it finishes, and
+`OUT/results.json` gathers every seed present, so seeds may run in separate processes (one
+`--seed-ids` each, same `--out`) and a rerun continues where a run stopped (tunix resumes
+each run from its newest checkpoint).
   python bench/real_model.py --report DIR [DIR ...] --out DIR   # several runs side by side
 
 `--report` reads each DIR's `results.json` and writes `OUT/report.md` (per run: the
@@ -32,6 +38,7 @@ SUCCESS = "train/success_rate"
 RETURN = "train/episode_return/mean"
 LENGTH = "train/response_length/mean"
 STEP_TIMES = ("timing_s/rollout", "timing_s/step")
+EXPLAINED = "critic/explained_variance"
 # the baseline: the same run with Adam steps of about this size (the config refuses lr 0)
 FROZEN_LR = 1e-12
 
@@ -55,15 +62,19 @@ def _series(rows: list[dict[str, Any]], key: str) -> list[float]:
 
 
 def summarize(rows: list[dict[str, Any]], tail: float, batch: int) -> dict[str, Any]:
-  """Means of success and return over the last `tail` share of the batches, and the
-  tokens per second of rollout (agent tokens sampled) and of a whole step."""
+  """Means of success, return and the critic's explained variance (None without a critic)
+  over the last `tail` share of the batches, and the tokens per second of rollout (agent
+  tokens sampled) and of a whole step."""
   success, returns = _series(rows, SUCCESS), _series(rows, RETURN)
   keep = max(1, round(len(returns) * tail))
   lengths = _series(rows, LENGTH)
   rollout_s, step_s = (_series(rows, key) for key in STEP_TIMES)
   tokens = sum(lengths) * batch
+  explained = _series(rows, EXPLAINED)
   return {
     "batches": len(returns),
+    "explained_variance": statistics.fmean(explained[-keep:]) if explained else None,
+    "explained_variance_curve": explained,
     "success": statistics.fmean(success[-keep:]) if success else None,
     "return": statistics.fmean(returns[-keep:]),
     "success_curve": success,
@@ -125,11 +136,12 @@ def _spread(values: list[float]) -> str:
 
 def report(runs: list[dict[str, Any]]) -> str:
   """One row per run: baseline success over all its sampled batches (every seed), trained
-  success over seeds (each seed's last quarter), returns likewise, step time and tokens/s."""
+  success over seeds (each seed's last quarter), returns and the critic's explained
+  variance likewise, step time and tokens/s."""
   lines = [
     "| run | seeds | baseline success (batches) | trained success (seeds) | baseline return | "
-    "trained return | step s (median) | rollout tok/s | step tok/s |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    "trained return | critic explained variance | step s (median) | rollout tok/s | step tok/s |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
   ]
   for results in runs:
     rows = list(results["seeds"].values())
@@ -137,10 +149,12 @@ def report(runs: list[dict[str, Any]]) -> str:
     base_return = [x for r in rows for x in r["baseline"]["return_curve"]]
     done = [r["trained"] for r in rows]
     median = statistics.median(d["step_s_median"] for d in done)
+    explained = [d["explained_variance"] for d in done if d.get("explained_variance") is not None]
     lines.append(
       f"| {_label(results)} | {len(rows)} | {_spread(base)} | "
       f"{_spread([d['success'] for d in done])} | {_spread(base_return)} | "
-      f"{_spread([d['return'] for d in done])} | {median:.1f} | "
+      f"{_spread([d['return'] for d in done])} | {_spread(explained) if explained else '-'} | "
+      f"{median:.1f} | "
       f"{statistics.fmean(d['rollout_tokens_per_s'] for d in done):.1f} | "
       f"{statistics.fmean(d['step_tokens_per_s'] for d in done):.1f} |"
     )
@@ -149,7 +163,8 @@ def report(runs: list[dict[str, Any]]) -> str:
 
 def plot_report(runs: list[dict[str, Any]], out: pathlib.Path) -> None:
   """`report_success.png` and `report_return.png`: per run, the mean over seeds per batch
-  with the min-max band, against the baselines' batches (`metrics.plot_spread`)."""
+  with the min-max band, against the baselines' batches (`metrics.plot_spread`); and
+  `report_explained_variance.png` for the runs with a critic."""
   from tunix_ppo_ext.metrics import plot_spread  # noqa: PLC0415
 
   for key, name in (("success", "success rate"), ("return", "episode return")):
@@ -158,6 +173,13 @@ def plot_report(runs: list[dict[str, Any]], out: pathlib.Path) -> None:
     }
     base = [x for res in runs for r in res["seeds"].values() for x in r["baseline"][f"{key}_curve"]]
     plot_spread(curves, out / f"report_{key}.png", f"{name} (batches of 8)", ("baseline", base))
+  curves = {
+    _label(res): [r["trained"].get("explained_variance_curve") or [] for r in res["seeds"].values()]
+    for res in runs
+  }
+  curves = {label: seeds for label, seeds in curves.items() if all(seeds)}
+  if curves:
+    plot_spread(curves, out / "report_explained_variance.png", "critic explained variance")
 
 
 def main() -> None:
@@ -165,6 +187,7 @@ def main() -> None:
   parser.add_argument("--report", nargs="+", metavar="DIR", help="tabulate finished runs")
   parser.add_argument("--config", default="configs/smollm2.yaml")
   parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument("--seed-ids", type=int, nargs="+", help="run these seeds (default: 0..)")
   parser.add_argument("--steps", type=int, default=64)
   parser.add_argument("--baseline-steps", type=int, default=8)
   parser.add_argument("--out", default="bench/results/real_model")
@@ -182,25 +205,39 @@ def main() -> None:
     plot_report(runs, out)
     print(text)
     return
-  results: dict[str, Any] = {"args": vars(args), "seeds": {}}
-  for seed in range(args.seeds):
-    common = [f"seed={seed}", "train.eval_batches=0", *args.overrides]
-    walls, summaries = [], {}
-    for name, extra in (
-      ("baseline", [f"train.steps={args.baseline_steps}", f"train.lr={FROZEN_LR}"]),
-      ("trained", [f"train.steps={args.steps}"]),
-    ):
-      start = time.perf_counter()
-      rows = run_once(args.config, out / f"seed{seed}" / name, [*common, *extra])
-      walls.append(time.perf_counter() - start)
-      batch = _batch_size(args.config, [*common, *extra])
-      summaries[name] = summarize(rows, 1.0 if name == "baseline" else 0.25, batch)
-    results["seeds"][seed] = {**summaries, "wall_s": walls}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+  for seed in args.seed_ids if args.seed_ids is not None else range(args.seeds):
+    run_seed(args, out, seed)
+    results = gather(args, out)
   (out / "table.md").write_text(table(results))
   plot(results, out / "curves.png")
   print(table(results))
+
+
+def run_seed(args: argparse.Namespace, out: pathlib.Path, seed: int) -> None:
+  """The baseline and the trained run of one seed; their summaries to `seed<N>/result.json`."""
+  common = [f"seed={seed}", "train.eval_batches=0", *args.overrides]
+  walls, summaries = [], {}
+  for name, extra in (
+    ("baseline", [f"train.steps={args.baseline_steps}", f"train.lr={FROZEN_LR}"]),
+    ("trained", [f"train.steps={args.steps}"]),
+  ):
+    start = time.perf_counter()
+    rows = run_once(args.config, out / f"seed{seed}" / name, [*common, *extra])
+    walls.append(time.perf_counter() - start)
+    batch = _batch_size(args.config, [*common, *extra])
+    summaries[name] = summarize(rows, 1.0 if name == "baseline" else 0.25, batch)
+  result = {**summaries, "wall_s": walls}
+  (out / f"seed{seed}" / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+def gather(args: argparse.Namespace, out: pathlib.Path) -> dict[str, Any]:
+  """`OUT/results.json` from every finished seed's `result.json` under `out`."""
+  found = sorted(out.glob("seed*/result.json"), key=lambda p: int(p.parent.name[4:]))
+  seeds = {p.parent.name[4:]: json.loads(p.read_text()) for p in found}
+  arguments = {k: v for k, v in vars(args).items() if k != "seed_ids"}
+  results = {"args": arguments, "seeds": seeds}
+  (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+  return results
 
 
 def _batch_size(config: str, overrides: list[str]) -> int:

@@ -59,4 +59,25 @@ def test_report_pools_the_baseline_batches_and_spreads_the_trained_seeds():
 
   assert cells[:4] == ["rloo", "3", spread(pooled), spread(trained)]
   assert cells[4:6] == [spread(pooled), spread(trained)]  # returns: the same values here
-  assert cells[6] == f"{statistics.median([4.5, 4.5, 4.5]):.1f}"
+  assert cells[6] == "-"  # no critic: no explained variance
+  assert cells[7] == f"{statistics.median([4.5, 4.5, 4.5]):.1f}"
+
+
+def test_the_critic_s_explained_variance_is_summarized_and_seeds_gather_from_their_files(
+  tmp_path,
+):
+  bench = _bench()
+  rows = _rows([0.0] * 4, [0.0] * 4)
+  for row, explained in zip(rows, [-1.0, 0.0, 0.5, 0.7], strict=True):
+    row["critic/explained_variance"] = explained
+  summary = bench.summarize(rows, 0.5, batch=8)
+  assert summary["explained_variance"] == 0.6 and summary["explained_variance_curve"][0] == -1.0
+  assert bench.summarize(_rows([0.0], [0.0]), 0.5, batch=8)["explained_variance"] is None
+  for seed in (2, 0, 10):  # written by separate processes, in any order
+    (tmp_path / f"seed{seed}").mkdir()
+    (tmp_path / f"seed{seed}" / "result.json").write_text(f'{{"trained": {seed}}}')
+  args = bench.argparse.Namespace(config="c.yaml", overrides=[], seed_ids=[2])
+  results = bench.gather(args, tmp_path)
+  assert list(results["seeds"]) == ["0", "2", "10"] and results["seeds"]["10"] == {"trained": 10}
+  assert results["args"] == {"config": "c.yaml", "overrides": []}
+  assert (tmp_path / "results.json").is_file()
