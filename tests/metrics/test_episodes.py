@@ -154,6 +154,15 @@ def test_sample_writer_appends_jsonl_without_wandb(tmp_path):
   ]
 
 
+def test_samples_are_written_at_the_step_of_the_metrics(tmp_path):
+  """With 4 updates a batch, an evaluation after 1 batch is at step 4 in metrics.jsonl
+  (`MetricKeys.step`) and in samples.jsonl alike."""
+  writer = SampleWriter(tmp_path / "samples.jsonl", updates_per_batch=4)
+  writer(1, [{"row": 0, "seed": 3, "return": 1.0, "success": True, "turns": []}])
+  (row,) = read_samples(tmp_path / "samples.jsonl")
+  assert row["step"] == MetricKeys(updates_per_batch=4).step("batch/eval/success_rate", 1) == 4
+
+
 # ----- one run of the main job -----
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
@@ -214,3 +223,13 @@ def test_samples_reach_wandb_as_a_table(frozenlake_run):
   expected = [s for s in read_samples(frozenlake_run / "samples.jsonl") if s["step"] == 2]
   assert table["data"] == table_rows(2, expected)
   assert any(row.get("train/success_rate") is not None for row in history)
+
+
+def test_with_two_updates_a_batch_samples_and_metrics_share_the_evaluation_steps(tmp_path):
+  out = tmp_path / "run"
+  args = ["train", "--config", str(CONFIGS / "smoke.yaml"), "--output-dir", str(out)]
+  args += ["train.steps=4", "train.eval_every=2", "ppo.num_iterations=2"]
+  assert cli.main(args) == 0
+  evals = [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "eval/return/mean" in r]
+  samples = sorted({s["step"] for s in read_samples(out / "samples.jsonl")})
+  assert evals == samples and len(samples) >= 2 and samples[1] > 1, (evals, samples)

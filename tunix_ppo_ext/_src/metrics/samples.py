@@ -3,7 +3,9 @@
 `SampleWriter(path, wandb_sink)` is the `on_samples` callback of `MultiTurnRollout`: each
 evaluation hands it a few episodes (`metrics.episodes.conversation` turns, marked
 `observation` or `agent`). Every sample is one JSON line `{"step", "mode", "row", "seed",
-"return", "success", "turns"}`, appended and flushed at once; with an active `WandbSink`
+"return", "success", "turns"}`, appended and flushed at once; `step` is the number of
+optimizer updates done, the step of every metric (`MetricKeys.step`), so the samples and
+metrics of one evaluation share it; with an active `WandbSink`
 the evaluation's samples also go to W&B as a table (`eval/samples`: one row per turn,
 columns `step`, `row`, `turn`, `role`, `text`, `return`, `success`).
 """
@@ -37,16 +39,25 @@ class SampleWriter:
     path: the `samples.jsonl` to append to (created with its directory).
     wandb_sink: returns the run's `WandbSink` or None (it is created lazily by tunix's
       metrics logger, so it is looked up at every call).
+    updates_per_batch: optimizer updates per training batch: the rollout hands tunix's
+      global step (batches done), written as `step * updates_per_batch` (updates done).
   """
 
   def __init__(
-    self, path: str | pathlib.Path, wandb_sink: Callable[[], Any] | None = None, mode: str = "eval"
+    self,
+    path: str | pathlib.Path,
+    wandb_sink: Callable[[], Any] | None = None,
+    mode: str = "eval",
+    updates_per_batch: int = 1,
   ):
     self.path = pathlib.Path(path)
     self._wandb_sink = wandb_sink or (lambda: None)
     self.mode = mode
+    self.updates_per_batch = updates_per_batch
 
-  def __call__(self, step: int, samples: list[dict[str, Any]]) -> None:
+  def __call__(self, batches: int, samples: list[dict[str, Any]]) -> None:
+    """Writes an evaluation's `samples`, made after `batches` training batches."""
+    step = int(batches) * self.updates_per_batch
     self.path.parent.mkdir(parents=True, exist_ok=True)
     with self.path.open("a") as handle:
       for sample in samples:

@@ -106,7 +106,8 @@ def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
     eval_every=train.eval_every,
     return_logprobs=True,
   )
-  source = _trajectory_source(resolved, tokenizer, _sample_writer(output_dir, wandb_sinks))
+  writer = _sample_writer(output_dir, wandb_sinks, resolved.updates_per_batch)
+  source = _trajectory_source(resolved, tokenizer, writer)
   learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
   lora.keep_base_shared(cluster)  # LoRA: one copy of the base weights between steps
   train_batches, eval_batches = _prompt_batches(resolved)
@@ -217,12 +218,17 @@ def _kept(kept: list, sink):
   return sink
 
 
-def _sample_writer(output_dir: pathlib.Path, wandb_sinks: list) -> sample_log.SampleWriter | None:
-  """Writes each evaluation's sampled conversations to `samples.jsonl` and W&B (process 0)."""
+def _sample_writer(
+  output_dir: pathlib.Path, wandb_sinks: list, updates_per_batch: int
+) -> sample_log.SampleWriter | None:
+  """Writes each evaluation's sampled conversations to `samples.jsonl` and W&B (process 0),
+  at the step of its metrics (optimizer updates done)."""
   if not distributed.is_primary(jax.process_index()):
     return None
   return sample_log.SampleWriter(
-    output_dir / sample_log.FILENAME, lambda: wandb_sinks[-1] if wandb_sinks else None
+    output_dir / sample_log.FILENAME,
+    lambda: wandb_sinks[-1] if wandb_sinks else None,
+    updates_per_batch=updates_per_batch,
   )
 
 
