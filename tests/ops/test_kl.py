@@ -110,6 +110,9 @@ def test_unknown_method_names_method_and_lists_accepted():
     names.compute_kl_divergence(np.zeros(3), np.zeros(3), "low_var")
   with pytest.raises(ValueError, match="clamp_value"):
     names.compute_kl_divergence(np.zeros(3), np.zeros(3), "kl", clamp_value=-1.0)
+  for bad in ("1", float("nan"), True, [1.0]):  # one line naming the argument, no TypeError
+    with pytest.raises(ValueError, match=r"clamp_value=.* is invalid: must be a finite number"):
+      names.compute_kl_divergence(np.zeros(3), np.zeros(3), "kl", clamp_value=bad)
 
 
 @settings(max_examples=30, deadline=None)

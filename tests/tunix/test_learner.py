@@ -490,6 +490,17 @@ def test_bad_trajectory_is_rejected_with_the_field_name():
     learner._generate_and_compute_advantage(data[0])
 
 
+@pytest.mark.parametrize("returned", [None, {"loss_mask": 1}])
+def test_a_source_that_returns_no_batch_is_named(returned):
+  def source(learner, training_input, mode):
+    return returned
+
+  _, learner, data = setup(PpoExtConfig(beta=0.0), source=source)
+  kind = type(returned).__name__
+  with pytest.raises(TypeError, match=f"source function returned {kind}, not a TrajectoryBatch"):
+    learner._generate_and_compute_advantage(data[0])
+
+
 def test_resume_restores_step_controller_and_data_position(tmp_path):
   config = PpoExtConfig(kl_ctrl="adaptive", kl_target=10.0, kl_horizon=10)
   cluster, learner, data = setup(config, steps=2, checkpoint_dir=str(tmp_path))

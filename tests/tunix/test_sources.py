@@ -11,10 +11,12 @@ from tunix_ppo_ext.rollout import (
   DynamicSampling,
   GroupFilter,
   Mode,
+  MultiTurnRollout,
   ObservationsInLoss,
   OverlongPenalty,
   ScoreShaping,
   SourceWrapper,
+  ValidationEpisodes,
 )
 
 
@@ -62,6 +64,11 @@ def test_the_group_filter_keeps_the_widest_groups_in_training_only():
   assert source(learner, {}, Mode.EVAL) is batch
   reverse = GroupFilter(lambda *_: batch, keep_ratio=1 / 3, by="std_rev")(learner, {}, Mode.TRAIN)
   np.testing.assert_array_equal(reverse.loss_mask.any(1), [False, False, True, True, False, False])
+  # the mode as tunix's string value filters as the enum does; anything else is refused
+  by_name = source(learner, {}, "train")
+  np.testing.assert_array_equal(by_name.loss_mask, kept.loss_mask)
+  with pytest.raises(ValueError, match=r"mode 'training' is not one of tunix's modes"):
+    source(learner, {}, "training")
 
 
 def test_stacked_wrappers_compose_in_order_and_keep_the_innermost_state():
@@ -111,6 +118,15 @@ def test_observations_in_loss_does_not_change_the_inner_batch():
     (lambda s: DynamicSampling(s, max_rounds=0), r"DynamicSampling's max_rounds=0 is invalid"),
     (lambda s: DynamicSampling(s, metric="reward"), r"DynamicSampling's metric='reward' unk"),
     (lambda s: SourceWrapper(None), r"SourceWrapper: the wrapped source None is not callable"),
+    (
+      lambda s: OverlongPenalty(MultiTurnRollout, budget=8, buffer_len=4),
+      r"OverlongPenalty: the wrapped source MultiTurnRollout is a class, not a source: pass an "
+      r"instance, e.g. MultiTurnRollout\(\.\.\.\)",
+    ),
+    (
+      lambda s: ValidationEpisodes(s, evaluation=None),
+      r"ValidationEpisodes: evaluation None is not callable",
+    ),
   ],
 )
 def test_bad_arguments_are_refused_naming_them(build, message):

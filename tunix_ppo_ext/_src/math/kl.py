@@ -76,8 +76,8 @@ def compute_kl_divergence(
     clamp_value: when set, the value is clipped to `[-clamp_value, clamp_value]`; the
       straight-through form keeps its k2 gradient under the clamp.
   """
-  if clamp_value is not None and not clamp_value > 0:
-    raise ValueError(f"clamp_value must be > 0 or None; got {clamp_value!r}")
+  if clamp_value is not None:
+    check_number("clamp_value", clamp_value, low=0.0, low_open=True)
   logp = jnp.asarray(per_token_logps).astype(jnp.float32)
   ref_logp = jnp.asarray(ref_per_token_logps).astype(jnp.float32)
   if logp.shape != ref_logp.shape:

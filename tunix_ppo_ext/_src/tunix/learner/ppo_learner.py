@@ -428,6 +428,11 @@ class PpoExtLearner(compat.LearnerHooks):
         batch = self._single_turn_batch(training_input, mode)
       else:
         batch = self.trajectory_source(self, training_input, mode)
+        if not isinstance(batch, TrajectoryBatch):
+          source = type(self.trajectory_source).__name__
+          raise TypeError(
+            f"trajectory source {source} returned {type(batch).__name__}, not a TrajectoryBatch"
+          )
     batch.validate(allow_nonfinite_rewards=True)
     batch, dropped = self._nonfinite_rewards.apply(batch)  # error, or drop and count
     self.rl_cluster.buffer_metrics({DROPPED_METRIC: (dropped, np.sum)}, mode=mode)

@@ -68,19 +68,44 @@ def buffer_rollout_stats(learner: Any, stats: dict[str, Any], mode: Any) -> None
   learner.rl_cluster.buffer_metrics(metrics, mode=mode)
 
 
+def check_source(owner: str, what: str, source: Any) -> None:
+  """TypeError naming `owner`'s argument `what` unless `source` is a callable instance (a
+  class, e.g. `MultiTurnRollout` itself, would be called with the learner as its first
+  argument)."""
+  if isinstance(source, type):
+    raise TypeError(
+      f"{owner}: {what} {source.__name__} is a class, not a source: pass an instance, "
+      f"e.g. {source.__name__}(...)"
+    )
+  if not callable(source):
+    raise TypeError(f"{owner}: {what} {source!r} is not callable")
+
+
+def as_mode(mode: Any) -> Mode:
+  """tunix's `Mode` of `mode`: a `Mode`, or its value `"train"` / `"eval"`."""
+  try:
+    return Mode(mode)
+  except ValueError:
+    accepted = [m.value for m in Mode]
+    raise ValueError(f"mode {mode!r} is not one of tunix's modes {accepted}") from None
+
+
 class SourceWrapper:
-  """A trajectory source around `inner`: subclasses define `__call__`. `state_dict` and
-  `load_state_dict` are `inner`'s (the module docstring's one route for checkpointed state);
-  `inner` without them: neither exists here either."""
+  """A trajectory source around `inner`: subclasses define `_call` (the mode given as
+  tunix's `Mode` or its string value). `state_dict` and `load_state_dict` are `inner`'s (the
+  module docstring's one route for checkpointed state); `inner` without them: neither
+  exists here either."""
 
   _STATE = ("state_dict", "load_state_dict")
 
   def __init__(self, inner: Source):
-    if not callable(inner):
-      raise TypeError(f"{type(self).__name__}: the wrapped source {inner!r} is not callable")
+    check_source(type(self).__name__, "the wrapped source", inner)
     self.inner = inner
 
   def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
+    return self._call(learner, training_input, as_mode(mode))
+
+  def _call(self, learner: Any, training_input: dict[str, Any], mode: Mode) -> TrajectoryBatch:
     raise NotImplementedError
 
   def __getattr__(self, name: str) -> Any:
@@ -93,7 +118,7 @@ class ObservationsInLoss(SourceWrapper):
   """Ablation: every real token under the loss mask, the environment's observations included
   (what a learner that conflates the attention and loss masks trains on)."""
 
-  def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
+  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
     batch = self.inner(learner, training_input, mode)
     return dataclasses.replace(batch, loss_mask=np.asarray(batch.attention_mask).copy())
 
@@ -106,9 +131,10 @@ class ValidationEpisodes(SourceWrapper):
 
   def __init__(self, inner: Source, evaluation: Source):
     super().__init__(inner)
+    check_source("ValidationEpisodes", "evaluation", evaluation)
     self.evaluation = evaluation
 
-  def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
+  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
     if mode == Mode.TRAIN:
       return self.inner(learner, training_input, mode)
     rows = np.arange(len(training_input[VAL_SEED_KEY]))
@@ -135,7 +161,7 @@ class OverlongPenalty(SourceWrapper):
     check_number("OverlongPenalty's penalty_factor", penalty_factor, low=0.0)
     self.budget, self.buffer_len, self.penalty_factor = budget, buffer_len, penalty_factor
 
-  def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
+  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
     batch = self.inner(learner, training_input, mode)
     if mode != Mode.TRAIN:  # evaluation measures the environment's own rewards
       return batch
@@ -159,7 +185,7 @@ class DynamicSampling(SourceWrapper):
     check_choice("DynamicSampling's metric", metric, SCORE_METRICS)
     self.max_rounds, self.metric = max_rounds, metric
 
-  def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
+  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
     if mode != Mode.TRAIN:
       return self.inner(learner, training_input, mode)
     batch, stats = fill_with_informative_groups(
@@ -194,7 +220,7 @@ class ScoreShaping(SourceWrapper):
     self.grouping, self.method, self.eps = grouping, method, eps
     self.format_penalty = format_penalty
 
-  def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
+  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
     batch = self.inner(learner, training_input, mode)
     batch = normalize_batch_scores(batch, self.grouping, self.method, self.eps)
     if self.format_penalty == 0.0:
@@ -217,7 +243,7 @@ class GroupFilter(SourceWrapper):
     check_choice("GroupFilter's by", by, FILTER_BY)
     self.keep_ratio, self.by = keep_ratio, by
 
-  def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
+  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
     batch = self.inner(learner, training_input, mode)
     if mode != Mode.TRAIN:
       return batch
