@@ -31,6 +31,39 @@ def test_a_run_without_critic_or_success_keys_plots_only_its_panels(tmp_path):
   assert width == 3 * 450 and height == 280  # three panels with data, in one row
 
 
+def _plot_error(run_dir, capsys) -> str:
+  from tunix_ppo_ext._src.run import cli  # noqa: PLC0415
+
+  assert cli.main(["plot", str(run_dir)]) == 2
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert len(lines) == 1, lines
+  return lines[0]
+
+
+def test_bad_run_files_are_one_line_naming_the_file_or_key(tmp_path, capsys):
+  good = json.dumps({"step": 1, "actor/entropy": 1.0}) + "\n"
+  cases = {
+    "bytes": (b"\x88\x01\xff" * 10, None, "metrics.jsonl: not UTF-8 text"),
+    "word": (
+      json.dumps({"step": 3, "actor/entropy": "high"}) + "\n",
+      None,
+      "step 3: 'actor/entropy' is 'high'",
+    ),
+    "cut_config": (good, '{"metrics":\n', "config.json: not JSON"),
+    "list_config": (good, "[1, 2]", "config.json: a run's config must be a JSON object"),
+  }
+  for name, (metrics, config, message) in cases.items():
+    run = tmp_path / name
+    run.mkdir()
+    mode = "wb" if isinstance(metrics, bytes) else "w"
+    with open(run / "metrics.jsonl", mode) as handle:
+      handle.write(metrics)
+    if config is not None:
+      (run / "config.json").write_text(config)
+    assert message in _plot_error(run, capsys), name
+    assert not (run / plot.FILENAME).exists()
+
+
 def test_the_collapse_signals_have_panels_and_the_echo_trap_a_line_on_each(tmp_path, monkeypatch):
   from matplotlib.axes import Axes  # noqa: PLC0415
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
-from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.metrics.sinks import read_jsonl, read_text
 
 # panel title -> published keys drawn in it
 PANELS: dict[str, tuple[str, ...]] = {
@@ -34,13 +34,23 @@ def run_keys(run_dir: pathlib.Path) -> MetricKeys:
   config_path = run_dir / "config.json"
   section: dict[str, Any] = {}
   if config_path.is_file():
-    section = json.loads(config_path.read_text()).get("metrics", {}) or {}
+    try:
+      config = json.loads(read_text(config_path))
+    except json.JSONDecodeError as err:
+      raise ValueError(f"{config_path}: not JSON ({err})") from None
+    if not isinstance(config, dict):
+      raise ValueError(f"{config_path}: a run's config must be a JSON object")
+    section = config.get("metrics", {}) or {}
   return MetricKeys(rename=section.get("rename", {}), drop=tuple(section.get("drop", ())))
 
 
 def curves(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-  """`(steps, values)` of `key` over the rows that hold a finite value for it."""
+  """`(steps, values)` of `key` over the rows that hold a value for it; ValueError naming
+  the step and key of a value that is not a number."""
   points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+  for step, value in points:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+      raise ValueError(f"metrics.jsonl step {step}: {key!r} is {value!r}, not a number")
   return [s for s, _ in points], [v for _, v in points]
 
 

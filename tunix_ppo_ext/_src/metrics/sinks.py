@@ -101,9 +101,17 @@ def read_jsonl(path: str | pathlib.Path) -> list[dict[str, Any]]:
   """The rows of a `metrics.jsonl`, merged per step (a step may span several lines; a
   later line's value wins). A cut-off last line (writer killed mid-write) is skipped."""
   rows: dict[int, dict[str, Any]] = {}
-  for _, row in _parse_jsonl(pathlib.Path(path).read_text(), path):
+  for _, row in _parse_jsonl(read_text(path), path):
     rows.setdefault(row["step"], {}).update(row)
   return [rows[s] for s in sorted(rows)]
+
+
+def read_text(path: str | pathlib.Path) -> str:
+  """The UTF-8 text of `path`; ValueError naming the file when it is not UTF-8 text."""
+  try:
+    return pathlib.Path(path).read_text(encoding="utf-8")
+  except UnicodeDecodeError as err:
+    raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
 
 
 def _parse_jsonl(text: str, path: str | pathlib.Path) -> list[tuple[str, dict[str, Any]]]:
