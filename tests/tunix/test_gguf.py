@@ -123,6 +123,10 @@ def test_tiny_gguf_tokenizer_has_the_files_special_tokens_and_template(tmp_path)
   for text in ["ab c", "abc<|im_end|>", "<|im_start|>a b<|im_end|>"]:
     assert ours.encode(text) == direct.encode(text)
   assert ours.encode("ab c<|im_end|>") == [23, 22, 5, 2]  # "ab", "Ġ", "c", <|im_end|>
+  # saved without the WordPiece clean-up (transformers ignores it for BPE and warns on load)
+  assert ours.clean_up_tokenization_spaces is False
+  ids = ours.encode("a , b . c ?")
+  assert ours.decode(ids) == direct.decode(ids)
 
 
 def test_the_tokenizer_converts_where_torch_cannot_be_imported(tmp_path):

@@ -91,6 +91,7 @@ def test_fsdp2_tp2_on_4_devices_matches_one_device(tmp_path):
         process.kill()
         process.wait()
   assert "mesh fsdp=1 x tp=1 on 1 device(s): actor, critic, reference, rollout" in log_one
+  assert "Skipping non-TPU device" not in log_one + log_four  # tunix's notice, dropped
   assert "mesh fsdp=2 x tp=2 on 4 device(s): actor, critic, reference, rollout" in log_four
   rows_one = read_jsonl(tmp_path / "one" / "metrics.jsonl")
   rows_four = read_jsonl(tmp_path / "four" / "metrics.jsonl")

@@ -322,7 +322,10 @@ def build_tokenizer(reader: Any) -> Any:
       if field is not None:
         parsed[part][key] = field.contents()
   fast, extra = ggml.convert_gguf_tokenizer(ARCHITECTURES[0], parsed["tokenizer"])
-  return PreTrainedTokenizerFast(tokenizer_object=fast, **parsed["tokenizer_config"], **extra)
+  # a BPE tokenizer: transformers ignores the WordPiece clean-up for it anyway, and warns
+  # on every load of a tokenizer saved with it on
+  config = {**parsed["tokenizer_config"], **extra, "clean_up_tokenization_spaces": False}
+  return PreTrainedTokenizerFast(tokenizer_object=fast, **config)
 
 
 def save_tokenizer(

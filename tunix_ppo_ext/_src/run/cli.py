@@ -175,8 +175,20 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)
   if run.wandb == "online" and not metrics.has_wandb_key():
     print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
+  logging.getLogger("absl").addFilter(_drop_tunix_cpu_notice)
+  print(
+    "tunix-ppo-ext: building the models; the first step compiles the rollout and the updates "
+    "(minutes for a real model on a CPU) before the bar moves",
+    file=sys.stderr,
+  )
   train(resolved)
   return 0
+
+
+def _drop_tunix_cpu_notice(record: logging.LogRecord) -> bool:
+  """Drops tunix's "Skipping non-TPU device: cpu. You might be missing jax[tpu]" (its
+  memory report on every step), which asks nothing of a user training on a CPU."""
+  return not record.getMessage().startswith("Skipping non-TPU device")
 
 
 def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:

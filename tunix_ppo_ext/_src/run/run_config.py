@@ -141,7 +141,7 @@ class TrainSection:
   critic_lr: float = 3e-3
   temperature: float = 1.0
   max_prompt_length: int = 8
-  checkpoint_every: int = 100
+  checkpoint_every: int = 100  # updates between saves; orbax also saves update 1 and the last
   eval_every: int = 100
   eval_batches: int = 1
   eval_samples: int = 4  # conversations per evaluation to samples.jsonl and W&B
