@@ -16,6 +16,7 @@ from tunix_ppo_ext._src.math.advantages import (
   compute_grpo_advantages,
   compute_reinforce_plus_plus_advantages,
   compute_rloo_advantages,
+  compute_turn_gae_advantages,
 )
 from tunix_ppo_ext._src.plugins import registry
 
@@ -461,6 +462,7 @@ def test_estimator_table():
     "grpo": compute_grpo_advantages,
     "rloo": compute_rloo_advantages,
     "reinforce_plus_plus": compute_reinforce_plus_plus_advantages,
+    "turn_gae": compute_turn_gae_advantages,
   }
 
 

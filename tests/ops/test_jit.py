@@ -40,6 +40,7 @@ CASES = {
   "compute_kl_divergence": ((LOGP, OLD), {"estimator": ops.kl_k3, "straight_through": True}),
   "compute_reinforce_plus_plus_advantages": ((ADV, MASK), {"gamma": 0.95}),
   "compute_rloo_advantages": ((SCORES, GROUPS, MASK), {}),
+  "compute_turn_gae_advantages": ((ADV, VALUES, MASK), {"gamma_turn": 0.9, "gae_lambda": 0.8}),
   "entropy_from_logits": ((LOGITS,), {"chunk_size": 4}),
   "full_kl_divergence": ((LOGITS, REF_LOGITS), {"temperature": 0.7, "chunk_size": 5}),
   "fused_full_kl_divergence": (
@@ -56,6 +57,7 @@ CASES = {
   "kl_k1": ((LOGP, OLD), {}),
   "kl_k2": ((LOGP, OLD), {}),
   "kl_k3": ((LOGP, OLD), {}),
+  "length_adaptive_lambda": ((MASK,), {"alpha": 0.3}),
   "logps_and_entropy": ((LOGITS, IDS), {"temperature": 0.9, "chunk_size": 4}),
   "masked_mean": ((ADV, MASK), {"axis": 1}),
   "masked_sum": ((ADV, MASK), {}),

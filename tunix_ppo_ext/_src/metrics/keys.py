@@ -76,7 +76,7 @@ TAXONOMY: dict[str, str | None] = {
   **{key: key for key in TUNIX_LOSS_KEYS},
   **{f"learner/{name}": f"actor/{name}" for name in _LEARNER_ACTOR},
   "learner/explained_variance": "critic/explained_variance",
-  # value pretraining (`tunix_ppo_ext._src.tunix.learner.critic_warmup`)
+  # value pretraining (`tunix_ppo_ext._src.config.critic_warmup`)
   "learner/critic_warmup": "critic/warmup",
   "learner/critic_warmup_steps": "critic/warmup_steps",
   # the NaN guard and non-finite rewards (`tunix_ppo_ext._src.tunix.cluster.guards`)

@@ -27,6 +27,7 @@ from tunix.rl import function_registry
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.ppo import ppo_learner
 
+from tunix_ppo_ext._src.config.critic_warmup import CriticWarmup
 from tunix_ppo_ext._src.data import rollout_weights as rollout_correction
 from tunix_ppo_ext._src.data.rewards import DROPPED_METRIC, NonFiniteRewards
 from tunix_ppo_ext._src.data.trajectory import (
@@ -45,7 +46,6 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.cluster import disk_space, guards, timing
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
-from tunix_ppo_ext._src.tunix.learner.critic_warmup import CriticWarmup
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
 
