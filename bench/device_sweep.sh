@@ -15,9 +15,9 @@ export JAX_PLATFORMS=cpu PYTHONUNBUFFERED=1 WANDB_MODE=disabled
 export XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 out=${OUT:-/tmp/device_sweep}; mkdir -p "$out"; dir=/tmp/sweep
 nproc; python3 -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__)"
-python3 -m tunix_ppo_ext._src.run.cli train --output-dir /tmp/smoke wandb=disabled train.steps=4 \
+tunix-ppo-ext train --output-dir /tmp/smoke wandb=disabled train.steps=4 \
   >"$out/smoke.log" 2>&1 || { tail -30 "$out/smoke.log"; exit 1; }
-timeout "$seconds" python3 -m tunix_ppo_ext._src.run.cli sweep --jobs "$jobs" --output-dir "$dir" "$@" \
+timeout "$seconds" tunix-ppo-ext sweep --jobs "$jobs" --output-dir "$dir" "$@" \
   2>"$out/sweep.log"; echo "sweep rc=$?"
 cp "$dir"/table.md "$dir"/table.json "$dir"/curves.png "$out"/ 2>/dev/null
 python3 - "$dir" "$out/partial.json" <<'PY'

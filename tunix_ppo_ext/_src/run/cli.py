@@ -226,7 +226,7 @@ def _plot_command(run_dir: str) -> int:
 
 
 def _export_command(run_dir: str, out_dir: str, debug: bool) -> int:
-  """`tunix-ppo-ext export RUN_DIR OUT_DIR`: prints OUT_DIR once written (see app/export.py)."""
+  """`tunix-ppo-ext export RUN_DIR OUT_DIR`: prints OUT_DIR once written (`export_cmd`)."""
   from tunix_ppo_ext._src.run.export_cmd import export_run  # noqa: PLC0415 (loads tunix's models)
 
   try:

@@ -79,7 +79,7 @@ class ModelSection:
   lora: dict[str, Any] | None = None  # a LoraSection's keys
   fused_head: bool = False
   remat: str = "none"  # one of none, block, decoder (tunix's RematConfig)
-  value_head_init: str = "normal"  # or zero
+  value_head_init: str = "normal"  # the value head kernel at start: normal or zero
 
 
 @dataclasses.dataclass
@@ -740,6 +740,6 @@ def as_resolved(run: ResolvedRun | RunConfig) -> ResolvedRun:
 
 
 def episode_budget(run: RunConfig) -> int:
-  """The most agent tokens an episode of `run` can hold (`app.dapo.agent_token_budget`)."""
+  """The most agent tokens an episode of `run` can hold (`dapo_section.agent_token_budget`)."""
   env = run.env
   return agent_token_budget(env.max_completion_len, env.max_turns, env.max_tokens_per_turn)

@@ -618,7 +618,7 @@ class PpoExtLearner(compat.LearnerHooks):
     if not self.has_critic:  # no critic values to describe
       stats = {k: v for k, v in stats.items() if "old_value" not in k}
     stats["learner/kl_coef"] = float(self.kl_controller.value)
-    stats["learner/entropy_coef"] = float(self.algo_config.entropy_coef or 0.0)
+    stats["learner/entropy_coef"] = float(self.algo_config.entropy_coef)
     if kl is not None and mask.sum() > 0:
       stats["learner/kl"] = float(np.asarray(kl)[mask > 0].mean())
     variance = batch_stats.explained_variance(values, returns, mask) if self.has_critic else None
