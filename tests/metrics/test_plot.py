@@ -88,6 +88,28 @@ def test_the_collapse_signals_have_panels_and_the_echo_trap_a_line_on_each(tmp_p
   assert [x for _, x in lines] == [12, 12, 12]  # one dashed line per panel
 
 
+def test_the_critic_warmup_is_shaded_on_every_panel(tmp_path, monkeypatch):
+  from matplotlib.axes import Axes  # noqa: PLC0415
+
+  rows = [
+    {"step": s, "train/episode_return/mean": 0.1 * s, "critic/explained_variance": 0.02 * s}
+    | {"critic/warmup": float(s <= 4), "critic/warmup_steps": float(min(s, 4))}
+    for s in range(1, 11)
+  ]
+  (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+  spans: list[tuple[float, float]] = []
+  draw = Axes.axvspan
+
+  def recorded(axis, low, high, *args, **kwargs):
+    spans.append((low, high))
+    return draw(axis, low, high, *args, **kwargs)
+
+  monkeypatch.setattr(Axes, "axvspan", recorded)
+  plot.plot_run(tmp_path)
+  assert spans == [(0.5, 4.5), (0.5, 4.5)]  # return and explained variance panels
+  assert plot.warmup_span(rows[4:], plot.MetricKeys()) is None
+
+
 def test_spread_band_is_the_mean_min_and_max_per_step_over_curves_cut_to_the_shortest():
   runs = [[1.0, -2.0, 4.0, 9.0], [3.0, 0.5, -1.0], [2.0, 2.0, 2.0, 2.0, 2.0]]
   mean, low, high = plot.spread_band(runs)

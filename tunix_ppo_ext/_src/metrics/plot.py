@@ -27,6 +27,7 @@ PANELS: dict[str, tuple[str, ...]] = {
 }
 FILENAME = "curves.png"
 ECHO_TRAP_KEY = "train/echo_trap"  # a dashed line on every panel where the warning fired
+WARMUP_KEY = "critic/warmup"  # the critic warm-up's steps shaded on every panel
 
 
 def run_keys(run_dir: pathlib.Path) -> MetricKeys:
@@ -94,13 +95,23 @@ def logged_panels(rows: list[dict[str, Any]], keys: MetricKeys) -> list[Panel]:
   return panels
 
 
+def warmup_span(rows: list[dict[str, Any]], keys: MetricKeys) -> tuple[float, float] | None:
+  """The steps of the critic warm-up (`critic/warmup` 1), as `(first - 0.5, last + 0.5)`;
+  None when the run had none."""
+  key = keys.final(WARMUP_KEY)
+  steps, values = curves(rows, key) if key else ([], [])
+  warm = [s for s, v in zip(steps, values, strict=True) if v > 0]
+  return (min(warm) - 0.5, max(warm) + 0.5) if warm else None
+
+
 def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
   """Draws the `PANELS` a run logged from `RUN_DIR/metrics.jsonl` into `RUN_DIR/curves.png`.
 
   Panels whose keys the run never logged (no critic, no success rate, dropped keys) are
   left out; all panels share one step axis (the number of updates done); y-limits are
   robust to a few spikes (`robust_limits`), and a panel says how many points lie outside.
-  Where the Echo Trap warning fired (`train/echo_trap`), every panel has a dashed line.
+  Where the Echo Trap warning fired (`train/echo_trap`), every panel has a dashed line;
+  the critic warm-up's steps (`critic/warmup`) are shaded on every panel.
   Returns the PNG's path.
   """
   import matplotlib  # noqa: PLC0415 (only this command needs it)
@@ -118,6 +129,7 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
     raise ValueError(f"RUN_DIR {str(run_dir)!r}: metrics.jsonl holds none of the plotted keys")
   echo_key = keys.final(ECHO_TRAP_KEY)
   echo_steps = curves(rows, echo_key)[0] if echo_key else []
+  warmup = warmup_span(rows, keys)
   columns = min(columns, len(panels))
   rows_needed = -(-len(panels) // columns)
   figure, axes = plt.subplots(
@@ -131,6 +143,8 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
       every += values
     for step in echo_steps:
       axis.axvline(step, color="tab:red", linestyle="--", linewidth=0.8, label="echo trap")
+    if warmup is not None:
+      axis.axvspan(*warmup, color="tab:gray", alpha=0.15, label="critic warm-up")
     limits = robust_limits(every)
     outside = 0
     if limits is not None:
@@ -138,7 +152,7 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
       outside = sum(1 for v in every if np.isfinite(v) and not limits[0] <= v <= limits[1])
     axis.set_title(title if not outside else f"{title} ({outside} points off-scale)", fontsize=10)
     axis.grid(alpha=0.3)
-    if len(lines) > 1 or echo_steps:
+    if len(lines) > 1 or echo_steps or warmup is not None:
       axis.legend(fontsize="x-small")
     else:
       axis.set_ylabel(lines[0][0], fontsize=7)
