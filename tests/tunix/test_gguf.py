@@ -268,6 +268,9 @@ def test_an_upper_case_suffix_is_a_gguf_file_and_a_new_conversion_prunes_the_old
   os.utime(file, ns=(0, 10**18))  # touched (or reinstalled): a new cache key
   second = pathlib.Path(gguf_files.resolve(file))
   assert second != first and (second / "config.json").is_file() and not first.exists()
+  (second / "tokenizer.json").unlink()  # an entry missing a file is converted again
+  assert pathlib.Path(gguf_files.resolve(file)) == second
+  assert (second / "tokenizer.json").is_file()
   other = tmp_path / "other" / "TINY.GGUF"  # another file of the same name stays cached
   other.parent.mkdir()
   write_gguf(other, _tiny_llama(seed=1))

