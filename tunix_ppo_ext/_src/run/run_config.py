@@ -56,8 +56,9 @@ class ModelSection:
   LoRA adapters instead of the weights (`LoraSection`; None: full fine-tuning). `fused_head`:
   every pass (actor's loss, old and reference log-probs) computes its log-probs and entropy
   from the final hidden states and the LM head's weight `ppo.logits_chunk_size` positions at
-  a time, so no `[batch, tokens, vocabulary]` logits exist (`ops.fused_logps_and_entropy`;
-  needs `ppo.logits_chunk_size > 0` and a KL estimator, not `ppo.kl_method: full`). `remat`:
+  a time, so no `[batch, tokens, vocabulary]` logits exist (`ops.fused_logps_and_entropy`,
+  and `ops.fused_full_kl_divergence` for `ppo.kl_method: full`; needs
+  `ppo.logits_chunk_size > 0`). `remat`:
   tunix's activation rematerialisation of the policy and the critic (their decoder layers),
   honoured by `train` and `plan`: `none` keeps every activation for the backward, `block`
   recomputes each attention and MLP block, `decoder` each whole decoder layer.
