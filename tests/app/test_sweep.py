@@ -206,3 +206,29 @@ def test_a_signal_stops_the_sweep_and_its_running_seed(tmp_path, signum):
   with pytest.raises(ProcessLookupError):  # the seed stopped with the sweep: no orphan
     os.kill(child, 0)
   assert not (out / "default" / "seed4").exists()  # and the next seed never started
+
+
+def test_a_failed_variant_leaves_the_table_of_the_variants_that_finished(tmp_path, monkeypatch):
+  """`model.remat=none,block` before remat could sample: block's seeds failed and the sweep
+  wrote no table, not even none's."""
+  keys = ("final_return", "max_return", "steps_to_reach", "peak_drop", "echo_trap_step")
+
+  def run(self, out, overrides, seed):
+    if "model.remat=block" in overrides:
+      raise RuntimeError(f"seed {seed} failed (exit 1) in {out}")
+    out.mkdir(parents=True)
+    (out / "summary.json").write_text("{}")
+
+  def result(run_dir):
+    return dict(zip(keys, (0.5, 1.25, None, 0.0, None), strict=True)) | {
+      "wall_s": 1.0,
+      "curve": [0.1, 0.5],
+    }
+
+  monkeypatch.setattr(sweep.Seeds, "run", run)
+  monkeypatch.setattr(sweep, "seed_result", result)
+  with pytest.raises(RuntimeError, match="failed"):
+    sweep.sweep(2, tmp_path, ["model.remat=none,block"], str(SMOKE), jobs=1)
+  (row,) = json.loads((tmp_path / "table.json").read_text())
+  assert row["variant"] == "remat=none" and row["seeds"] == 2
+  assert (tmp_path / "curves.png").is_file()

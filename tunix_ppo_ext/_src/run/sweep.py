@@ -345,8 +345,9 @@ def sweep(
 ) -> list[dict[str, Any]]:
   """Runs every variant's seeds (skipping finished ones), `jobs` at a time, and writes the
   table and plot. The first failed seed is raised once the running ones have finished (no
-  further seed starts). SIGTERM or SIGINT is forwarded to the running seeds and raised as
-  KeyboardInterrupt once they have stopped.
+  further seed starts), after the table of the variants that finished every seed. SIGTERM
+  or SIGINT is forwarded to the running seeds and raised as KeyboardInterrupt once they
+  have stopped.
 
   Raises:
     ValueError: a bad override, or a seed directory holding a run of another config.
@@ -363,18 +364,34 @@ def sweep(
     errors = [done.exception() for done in pending]
   if runner.signal is not None:
     raise KeyboardInterrupt(f"sweep stopped by signal {runner.signal}")
-  for error in errors:
+  failed = {v.name for (v, _, _), error in zip(runs, errors, strict=True) if error is not None}
+  rows = write_table(out, [run for run in runs if run[0].name not in failed])
+  for error in errors:  # the variants that finished are tabled first
     if error is not None:
       raise error
+  return rows
+
+
+def _finished(run_dir: pathlib.Path) -> bool:
+  return (run_dir / "summary.json").is_file()
+
+
+def write_table(out: pathlib.Path, runs: Sequence[tuple[Variant, int, pathlib.Path]]) -> list:
+  """`table.json`, `table.md` and `curves.png` of the variants whose seeds in `runs` all
+  finished (a sweep stopped by a failed seed tables the others); returns the rows."""
   results: dict[str, list[dict[str, Any]]] = {}
   for variant, _, run_dir in runs:
-    results.setdefault(variant.name, []).append(seed_result(run_dir))
-  rows = [variant_row(name, seed_results) for name, seed_results in results.items()]
+    results.setdefault(variant.name, []).append(run_dir)
+  finished = {n: dirs for n, dirs in results.items() if all(_finished(d) for d in dirs)}
+  seeds = {name: [seed_result(d) for d in dirs] for name, dirs in finished.items()}
+  rows = [variant_row(name, seed_results) for name, seed_results in seeds.items()]
+  if not rows:
+    return rows
   write_atomically(out / "table.json", json.dumps(rows, indent=2))
   write_atomically(out / "table.md", markdown_table(rows))
   from tunix_ppo_ext._src.metrics.plot import plot_spread  # noqa: PLC0415 (matplotlib only here)
 
-  plot_spread({n: [r["curve"] for r in rs] for n, rs in results.items()}, out / "curves.png")
+  plot_spread({n: [r["curve"] for r in rs] for n, rs in seeds.items()}, out / "curves.png")
   return rows
 
 
