@@ -17,6 +17,7 @@ RECIPE = [
   "ppo.advantage_estimator=turn_gae",
   "ppo.critic_warmup_steps=2",
   "ppo.critic_warmup_lambda=1.0",
+  "ppo.critic_warmup_patience=5",
   "ppo.critic_lambda=1.0",
   "ppo.gae_lambda=0.9",
   "ppo.adaptive_lambda_alpha=0.5",
@@ -46,6 +47,7 @@ def test_the_recipe_trains_and_logs_its_warmup(tmp_path):
     ("ppo.gamma_turn=-1", "gamma_turn"),
     ("ppo.adaptive_lambda_alpha=0", "adaptive_lambda_alpha"),
     ("ppo.critic_warmup_until_ev=0.5", "critic_warmup_until_ev"),
+    ("ppo.critic_warmup_patience=2", "critic_warmup_patience"),
     ("model.value_head_init=ones", "model.value_head_init"),
   ],
 )

@@ -84,6 +84,7 @@ def test_full_kl_requires_loss_placement():
     (dict(critic_warmup_lambda=2.0), "critic_warmup_lambda", r"\[0.0, 1.0\]"),
     (dict(critic_warmup_until_ev=1.5), "critic_warmup_until_ev", r"1.0\]"),
     (dict(critic_warmup_until_ev="high"), "critic_warmup_until_ev", "a finite number"),
+    (dict(critic_warmup_patience=0, critic_warmup_steps=4), "critic_warmup_patience", ">= 1"),
     (dict(logits_chunk_size=-8), "logits_chunk_size", "integer >= 0"),
     (dict(norm_adv_by_std="yes"), "norm_adv_by_std", "True or False"),
     (dict(kl_penalty="rewards"), "kl_penalty", "did you mean 'reward'"),
@@ -192,6 +193,8 @@ def test_only_estimators_that_take_values_use_a_critic():
     PpoExtConfig(advantage_estimator="rloo", critic_lambda=1.0)
   with pytest.raises(ValueError, match=r"critic_warmup_until_ev=0.5 is invalid: must be None "):
     PpoExtConfig(critic_warmup_until_ev=0.5)  # no warm-up to end
+  with pytest.raises(ValueError, match=r"critic_warmup_patience=3 is invalid: must be None "):
+    PpoExtConfig(critic_warmup_patience=3)
 
 
 def test_lambdas_and_turn_discount_default_to_the_shared_ones():

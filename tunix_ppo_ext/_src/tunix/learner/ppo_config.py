@@ -59,7 +59,9 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       Monte Carlo returns, as VC-PPO's value pretraining).
     critic_warmup_until_ev: end the warm-up early, after the first step whose explained
       variance of the critic's values (before that step's update) against the warm-up's
-      targets reaches this; `None`: run all `critic_warmup_steps`.
+      targets reaches this; `None`: no such end.
+    critic_warmup_patience: end the warm-up early, after this many steps in a row without a
+      new best explained variance (a plateau); `None`: no such end.
     logits_chunk_size: sequence chunk for log-prob/entropy/KL over logits (0: unchunked).
     fused_head: compute every pass's log-probs and entropy (and the exact KL,
       `kl_method="full"`) from the final hidden states and the LM head's weight,
@@ -110,6 +112,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   critic_warmup_steps: int = 0
   critic_warmup_lambda: float = 1.0
   critic_warmup_until_ev: float | None = None
+  critic_warmup_patience: int | None = None
   logits_chunk_size: int = 0
   fused_head: bool = False
   recompute_old_logps: bool = False
@@ -187,6 +190,8 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _number(self, "clip_range_value", low=0.0, low_open=True, none_ok=True)
     _integer(self, "num_iterations", low=1)
     _integer(self, "critic_warmup_steps", low=0)
+    if self.critic_warmup_patience is not None:
+      _integer(self, "critic_warmup_patience", low=1)
     _integer(self, "logits_chunk_size", low=0)
     _integer(self, "num_generations", low=1)
     _integer(self, "max_nonfinite_steps", low=1)
@@ -242,12 +247,13 @@ def _check_critic_keys(config: PpoExtConfig) -> None:
           f"{unset!r} with advantage_estimator={config.advantage_estimator!r}, "
           "which uses no critic",
         )
-  if config.critic_warmup_until_ev is not None and not config.critic_warmup_steps:
-    _fail(
-      "critic_warmup_until_ev",
-      config.critic_warmup_until_ev,
-      "None without a warm-up (critic_warmup_steps is 0; it caps the warm-up)",
-    )
+  for name in ("critic_warmup_until_ev", "critic_warmup_patience"):
+    if getattr(config, name) is not None and not config.critic_warmup_steps:
+      _fail(
+        name,
+        getattr(config, name),
+        "None without a warm-up (critic_warmup_steps is 0; it caps the warm-up)",
+      )
 
 
 # critic keys and their value when unset

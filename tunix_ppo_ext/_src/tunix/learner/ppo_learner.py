@@ -121,7 +121,9 @@ class PpoExtLearner(compat.LearnerHooks):
       ppo_config.kl_ctrl, ppo_config.kl_coef, ppo_config.kl_target, ppo_config.kl_horizon
     )
     self.critic_warmup = CriticWarmup(
-      ppo_config.critic_warmup_steps, ppo_config.critic_warmup_until_ev
+      ppo_config.critic_warmup_steps,
+      ppo_config.critic_warmup_until_ev,
+      ppo_config.critic_warmup_patience,
     )
     self._restore_learner_state()
     self._tunix_own = {  # tunix's own losses get tunix's inputs and log tunix's metrics
