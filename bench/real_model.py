@@ -119,13 +119,13 @@ def plot(results: dict[str, Any], path: pathlib.Path) -> None:
 
 
 def _label(results: dict[str, Any]) -> str:
-  """The run's advantage estimator and its overrides of the config that change training."""
+  """The run's config file, advantage estimator and its overrides that change training."""
   from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
 
   args = results["args"]
   estimator = load_run_config(args["config"], args["overrides"]).ppo["advantage_estimator"]
   kept = [o for o in args["overrides"] if not o.startswith(("train.checkpoint_every", "ppo.adv"))]
-  return " ".join([estimator, *kept])
+  return " ".join([f"{pathlib.Path(args['config']).stem}: {estimator}", *kept])
 
 
 def _spread(values: list[float]) -> str:

@@ -57,7 +57,7 @@ def test_report_pools_the_baseline_batches_and_spreads_the_trained_seeds():
     sd = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
     return f"{mean:.3f} ± {sd:.3f} [{min(values):.3f}, {max(values):.3f}]"
 
-  assert cells[:4] == ["rloo", "3", spread(pooled), spread(trained)]
+  assert cells[:4] == ["smoke: rloo", "3", spread(pooled), spread(trained)]
   assert cells[4:6] == [spread(pooled), spread(trained)]  # returns: the same values here
   assert cells[6] == "-"  # no critic: no explained variance
   assert cells[7] == f"{statistics.median([4.5, 4.5, 4.5]):.1f}"
