@@ -103,4 +103,4 @@ def test_observation_loss_ablation_puts_every_real_token_under_the_loss():
     token_rewards=np.zeros((1, 5), np.float32),
   )
   wrapped = ObservationsInLoss(lambda learner, training_input, mode: batch)
-  np.testing.assert_array_equal(wrapped(None, {}, None).loss_mask, attention)
+  np.testing.assert_array_equal(wrapped(None, {}, "train").loss_mask, attention)
