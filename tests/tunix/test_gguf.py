@@ -277,6 +277,20 @@ def test_an_upper_case_suffix_is_a_gguf_file_and_a_new_conversion_prunes_the_old
   assert pathlib.Path(gguf_files.resolve(other)).is_dir() and second.is_dir()
 
 
+def test_a_weights_file_left_by_a_killed_conversion_is_removed_by_the_next(tmp_path):
+  file = tmp_path / "tiny.gguf"
+  write_gguf(file, _tiny_llama())
+  directory = pathlib.Path(gguf_files.resolve(file))
+  left = directory / "tmpkilled.tmp"  # what a SIGKILL during the write leaves
+  left.write_bytes(b"x" * 1000)
+  os.utime(left, (0, 0))
+  fresh = directory / "tmpother.tmp"  # another process writing right now: kept
+  fresh.write_bytes(b"y")
+  gguf_files.resolve(file, weights=True)
+  assert not left.exists() and fresh.exists()
+  assert (directory / gguf_files.WEIGHTS_FILE).is_file()
+
+
 def test_a_local_folder_named_as_a_short_name_is_used_with_a_warning(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   (tmp_path / "smollm2").mkdir()

