@@ -66,20 +66,28 @@ def test_train_and_plan_build_the_policy_and_critic_with_it():
   assert plan.model_config(default).config.remat_config.name == "NONE"
 
 
-@pytest.mark.parametrize("remat", ["block", "decoder"])
-def test_a_remat_run_trains_and_samples_what_a_run_without_remat_samples(tmp_path, remat):
-  """The sampler runs without remat (it merges the model inside its decode loop, where a
-  remat'ed layer raised flax's TraceContextError): the run trains, and its first rollout,
-  before any update, is the one of the same run without remat."""
+def _train_smoke(out, remat: str) -> list[dict]:
   from tunix_ppo_ext._src.run import cli  # noqa: PLC0415
   from tunix_ppo_ext.metrics import read_jsonl  # noqa: PLC0415
 
-  rows = {}
-  for name in ("none", remat):
-    out = tmp_path / name
-    args = ["train", "--config", "configs/smoke.yaml", "--output-dir", str(out)]
-    assert cli.main([*args, "train.steps=2", f"model.remat={name}"]) == 0
-    rows[name] = read_jsonl(out / "metrics.jsonl")
+  args = ["train", "--config", "configs/smoke.yaml", "--output-dir", str(out)]
+  assert cli.main([*args, "train.steps=2", f"model.remat={remat}"]) == 0
+  return read_jsonl(out / "metrics.jsonl")
+
+
+@pytest.fixture(scope="module")
+def without_remat(tmp_path_factory) -> list[dict]:
+  return _train_smoke(tmp_path_factory.mktemp("remat") / "none", "none")
+
+
+@pytest.mark.parametrize("remat", ["block", "decoder"])
+def test_a_remat_run_trains_and_samples_what_a_run_without_remat_samples(
+  tmp_path, remat, without_remat
+):
+  """The sampler runs without remat (it merges the model inside its decode loop, where a
+  remat'ed layer raised flax's TraceContextError): the run trains, and its first rollout,
+  before any update, is the one of the same run without remat."""
+  rows = {"none": without_remat, remat: _train_smoke(tmp_path / remat, remat)}
   keys = ("train/response_length/mean", "train/episode_return/mean", "train/num_turns/mean")
   first = {name: [r for r in found if r["step"] == 1][0] for name, found in rows.items()}
   for key in keys:
