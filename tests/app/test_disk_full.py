@@ -154,6 +154,25 @@ def test_the_guard_names_the_step_every_role_finished_after_the_run_is_stopped(t
     nothing.check(1)
 
 
+def test_a_full_disk_under_the_gguf_cache_is_blamed_on_the_cache(small_disk, monkeypatch):
+  pytest.importorskip("gguf")
+  pytest.importorskip("torch")
+  from tests.tunix.gguf_fixtures import write_gguf  # noqa: PLC0415
+  from tests.tunix.test_gguf import _tiny_llama  # noqa: PLC0415
+  from tunix_ppo_ext._src.data import gguf_files  # noqa: PLC0415
+
+  monkeypatch.setenv(gguf_files.ENV_CACHE, str(small_disk / "cache"))
+  file = small_disk.parent / "tiny.gguf"
+  write_gguf(file, _tiny_llama())
+  directory = pathlib.Path(gguf_files.resolve(file))  # config and tokenizer fit
+  fill(small_disk, leave=4096)
+  with pytest.raises(Exception) as caught:
+    gguf_files.resolve(file, weights=True)
+  line = disk_space.write_failure(caught.value)
+  assert line is not None and f"cannot write {directory / gguf_files.WEIGHTS_FILE}" in line
+  assert not list(directory.glob("*.tmp"))  # no half-written copy left
+
+
 def test_tensorboard_on_a_full_disk_warns_once_and_never_waits(small_disk):
   fill(small_disk, leave=0)
   backend = sinks.TensorboardBackend(small_disk / "tb")

@@ -310,8 +310,11 @@ def write_weights(file: pathlib.Path, target: pathlib.Path) -> None:
   try:
     save_file(tensors, tmp.name, metadata={"format": "pt"})
     os.replace(tmp.name, target)
-  except BaseException:  # a full disk, a kill: no half-written copy stays in the cache
+  except BaseException as err:  # a full disk, a kill: no half-written copy stays in the cache
     pathlib.Path(tmp.name).unlink(missing_ok=True)
+    if isinstance(err, Exception) and not isinstance(err, OSError):
+      # safetensors' error names no file: name the cache's, so a full disk is blamed on it
+      raise RuntimeError(f'{err} (writing "{target}")') from err
     raise
 
 
