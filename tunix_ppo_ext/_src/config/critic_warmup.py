@@ -25,10 +25,13 @@ class CriticWarmup:
     self.best: float | None = None  # the best explained variance so far (plateau rule)
     self.since_best = 0  # warm-up steps since it
 
+  def end(self) -> int:
+    """The first global step (0-based) that trains the actor."""
+    return self.steps if self.ended_at is None else min(self.steps, self.ended_at)
+
   def active(self, step: int) -> bool:
     """Whether global step `step` (0-based) trains only the critic."""
-    end = self.steps if self.ended_at is None else min(self.steps, self.ended_at)
-    return step < end
+    return step < self.end()
 
   def after_rollout(self, step: int, explained_variance: float | None) -> None:
     """Ends the warm-up after `step` when its explained variance reached the target, or
@@ -48,7 +51,7 @@ class CriticWarmup:
     """`critic/warmup` (1 on a warm-up step) and `critic/warmup_steps` (done, this included)."""
     if not self.steps:
       return {}
-    done = sum(self.active(s) for s in range(step + 1))
+    done = min(step + 1, self.end())
     return {"learner/critic_warmup": float(self.active(step)), "learner/critic_warmup_steps": done}
 
   def state_dict(self) -> dict[str, Any]:

@@ -210,7 +210,7 @@ class Seeds:
 
     Raises RuntimeError naming the run directory when the training command fails.
     """
-    if (out / "summary.json").is_file():
+    if _finished(out):
       return
     command = train_command(self.config, out, seed_overrides(overrides, seed))
     with self.lock:

