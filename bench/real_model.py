@@ -14,7 +14,13 @@ Each seed's summary is written to `OUT/seed<N>/result.json` as it finishes, and
 `OUT/results.json` gathers every seed present, so seeds may run in separate processes (one
 `--seed-ids` each, same `--out`) and a rerun continues where a run stopped (tunix resumes
 each run from its newest checkpoint).
+  python bench/real_model.py --baseline-from DIR --out DIR2 [KEY=VALUE ...]   # reuse baselines
   python bench/real_model.py --report DIR [DIR ...] --out DIR   # several runs side by side
+
+`--baseline-from DIR` takes each seed's baseline from `DIR/seed<N>/result.json` instead of
+running it: a baseline samples the initial policy's batches, so rows that differ only in
+how they train (estimator, critic recipe) share it (the GRPO and PPO studies' baselines are
+equal batch for batch).
 
 `--report` reads each DIR's `results.json` and writes `OUT/report.md` (per run: the
 baseline's success over all its batches, mean and spread; the trained runs' over seeds) and
@@ -191,6 +197,7 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=64)
   parser.add_argument("--baseline-steps", type=int, default=8)
   parser.add_argument("--out", default="bench/results/real_model")
+  parser.add_argument("--baseline-from", metavar="DIR", help="reuse DIR's baselines")
   parser.add_argument("overrides", nargs="*")
   args = parser.parse_args()
   out = pathlib.Path(args.out)
@@ -214,13 +221,20 @@ def main() -> None:
 
 
 def run_seed(args: argparse.Namespace, out: pathlib.Path, seed: int) -> None:
-  """The baseline and the trained run of one seed; their summaries to `seed<N>/result.json`."""
+  """The baseline and the trained run of one seed; their summaries to `seed<N>/result.json`
+  (a seed that has one already is left as it is)."""
+  if (out / f"seed{seed}" / "result.json").is_file():
+    print(f"seed {seed}: {out}/seed{seed}/result.json exists; kept")
+    return
   common = [f"seed={seed}", "train.eval_batches=0", *args.overrides]
   walls, summaries = [], {}
-  for name, extra in (
-    ("baseline", [f"train.steps={args.baseline_steps}", f"train.lr={FROZEN_LR}"]),
-    ("trained", [f"train.steps={args.steps}"]),
-  ):
+  runs = [("trained", [f"train.steps={args.steps}"])]
+  if args.baseline_from:
+    summaries["baseline"] = _reused_baseline(pathlib.Path(args.baseline_from), seed)
+    walls.append(0.0)
+  else:
+    runs.insert(0, ("baseline", [f"train.steps={args.baseline_steps}", f"train.lr={FROZEN_LR}"]))
+  for name, extra in runs:
     start = time.perf_counter()
     rows = run_once(args.config, out / f"seed{seed}" / name, [*common, *extra])
     walls.append(time.perf_counter() - start)
@@ -228,6 +242,14 @@ def run_seed(args: argparse.Namespace, out: pathlib.Path, seed: int) -> None:
     summaries[name] = summarize(rows, 1.0 if name == "baseline" else 0.25, batch)
   result = {**summaries, "wall_s": walls}
   (out / f"seed{seed}" / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _reused_baseline(source: pathlib.Path, seed: int) -> dict[str, Any]:
+  """Seed `seed`'s baseline summary from another bench's `--out`."""
+  path = source / f"seed{seed}" / "result.json"
+  if not path.is_file():
+    raise SystemExit(f"--baseline-from: no {path} (run that seed there first)")
+  return json.loads(path.read_text())["baseline"]
 
 
 def gather(args: argparse.Namespace, out: pathlib.Path) -> dict[str, Any]:

@@ -24,9 +24,9 @@ import time
 import jax
 
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
-from tunix_ppo_ext.data import episode_batches
+from tunix_ppo_ext.data import CharTokenizer, episode_batches
 from tunix_ppo_ext.models import build_cluster, make_models
-from tunix_ppo_ext.rollout import CharTokenizer, Mode, MultiTurnRollout
+from tunix_ppo_ext.rollout import Mode, MultiTurnRollout
 
 PROMPT = 16  # max_prompt_length
 TURNS = (1, 2, 4, 8, 16)

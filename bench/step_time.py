@@ -24,8 +24,8 @@ from _timing import timed
 from tunix.rl.ppo import ppo_learner
 
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
+from tunix_ppo_ext.data import CharTokenizer
 from tunix_ppo_ext.models import build_cluster, make_models
-from tunix_ppo_ext.rollout import CharTokenizer
 
 
 def prompts(batch: int, seed: int):

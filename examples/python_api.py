@@ -12,8 +12,8 @@ from tunix.rl import utils as rl_utils
 from tunix.rl.rollout import base_rollout
 
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
+from tunix_ppo_ext.data import CharTokenizer
 from tunix_ppo_ext.models import guarded_adam, make_mesh
-from tunix_ppo_ext.rollout import CharTokenizer
 
 # 1. A tokenizer and a tiny tunix Qwen3 (any tunix model and tokenizer work the same way).
 tokenizer = CharTokenizer()  # built-in characters; a Hugging Face tokenizer works too

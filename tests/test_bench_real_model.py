@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+
+import pytest
 
 from tests.conftest import load_bench
 
@@ -81,3 +84,13 @@ def test_the_critic_s_explained_variance_is_summarized_and_seeds_gather_from_the
   assert list(results["seeds"]) == ["0", "2", "10"] and results["seeds"]["10"] == {"trained": 10}
   assert results["args"] == {"config": "c.yaml", "overrides": []}
   assert (tmp_path / "results.json").is_file()
+
+
+def test_a_baseline_is_reused_from_another_bench_and_a_missing_one_is_named(tmp_path):
+  bench = _bench()
+  baseline = {"success": 0.125, "success_curve": [0.0, 0.25]}
+  (tmp_path / "seed1").mkdir()
+  (tmp_path / "seed1" / "result.json").write_text(json.dumps({"baseline": baseline}))
+  assert bench._reused_baseline(tmp_path, 1) == baseline
+  with pytest.raises(SystemExit, match=r"--baseline-from: no .*seed2/result.json"):
+    bench._reused_baseline(tmp_path, 2)

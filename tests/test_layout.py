@@ -16,7 +16,7 @@ SRC = PACKAGE / "_src"
 LAYERS = ("checks", "plugins", "math", "data", "envs", "config", "metrics", "tunix", "run")
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # Inside the tunix layer, the same rule between its parts.
-TUNIX_PARTS = ("compat", "models", "cluster", "learner", "rollout", "aot")
+TUNIX_PARTS = ("compat", "models", "cluster", "rollout", "learner", "aot")
 TUNIX_RANK = {name: rank for rank, name in enumerate(TUNIX_PARTS)}
 PUBLIC = ("config", "data", "envs", "jobs", "metrics", "models", "ops", "plugins", "rollout")
 

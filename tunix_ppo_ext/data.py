@@ -1,5 +1,7 @@
-"""Trajectory containers and the reward policies applied to them (NumPy only)."""
+"""Trajectory containers, the reward policies applied to them, and the toy character
+tokenizer (NumPy only)."""
 
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.rewards import NONFINITE_REWARD_MODES, NonFiniteRewards
 from tunix_ppo_ext._src.data.trajectory import (
   SEED_KEY,
@@ -13,6 +15,7 @@ from tunix_ppo_ext._src.data.trajectory import (
 )
 
 __all__ = [
+  "CharTokenizer",
   "NONFINITE_REWARD_MODES",
   "SEED_KEY",
   "MultiTurnBatch",

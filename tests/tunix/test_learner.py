@@ -13,6 +13,7 @@ from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner, old_logps_in_update
 from tunix_ppo_ext._src.tunix.learner.role_passes import RolePasses
+from tunix_ppo_ext.rollout import RolloutContext
 
 BATCH = 4
 PROMPT_LEN = 8
@@ -499,6 +500,20 @@ def test_a_source_that_returns_no_batch_is_named(returned):
   kind = type(returned).__name__
   with pytest.raises(TypeError, match=f"source function returned {kind}, not a TrajectoryBatch"):
     learner._generate_and_compute_advantage(data[0])
+
+
+def test_a_source_is_handed_the_rollout_context_not_the_learner():
+  handed = []
+
+  def source(context, training_input, mode):
+    handed.append(context)
+    return multi_turn_source(context, training_input, mode)
+
+  config = PpoExtConfig(beta=0.0)
+  cluster, learner, data = setup(config, source=source)
+  learner._generate_and_compute_advantage(data[0])
+  assert handed == [RolloutContext(cluster, learner.algo_config)]
+  assert handed[0].algo_config is config
 
 
 def test_resume_restores_step_controller_and_data_position(tmp_path):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import flax
 import jax
@@ -48,6 +48,7 @@ from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
+from tunix_ppo_ext._src.tunix.rollout.context import RolloutContext, TrajectorySource
 
 Mode = rl_cluster_lib.Mode
 
@@ -65,14 +66,6 @@ class TrainExample(ppo_learner.TrainExample):
   kl_coef: jax.Array | None = None  # [B], the KL-in-loss coefficient of this step
   actor_scale: jax.Array | None = None  # [B], 0 during critic warm-up
   rollout_is_weights: jax.Array | None = None  # [B, T], rollout correction (rollout_is)
-
-
-class TrajectorySource(Protocol):
-  """Builds a `TrajectoryBatch` for one batch of training input (e.g. a multi-turn rollout)."""
-
-  def __call__(
-    self, learner: PpoExtLearner, training_input: dict[str, Any], mode: Mode
-  ) -> TrajectoryBatch: ...
 
 
 class PpoExtLearner(compat.LearnerHooks):
@@ -429,7 +422,8 @@ class PpoExtLearner(compat.LearnerHooks):
       if self.trajectory_source is None:
         batch = self._single_turn_batch(training_input, mode)
       else:
-        batch = self.trajectory_source(self, training_input, mode)
+        context = RolloutContext(self.rl_cluster, self.algo_config)
+        batch = self.trajectory_source(context, training_input, mode)
         if not isinstance(batch, TrajectoryBatch):
           source = type(self.trajectory_source).__name__
           raise TypeError(

@@ -65,14 +65,13 @@ from tunix_ppo_ext._src.metrics import episodes as episode_report
 from tunix_ppo_ext._src.plugins.protocols import Environment
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.cluster.mesh import check_multi_turn_rollout_mesh
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.rollout.context import Mode, RolloutContext
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import (
   ContinuingSampler,
   Conversation,
   TurnSampling,
 )
 
-Mode = rl_cluster_lib.Mode
 # The ContinuingSampler of each vanilla engine's sampler (alive as long as the engine is).
 _CONTINUING: weakref.WeakKeyDictionary[Any, ContinuingSampler] = weakref.WeakKeyDictionary()
 
@@ -149,7 +148,7 @@ class MultiTurnRollout:
     max_completion_len: `T`, the completion width; longer episodes are cut there.
     max_turns: agent turns per episode at most.
     max_turn_tokens: sampling steps per agent turn (an EOS among them ends the turn).
-    group_size: rows per group; `None` uses the learner's `num_generations`.
+    group_size: rows per group; `None` uses the algorithm config's `num_generations`.
     context: "tokens" (exact ids, vanilla engine) or "text" (see the module docstring).
     kv_cache: with tokens, "continue" (each turn continues from the previous turn's KV
       cache) or "reencode" (each turn prefills the whole history: the old path).
@@ -212,14 +211,14 @@ class MultiTurnRollout:
   # ----- the rollout -----
 
   def __call__(
-    self, learner: PpoExtLearner, training_input: dict[str, Any], mode: Mode
+    self, context: RolloutContext, training_input: dict[str, Any], mode: Mode
   ) -> MultiTurnBatch:
     """Plays one episode per row of `training_input`; returns their trajectories."""
-    cluster = learner.rl_cluster
+    cluster = context.rl_cluster
     check_multi_turn_rollout_mesh(cluster.cluster_config.role_to_mesh)
     seeds = episode_seeds(training_input)
     env_ids = episode_env_ids(training_input, len(self.envs))
-    group_size = self.group_size or learner.algo_config.num_generations
+    group_size = self.group_size or context.algo_config.num_generations
     group_ids = self._group_ids(seeds, group_size)
     if np.any(env_ids.reshape(-1, group_size) != env_ids.reshape(-1, group_size)[:, :1]):
       raise ValueError(f"rows of a group (consecutive {group_size}) must share one environment")
@@ -230,7 +229,7 @@ class MultiTurnRollout:
     conversation = self._conversation(cluster)
     self._calls += 1
     # NaN/inf environment rewards: an error naming the episode, or kept for the learner to drop
-    keep_nonfinite = getattr(learner.algo_config, "nonfinite_rewards", "error") == "drop"
+    keep_nonfinite = getattr(context.algo_config, "nonfinite_rewards", "error") == "drop"
     for turn in range(1, self.max_turns + 1):
       if all(e.done for e in episodes):
         break

@@ -2,7 +2,7 @@
 between the environment and the estimator, composable from Python.
 
 A trajectory source is what `PpoExtLearner(trajectory_source=...)` takes: a callable
-`source(learner, training_input, mode) -> TrajectoryBatch` (`MultiTurnRollout` is one). Each
+`source(context, training_input, mode) -> TrajectoryBatch` (`MultiTurnRollout` is one). Each
 class here wraps another source and is a source itself, so they stack:
 
   source = MultiTurnRollout("memory", max_turns=4, max_completion_len=16)
@@ -14,7 +14,7 @@ class here wraps another source and is a source itself, so they stack:
 
 Order matters as it reads: dynamic sampling regenerates rounds through everything inside it
 (so it judges scores with the overlong penalty, as verl's `seq_reward` does); the filter
-sees shaped scores. What a wrapper did is logged on the learner's cluster as `rollout/<name>`
+sees shaped scores. What a wrapper did is logged on the cluster as `rollout/<name>`
 metrics (means over a step's batches).
 
 Checkpointed state has one route: a wrapper has no state of its own and hands
@@ -55,22 +55,22 @@ from tunix_ppo_ext._src.data.trajectory import (
   TrajectoryBatch,
 )
 from tunix_ppo_ext._src.math.score_norm import SCORE_NORMALIZATIONS
-from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
+from tunix_ppo_ext._src.tunix.rollout.context import Mode, RolloutContext
 
 Source = Callable[[Any, dict[str, Any], Any], TrajectoryBatch]
 FILTER_BY = ("std", "std_rev")
 
 
-def buffer_rollout_stats(learner: Any, stats: dict[str, Any], mode: Any) -> None:
-  """Buffers every entry of `stats` on the learner's cluster as metric `rollout/<name>`,
+def buffer_rollout_stats(context: RolloutContext, stats: dict[str, Any], mode: Any) -> None:
+  """Buffers every entry of `stats` on the context's cluster as metric `rollout/<name>`,
   a float averaged over the batches of a step: how a wrapper reports what it did."""
   metrics = {f"rollout/{k}": (float(v), np.mean) for k, v in stats.items()}
-  learner.rl_cluster.buffer_metrics(metrics, mode=mode)
+  context.rl_cluster.buffer_metrics(metrics, mode=mode)
 
 
 def check_source(owner: str, what: str, source: Any) -> None:
   """TypeError naming `owner`'s argument `what` unless `source` is a callable instance (a
-  class, e.g. `MultiTurnRollout` itself, would be called with the learner as its first
+  class, e.g. `MultiTurnRollout` itself, would be called with the rollout context as its first
   argument)."""
   if isinstance(source, type):
     raise TypeError(
@@ -102,10 +102,14 @@ class SourceWrapper:
     check_source(type(self).__name__, "the wrapped source", inner)
     self.inner = inner
 
-  def __call__(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
-    return self._call(learner, training_input, as_mode(mode))
+  def __call__(
+    self, context: RolloutContext, training_input: dict[str, Any], mode: Any
+  ) -> TrajectoryBatch:
+    return self._call(context, training_input, as_mode(mode))
 
-  def _call(self, learner: Any, training_input: dict[str, Any], mode: Mode) -> TrajectoryBatch:
+  def _call(
+    self, context: RolloutContext, training_input: dict[str, Any], mode: Mode
+  ) -> TrajectoryBatch:
     raise NotImplementedError
 
   def __getattr__(self, name: str) -> Any:
@@ -118,8 +122,10 @@ class ObservationsInLoss(SourceWrapper):
   """Ablation: every real token under the loss mask, the environment's observations included
   (what a learner that conflates the attention and loss masks trains on)."""
 
-  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
-    batch = self.inner(learner, training_input, mode)
+  def _call(
+    self, context: RolloutContext, training_input: dict[str, Any], mode: Any
+  ) -> TrajectoryBatch:
+    batch = self.inner(context, training_input, mode)
     return dataclasses.replace(batch, loss_mask=np.asarray(batch.attention_mask).copy())
 
 
@@ -134,15 +140,17 @@ class ValidationEpisodes(SourceWrapper):
     check_source("ValidationEpisodes", "evaluation", evaluation)
     self.evaluation = evaluation
 
-  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
+  def _call(
+    self, context: RolloutContext, training_input: dict[str, Any], mode: Any
+  ) -> TrajectoryBatch:
     if mode == Mode.TRAIN:
-      return self.inner(learner, training_input, mode)
+      return self.inner(context, training_input, mode)
     rows = np.arange(len(training_input[VAL_SEED_KEY]))
     copies = rows % np.shape(training_input[VAL_SEED_KEY])[1]
     seeds = np.asarray(training_input[VAL_SEED_KEY])[rows, copies]
     envs = np.asarray(training_input[VAL_ENV_KEY])[rows, copies]
     inputs = {"prompts": seeds.astype(str), SEED_KEY: seeds, ENV_KEY: envs}
-    return self.evaluation(learner, inputs, mode)
+    return self.evaluation(context, inputs, mode)
 
 
 class OverlongPenalty(SourceWrapper):
@@ -161,13 +169,15 @@ class OverlongPenalty(SourceWrapper):
     check_number("OverlongPenalty's penalty_factor", penalty_factor, low=0.0)
     self.budget, self.buffer_len, self.penalty_factor = budget, buffer_len, penalty_factor
 
-  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
-    batch = self.inner(learner, training_input, mode)
+  def _call(
+    self, context: RolloutContext, training_input: dict[str, Any], mode: Any
+  ) -> TrajectoryBatch:
+    batch = self.inner(context, training_input, mode)
     if mode != Mode.TRAIN:  # evaluation measures the environment's own rewards
       return batch
     batch, penalty = overlong_shaped(batch, self.budget, self.buffer_len, self.penalty_factor)
     stats = {"overlong_penalty": penalty.mean(), "overlong_frac": (penalty < 0).mean()}
-    buffer_rollout_stats(learner, stats, mode)
+    buffer_rollout_stats(context, stats, mode)
     return batch
 
 
@@ -185,15 +195,17 @@ class DynamicSampling(SourceWrapper):
     check_choice("DynamicSampling's metric", metric, SCORE_METRICS)
     self.max_rounds, self.metric = max_rounds, metric
 
-  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
+  def _call(
+    self, context: RolloutContext, training_input: dict[str, Any], mode: Any
+  ) -> TrajectoryBatch:
     if mode != Mode.TRAIN:
-      return self.inner(learner, training_input, mode)
+      return self.inner(context, training_input, mode)
     batch, stats = fill_with_informative_groups(
-      lambda r: self.inner(learner, round_input(training_input, r), mode),
+      lambda r: self.inner(context, round_input(training_input, r), mode),
       self.max_rounds,
       self.metric,
     )
-    buffer_rollout_stats(learner, {f"dynamic_sampling_{k}": v for k, v in stats.items()}, mode)
+    buffer_rollout_stats(context, {f"dynamic_sampling_{k}": v for k, v in stats.items()}, mode)
     return batch
 
 
@@ -220,13 +232,15 @@ class ScoreShaping(SourceWrapper):
     self.grouping, self.method, self.eps = grouping, method, eps
     self.format_penalty = format_penalty
 
-  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
-    batch = self.inner(learner, training_input, mode)
+  def _call(
+    self, context: RolloutContext, training_input: dict[str, Any], mode: Any
+  ) -> TrajectoryBatch:
+    batch = self.inner(context, training_input, mode)
     batch = normalize_batch_scores(batch, self.grouping, self.method, self.eps)
     if self.format_penalty == 0.0:
       return batch
     batch, stats = penalize_malformed_turns(batch, self.format_penalty)
-    buffer_rollout_stats(learner, stats, mode)
+    buffer_rollout_stats(context, stats, mode)
     return batch
 
 
@@ -243,11 +257,13 @@ class GroupFilter(SourceWrapper):
     check_choice("GroupFilter's by", by, FILTER_BY)
     self.keep_ratio, self.by = keep_ratio, by
 
-  def _call(self, learner: Any, training_input: dict[str, Any], mode: Any) -> TrajectoryBatch:
-    batch = self.inner(learner, training_input, mode)
+  def _call(
+    self, context: RolloutContext, training_input: dict[str, Any], mode: Any
+  ) -> TrajectoryBatch:
+    batch = self.inner(context, training_input, mode)
     if mode != Mode.TRAIN:
       return batch
     batch, stats = filter_groups(batch, self.keep_ratio, self.by == "std_rev")
     names = {"kept_frac": "filter_kept_frac"}
-    buffer_rollout_stats(learner, {names.get(k, k): v for k, v in stats.items()}, mode)
+    buffer_rollout_stats(context, {names.get(k, k): v for k, v in stats.items()}, mode)
     return batch
