@@ -103,20 +103,26 @@ def test_batch_sizes_reach_tunix_in_prompts():
     None, ["batch.mini_batch_size=16", "batch.gradient_accumulation_steps=2",
            "batch.rollout_micro_batch_size=8", "batch.logps_micro_batch_size=32"]
   )  # fmt: skip
-  sizes = recipe.resolve_batch(run.batch, run.train.batch_size, 4)
-  assert sizes == {
-    "mini_batch_size": 16,
-    "train_micro_batch_size": 8,
-    "rollout_micro_batch_size": 8,
-    "logps_micro_batch_size": 32,
-  }
-  assert recipe.tunix_batch_sizes(sizes, 4) == {
+  plan = recipe.resolve_batch(run.batch, run.train.batch_size, 4)
+  assert plan.tunix_sizes == {
     "mini_batch_size": 4,
     "train_micro_batch_size": 2,
     "rollout_micro_batch_size": 2,
     "logps_micro_batch_size": 8,
   }
-  assert recipe.resolve_batch(recipe.BatchSection(), 32, 4) == {}  # tunix's defaults
+  assert (plan.mini_batch_size, plan.train_micro_batch_size, plan.accumulation) == (16, 8, 2)
+  assert plan.rollout_chunk == 32 and plan.logps_micro_batch_size == 32
+  assert plan.updates_per_epoch == run.train.batch_size // 16
+
+
+def test_an_empty_batch_section_is_filled_with_tunix_s_defaults_and_passes_none():
+  plan = recipe.resolve_batch(recipe.BatchSection(), 32, 4)
+  assert plan.tunix_sizes == {}  # tunix's own defaults (they decide how it logs a step)
+  assert plan == recipe.BatchPlan(32, 32, 32, 32, 32, 32, None, {})
+  only_rollout = recipe.resolve_batch(recipe.BatchSection(rollout_micro_batch_size=8), 32, 4)
+  # tunix's chunk: lcm(rollout 8, log-prob micro-batch = train micro-batch 32); passes: chunk
+  assert (only_rollout.rollout_chunk, only_rollout.logps_micro_batch_size) == (32, 32)
+  assert only_rollout.tunix_sizes == {"rollout_micro_batch_size": 2}
 
 
 STEPS = 4

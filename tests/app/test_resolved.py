@@ -10,8 +10,9 @@ import pytest
 
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.plugins import registry
-from tunix_ppo_ext._src.run import cli, run_config
+from tunix_ppo_ext._src.run import cli, job, run_config
 from tunix_ppo_ext._src.run.run_config import RunConfig, load_resolved, load_run_config
+from tunix_ppo_ext._src.tunix.cluster.mesh import role_meshes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
@@ -19,7 +20,8 @@ SMOKE = str(CONFIGS / "smoke.yaml")
 
 
 def test_configs_default_yaml_is_the_embedded_default():
-  assert (CONFIGS / "default.yaml").read_bytes() == run_config.EMBEDDED_DEFAULT.read_bytes()
+  # one copy: configs/default.yaml is a link to the file the package ships
+  assert (CONFIGS / "default.yaml").resolve() == run_config.EMBEDDED_DEFAULT.resolve()
   assert load_run_config(str(CONFIGS / "default.yaml")) == load_run_config(None)
 
 
@@ -49,13 +51,13 @@ def test_resolved_run_holds_what_consumers_derived_again():
   resolved = load_resolved(SMOKE, ["ppo.advantage_estimator=grpo", "ppo.num_generations=4"])
   assert resolved.num_generations == 4 and resolved.prompts_per_batch == 2
   assert resolved.checkpoint_roles == ("actor",)  # a group estimator builds no critic
-  assert resolved.rollout_chunk == resolved.run.train.batch_size == 8
+  assert resolved.batch.rollout_chunk == resolved.run.train.batch_size == 8
   assert [e.groups for e in resolved.env_entries] == [2]
   with pytest.raises(dataclasses.FrozenInstanceError):
-    resolved.rollout_chunk = 4  # type: ignore[misc]
+    resolved.batch = None  # type: ignore[misc]
 
 
-def test_train_resolves_the_config_exactly_once(tmp_path, monkeypatch):
+def test_train_resolves_the_config_and_builds_the_meshes_exactly_once(tmp_path, monkeypatch):
   built = {"resolved": 0, "ppo": 0}
   resolved_init = run_config.ResolvedRun.__init__
   ppo_post_init = PpoExtConfig.__post_init__
@@ -68,11 +70,16 @@ def test_train_resolves_the_config_exactly_once(tmp_path, monkeypatch):
     built["ppo"] += 1
     ppo_post_init(self)
 
+  def count_meshes(section):
+    built["meshes"] = built.get("meshes", 0) + 1
+    return role_meshes(section)
+
   monkeypatch.setattr(run_config.ResolvedRun, "__init__", count_resolved)
   monkeypatch.setattr(PpoExtConfig, "__post_init__", count_ppo)
+  monkeypatch.setattr(job, "role_meshes", count_meshes)
   out = tmp_path / "run"
   assert cli.main(["train", "--config", SMOKE, "--output-dir", str(out), "train.steps=2"]) == 0
-  assert built == {"resolved": 1, "ppo": 1}
+  assert built == {"resolved": 1, "ppo": 1, "meshes": 1}
 
 
 def test_bad_input_is_a_config_error_and_exits_2(tmp_path, capsys):

@@ -58,7 +58,7 @@ def test_a_bad_value_head_init_is_one_line_naming_the_key():
 
 def test_train_and_plan_build_the_policy_and_critic_with_it():
   run = load_resolved(None, ["model.remat=decoder", "model.num_layers=1"]).run
-  policy, critic, _ = job._models(run, job._tokenizer(run))
+  policy, critic, _ = job.build_models(run)
   assert policy.config.remat_config.name == "DECODER"
   assert critic.backbone.layers[0].config.remat_config.name == "DECODER"
   assert plan.model_config(run).config.remat_config.name == "DECODER"

@@ -181,7 +181,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
     "(minutes for a real model on a CPU) before the bar moves",
     file=sys.stderr,
   )
-  train(resolved)
+  train(resolved, meshes)  # the meshes built once, here
   return 0
 
 

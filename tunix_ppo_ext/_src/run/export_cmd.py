@@ -32,7 +32,7 @@ from tunix_ppo_ext._src.run import job, resume
 from tunix_ppo_ext._src.run import run_dir as run_dir_lib
 from tunix_ppo_ext._src.run.run_config import (
   RunConfig,
-  load_run_config,
+  load_resolved,
   lora_section,
   tokenizer_directory,
 )
@@ -90,13 +90,13 @@ def trained_policy(run_dir: pathlib.Path) -> tuple[RunConfig, object, int]:
   that step. The policy is built as `train` builds it (with its critic and reference, then
   dropped); a LoRA policy comes back with its adapters merged."""
   steps = actor_steps(run_dir)
-  run = load_run_config(str(run_dir / RUN_CONFIG), [f"output_dir={run_dir}"])
+  run = load_resolved(str(run_dir / RUN_CONFIG), [f"output_dir={run_dir}"]).run  # once
   for index, step in enumerate(steps):
-    policy = job._models(run, job._tokenizer(run))[0]  # noqa: SLF001 (the job's own builder)
+    policy = job.build_models(run)[0]
     try:
       hf_export.restore_params(policy, run_dir / "checkpoints" / "actor", step)
     except Exception as err:  # noqa: BLE001 (orbax raises many kinds for a damaged file)
-      if not job._raised_in_orbax(err):  # noqa: SLF001 (the job's own test)
+      if not job.raised_in_orbax(err):
         raise
       if index + 1 == len(steps):
         raise ConfigError(

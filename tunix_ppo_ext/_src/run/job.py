@@ -64,12 +64,14 @@ SHOWN_METRICS = {  # published key -> progress-bar label
 }
 
 
-def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
+def build_run(
+  resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path, meshes: dict | None = None
+):
   """`(learner, train_batches, eval_batches, env_max_return)` for a resolved run config (a
-  `RunConfig` is resolved first)."""
+  `RunConfig` is resolved first); `meshes`: the command's `run_meshes` (built here when None)."""
   resolved = as_resolved(resolved)
   run, ppo, entries = resolved.run, resolved.ppo, list(resolved.env_entries)
-  meshes = run_meshes(run)
+  meshes = run_meshes(run) if meshes is None else meshes
   tokenizer = _tokenizer(run)
   _check_round_trip(tokenizer, run, entries[0])
   policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
@@ -93,7 +95,7 @@ def build_run(resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path):
     max_prompt_length=train.max_prompt_length,
     max_tokens_to_generate=run.env.max_completion_len + run.env.max_tokens_per_turn,
     optimizers=recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps),
-    **recipe.tunix_batch_sizes(resolved.batch, ppo.num_generations),
+    **resolved.batch.tunix_sizes,
     sampling=sampling,
     eval_sampling=eval_sampling,
     temperature=train.temperature,
@@ -275,6 +277,12 @@ def _check_round_trip(tokenizer: Any, run: RunConfig, entry: recipe.EnvEntry) ->
     )
 
 
+def build_models(run: RunConfig, mesh: Any = None) -> tuple[Any, Any, Any]:
+  """`(policy, critic, reference)` as `train` builds them, with the run's own tokenizer
+  (`export` restores a checkpoint onto the policy; tests compare the roles)."""
+  return _models(run, _tokenizer(run), mesh)
+
+
 def _models(run: RunConfig, tokenizer, mesh=None):
   """`(policy, critic, reference)`: the policy (a checkpoint with `config.json` in its own
   family, else a toy or named-size Qwen3), its critic on the same backbone, a copy.
@@ -345,10 +353,11 @@ def summarize(
   }
 
 
-def train(resolved: ResolvedRun | RunConfig) -> dict[str, Any]:
+def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict[str, Any]:
   """Runs the main job; returns (and, on process 0, writes) the summary.
 
-  `resolved`: the command's `ResolvedRun` (a `RunConfig` is resolved here first).
+  `resolved`: the command's `ResolvedRun` (a `RunConfig` is resolved here first);
+  `meshes`: its `run_meshes`, when the command built them already (else built here, once).
 
   With checkpoints in the output directory it resumes from the latest step that both actor
   and critic saved (after `run_dir.check_rerun` accepted the requested config), and
@@ -362,20 +371,20 @@ def train(resolved: ResolvedRun | RunConfig) -> dict[str, Any]:
   primary = distributed.is_primary(jax.process_index())
   lock = run_dir.RunLock(out) if primary else contextlib.nullcontext()
   with lock:
-    return _train_in(out, resolved, primary)
+    return _train_in(out, resolved, primary, meshes)
 
 
-def _build_restoring(resolved: ResolvedRun, out: pathlib.Path, primary: bool):
+def _build_restoring(resolved: ResolvedRun, out: pathlib.Path, primary: bool, meshes: dict):
   """`build_run`; when restoring the newest checkpoint fails inside orbax (a deleted or
   truncated file), that step is set aside (`checkpoints/damaged/`, nothing deleted) and the
   next older one is restored instead, with a warning naming both (single process only)."""
   roles = resolved.checkpoint_roles
   while True:
     try:
-      return build_run(resolved, out)
+      return build_run(resolved, out, meshes)
     except Exception as err:
       step = resume.align_role_checkpoints(out / "checkpoints", roles) if primary else None
-      if step is None or jax.process_count() > 1 or not _raised_in_orbax(err):
+      if step is None or jax.process_count() > 1 or not raised_in_orbax(err):
         raise
       resume.set_aside(out / "checkpoints", step, roles)
       older = resume.align_role_checkpoints(out / "checkpoints", roles)
@@ -388,7 +397,7 @@ def _build_restoring(resolved: ResolvedRun, out: pathlib.Path, primary: bool):
       metrics.truncate_jsonl(out / "metrics.jsonl", older if older else -1)
 
 
-def _raised_in_orbax(err: BaseException) -> bool:
+def raised_in_orbax(err: BaseException) -> bool:
   """Whether `err` (or what caused it) was raised inside orbax or tensorstore."""
   while err is not None:
     frames = traceback.extract_tb(err.__traceback__)
@@ -398,8 +407,11 @@ def _raised_in_orbax(err: BaseException) -> bool:
   return False
 
 
-def _train_in(out: pathlib.Path, resolved: ResolvedRun, primary: bool) -> dict[str, Any]:
+def _train_in(
+  out: pathlib.Path, resolved: ResolvedRun, primary: bool, meshes: dict | None
+) -> dict[str, Any]:
   run = resolved.run
+  meshes = run_meshes(run) if meshes is None else meshes
   if primary:
     saved = resume.align_role_checkpoints(out / "checkpoints", resolved.checkpoint_roles)
     run_dir.check_rerun(out, dataclasses.asdict(run), saved)
@@ -414,7 +426,9 @@ def _train_in(out: pathlib.Path, resolved: ResolvedRun, primary: bool) -> dict[s
     metrics.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
   distributed.barrier("tunix-ppo-ext:checkpoints-aligned")
   start = time.perf_counter()
-  learner, train_batches, eval_batches, max_return = _build_restoring(resolved, out, primary)
+  learner, train_batches, eval_batches, max_return = _build_restoring(
+    resolved, out, primary, meshes
+  )
   restored = learner.rl_cluster.actor_trainer.train_steps  # tunix restored it while building
   if restored:
     print(f"tunix-ppo-ext: resuming from step {restored} ({out / 'checkpoints'})", file=sys.stderr)

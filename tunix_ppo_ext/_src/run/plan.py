@@ -292,14 +292,14 @@ class StepRows:
 
 
 def step_rows(resolved: ResolvedRun) -> StepRows:
-  """The run's `StepRows` from its resolved batch sizes (`ResolvedRun.batch`, as the job)."""
-  sizes, batch_size = resolved.batch, resolved.run.train.batch_size
-  mini = sizes.get("mini_batch_size", batch_size)
-  train = sizes.get("train_micro_batch_size", mini)
-  rollout = resolved.rollout_chunk
-  logps = sizes.get("logps_micro_batch_size", rollout)
-  accumulation = mini // train if "train_micro_batch_size" in sizes else None
-  return StepRows(rollout=rollout, logps=logps, train=train, accumulation=accumulation)
+  """The run's `StepRows` from its batch plan (`ResolvedRun.batch`, as the job's)."""
+  plan = resolved.batch
+  return StepRows(
+    rollout=plan.rollout_chunk,
+    logps=plan.logps_micro_batch_size,
+    train=plan.train_micro_batch_size,
+    accumulation=plan.accumulation,
+  )
 
 
 def _check_rows(rows: StepRows, meshes: dict[Role, Any], critic: bool) -> None:

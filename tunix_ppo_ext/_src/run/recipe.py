@@ -6,7 +6,7 @@ sections, their checks, and what they become for tunix.
   `train.critic_lr`.
 - `batch`: mini-batch and micro-batch sizes in *episodes* (the unit of `train.batch_size`);
   tunix counts prompts, so each must be a multiple of `ppo.num_generations` and is divided
-  by it (`tunix_batch_sizes`). PPO epochs are `ppo.num_iterations`.
+  by it (`BatchPlan.tunix_sizes`). PPO epochs are `ppo.num_iterations`.
 - `envs`: several environments in one run, each with its number of groups (`EnvEntry`).
 - `validation`: evaluation's own environment(s), seeds and group size.
 - `shaping`: episode-score normalization and the format penalty before any estimator
@@ -214,16 +214,6 @@ def validate_filter(section: FilterSection, chunk: int, num_generations: int) ->
     )
 
 
-def rollout_chunk(sizes: dict[str, int], batch_size: int) -> int:
-  """Episodes per rollout chunk the learner receives: tunix's lcm of the rollout and
-  log-prob micro-batches (each defaulting to the training micro-batch, the mini-batch,
-  the batch)."""
-  micro = sizes.get("train_micro_batch_size", sizes.get("mini_batch_size", batch_size))
-  return math.lcm(
-    sizes.get("rollout_micro_batch_size", micro), sizes.get("logps_micro_batch_size", micro)
-  )
-
-
 def filtered_source(source: Any, section: FilterSection) -> Any:
   """`source` wrapped in `GroupFilter` by the section (`keep_ratio` 1.0: `source` itself)."""
   if section.keep_ratio >= 1.0:
@@ -382,13 +372,69 @@ def validate_sampling(section: SamplingSection) -> None:
     check_integer("config key 'sampling.eval_top_k'", section.eval_top_k, low=0)
 
 
-def resolve_batch(section: BatchSection, batch_size: int, num_generations: int) -> dict[str, int]:
-  """The batch sizes in episodes, checked: each a multiple of `num_generations` (tunix keeps
-  a prompt's samples together) dividing what contains it. ValueError explaining the sums.
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+  """Every batch size of a run in episodes, each filled once (`resolve_batch`).
 
-  Returns `{mini_batch_size, train_micro_batch_size, rollout_micro_batch_size,
-  logps_micro_batch_size}` (episodes; absent keys: tunix's default).
+  `batch_size`: episodes a training batch (`train.batch_size`); `mini_batch_size`:
+  episodes an optimizer update (default: the batch); `train_micro_batch_size`: episodes a
+  forward/backward pass (default: the mini-batch); `rollout_micro_batch_size`: episodes a
+  rollout call plays (tunix's default: the train micro-batch); `rollout_chunk`: episodes
+  the learner receives at once, tunix's `lcm(rollout, log-prob micro-batch)` (the log-prob
+  one defaulting to the train micro-batch there); `logps_micro_batch_size`: rows a log-prob
+  or value pass sees (default: the whole chunk, as the learner's passes run unchunked);
+  `accumulation`: passes per update when a micro-batch is set (tunix then wraps the
+  optimizer in `optax.MultiSteps`), else None; `tunix_sizes`: the sizes the config set,
+  in tunix's unit (prompts), as `build_cluster` keywords (unset: tunix's own default,
+  which also decides how tunix logs a step's metrics).
   """
+
+  batch_size: int
+  mini_batch_size: int
+  train_micro_batch_size: int
+  rollout_micro_batch_size: int
+  rollout_chunk: int
+  logps_micro_batch_size: int
+  accumulation: int | None
+  tunix_sizes: dict[str, int]
+
+  @property
+  def updates_per_epoch(self) -> int:
+    """Optimizer updates per pass over a batch: its mini-batches."""
+    return self.batch_size // self.mini_batch_size
+
+
+def resolve_batch(section: BatchSection, batch_size: int, num_generations: int) -> BatchPlan:
+  """The run's `BatchPlan`, checked: each size set a multiple of `num_generations` (tunix
+  keeps a prompt's samples together) dividing what contains it. ConfigError explaining
+  the sums."""
+  given = _given_sizes(section, batch_size)
+  for key, value in given.items():
+    if value % num_generations:
+      raise ConfigError(
+        f"config key 'batch.{key}'={value} episodes must be a multiple of "
+        f"ppo.num_generations={num_generations}: tunix splits batches by prompt, and each "
+        f"prompt brings its {num_generations} samples"
+      )
+  mini = given.get("mini_batch_size", batch_size)
+  micro = given.get("train_micro_batch_size", mini)
+  rollout = given.get("rollout_micro_batch_size", micro)
+  chunk = math.lcm(rollout, given.get("logps_micro_batch_size", micro))
+  return BatchPlan(
+    batch_size=batch_size,
+    mini_batch_size=mini,
+    train_micro_batch_size=micro,
+    rollout_micro_batch_size=rollout,
+    rollout_chunk=chunk,
+    logps_micro_batch_size=given.get("logps_micro_batch_size", chunk),
+    accumulation=mini // micro if "train_micro_batch_size" in given else None,
+    tunix_sizes={key: value // num_generations for key, value in given.items()},
+  )
+
+
+def _given_sizes(section: BatchSection, batch_size: int) -> dict[str, int]:
+  """The sizes the section sets, checked and in episodes (gradient accumulation as the
+  micro-batch it implies; a micro-batch also sets the mini-batch); absent: unset."""
   for key in BatchSection.__dataclass_fields__:
     value = getattr(section, key)
     if value is not None:
@@ -412,7 +458,6 @@ def resolve_batch(section: BatchSection, batch_size: int, num_generations: int) 
   # tunix's default (None) when unset: a mini-batch changes how tunix logs a step's metrics
   sizes = {"mini_batch_size": mini} if section.mini_batch_size or micro else {}
   if micro is not None:
-    sizes["mini_batch_size"] = mini
     _divides("batch.train_micro_batch_size", micro, "the mini-batch", mini, "accumulated passes")
     sizes["train_micro_batch_size"] = micro
   for key in ("rollout_micro_batch_size", "logps_micro_batch_size"):
@@ -420,13 +465,6 @@ def resolve_batch(section: BatchSection, batch_size: int, num_generations: int) 
     if value is not None:
       _divides(f"batch.{key}", value, "train.batch_size", batch_size, "chunks")
       sizes[key] = value
-  for key, value in sizes.items():
-    if value % num_generations:
-      raise ConfigError(
-        f"config key 'batch.{key}'={value} episodes must be a multiple of "
-        f"ppo.num_generations={num_generations}: tunix splits batches by prompt, and each "
-        f"prompt brings its {num_generations} samples"
-      )
   return sizes
 
 
@@ -436,11 +474,6 @@ def _divides(key: str, part: int, whole_name: str, whole: int, what: str) -> Non
       f"config key {key!r}={part} must divide {whole_name}={whole}: {whole} / {part} = "
       f"{whole / part:g} {what}, not a whole number"
     )
-
-
-def tunix_batch_sizes(sizes: dict[str, int], num_generations: int) -> dict[str, int]:
-  """`resolve_batch`'s sizes in tunix's unit (prompts), as `build_cluster` keywords."""
-  return {key: value // num_generations for key, value in sizes.items()}
 
 
 def optimizers(

@@ -237,8 +237,7 @@ class ResolvedRun:
 
   run: RunConfig
   ppo: PpoExtConfig  # the `ppo` section over PpoExtConfig's defaults, validated
-  batch: dict[str, int]  # `recipe.resolve_batch`: the batch sizes in episodes
-  rollout_chunk: int  # episodes per chunk the learner receives (`recipe.rollout_chunk`)
+  batch: recipe.BatchPlan  # every batch size in episodes, filled (`recipe.resolve_batch`)
   env_entries: tuple[recipe.EnvEntry, ...]  # the training environments with their groups
   validation_entries: tuple[recipe.EnvEntry, ...]  # validation's environments (or none)
   episode_budget: int  # the most agent tokens an episode holds
@@ -253,8 +252,7 @@ class ResolvedRun:
   def updates_per_batch(self) -> int:
     """Optimizer updates per training batch: `ppo.num_iterations` epochs of its
     mini-batches (tunix's `train_steps` counts these; `train.steps` is their total)."""
-    mini = self.batch.get("mini_batch_size", self.run.train.batch_size)
-    return self.ppo.num_iterations * (self.run.train.batch_size // mini)
+    return self.ppo.num_iterations * self.batch.updates_per_epoch
 
   @property
   def prompts_per_batch(self) -> int:
@@ -712,8 +710,8 @@ def resolve(run: RunConfig) -> ResolvedRun:
   recipe.validate_optim(run.optim, run.train.steps)
   recipe.validate_sampling(run.sampling)
   recipe.validate_shaping(run.shaping)
-  sizes = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
-  chunk = recipe.rollout_chunk(sizes, run.train.batch_size)
+  batch = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
+  chunk = batch.rollout_chunk
   recipe.validate_filter(run.filter, chunk, num_generations)
   recipe.validate_validation(
     run.validation, run.train.batch_size, run.env.name, chunk, num_generations
@@ -726,8 +724,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   return ResolvedRun(
     run=run,
     ppo=ppo,
-    batch=sizes,
-    rollout_chunk=chunk,
+    batch=batch,
     env_entries=tuple(run_env_entries(run, num_generations)),
     validation_entries=tuple(validation),
     episode_budget=budget,
