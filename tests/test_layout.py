@@ -110,6 +110,12 @@ def test_no_two_modules_share_a_basename():
   assert len(stems) == len(set(stems)), sorted({s for s in stems if stems.count(s) > 1})
 
 
+def test_no_two_test_modules_share_a_basename():
+  """Each test module is named after what it tests (`tests/<part>/test_<module>.py`), once."""
+  stems = sorted(p.stem for p in (REPO / "tests").rglob("test_*.py"))
+  assert len(stems) == len(set(stems)), sorted({s for s in stems if stems.count(s) > 1})
+
+
 def test_a_module_is_in_the_tunix_layer_if_and_only_if_itimports_tunix():
   """Directly, or through another module of the tunix layer (`compat`'s seam, say); the
   layers above it reach tunix only through it."""

@@ -1,12 +1,12 @@
 """The trajectory-source wrappers from Python, without a run config: each against a NumPy
 reference of what it promises, stacked, their state route and their argument checks. The
-run config's sections build the same classes (tests/app/test_dapo.py, test_recipe.py)."""
+run config's sections build the same classes (tests/app/test_dapo_section.py, test_recipe.py)."""
 
 import numpy as np
 import pytest
 
 from tests.conftest import MetricsRecorder
-from tests.data.test_dapo import multi_turn_batch
+from tests.data.test_dynamic_sampling import multi_turn_batch
 from tunix_ppo_ext.rollout import (
   DynamicSampling,
   GroupFilter,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.data.test_shaping import batch as shaping_batch
-from tests.ops.test_dapo import np_overlong
+from tests.data.test_score_shaping import batch as shaping_batch
+from tests.ops.test_overlong import np_overlong
 from tunix_ppo_ext._src.data.dynamic_sampling import (
   concat_batches,
   episode_scores,

@@ -1,6 +1,6 @@
 """The run config's `dapo` section: each key's error, the agent-token budget, and the source
 wrapper (penalty and rounds on training batches, evaluation untouched). The CLI run with
-both pieces on is `tests/tunix/test_policy_losses.py`
+both pieces on is `tests/tunix/test_verl_loss_fns.py`
 (`test_cli_trains_with_the_registered_losses`).
 """
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import SMOKE, MetricsRecorder
-from tests.data.test_dapo import multi_turn_batch
-from tests.ops.test_dapo import np_overlong
+from tests.data.test_dynamic_sampling import multi_turn_batch
+from tests.ops.test_overlong import np_overlong
 from tunix_ppo_ext._src.run.dapo_section import agent_token_budget, dapo_source
 from tunix_ppo_ext._src.run.run_config import episode_budget, load_run_config
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode

@@ -5,7 +5,7 @@ penalty on each malformed turn's token, after it."""
 import numpy as np
 import pytest
 
-from tests.ops.test_shaping import ref_normalize
+from tests.ops.test_score_norm import ref_normalize
 from tunix_ppo_ext._src.checks import whole_share
 from tunix_ppo_ext._src.data.score_shaping import (
   filter_groups,
