@@ -147,6 +147,22 @@ def test_the_public_modules_export_a_curated_all():
         assert getattr(value, "__doc__", None), (name, attr)
 
 
+def test_each_public_name_has_one_home():
+  """A name is exported by one public module; the package itself re-exports the headline
+  ones from theirs (the same object), and `compute_kl_divergence` (tunix's signature) lives
+  there alone."""
+  homes: dict[str, list[str]] = {}
+  for name in PUBLIC:
+    for attr in importlib.import_module(f"tunix_ppo_ext.{name}").__all__:
+      homes.setdefault(attr, []).append(name)
+  assert not {a: h for a, h in homes.items() if len(h) > 1}
+  package = importlib.import_module("tunix_ppo_ext")
+  for attr in package.__all__:
+    if attr in homes:
+      module = importlib.import_module(f"tunix_ppo_ext.{homes[attr][0]}")
+      assert getattr(package, attr) is getattr(module, attr), attr
+
+
 def _loaded_after(statement: str) -> set[str]:
   code = f"import sys; {statement}; print('\\n'.join(sorted(sys.modules)))"
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

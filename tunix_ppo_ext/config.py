@@ -8,8 +8,8 @@
   `load_run_config(path, overrides)` the first half alone (the checked `RunConfig`).
 - `ConfigError`: every bad key, value, option or file, in one line naming it (a
   `ValueError`; the command line exits 2 for it).
-- KL method names (`resolve_kl_method`, `kl_method_names`, `canonical_kl_method`) and
-  `compute_kl_divergence(logp, ref, method=NAME)`, tunix's signature.
+- KL method names (`resolve_kl_method`, `kl_method_names`, `canonical_kl_method`; the
+  by-name KL itself is `tunix_ppo_ext.compute_kl_divergence`, tunix's signature).
 
 The run-config names load tunix on first use; the rest do not.
 """
@@ -25,7 +25,6 @@ from tunix_ppo_ext._src.math.kl_methods import (
   KL_METHOD_ALIASES,
   KlMethod,
   canonical_kl_method,
-  compute_kl_divergence,
   kl_method_names,
   resolve_kl_method,
 )
@@ -55,7 +54,6 @@ __all__ = [
   "ResolvedRun",
   "RunConfig",
   "canonical_kl_method",
-  "compute_kl_divergence",
   "kl_method_names",
   "load_resolved",
   "load_run_config",

@@ -6,9 +6,8 @@ KL estimators and KL controllers; PPO policy and value losses with verl's aggreg
 modes; verl's other policy losses (GSPO, SAPO, GMPO, CISPO, Clip-Cov, KL-Cov, GPG);
 advantage estimators (GAE, turn-level GAE, GRPO, RLOO, REINFORCE++); rollout correction (verl's
 `rollout_is` / `rollout_rs`); DAPO's overlong penalty and informative groups; score
-normalization. Nothing here knows tunix; `compute_kl_divergence` here takes the
-estimator as a callable (the by-name form, tunix's signature, is
-`tunix_ppo_ext.compute_kl_divergence`).
+normalization. Nothing here knows tunix; `kl_divergence` takes the estimator as a
+callable (the by-name form, tunix's signature, is `tunix_ppo_ext.compute_kl_divergence`).
 """
 
 from tunix_ppo_ext._src.math.advantages import (
@@ -22,8 +21,8 @@ from tunix_ppo_ext._src.math.advantages import (
 from tunix_ppo_ext._src.math.kl import (
   AdaptiveKLController,
   FixedKLController,
-  compute_kl_divergence,
   kl_abs,
+  kl_divergence,
   kl_k1,
   kl_k2,
   kl_k3,
@@ -63,7 +62,6 @@ __all__ = [
   "clip_cov_loss",
   "compute_gae_advantages",
   "compute_grpo_advantages",
-  "compute_kl_divergence",
   "compute_reinforce_plus_plus_advantages",
   "compute_rloo_advantages",
   "compute_turn_gae_advantages",
@@ -76,6 +74,7 @@ __all__ = [
   "gspo_loss",
   "informative_groups",
   "kl_abs",
+  "kl_divergence",
   "kl_cov_loss",
   "kl_k1",
   "kl_k2",

@@ -4,7 +4,8 @@ A plugin is a name in one of the `tunix_ppo_ext.<kind>` entry-point groups (kind
 `kl_estimators`, `policy_losses`, `value_losses`, `advantage_estimators`,
 `metric_sinks`, `environments`) or an in-code `register(kind, name)`. `get(kind, name)`
 loads one (`name@distribution` picks one of two offers); `report()` lists what is
-installed and whether it loads (`tunix-ppo-ext plugins`).
+installed and whether it loads (`tunix-ppo-ext plugins`). An environment plugin is a
+`tunix_ppo_ext.envs.Environment`.
 """
 
 from tunix_ppo_ext._src.plugins.kinds import (
@@ -16,7 +17,6 @@ from tunix_ppo_ext._src.plugins.kinds import (
   POLICY_LOSSES,
   VALUE_LOSSES,
 )
-from tunix_ppo_ext._src.plugins.protocols import Environment, StepOutput
 from tunix_ppo_ext._src.plugins.registry import (
   PluginError,
   UnknownNameError,
@@ -36,9 +36,7 @@ __all__ = [
   "METRIC_SINKS",
   "POLICY_LOSSES",
   "VALUE_LOSSES",
-  "Environment",
   "PluginError",
-  "StepOutput",
   "UnknownNameError",
   "format_report",
   "get",

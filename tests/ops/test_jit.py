@@ -37,7 +37,7 @@ CASES = {
   "clip_cov_loss": ((*PG, KEY), {"clip_cov_ratio": 0.2}),
   "compute_gae_advantages": ((ADV, VALUES, MASK), {"gamma": 0.9, "gae_lambda": 0.8}),
   "compute_grpo_advantages": ((SCORES, GROUPS, MASK), {}),
-  "compute_kl_divergence": ((LOGP, OLD), {"estimator": ops.kl_k3, "straight_through": True}),
+  "kl_divergence": ((LOGP, OLD), {"estimator": ops.kl_k3, "straight_through": True}),
   "compute_reinforce_plus_plus_advantages": ((ADV, MASK), {"gamma": 0.95}),
   "compute_rloo_advantages": ((SCORES, GROUPS, MASK), {}),
   "compute_turn_gae_advantages": ((ADV, VALUES, MASK), {"gamma_turn": 0.9, "gae_lambda": 0.8}),

@@ -21,7 +21,7 @@ __all__ = [
   "AdaptiveKLController",
   "FixedKLController",
   "KlEstimator",
-  "compute_kl_divergence",
+  "kl_divergence",
   "full_kl_divergence",
   "kl_abs",
   "kl_k1",
@@ -56,7 +56,7 @@ def kl_k3(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
   return jnp.expm1(x) - x
 
 
-def compute_kl_divergence(
+def kl_divergence(
   per_token_logps: jax.Array,
   ref_per_token_logps: jax.Array,
   estimator: KlEstimator = kl_k3,

@@ -5,7 +5,7 @@ or a plugin's, `name@distribution` to pick one of two), an alias (`k1`, `k2`/`ms
 any of them with a `+` suffix (straight-through: the value of the estimator, the gradient
 of k2), or `full` (the exact full-vocabulary KL, computed from logits).
 `resolve_kl_method` turns one into a `KlMethod(estimator, straight_through)` for
-`tunix_ppo_ext._src.math.kl.compute_kl_divergence` (the registry caches what it loaded).
+`tunix_ppo_ext._src.math.kl.kl_divergence` (the registry caches what it loaded).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def compute_kl_divergence(
   three names (`kl`, `mse_kl`, `low_var_kl`), extended to every accepted name: the
   aliases `k1`, `k2`/`mse`, `k3`, `abs`, plugin estimators (`name@distribution` to pick
   one of two), and each of them with a `+` suffix (the estimator's value with k2's
-  gradient, straight-through). The callable form is `tunix_ppo_ext.ops.compute_kl_divergence`.
+  gradient, straight-through). The callable form is `tunix_ppo_ext.ops.kl_divergence`.
 
   Args:
     per_token_logps: log pi(a_t) of the trained policy, any shape and float dtype.
@@ -131,6 +131,6 @@ def compute_kl_divergence(
       logits: `tunix_ppo_ext.ops.full_kl_divergence`), or a non-positive `clamp_value`.
   """
   resolved = resolve_kl_method(method)
-  return kl_ops.compute_kl_divergence(
+  return kl_ops.kl_divergence(
     per_token_logps, ref_per_token_logps, resolved.estimator, resolved.straight_through, clamp_value
   )

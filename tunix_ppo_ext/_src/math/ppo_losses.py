@@ -167,7 +167,7 @@ def policy_loss(
     "ppo_kl": masked_mean(-log_ratio, mask),
   }
   if per_token_kl is None and ref_per_token_logps is not None:
-    per_token_kl = kl_lib.compute_kl_divergence(
+    per_token_kl = kl_lib.kl_divergence(
       logp, ref_per_token_logps, kl_estimator, kl_straight_through, kl_clamp_value
     )
   return add_regularizers(

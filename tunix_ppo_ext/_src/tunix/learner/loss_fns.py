@@ -34,7 +34,7 @@ from tunix_ppo_ext._src.data.trajectory import contiguous_group_ids
 from tunix_ppo_ext._src.math import advantages
 from tunix_ppo_ext._src.math import kl_methods as names
 from tunix_ppo_ext._src.math import ppo_losses as losses
-from tunix_ppo_ext._src.math.kl import compute_kl_divergence
+from tunix_ppo_ext._src.math.kl import kl_divergence
 from tunix_ppo_ext._src.math.logits import fused_logps_and_entropy, logps_and_entropy
 from tunix_ppo_ext._src.plugins import protocols, registry
 from tunix_ppo_ext._src.tunix.learner import passes
@@ -140,7 +140,7 @@ def ppo_ext_policy_loss_fn(
 def _estimated_kl(algo_config: Any, logps: jax.Array, ref_logps: jax.Array) -> jax.Array:
   """Per-token KL `[B, T]` by the configured method (`kl_method`, `kl_clamp_value`)."""
   method = names.resolve_kl_method(algo_config.kl_method)
-  return compute_kl_divergence(
+  return kl_divergence(
     logps,
     ref_logps,
     method.estimator,

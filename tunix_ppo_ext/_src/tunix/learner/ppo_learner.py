@@ -531,7 +531,7 @@ class PpoExtLearner(compat.LearnerHooks):
       )
       return None, kl
     ref_logps = self._passes.ref_logps(inputs)
-    kl = kl_lib.compute_kl_divergence(
+    kl = kl_lib.kl_divergence(
       old_logps,
       ref_logps,
       self._kl_method.estimator,
