@@ -18,7 +18,18 @@ RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # Inside the tunix layer, the same rule between its parts.
 TUNIX_PARTS = ("compat", "models", "cluster", "rollout", "learner", "aot")
 TUNIX_RANK = {name: rank for rank, name in enumerate(TUNIX_PARTS)}
-PUBLIC = ("config", "data", "envs", "jobs", "metrics", "models", "ops", "plugins", "rollout")
+PUBLIC = (
+  "config",
+  "data",
+  "envs",
+  "jobs",
+  "losses",
+  "metrics",
+  "models",
+  "ops",
+  "plugins",
+  "rollout",
+)
 
 
 def _graph() -> dict[str, set[str]]:

@@ -2,7 +2,8 @@
 
 - `main(argv)`: the `tunix-ppo-ext` command itself (`train`, `plan`, `sweep`, `export`,
   `plugins`), returning its exit status; what a notebook calls to run a job as the shell
-  would.
+  would; `console_main()`: the installed `tunix-ppo-ext` script (`main`, then exit with its
+  status).
 - `train(resolved)`: the main job on a `ResolvedRun` (or a `RunConfig`, resolved first),
   resuming from the output directory's checkpoints; returns the summary.
 - `build_run(resolved, output_dir)`: what `train` builds, untrained: the learner over
@@ -16,7 +17,7 @@
 Every name here loads tunix.
 """
 
-from tunix_ppo_ext._src.run.cli import main
+from tunix_ppo_ext._src.run.cli import console_main, main
 from tunix_ppo_ext._src.run.export_cmd import export_run
 from tunix_ppo_ext._src.run.job import build_run, train
 from tunix_ppo_ext._src.run.plan import format_plan, plan
@@ -24,6 +25,7 @@ from tunix_ppo_ext._src.run.sweep import seed_result, sweep
 
 __all__ = [
   "build_run",
+  "console_main",
   "export_run",
   "format_plan",
   "main",

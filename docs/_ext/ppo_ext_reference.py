@@ -28,6 +28,7 @@ PUBLIC_MODULES = (
   "tunix_ppo_ext.ops",
   "tunix_ppo_ext.envs",
   "tunix_ppo_ext.rollout",
+  "tunix_ppo_ext.losses",
   "tunix_ppo_ext.models",
   "tunix_ppo_ext.config",
   "tunix_ppo_ext.data",
