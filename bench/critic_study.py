@@ -33,6 +33,8 @@ from tunix_ppo_ext.metrics import plot_spread, trailing_mean
 ENTROPY = "actor/entropy"
 INVALID = "train/env/invalid_action"
 RETURN = "train/episode_return/mean"
+# longest first: a variant's name runs its keys together (`turn_gae_critic_lambda=1.0_...`)
+ESTIMATORS = ("reinforce_plus_plus", "turn_gae", "grpo", "rloo", "gae")
 
 
 def verdict(entropy: float, invalid: float, fixed: float) -> str:
@@ -55,11 +57,16 @@ def seed_line(run_dir: pathlib.Path, fixed: float) -> tuple[str, str]:
   ended = verdict(entropy, invalid, fixed)
   trap = result["echo_trap_step"]
   row = (
-    f"| {short_name(run_dir.parent.name)} | {run_dir.name} | {result['final_success']:.3f} | "
+    f"| {short_name(run_dir.parent.name)} | {run_dir.name} | {_number(result['final_success'])} | "
     f"{final[RETURN]:.3f} | {entropy:.4f} | {invalid:.3f} | "
     f"{'-' if trap is None else trap} | {ended} |"
   )
   return ended, row
+
+
+def _number(value: float | None) -> str:
+  """`value` to 3 places; `-` for an environment that reports no success rate."""
+  return "-" if value is None else f"{value:.3f}"
 
 
 def report(sweep_dir: pathlib.Path, fixed: float) -> str:
@@ -85,17 +92,21 @@ def short_name(variant: str) -> str:
   """`advantage_estimator=gae` -> `gae`; the std-filter variant -> `StarPO-S`."""
   if "keep_ratio" in variant:
     return "StarPO-S"
-  return variant.rsplit("advantage_estimator=", 1)[-1].split("_", 1)[0]
+  value = variant.rsplit("advantage_estimator=", 1)[-1]
+  return next((name for name in ESTIMATORS if value.startswith(name)), value.split("_", 1)[0])
 
 
 def success_curves(sweep_dirs: Sequence[pathlib.Path]) -> dict[str, list[list[float]]]:
   """`{variant: [smoothed success per step, one list per finished seed]}`."""
   curves: dict[str, list[list[float]]] = collections.defaultdict(list)
   for sweep_dir in sweep_dirs:
+    variants = {p.parent.name for p in sweep_dir.glob("*/seed*")}
     for run_dir in sorted(sweep_dir.glob("*/seed*")):
       if (run_dir / "summary.json").is_file():
         success = _result(run_dir)["success_curve"]
-        curves[short_name(run_dir.parent.name)].append(list(trailing_mean(success)))
+        # one variant in a sweep: named by its directory (each ablation its own sweep)
+        label = sweep_dir.name if len(variants) == 1 else short_name(run_dir.parent.name)
+        curves[label].append(list(trailing_mean(success)))
   return dict(curves)
 
 

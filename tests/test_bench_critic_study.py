@@ -47,6 +47,8 @@ def test_each_seed_gets_its_last_tenth_and_the_variants_their_tallies(tmp_path):
   assert "- b: 1 still sampling" in text
   assert bench.verdict(0.05, 1.0, fixed=0.05) == "still sampling"  # the threshold is strict
   assert bench.short_name("advantage_estimator=rloo") == "rloo"
+  assert bench.short_name("advantage_estimator=turn_gae_critic_lambda=1.0") == "turn_gae"
+  assert bench._number(None) == "-" and bench._number(0.25) == "0.250"  # no success rate
   assert bench.short_name("steps=3_advantage_estimator=gae_keep_ratio=0.5_by=std") == "StarPO-S"
   curves = bench.success_curves([tmp_path])
   assert sorted(curves) == ["a", "b"] and len(curves["a"]) == 2
