@@ -8,6 +8,7 @@ import pathlib
 
 import pytest
 
+from tests.conftest import train_in_process
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import cli, job, run_config
@@ -80,6 +81,30 @@ def test_train_resolves_the_config_and_builds_the_meshes_exactly_once(tmp_path, 
   out = tmp_path / "run"
   assert cli.main(["train", "--config", SMOKE, "--output-dir", str(out), "train.steps=2"]) == 0
   assert built == {"resolved": 1, "ppo": 1, "meshes": 1}
+
+
+def _count_resolutions(monkeypatch) -> dict[str, int]:
+  count = {"resolved": 0}
+  resolved_init = run_config.ResolvedRun.__init__
+
+  def counting(self, *args, **kwargs):
+    count["resolved"] += 1
+    resolved_init(self, *args, **kwargs)
+
+  monkeypatch.setattr(run_config.ResolvedRun, "__init__", counting)
+  return count
+
+
+def test_plan_and_export_resolve_the_config_exactly_once(tmp_path, monkeypatch):
+  run = tmp_path / "run"
+  steps = ["train.steps=2", "train.batch_size=4", "train.eval_batches=0"]
+  train_in_process(SMOKE, run, *steps, "train.checkpoint_every=2")
+  count = _count_resolutions(monkeypatch)
+  plan = ["plan", "--config", SMOKE, "--compiler", "cpu", "--topology", "v5e:1x1"]
+  assert cli.main([*plan, "--pieces", "actor/logps_pass"]) == 0
+  assert count == {"resolved": 1}
+  assert cli.main(["export", str(run), str(tmp_path / "hf")]) == 0
+  assert count == {"resolved": 2}
 
 
 def test_bad_input_is_a_config_error_and_exits_2(tmp_path, capsys):
