@@ -47,13 +47,13 @@ def imports(path: pathlib.Path) -> set[str]:
   return {m for m in found if m in modules and m != name}
 
 
-def imports_tunix(path: pathlib.Path) -> bool:
-  """Whether `path` itself imports tunix (not this package)."""
+def imports_tunix(path: pathlib.Path, roots: tuple[str, ...] = ("tunix",)) -> bool:
+  """Whether `path` itself imports tunix (not this package), or another of `roots`."""
   for node in _statements(path):
     names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
     if isinstance(node, ast.ImportFrom) and not node.level:
       names = [node.module or ""]
-    if any(n.split(".")[0] == "tunix" for n in names):
+    if any(n.split(".")[0] in roots for n in names):
       return True
   return False
 

@@ -1,4 +1,5 @@
-"""`tunix/compat.py` is the one seam to tunix's private names, pinned to tunix 0.1.7."""
+"""`tunix/compat/` is the one seam to tunix's private names, pinned to the tested tunix
+versions (tests/tunix/test_sampler_layout.py pins the sampler's state and cache layout)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import peft_trainer
 
 from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.compat import tunix_versions
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tunix_ppo_ext"
+COMPAT = PACKAGE / "_src" / "tunix" / "compat"
 TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent
 # Non-self objects our own code may set attributes on (our dataclasses and functions, and
 # Python's own `sys` hooks: `disk_space.quiet_write_failures` sets `sys.unraisablehook`).
@@ -49,16 +52,16 @@ def test_the_api_is_read_from_tunix_itself():
   ("version", "api"), [("0.1.8", compat.API_0_1_7), ("0.1.7", compat.API_MAIN)]
 )
 def test_a_version_string_with_the_other_api_is_untested(monkeypatch, version, api):
-  monkeypatch.setattr(compat, "tunix_version", lambda: version)
-  monkeypatch.setattr(compat, "tunix_api", lambda: api)
+  monkeypatch.setattr(tunix_versions, "tunix_version", lambda: version)
+  monkeypatch.setattr(tunix_versions, "tunix_api", lambda: api)
   with pytest.warns(UserWarning, match=rf"untested with google-tunix {version} .*{api} API"):
     compat.check_tunix()
 
 
 @pytest.mark.parametrize("version", ["0.1.7", "0.1.8"])
 def test_each_tested_version_with_its_api_is_silent(monkeypatch, version):
-  monkeypatch.setattr(compat, "tunix_version", lambda: version)
-  monkeypatch.setattr(compat, "tunix_api", lambda: compat.EXPECTED_API[version])
+  monkeypatch.setattr(tunix_versions, "tunix_version", lambda: version)
+  monkeypatch.setattr(tunix_versions, "tunix_api", lambda: compat.EXPECTED_API[version])
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     compat.check_tunix()
@@ -81,7 +84,7 @@ def test_pinned_instance_attributes_are_set_by_tunix_constructors():
 
 
 def test_an_untested_tunix_fails_loudly_when_a_name_moved(monkeypatch):
-  monkeypatch.setattr(compat, "tunix_version", lambda: "9.9.9")
+  monkeypatch.setattr(tunix_versions, "tunix_version", lambda: "9.9.9")
   compat.PINNED["fake"] = (object(), ("_gone",))
   try:
     with pytest.raises(RuntimeError, match=r"9\.9\.9 lacks \['fake\._gone'\].*google-tunix=="):
@@ -113,7 +116,7 @@ def _private_names(files) -> set[str]:
 
 
 def test_no_private_tunix_name_outside_compat():
-  ours = [p for p in PACKAGE.rglob("*.py") if p.name != "compat.py"]
+  ours = [p for p in PACKAGE.rglob("*.py") if not p.is_relative_to(COMPAT)]
   tunix_private = _private_names(TUNIX_SOURCE.rglob("*.py")) - _private_names(ours)
   found = []
   for path in ours:
@@ -126,7 +129,7 @@ def test_no_private_tunix_name_outside_compat():
 def test_no_attribute_assignment_on_tunix_objects_outside_compat():
   found = []
   for path in PACKAGE.rglob("*.py"):
-    if path.name == "compat.py":
+    if path.is_relative_to(COMPAT):
       continue
     for node in ast.walk(ast.parse(path.read_text())):
       targets = []

@@ -130,6 +130,7 @@ def test_qwix_products_go_through_lora_product_with_the_same_values_and_gradient
   from qwix._src.providers import lora as qwix_lora
 
   from tunix_ppo_ext._src.tunix import compat
+  from tunix_ppo_ext._src.tunix.compat import qwix_adapters
 
   params = list(inspect.signature(compat.QWIX_LORA_DELTA).parameters)
   assert params == [
@@ -137,7 +138,7 @@ def test_qwix_products_go_through_lora_product_with_the_same_values_and_gradient
     "remain_shape", "rank", "precision",
   ]  # fmt: skip
   model = _randomised(lora.apply_lora(toy_policy(16), SPEC))
-  assert qwix_lora._compute_lora_delta is compat._lora_delta  # apply_lora installed it
+  assert qwix_lora._compute_lora_delta is qwix_adapters._lora_delta  # apply_lora installed it
   tokens = jnp.asarray(np.random.default_rng(0).integers(1, 16, (2, 6)), jnp.int32)
   graphdef, adapters, rest = nnx.split(model, nnx.LoRAParam, ...)
 

@@ -365,22 +365,19 @@ def sampling_state(
   cache_size = sampler.cache_config.cache_size
   ids = jax.ShapeDtypeStruct((batch, width), jnp.int32)
   state = jax.eval_shape(
-    lambda ids: sampler.init_sample_state(
+    lambda ids: compat.fresh_state(
+      sampler,
       ids,
-      total_sampling_steps=cache_size,
-      include_logits=False,
-      forbidden_token_ids=None,
+      cache_size,
       temperature=1.0,
       top_p=1.0,
       top_k=None,
-      seed=jax.random.PRNGKey(0),
-      beam_size=None,
-      include_logprobs=with_logprobs,
+      seed=0,
+      with_logprobs=with_logprobs,
     ),
     ids,
   )
   state = jax.tree.map(lambda x: _on_mesh(x, mesh, rows_on_fsdp=x.shape[:1] == (batch,)), state)
-  scalar = _on_mesh(jax.ShapeDtypeStruct((), jnp.int32), mesh, rows_on_fsdp=False)
   # keys and values `[B, S, KV, H]` as the model writes them (its `act_btnh` sharding:
   # rows on fsdp, KV heads on tp), so a donated cache is updated in place
   shd = getattr(sampler.transformer.config, "shd_config", None)
@@ -389,18 +386,11 @@ def sampling_state(
   def on_heads(x: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=kv)
 
-  cache = {
-    name: {**layer, "k": on_heads(layer["k"]), "v": on_heads(layer["v"])}
-    for name, layer in state.cache.items()
-  }
-  return dataclasses.replace(
-    state,
-    cache=cache,
-    seed=_on_mesh(state.seed, mesh, rows_on_fsdp=False),
-    decoding_step=scalar,
-    total_sampling_steps=scalar,
-    num_input_tokens=width,
-  )
+  def replicated(x: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    return _on_mesh(x, mesh, rows_on_fsdp=False)
+
+  scalar = replicated(jax.ShapeDtypeStruct((), jnp.int32))
+  return compat.abstract_turn_state(state, scalar, replicated, on_heads, width)
 
 
 def compile_continuing_sampler(
@@ -437,8 +427,9 @@ def compile_continuing_sampler(
       programs[name], *args, role="rollout", name=f"sampler_{name}", resident=resident, **static
     )
 
-  pieces = [piece("prefill", params, state, None, echo=False)]
-  state = dataclasses.replace(state, num_input_tokens=0)
+  args, static = compat.prefill_arguments(params, state)
+  pieces = [piece("prefill", *args, **static)]
+  state = compat.after_prefill(state)
   pieces.append(piece("decode", params, state))
   if extend_width is not None:
 

@@ -25,6 +25,9 @@ gather, no model pass). When a row's context does not extend what the cache hold
 sampling settings change, the contexts still do not fit, or the model's attention depends
 on slot distances (Gemma3's sliding windows), the turn re-encodes the whole context into
 a fresh state (`reencoded`).
+
+tunix's sampling state and KV cache (their fields and keys) are read and written only
+through `compat`'s sampler functions (`compat.sampler_internals`), which pin their layout.
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ class ContinuingSampler(sampler_lib.Sampler):
     prefill, _ = compat.sampler_step_functions(self, [self.tokenizer.eos_id()])
     # name: (function, donated argument, static argument names); decode per turn length
     self._functions = {
-      "prefill": (prefill, 1, ("echo",)),
+      "prefill": (prefill, 1, compat.PREFILL_STATIC_ARGNAMES),
       "extend": (self._extend_fn, 1, ()),
       "compact": (self._compact_fn, 0, ()),
     }
@@ -134,9 +137,24 @@ class ContinuingSampler(sampler_lib.Sampler):
 
   # ----- the jitted pieces -----
 
+  def prefill(self, params: Any, state: Any) -> Any:
+    """tunix's prefill of a fresh `state` (`compat.set_up_turn` with its prefill width) and
+    its first sample (jitted); the state comes back ready for `decode`."""
+    args, kwargs = compat.prefill_arguments(params, state)
+    return compat.after_prefill(self._start_jit(*args, **kwargs))
+
   def decode(self, params: Any, state: Any, max_tokens: int) -> Any:
     """tunix's decode loop on `state`, for a turn sampling `max_tokens` tokens (jitted)."""
     return self.programs(max_tokens)["decode"](params, state)
+
+  def extend(self, params: Any, state: Any, *block: jax.Array) -> Any:
+    """The prefill of a turn's new tokens into the kept cache (`_extend_fn`, jitted):
+    `block` is `(blocks [B, W], real [B, W], start, hole_from [B])` as `_extend_fn` takes it."""
+    return self._extend_jit(params, state, *block)
+
+  def compact(self, state: Any, source: jax.Array, kept: jax.Array) -> Any:
+    """The state with its kept slots moved to the front (`_compact_fn`, jitted)."""
+    return self._compact_jit(state, source, kept)
 
   def programs(self, max_tokens: int, keep_unused: bool = False) -> dict[str, Any]:
     """The jitted programs a conversation runs, by name, for turns of `max_tokens` tokens:
@@ -174,27 +192,20 @@ class ContinuingSampler(sampler_lib.Sampler):
     step), except that a pad id the agent samples in this turn is attended, as in the
     trainer's context: only pad ids before the turn's first sampled slot are masked."""
     pad = self.tokenizer.pad_id()
-    first = state.total_sampling_steps - (max_tokens - 1)
+    first = compat.turn_first_slot(state, max_tokens)
     graphdef, _ = self.model_def_and_state()
 
     def step(s: Any) -> Any:
-      d = s.decoding_step
-      slots = jnp.arange(s.token_buffer.shape[1])[None, :]
-      masked = (s.token_buffer == pad) & (slots < first)
+      d, token, position, cache = compat.decode_inputs(s)
+      buffer = compat.buffered_tokens(s)
+      slots = jnp.arange(buffer.shape[1])[None, :]
+      masked = (buffer == pad) & (slots < first)
       mask = generate_utils.compute_attention_masks(d, self.cache_config.cache_size, masked)
       transformer = nnx.merge(graphdef, params)
-      logits, cache = transformer(
-        s.token_buffer[:, d][:, None],
-        positions=s.positions[:, d][:, None],
-        cache=s.cache,
-        attention_mask=mask,
-      )
+      logits, cache = transformer(token, positions=position, cache=cache, attention_mask=mask)
       return compat.sample_next_token(self, logits, cache, s)
 
-    def more(s: Any) -> Any:
-      return (s.decoding_step < s.total_sampling_steps) & jnp.any(~s.done)
-
-    return jax.lax.while_loop(more, step, state)
+    return jax.lax.while_loop(compat.still_decoding, step, state)
 
   def _extend_fn(
     self,
@@ -209,14 +220,15 @@ class ContinuingSampler(sampler_lib.Sampler):
 
     Slots `[hole_from[b], start)` of row b become pad (masked); positions are recounted
     over the non-pad slots (future slots count); key slot j is attended by the block's
-    query i iff j <= start + i and slot j is not pad. The cache's `end_index` is set to
-    `start` so the model writes the block's keys and values there.
+    query i iff j <= start + i and slot j is not pad. The cache is written from `start`
+    (`compat.cache_written_from`): the model writes the block's keys and values there.
     """
     batch, width = blocks.shape
     pad = self.tokenizer.pad_id()
-    slots = jnp.arange(state.token_buffer.shape[1], dtype=jnp.int32)[None, :]
+    buffer = compat.buffered_tokens(state)
+    slots = jnp.arange(buffer.shape[1], dtype=jnp.int32)[None, :]
     hole = (slots >= hole_from[:, None]) & (slots < start)
-    tokens = jnp.where(hole, pad, state.token_buffer)
+    tokens = jnp.where(hole, pad, buffer)
     # a pad id among a block's real ids (one the agent sampled, fed again) stands in the
     # buffer as `placeholder`: attended and counted from now on, as in the trainer's context
     written = jnp.where(real, jnp.where(blocks == pad, self.placeholder, blocks), pad)
@@ -225,38 +237,21 @@ class ContinuingSampler(sampler_lib.Sampler):
     block_positions = jax.lax.dynamic_slice(positions, (jnp.int32(0), start), (batch, width))
     queries = start + jnp.arange(width, dtype=jnp.int32)
     mask = (tokens != pad)[:, None, :] & (slots[:, None, :] <= queries[None, :, None])
-    cache = {
-      name: {**layer, "end_index": jnp.full_like(layer["end_index"], start)}
-      for name, layer in state.cache.items()
-    }
+    cache = compat.cache_written_from(state, start)
     graphdef, _ = self.model_def_and_state()
     transformer = nnx.merge(graphdef, params)
     kwargs = {"decode_only_last_token": True} if self._last_token_only else {}
     logits, cache = transformer(blocks, block_positions, cache, mask, **kwargs)
-    state = dataclasses.replace(
-      state,
-      token_buffer=tokens,
-      positions=positions,
-      cache=cache,
-      decoding_step=start + width - 1,
-    )
+    state = compat.with_buffers(state, tokens, cache, positions=positions, step=start + width - 1)
     return compat.sample_next_token(self, logits, cache, state)
 
   def _compact_fn(self, state: Any, source: jax.Array, kept: jax.Array) -> Any:
     """Slot j of row b takes slot `source[b, j]`'s token, keys and values where `kept[b, j]`
     (`[B, S]`), else becomes pad: each row's kept slots moved, in order, to the front."""
     pad = self.tokenizer.pad_id()
-    tokens = jnp.take_along_axis(state.token_buffer, source, axis=1)
-    index = source[:, :, None, None]
-    cache = {
-      name: {
-        **layer,
-        "k": jnp.take_along_axis(layer["k"], index, axis=1),
-        "v": jnp.take_along_axis(layer["v"], index, axis=1),
-      }
-      for name, layer in state.cache.items()
-    }
-    return dataclasses.replace(state, token_buffer=jnp.where(kept, tokens, pad), cache=cache)
+    tokens = jnp.take_along_axis(compat.buffered_tokens(state), source, axis=1)
+    cache = compat.gather_cache_slots(state, source)
+    return compat.with_buffers(state, jnp.where(kept, tokens, pad), cache)
 
 
 def unused_vocabulary(transformer: nnx.Module, tokenizer: Any) -> tuple[int, ...] | None:
@@ -269,10 +264,6 @@ def unused_vocabulary(transformer: nnx.Module, tokenizer: Any) -> tuple[int, ...
   except TypeError:
     return None
   return tuple(range(known, vocab_size(transformer))) or None
-
-
-def _int32(x: int) -> jax.Array:
-  return jnp.asarray(x, jnp.int32)
 
 
 def _kept(sampled: np.ndarray, pad: int) -> int:
@@ -387,7 +378,7 @@ class Conversation:
       where = np.flatnonzero(row_kept)
       source[row, longest - len(where) : longest] = where
       moved[row, longest - len(where) : longest] = True
-    self._state = self.sampler._compact_jit(self._state, jnp.asarray(source), jnp.asarray(moved))
+    self._state = self.sampler.compact(self._state, jnp.asarray(source), jnp.asarray(moved))
     self._next_slot, self._hole_from = longest, np.full(len(tokens), longest, np.int32)
     self.compactions += 1
 
@@ -404,23 +395,20 @@ class Conversation:
         f"the rollout KV cache of {room}; raise max_tokens_to_generate"
       )
     padded = np.stack([generate_utils.pad_to_length(c, width, pad, left=True) for c in contexts])
-    state = sampler.init_sample_state(
+    state = compat.fresh_state(
+      sampler,
       jnp.asarray(padded),
-      total_sampling_steps=room,
-      include_logits=False,
-      forbidden_token_ids=sampler.unused_ids,  # tunix's sampler sets their logits to -inf
+      room,
       temperature=sampling.temperature,
       top_p=sampling.top_p if sampling.temperature > 0 else None,
       top_k=sampling.top_k,
-      seed=jax.random.PRNGKey(sampling.seed),
-      beam_size=None,
-      include_logprobs=sampling.return_logprobs,
+      seed=sampling.seed,
+      with_logprobs=sampling.return_logprobs,
+      forbidden_ids=sampler.unused_ids,
     )
-    state = self._for_turn(state, active, width, sampling, num_input_tokens=width)
+    state = compat.set_up_turn(state, active, width, sampling.max_tokens, prefill_width=width)
     _, params = sampler.model_def_and_state()
-    state = sampler._start_jit(params, state, None, echo=False)
-    # `num_input_tokens` is static (a compilation key) and read only by tunix's prefill
-    state = dataclasses.replace(state, num_input_tokens=0)
+    state = sampler.prefill(params, state)
     self._state = sampler.decode(params, state, sampling.max_tokens)
     self._mode = sampling.mode()
     self._cached = list(contexts)
@@ -435,15 +423,16 @@ class Conversation:
     start = self._next_slot
     padded = np.stack([generate_utils.pad_to_length(b, width, pad, left=True) for b in blocks])
     real = np.arange(width)[None, :] >= width - np.array([len(b) for b in blocks])[:, None]
-    state = dataclasses.replace(self._state, seed=jax.random.PRNGKey(sampling.seed))
-    state = self._for_turn(state, active, start + width, sampling)
+    state = compat.set_up_turn(
+      self._state, active, start + width, sampling.max_tokens, seed=sampling.seed
+    )
     _, params = sampler.model_def_and_state()
-    state = sampler._extend_jit(
+    state = sampler.extend(
       params,
       state,
       jnp.asarray(padded),
       jnp.asarray(real),
-      _int32(start),
+      jnp.asarray(start, jnp.int32),
       jnp.asarray(self._hole_from),
     )
     self._state = sampler.decode(params, state, sampling.max_tokens)
@@ -452,18 +441,6 @@ class Conversation:
       for c, b, live in zip(self._cached, blocks, active, strict=True)
     ]
     return start + width
-
-  @staticmethod
-  def _for_turn(state: Any, active: np.ndarray, first: int, sampling: TurnSampling, **more: Any):
-    """`state` set up to sample `max_tokens` tokens from slot `first` for the active rows
-    (int32 scalars throughout: one compilation of each jitted piece)."""
-    return dataclasses.replace(
-      state,
-      decoding_step=_int32(first - 1),
-      total_sampling_steps=_int32(first + sampling.max_tokens - 1),
-      done=jnp.asarray(~active),
-      **more,
-    )
 
   def _read(
     self,
@@ -476,9 +453,9 @@ class Conversation:
   ) -> TurnOutput:
     """The turn's samples per row, and the bookkeeping for the next turn: the cache keeps
     every sampled token but the last (fed again next turn), the rest becomes a hole."""
-    state = self._state
-    tokens_buffer, last_step = jax.device_get((state.token_buffer, state.decoding_step))
-    logps_buffer = jax.device_get(state.logprobs_buffer) if sampling.return_logprobs else None
+    tokens_buffer, last_step, logps_buffer = compat.turn_buffers(
+      self._state, sampling.return_logprobs
+    )
     eos = self.sampler.tokenizer.eos_id()
     tokens, logprobs, hole_from = [], [], np.full(len(contexts), first, np.int32)
     for row, live in enumerate(active):
@@ -492,5 +469,5 @@ class Conversation:
         kept = _kept(sampled[: min(n + 1, len(sampled))], self.sampler.tokenizer.pad_id())
         hole_from[row] = first + kept
         self._cached[row] = np.concatenate([self._cached[row], sampled[:kept]])
-    self._hole_from, self._next_slot, self._tokens = hole_from, int(last_step), tokens_buffer
+    self._hole_from, self._next_slot, self._tokens = hole_from, last_step, tokens_buffer
     return TurnOutput(tokens, logprobs if logps_buffer is not None else None, reencoded, width)

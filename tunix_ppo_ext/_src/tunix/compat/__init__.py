@@ -1,0 +1,179 @@
+"""Every use of a private tunix name, in one place, pinned to the tunix it was written for.
+
+The rest of the package reaches tunix only through its public API and subclasses. What
+tunix 0.1.7 offers no public way to do is here, one module per tunix module it touches, each
+with the reason for each private name it uses and its own pins (`PINNED`,
+`PINNED_INSTANCE_ATTRIBUTES`):
+
+- `learner_hooks`: tunix's PPO learner (`tunix.rl.ppo.ppo_learner`, `tunix.rl.rl_learner`,
+  `tunix.rl.common`): its private hooks, a learner without critic, the learner's state.
+- `cluster_hooks`: `RLCluster` (`tunix.rl.rl_cluster`) and its vanilla rollout engine: a
+  role's mesh and host offload, the step's metrics, the engine's sampler.
+- `trainer_hooks`: `PeftTrainer` (`tunix.sft.peft_trainer`): checkpoint metadata, the save
+  at close, pending metrics, the progress bar, a loss's differentiated value.
+- `sampler_internals`: the generate `Sampler` (`tunix.generate.sampler`): its step functions,
+  its sampling, and the layout of its sampling state and KV cache.
+- `model_internals`: tunix's transformers (`tunix.models.*`): RoPE, Qwen3's activation
+  sharding, the fused LM head.
+- `qwix_adapters`: qwix's LoRA product (the adapters of tunix's LoRA models).
+- `tunix_versions`: the tested tunix versions, the parts' pins merged (`PINNED`) and
+  `check_tunix()`, which runs as this package is imported.
+
+The names the rest of the package uses are re-exported here (`compat.NAME`).
+"""
+
+from __future__ import annotations
+
+from tunix_ppo_ext._src.tunix.compat.cluster_hooks import (
+  log_step_metrics_now,
+  on_role,
+  vanilla_sampler,
+)
+from tunix_ppo_ext._src.tunix.compat.learner_hooks import (
+  LearnerHooks,
+  compute_entropy_from_logits,
+  compute_rewards,
+  init_without_critic,
+  logps_micro_batch_size,
+  rollout_micro_batch_size,
+  tunix_loss_metrics,
+  uses_reward_model,
+)
+from tunix_ppo_ext._src.tunix.compat.model_internals import (
+  FUSED_HEAD_KEY,
+  PINNED_HEADS,
+  ROPE_MODULES,
+  final_hidden_states,
+  has_pinned_head,
+  head_weight,
+  lm_head,
+  qwen2_rope_tables,
+  qwen3_activation_sharding,
+  rotate,
+  use_rope_frequencies,
+)
+from tunix_ppo_ext._src.tunix.compat.qwix_adapters import QWIX_LORA_DELTA, install_lora_product
+from tunix_ppo_ext._src.tunix.compat.sampler_internals import (
+  CACHE_KEYS,
+  PREFILL_STATIC_ARGNAMES,
+  STATE_FIELDS,
+  abstract_turn_state,
+  after_prefill,
+  buffered_tokens,
+  cache_written_from,
+  decode_inputs,
+  fresh_state,
+  gather_cache_slots,
+  prefill_arguments,
+  sample_next_token,
+  sample_without_remat,
+  sampler_step_functions,
+  set_up_turn,
+  still_decoding,
+  turn_buffers,
+  turn_first_slot,
+  with_buffers,
+)
+from tunix_ppo_ext._src.tunix.compat.trainer_hooks import (
+  SilentProgressBar,
+  add_checkpoint_metadata,
+  close_without_a_last_save,
+  lora_enabled,
+  loss_and_aux,
+  metadata_after_the_step,
+  restored_metadata,
+  save_at_close,
+  silence_progress_bar,
+  write_pending_metrics,
+)
+from tunix_ppo_ext._src.tunix.compat.tunix_versions import (
+  API_0_1_7,
+  API_MAIN,
+  EXPECTED_API,
+  PINNED,
+  PINNED_INSTANCE_ATTRIBUTES,
+  TESTED_TUNIX,
+  TUNIX_0_1_7,
+  TUNIX_MAIN,
+  check_tunix,
+  missing_names,
+  tunix_api,
+  tunix_version,
+)
+
+__all__ = [
+  # tunix_versions
+  "API_0_1_7",
+  "API_MAIN",
+  "EXPECTED_API",
+  "PINNED",
+  "PINNED_INSTANCE_ATTRIBUTES",
+  "TESTED_TUNIX",
+  "TUNIX_0_1_7",
+  "TUNIX_MAIN",
+  "check_tunix",
+  "missing_names",
+  "tunix_api",
+  "tunix_version",
+  # learner_hooks
+  "LearnerHooks",
+  "compute_entropy_from_logits",
+  "compute_rewards",
+  "init_without_critic",
+  "logps_micro_batch_size",
+  "rollout_micro_batch_size",
+  "tunix_loss_metrics",
+  "uses_reward_model",
+  # cluster_hooks
+  "log_step_metrics_now",
+  "on_role",
+  "vanilla_sampler",
+  # trainer_hooks
+  "SilentProgressBar",
+  "add_checkpoint_metadata",
+  "close_without_a_last_save",
+  "lora_enabled",
+  "loss_and_aux",
+  "metadata_after_the_step",
+  "restored_metadata",
+  "save_at_close",
+  "silence_progress_bar",
+  "write_pending_metrics",
+  # sampler_internals
+  "CACHE_KEYS",
+  "PREFILL_STATIC_ARGNAMES",
+  "STATE_FIELDS",
+  "abstract_turn_state",
+  "after_prefill",
+  "buffered_tokens",
+  "cache_written_from",
+  "decode_inputs",
+  "fresh_state",
+  "gather_cache_slots",
+  "prefill_arguments",
+  "sample_next_token",
+  "sample_without_remat",
+  "sampler_step_functions",
+  "set_up_turn",
+  "still_decoding",
+  "turn_buffers",
+  "turn_first_slot",
+  "with_buffers",
+  # model_internals
+  "FUSED_HEAD_KEY",
+  "PINNED_HEADS",
+  "ROPE_MODULES",
+  "final_hidden_states",
+  "has_pinned_head",
+  "head_weight",
+  "lm_head",
+  "qwen2_rope_tables",
+  "qwen3_activation_sharding",
+  "rotate",
+  "use_rope_frequencies",
+  # qwix_adapters
+  "QWIX_LORA_DELTA",
+  "install_lora_product",
+]
+
+check_tunix()
