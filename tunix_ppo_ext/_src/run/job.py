@@ -72,6 +72,7 @@ def build_run(
   resolved = as_resolved(resolved)
   run, ppo, entries = resolved.run, resolved.ppo, list(resolved.env_entries)
   meshes = run_meshes(run) if meshes is None else meshes
+  check_attention_backend(run.model.attention, jax.default_backend())
   tokenizer = _tokenizer(run)
   _check_round_trip(tokenizer, run, entries[0])
   policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
@@ -234,6 +235,16 @@ def _sample_writer(
   )
 
 
+def check_attention_backend(attention: str, backend: str) -> None:
+  """ConfigError unless `model.attention` runs on this JAX backend (splash: TPU only)."""
+  if attention == "splash" and backend != "tpu":
+    raise ConfigError(
+      f"config key 'model.attention'='splash' runs tunix's TPU splash kernel, not on {backend}: "
+      "use model.attention=dense here (`plan --compiler tpu` compiles splash for a TPU from "
+      "any machine)"
+    )
+
+
 def run_meshes(run: RunConfig) -> dict:
   """tunix's `role_to_mesh` for the run's `mesh` section on this runtime's devices.
 
@@ -312,7 +323,10 @@ def _base_policy(run: RunConfig, tokenizer, mesh=None):
   Qwen3, loaded from the checkpoint's safetensors or randomly initialised (`run.seed`)."""
   if run.model.checkpoint is not None and hf_models.read_hf_config(run.model.checkpoint):
     # family from config.json
-    policy = hf_models.load_checkpoint(run.model.checkpoint, mesh, run.model.remat)
+    model = run.model
+    policy = hf_models.load_checkpoint(
+      model.checkpoint, mesh, model.remat, model.attention, model.attention_block_size
+    )
     hf_models.check_vocabulary(hf_models.vocab_size(policy), len(tokenizer))
     return policy
   if run.model.config_name is not None:
@@ -327,7 +341,8 @@ def _base_policy(run: RunConfig, tokenizer, mesh=None):
       head_dim=run.model.head_dim,
       num_kv_heads=run.model.num_kv_heads,
     )
-  config = hf_models.with_remat(config, run.model.remat)
+  model = run.model
+  config = hf_models.configured(config, model.remat, model.attention, model.attention_block_size)
   if run.model.checkpoint is not None:
     return checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config, mesh)
   return models.make_policy(config, run.seed)

@@ -36,7 +36,7 @@ from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import recipe
-from tunix_ppo_ext._src.run.job import role_models
+from tunix_ppo_ext._src.run.job import check_attention_backend, role_models
 from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, as_resolved, lora_section
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
@@ -127,9 +127,13 @@ class PlannedModel:
 
 
 def model_config(run: RunConfig) -> PlannedModel:
-  """The policy as the job builds it, its `remat_config` from `model.remat` (as the job's)."""
-  planned = _model_config(run)
-  return dataclasses.replace(planned, config=hf_models.with_remat(planned.config, run.model.remat))
+  """The policy as the job builds it, its `remat_config` and attention from `model.remat`
+  and `model.attention` (as the job's)."""
+  planned, model = _model_config(run), run.model
+  config = hf_models.configured(
+    planned.config, model.remat, model.attention, model.attention_block_size
+  )
+  return dataclasses.replace(planned, config=config)
 
 
 def _model_config(run: RunConfig) -> PlannedModel:
@@ -253,6 +257,7 @@ def plan(
       "critic; valid here: " + str(built_pieces)
     )
   devices = plan_devices(topology, compiler)
+  check_attention_backend(run.model.attention, devices.compiler)  # splash: the TPU compiler
   meshes = role_meshes(run.mesh, devices.devices)
   check_batch_divisible(meshes, run.train.batch_size)
   planned = model_config(run)

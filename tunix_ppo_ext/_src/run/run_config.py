@@ -62,6 +62,11 @@ class ModelSection:
   tunix's activation rematerialisation of the policy and the critic (their decoder layers),
   honoured by `train` and `plan`: `none` keeps every activation for the backward, `block`
   recomputes each attention and MLP block, `decoder` each whole decoder layer.
+  `attention`: how the training passes (actor, critic, reference) attend: `dense` (tunix's
+  `[T, T]` scores, every family) or `splash` (tunix's TPU splash kernel, Qwen3 and Qwen2: no
+  `[T, T]` scores, padding kept out by segment ids; TPU only, in blocks of
+  `attention_block_size` tokens, which must divide `train.max_prompt_length +
+  env.max_completion_len`; the rollout's sampler always attends densely over its cache).
   `value_head_init`: the critic's value head starts `normal` (small random weights, so its
   first values are random in scale) or `zero` (every first value 0: close to the returns
   of a task whose returns are near 0, and no random offset for the critic to unlearn).
@@ -81,6 +86,8 @@ class ModelSection:
   fused_head: bool = False
   remat: str = "none"  # one of none, block, decoder (tunix's RematConfig)
   value_head_init: str = "normal"  # the value head kernel at start: normal or zero
+  attention: str = "dense"  # dense ([T, T] scores) or splash (tunix's TPU kernel)
+  attention_block_size: int = 512  # splash's query and key block, in tokens
 
 
 @dataclasses.dataclass
@@ -473,6 +480,13 @@ def _validate_model(model: ModelSection) -> None:
     raise ConfigError(
       f"config key 'model.remat' {model.remat!r} unknown{hint} (one of {hf_models.REMAT_CHOICES})"
     )
+  if model.attention not in hf_models.ATTENTION_CHOICES:
+    hint = did_you_mean(model.attention, hf_models.ATTENTION_CHOICES, n=1)
+    raise ConfigError(
+      f"config key 'model.attention' {model.attention!r} unknown{hint} "
+      f"(one of {hf_models.ATTENTION_CHOICES})"
+    )
+  check_integer("config key 'model.attention_block_size'", model.attention_block_size, low=128)
   if model.value_head_init not in models.VALUE_HEAD_INITS:
     hint = did_you_mean(model.value_head_init, models.VALUE_HEAD_INITS, n=1)
     raise ConfigError(
@@ -705,6 +719,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
       f"ppo.num_generations={num_generations}"
     )
   _validate_env_mix(run, num_generations)
+  _check_attention_rows(run)
   for entry in run.envs:
     _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
   recipe.validate_optim(run.optim, run.train.steps)
@@ -730,6 +745,18 @@ def resolve(run: RunConfig) -> ResolvedRun:
     episode_budget=budget,
     checkpoint_roles=resume.ROLES if ppo.uses_critic else ("actor",),
   )
+
+
+def _check_attention_rows(run: RunConfig) -> None:
+  """With `model.attention: splash`, a training row (`train.max_prompt_length +
+  env.max_completion_len` tokens) must be whole blocks of `model.attention_block_size`."""
+  model, row = run.model, run.train.max_prompt_length + run.env.max_completion_len
+  if model.attention == "splash" and row % model.attention_block_size:
+    raise ConfigError(
+      f"config key 'model.attention_block_size'={model.attention_block_size} must divide the "
+      f"training row of train.max_prompt_length + env.max_completion_len = {row} tokens "
+      "(splash attends in whole blocks)"
+    )
 
 
 def as_resolved(run: ResolvedRun | RunConfig) -> ResolvedRun:

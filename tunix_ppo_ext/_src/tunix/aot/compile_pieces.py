@@ -169,11 +169,12 @@ def refused_temporaries(message: str) -> int | None:
 
 
 def _compile(lowerable, *args, role: str, name: str, resident: Any, **static: Any) -> CompiledPiece:
-  """Lowers (with tunix's Qwen3 activation shardings on the mesh of the first argument)
-  and compiles `lowerable(*args, **static)`, and reads its per-device memory analysis."""
+  """Lowers (with tunix's Qwen3 activation shardings on the mesh of the first argument, that
+  mesh entered as tunix's splash attention reads it) and compiles `lowerable(*args,
+  **static)`, and reads its per-device memory analysis."""
   start = time.perf_counter()
   mesh = jax.tree.leaves(args[0])[0].sharding.mesh
-  with compat.qwen3_activation_sharding(mesh):
+  with compat.qwen3_activation_sharding(mesh), mesh:
     lowered = lowerable.lower(*args, **static)
   try:
     stats = lowered.compile().memory_analysis()

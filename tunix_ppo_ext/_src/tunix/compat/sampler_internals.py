@@ -10,8 +10,9 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
   compiles that program ahead of time on abstract inputs to read its memory.
 - `sample_next_token` (`_sample`): the next token from logits, which `ContinuingSampler`'s
   own prefill of a turn's new tokens and decode step call.
-- `sample_without_remat` (`_transformer_graphdef`): the graph tunix's sampler merges inside
-  its decode loop, where a remat'ed layer cannot run.
+- `sample_without_training_options` (`_transformer_graphdef`): the graph tunix's sampler
+  merges inside its decode loop, where a remat'ed layer cannot run and splash attention
+  takes no KV cache.
 - the sampling state (tunix's private `_SamplingState`, `STATE_FIELDS`) and its KV cache
   (one dict per layer, `CACHE_KEYS`): tunix builds and advances them inside `__call__`
   only; `ContinuingSampler` sets a state up for each turn, prefills a block of new tokens
@@ -67,26 +68,40 @@ CACHE_KEYS = ("k", "v", "end_index")
 PREFILL_STATIC_ARGNAMES = ("echo",)
 
 
-def sample_without_remat(sampler: Any) -> None:
-  """Makes `sampler` run its model without activation rematerialisation (`model.remat`).
+def sample_without_training_options(sampler: Any) -> None:
+  """Makes `sampler` run its model without activation rematerialisation (`model.remat`) and
+  with dense attention (`model.attention`): both are for the trainers' passes.
 
   tunix's sampler merges its `_transformer_graphdef` with the weights inside its decode
   `while_loop`; a Qwen3 / Qwen2 / Llama 3 / Gemma 3 layer whose config asks for remat then
   wraps itself in `nnx.remat` there, which mutates the freshly merged `Param`s from an inner
   trace (flax's `TraceContextError`), so a remat'ed policy could not sample at all. Remat
-  only matters for a backward pass, which sampling never takes: the sampler's graph gets
-  the same modules with `remat_config` NONE; the trainers keep theirs.
+  only matters for a backward pass, which sampling never takes. tunix's splash path
+  (`use_flash_attention`, Qwen3 and Qwen2) takes no KV cache, which every prefill and decode
+  step of the sampler writes. So the sampler's graph gets the same modules with
+  `remat_config` NONE and `use_flash_attention` False; the trainers keep theirs.
   """
   model = sampler.transformer
   changed = False
   for _, module in nnx.iter_graph(model):
     config = getattr(module, "config", None) if isinstance(module, nnx.Module) else None
-    remat = getattr(config, "remat_config", None)
-    if isinstance(remat, enum.Enum) and remat.name != "NONE":
-      module.config = dataclasses.replace(config, remat_config=type(remat).NONE)
+    plain = _sampling_config(config)
+    if plain is not config:
+      module.config = plain
       changed = True
   if changed:
     sampler._transformer_graphdef = nnx.graphdef(model)
+
+
+def _sampling_config(config: Any) -> Any:
+  """`config` (a tunix model config, or anything) without remat and splash attention; the
+  same object when it has neither on."""
+  remat = getattr(config, "remat_config", None)
+  if isinstance(remat, enum.Enum) and remat.name != "NONE":
+    config = dataclasses.replace(config, remat_config=type(remat).NONE)
+  if getattr(config, "use_flash_attention", False) is True:
+    config = dataclasses.replace(config, use_flash_attention=False)
+  return config
 
 
 def sampler_step_functions(

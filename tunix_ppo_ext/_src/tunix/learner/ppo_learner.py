@@ -99,8 +99,8 @@ class PpoExtLearner(compat.LearnerHooks):
     tunix_losses.register_configured(ppo_config)  # tunix's constructor looks them up
     compat.install_lora_product()  # LoRA adapters made elsewhere: their products' lean VJP
     engine = compat.vanilla_sampler(rl_cluster.rollout)
-    if engine is not None:  # `model.remat` is for the trainers' backward, not sampling
-      compat.sample_without_remat(engine)
+    if engine is not None:  # `model.remat` and splash are for the trainers' passes
+      compat.sample_without_training_options(engine)
     critic = critic_trainer(rl_cluster)
     check_critic(ppo_config, critic)
     kwargs = {"reward_fns": reward_fns, "metric_fns": metric_fns}

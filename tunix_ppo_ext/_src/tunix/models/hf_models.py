@@ -407,18 +407,51 @@ def with_remat(config: Any, remat: str) -> Any:
   return dataclasses.replace(config, remat_config=type(config.remat_config)[remat.upper()])
 
 
+# `model.attention`: how the training passes attend. dense: tunix's `[T, T]` scores (every
+# family); splash: tunix's TPU splash kernel (Qwen3 and Qwen2: `use_flash_attention`), which
+# never forms `[T, T]` and keeps padding out through the segment ids the passes give.
+ATTENTION_CHOICES = ("dense", "splash")
+
+
+def with_attention(config: Any, attention: str, block_size: int) -> Any:
+  """`config` with tunix's splash attention on in blocks of `block_size` tokens when
+  `attention` is `splash` (`ATTENTION_CHOICES`); ConfigError naming the key for a family
+  whose tunix model has none."""
+  if attention == "dense":
+    return config
+  if not hasattr(config, "use_flash_attention"):
+    family = type(config).__module__.split(".")[-2]
+    raise ConfigError(
+      f"config key 'model.attention'={attention!r}: tunix's {family} model has no splash "
+      "attention (tunix's qwen3 and qwen2 have); use model.attention=dense"
+    )
+  return dataclasses.replace(
+    config, use_flash_attention=True, flash_attention_block_size=block_size
+  )
+
+
+def configured(config: Any, remat: str, attention: str = "dense", block_size: int = 512) -> Any:
+  """`config` with the run's `model.remat` and `model.attention` (with its block size)."""
+  return with_attention(with_remat(config, remat), attention, block_size)
+
+
 def load_checkpoint(
-  directory: str | pathlib.Path, mesh: jax.sharding.Mesh | None = None, remat: str = "none"
+  directory: str | pathlib.Path,
+  mesh: jax.sharding.Mesh | None = None,
+  remat: str = "none",
+  attention: str = "dense",
+  block_size: int = 512,
 ) -> nnx.Module:
   """The tunix model of the checkpoint in `directory`, loaded by its family's own tunix
   loader straight onto `mesh` (sharded; None: the first device), in the file's dtype, with
-  tunix's activation rematerialisation `remat` (`REMAT_CHOICES`)."""
+  tunix's activation rematerialisation `remat` (`REMAT_CHOICES`) and attention `attention`
+  (`ATTENTION_CHOICES`, blocks of `block_size`)."""
   directory = gguf_files.resolve(directory, weights=True)
   hf = read_hf_config(directory)
   if hf is None:
     raise ConfigError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
   family = family_of(hf)
-  config = with_remat(tunix_config(hf), remat)
+  config = configured(tunix_config(hf), remat, attention, block_size)
   try:
     model = family.load(str(directory), config, mesh)
   except (ValueError, TypeError, KeyError, OSError) as err:  # tunix's loader names no file

@@ -98,7 +98,7 @@ class ContinuingSampler(sampler_lib.Sampler):
 
   def __init__(self, transformer: nnx.Module, tokenizer: Any, cache_config: Any):
     super().__init__(transformer, tokenizer, cache_config)
-    compat.sample_without_remat(self)  # `model.remat` is for the trainers' backward
+    compat.sample_without_training_options(self)  # remat and splash: the trainers' only
     prefill, _ = compat.sampler_step_functions(self, [self.tokenizer.eos_id()])
     # name: (function, donated argument, static argument names); decode per turn length
     self._functions = {
