@@ -6,8 +6,11 @@ KL estimators and KL controllers; PPO policy and value losses with verl's aggreg
 modes; verl's other policy losses (GSPO, SAPO, GMPO, CISPO, Clip-Cov, KL-Cov, GPG);
 advantage estimators (GAE, turn-level GAE, GRPO, RLOO, REINFORCE++); rollout correction (verl's
 `rollout_is` / `rollout_rs`); DAPO's overlong penalty and informative groups; score
-normalization. Nothing here knows tunix; `kl_divergence` takes the estimator as a
-callable (the by-name form, tunix's signature, is `tunix_ppo_ext.compute_kl_divergence`).
+normalization; segment-masked attention computed blockwise (`segment_attention`, never a
+`[T, T]` array; segment ids from an attention mask or packed episode lengths, the mask
+tunix's TPU splash kernel takes). Nothing here knows tunix; `kl_divergence` takes the
+estimator as a callable (the by-name form, tunix's signature, is
+`tunix_ppo_ext.compute_kl_divergence`).
 """
 
 from tunix_ppo_ext._src.math.advantages import (
@@ -17,6 +20,11 @@ from tunix_ppo_ext._src.math.advantages import (
   compute_rloo_advantages,
   compute_turn_gae_advantages,
   length_adaptive_lambda,
+)
+from tunix_ppo_ext._src.math.attention import (
+  packed_segment_ids,
+  segment_attention,
+  segment_ids_from_mask,
 )
 from tunix_ppo_ext._src.math.kl import (
   AdaptiveKLController,
@@ -87,10 +95,13 @@ __all__ = [
   "masked_whiten",
   "normalize_scores",
   "overlong_penalty",
+  "packed_segment_ids",
   "policy_loss",
   "rollout_is_weights",
   "rollout_rejection_mask",
   "sapo_loss",
+  "segment_attention",
+  "segment_ids_from_mask",
   "top_spread_groups",
   "value_loss",
 ]

@@ -28,6 +28,9 @@ HEAD = jnp.asarray(_rng.normal(0, 0.5, (5, V)), jnp.float32)
 SCORES = jnp.asarray([1.0, 0.0, 0.5, 0.5], jnp.float32)
 GROUPS = jnp.asarray([0, 0, 1, 1], jnp.int32)
 KEY = jax.random.key(3)
+QUERIES = jnp.asarray(_rng.normal(0, 1, (B, T, 4, 3)), jnp.float32)
+KEYS, VALS = (jnp.asarray(_rng.normal(0, 1, (B, T, 2, 3)), jnp.float32) for _ in range(2))
+SEGMENTS = jnp.asarray([[1, 1, 2, 2, 2, 0], [0, 1, 1, 1, 0, 0], [1, 2, 3, 4, 5, 6], [0] * T])
 
 PG = (LOGP, OLD, ADV, MASK)
 # name -> (array arguments, Python keyword arguments)
@@ -64,10 +67,13 @@ CASES = {
   "masked_whiten": ((ADV, MASK), {}),
   "normalize_scores": ((SCORES, GROUPS), {"num_segments": 2, "method": "mean_std"}),
   "overlong_penalty": ((jnp.asarray([1, 4, 6, 9]),), {"max_len": 8, "cache_len": 4}),
+  "packed_segment_ids": ((jnp.asarray([[2, 3], [6, 1], [0, 1], [0, 0]]),), {"num_tokens": T}),
   "policy_loss": (PG, {"epsilon_c": 3.0, "loss_agg_mode": "seq-mean-token-sum"}),
   "rollout_is_weights": ((LOGP, OLD, MASK), {"level": "sequence"}),
   "rollout_rejection_mask": ((LOGP, OLD, MASK), {}),
   "sapo_loss": (PG, {}),
+  "segment_attention": ((QUERIES, KEYS, VALS, SEGMENTS), {"block_size": 4}),
+  "segment_ids_from_mask": ((MASK,), {}),
   "top_spread_groups": ((SCORES, GROUPS), {"num_groups": 2, "keep": 1}),
   "value_loss": ((VALUES, ADV, OLD, MASK), {"clip_range_value": 0.2}),
 }
