@@ -1,9 +1,13 @@
 """`model.attention`: tunix's splash attention switched on for the families that have it,
 refused in one line naming the key everywhere it cannot run (another family, a row that is
-not whole blocks, a backend or compiler other than the TPU's)."""
+not whole blocks, a backend or compiler other than the TPU's); `blockwise` (Qwen3's layers
+through `ops.segment_attention`) equal to dense attention in log-probs and gradients."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import nnx
 from tunix.models.llama3 import model as llama3_model
@@ -12,8 +16,11 @@ from tests.conftest import SMOKE
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import cli, job, plan
 from tunix_ppo_ext._src.run.run_config import load_resolved
+from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.models import hf_models
 from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext.metrics import read_jsonl
 
 ROWS = ["train.max_prompt_length=64", "env.max_completion_len=64"]  # 128 tokens a row
 
@@ -28,8 +35,10 @@ def test_splash_sets_tunix_s_flash_flag_and_block_on_qwen3_and_keeps_dense_as_it
 
 def test_a_family_without_splash_is_refused_naming_the_key():
   config = llama3_model.ModelConfig.llama3p2_1b()
-  with pytest.raises(ConfigError, match=r"'model.attention'='splash': tunix's llama3 model"):
+  with pytest.raises(ConfigError, match=r"'model.attention'='splash': not for tunix's llama3"):
     hf_models.with_attention(config, "splash", 512)
+  with pytest.raises(ConfigError, match=r"'blockwise': not for tunix's llama3 .*qwen3 has it"):
+    hf_models.with_attention(config, "blockwise", 512)
 
 
 @pytest.mark.parametrize(
@@ -83,3 +92,56 @@ def test_the_trainers_get_splash_and_the_sampler_attends_densely_over_its_cache(
   ]
   assert flags and not any(flags)
   cluster.close()
+
+
+def _padded_rows(vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Prompts left-padded, completions right-padded, one row all but one token padding."""
+  rng = np.random.default_rng(0)
+  prompt, completion = rng.integers(3, vocab, (3, 7)), rng.integers(3, vocab, (3, 9))
+  prompt[0, :3] = prompt[2, :6] = 0
+  mask = np.ones((3, 9), np.int32)
+  mask[1, 5:] = mask[2, 1:] = 0
+  completion[mask == 0] = 0
+  return prompt, completion, mask
+
+
+@pytest.mark.parametrize("block", [128, 4])  # one block; several, with a partial last one
+def test_blockwise_log_probs_and_gradients_are_dense_attention_s(block):
+  config = models.tiny_qwen3_config(40, num_heads=4, num_kv_heads=2)
+  dense = models.make_policy(config, seed=1)
+  blockwise = models.make_policy(config, seed=1)
+  assert compat.use_blockwise_attention(blockwise, block) == config.num_layers
+  assert compat.use_blockwise_attention(blockwise, block) == 0  # once
+  prompt, completion, mask = _padded_rows(40)
+
+  def logps(model):
+    return passes.compute_per_token_logps(
+      model, prompt, completion, pad_id=0, eos_id=0, attention_mask=mask, stop_gradient=False
+    )
+
+  np.testing.assert_allclose(logps(blockwise) * mask, logps(dense) * mask, atol=2e-5)
+
+  def grads(model):
+    loss = lambda m: jnp.sum(logps(m) * mask)  # noqa: E731
+    return jax.tree.leaves(nnx.state(nnx.grad(loss)(model), nnx.Param))
+
+  for got, want in zip(grads(blockwise), grads(dense), strict=True):
+    np.testing.assert_allclose(got, want, atol=5e-5, rtol=1e-4)
+
+
+def test_a_blockwise_run_trains_and_its_first_rollout_is_the_dense_run_s(tmp_path):
+  """The sampler keeps tunix's cached path, so the first rollout is the same; the run's
+  passes attend blockwise, and its first update's loss is the dense run's to float error."""
+  rows = {}
+  for attention in ("dense", "blockwise"):
+    out = tmp_path / attention
+    command = ["train", "--config", str(SMOKE), "--output-dir", str(out), "train.steps=1"]
+    assert (
+      cli.main([*command, f"model.attention={attention}", "model.attention_block_size=128"]) == 0
+    )
+    (rows[attention],) = [r for r in read_jsonl(out / "metrics.jsonl") if "actor/loss" in r]
+  for key in ("train/response_length/mean", "train/episode_return/mean"):
+    assert rows["blockwise"][key] == rows["dense"][key], key
+  np.testing.assert_allclose(
+    rows["blockwise"]["actor/loss"], rows["dense"]["actor/loss"], atol=1e-5
+  )

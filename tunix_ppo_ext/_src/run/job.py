@@ -310,12 +310,17 @@ def role_models(run: RunConfig, policy: Any) -> tuple[Any, Any, Any]:
   """`(actor, critic, reference)` around a base `policy` as the run builds them: with
   `model.lora` the adapted actor, its critic (`model.lora.critic`) and the base itself as
   the reference (`models.lora_models`); else the policy, a critic from its backbone and a
-  copy (`tunix-ppo-ext plan` calls this under `nnx.eval_shape`)."""
+  copy (`tunix-ppo-ext plan` calls this under `nnx.eval_shape`); with `model.attention:
+  blockwise`, each attends blockwise on its cache-free passes."""
   section, head = lora_section(run.model), run.model.value_head_init
   if section is not None:
     spec = section.spec()
-    return models.lora_models(policy, spec, run.seed, critic_lora=section.critic, head_init=head)
-  return models.with_critic_and_reference(policy, run.seed, head_init=head)
+    roles = models.lora_models(policy, spec, run.seed, critic_lora=section.critic, head_init=head)
+  else:
+    roles = models.with_critic_and_reference(policy, run.seed, head_init=head)
+  if run.model.attention == "blockwise":
+    hf_models.attend_blockwise(roles, run.model.attention_block_size)
+  return roles
 
 
 def _base_policy(run: RunConfig, tokenizer, mesh=None):

@@ -63,10 +63,12 @@ class ModelSection:
   honoured by `train` and `plan`: `none` keeps every activation for the backward, `block`
   recomputes each attention and MLP block, `decoder` each whole decoder layer.
   `attention`: how the training passes (actor, critic, reference) attend: `dense` (tunix's
-  `[T, T]` scores, every family) or `splash` (tunix's TPU splash kernel, Qwen3 and Qwen2: no
+  `[T, T]` scores, every family), `splash` (tunix's TPU splash kernel, Qwen3 and Qwen2: no
   `[T, T]` scores, padding kept out by segment ids; TPU only, in blocks of
   `attention_block_size` tokens, which must divide `train.max_prompt_length +
-  env.max_completion_len`; the rollout's sampler always attends densely over its cache).
+  env.max_completion_len`) or `blockwise` (`ops.segment_attention`, the same masked result
+  without `[T, T]` scores on any backend, `attention_block_size` keys at a time; Qwen3).
+  The rollout's sampler always attends densely over its KV cache.
   `value_head_init`: the critic's value head starts `normal` (small random weights, so its
   first values are random in scale) or `zero` (every first value 0: close to the returns
   of a task whose returns are near 0, and no random offset for the critic to unlearn).
@@ -86,8 +88,8 @@ class ModelSection:
   fused_head: bool = False
   remat: str = "none"  # one of none, block, decoder (tunix's RematConfig)
   value_head_init: str = "normal"  # the value head kernel at start: normal or zero
-  attention: str = "dense"  # dense ([T, T] scores) or splash (tunix's TPU kernel)
-  attention_block_size: int = 512  # splash's query and key block, in tokens
+  attention: str = "dense"  # dense ([T, T] scores), splash (tunix's TPU kernel), blockwise
+  attention_block_size: int = 512  # splash's or blockwise's block, in tokens
 
 
 @dataclasses.dataclass

@@ -50,6 +50,7 @@ from tunix_ppo_ext._src.tunix.compat.model_internals import (
   qwen2_rope_tables,
   qwen3_activation_sharding,
   rotate,
+  use_blockwise_attention,
   use_rope_frequencies,
 )
 from tunix_ppo_ext._src.tunix.compat.qwix_adapters import QWIX_LORA_DELTA, install_lora_product
@@ -170,6 +171,7 @@ __all__ = [
   "qwen2_rope_tables",
   "qwen3_activation_sharding",
   "rotate",
+  "use_blockwise_attention",
   "use_rope_frequencies",
   # qwix_adapters
   "QWIX_LORA_DELTA",

@@ -12,6 +12,13 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
   RoPE scaling: each attention layer of a loaded model is made a subclass whose `block` runs
   tunix's own with that module's `apply_rope` replaced, under a lock, by a rotation with the
   inverse frequencies the config carries, `rope_inv_freq`.
+- `use_blockwise_attention`: tunix's Qwen3 `Attention.block` forms `[T, T]` scores unless
+  its TPU-only splash kernel is on (`model.attention: blockwise`): each attention layer is
+  made a subclass whose `block`, on a pass without KV cache that carries segment ids (the
+  trainers' and log-prob passes), projects, normalises and rotates as tunix's does (its
+  `q_proj`, `k_proj`, `v_proj`, `q_norm`, `k_norm`, `o_proj`, `scale`, `head_dim` and the
+  module's `apply_rope`, looked up at trace time so the RoPE subclass above still applies)
+  and attends with `ops.segment_attention`; with a cache (the sampler) it is tunix's own.
 - `qwen2_rope_tables`: the sin/cos tables tunix's Qwen2 computes once per forward pass and
   hands to every layer; a value model runs those layers without the logits,
   `models.backbone_hidden_states`.
@@ -33,11 +40,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 from tunix.models.gemma3 import model as gemma3_model
 from tunix.models.llama3 import model as llama3_model
 from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import model as qwen3_model
+
+from tunix_ppo_ext._src.math.attention import segment_attention
 
 PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
   # object the names live on -> (the object, private names used here)
@@ -133,6 +143,50 @@ def use_rope_frequencies(model: Any) -> Any:
       if type(attention) is module.Attention:
         attention.__class__ = _rope_class(module.Attention, module)
   return model
+
+
+_BLOCKWISE_CLASSES: dict[tuple[type, int], type] = {}
+
+
+def _blockwise_block(base: type, block_size: int) -> Callable[..., Any]:
+  """`base.block`, except that a pass without cache and with segment ids attends blockwise."""
+
+  def block(self: Any, x: Any, segment_pos: Any, cache: Any, attn_mask: Any, segment_ids=None):
+    if cache is not None or segment_ids is None or x.shape[1] == 1:
+      return base.block(self, x, segment_pos, cache, attn_mask, segment_ids=segment_ids)
+    query = self.q_norm(self.q_proj(x))
+    key = self.k_norm(self.k_proj(x))
+    query = qwen3_model.apply_rope(query, segment_pos, head_dim=self.head_dim)
+    key = qwen3_model.apply_rope(key, segment_pos, head_dim=self.head_dim)
+    out = segment_attention(
+      query, key, self.v_proj(x), segment_ids, block_size=block_size, scale=self.scale
+    )
+    return None, self.o_proj(out)
+
+  return block
+
+
+def _blockwise_class(base: type, block_size: int) -> type:
+  """The subclass of `base` (tunix's Qwen3 `Attention`, or its RoPE subclass) attending in
+  blocks of `block_size` keys (defined in the class itself, as `_rope_class`)."""
+  if (base, block_size) not in _BLOCKWISE_CLASSES:
+    body = {"block": _blockwise_block(base, block_size), "__module__": __name__}
+    name = f"Blockwise{block_size}{base.__name__}"
+    _BLOCKWISE_CLASSES[base, block_size] = type(base)(name, (base,), body)
+  return _BLOCKWISE_CLASSES[base, block_size]
+
+
+def use_blockwise_attention(model: Any, block_size: int) -> int:
+  """Makes every tunix Qwen3 attention layer in `model` (a policy, or a value model around
+  one) attend blockwise on its cache-free passes; returns how many layers it changed (0:
+  none is a Qwen3 layer, or each is already blockwise)."""
+  changed = 0
+  for _, module in nnx.iter_graph(model):
+    kind = type(module)
+    if isinstance(module, qwen3_model.Attention) and kind not in _BLOCKWISE_CLASSES.values():
+      module.__class__ = _blockwise_class(kind, block_size)
+      changed += 1
+  return changed
 
 
 def qwen2_rope_tables(positions: Any, head_dim: int, rope_theta: float) -> tuple[Any, Any]:

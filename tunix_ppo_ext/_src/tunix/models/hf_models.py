@@ -409,25 +409,35 @@ def with_remat(config: Any, remat: str) -> Any:
 
 # `model.attention`: how the training passes attend. dense: tunix's `[T, T]` scores (every
 # family); splash: tunix's TPU splash kernel (Qwen3 and Qwen2: `use_flash_attention`), which
-# never forms `[T, T]` and keeps padding out through the segment ids the passes give.
-ATTENTION_CHOICES = ("dense", "splash")
+# never forms `[T, T]` and keeps padding out through the segment ids the passes give;
+# blockwise: `ops.segment_attention` on any backend (Qwen3: `compat.use_blockwise_attention`).
+ATTENTION_CHOICES = ("dense", "splash", "blockwise")
 
 
 def with_attention(config: Any, attention: str, block_size: int) -> Any:
   """`config` with tunix's splash attention on in blocks of `block_size` tokens when
   `attention` is `splash` (`ATTENTION_CHOICES`); ConfigError naming the key for a family
   whose tunix model has none."""
-  if attention == "dense":
-    return config
-  if not hasattr(config, "use_flash_attention"):
-    family = type(config).__module__.split(".")[-2]
+  family = type(config).__module__.split(".")[-2]
+  if attention == "dense" or (attention == "blockwise" and family == "qwen3"):
+    return config  # blockwise: the layers change (`attend_blockwise`), not the config
+  if attention == "blockwise" or not hasattr(config, "use_flash_attention"):
+    have = "tunix's qwen3 has" if attention == "blockwise" else "tunix's qwen3 and qwen2 have"
     raise ConfigError(
-      f"config key 'model.attention'={attention!r}: tunix's {family} model has no splash "
-      "attention (tunix's qwen3 and qwen2 have); use model.attention=dense"
+      f"config key 'model.attention'={attention!r}: not for tunix's {family} model ({have} "
+      "it); use model.attention=dense"
     )
   return dataclasses.replace(
     config, use_flash_attention=True, flash_attention_block_size=block_size
   )
+
+
+def attend_blockwise(models: Any, block_size: int) -> None:
+  """Each of `models` (policies or value models, None skipped) attends blockwise, in blocks
+  of `block_size` keys, on its cache-free passes (`model.attention: blockwise`)."""
+  for model in models:
+    if model is not None:
+      compat.use_blockwise_attention(model, block_size)
 
 
 def configured(config: Any, remat: str, attention: str = "dense", block_size: int = 512) -> Any:
