@@ -145,3 +145,24 @@ def test_a_blockwise_run_trains_and_its_first_rollout_is_the_dense_run_s(tmp_pat
   np.testing.assert_allclose(
     rows["blockwise"]["actor/loss"], rows["dense"]["actor/loss"], atol=1e-5
   )
+
+
+def test_blockwise_keeps_packed_episodes_apart_as_if_each_ran_alone():
+  """Two episodes packed into one row (segment ids 1 and 2, positions restarting at each,
+  the row's tail padding) give each episode the logits it gets alone under tunix's dense
+  attention: the masking a packed row needs, on CPU."""
+  config = models.tiny_qwen3_config(40, num_heads=4, num_kv_heads=2)
+  dense = models.make_policy(config, seed=2)
+  packed = models.make_policy(config, seed=2)
+  compat.use_blockwise_attention(packed, 4)
+  rng = np.random.default_rng(3)
+  first, second = rng.integers(3, 40, 7), rng.integers(3, 40, 5)
+  row = np.concatenate([first, second, np.zeros(4, np.int64)])[None]
+  segments = np.array([[1] * 7 + [2] * 5 + [0] * 4])
+  positions = np.array([list(range(7)) + list(range(5)) + [0] * 4])
+  logits, _ = packed(row, positions, None, None, segment_ids=segments)
+  for tokens, span in ((first, slice(0, 7)), (second, slice(7, 12))):
+    alone = np.asarray(tokens)[None]
+    steps = np.arange(alone.shape[1])[None]
+    want, _ = dense(alone, steps, None, models.causal_mask(1, alone.shape[1]))
+    np.testing.assert_allclose(logits[:, span], want, atol=2e-5)
