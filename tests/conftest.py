@@ -452,10 +452,24 @@ def pytest_ignore_collect(collection_path: pathlib.Path, config) -> bool | None:
   return None
 
 
+def pytest_addoption(parser) -> None:
+  parser.addoption(
+    "--shuffle-seed",
+    type=int,
+    default=None,
+    help="run the collected tests in an order shuffled with this seed (order-dependence hunts)",
+  )
+
+
 def pytest_collection_modifyitems(config, items):
   """The fast lane (`pytest -m fast`): every test whose file never reaches tunix, neither
-  directly nor through this package or the tunix helpers above (`tests/import_graph.py`)."""
-  del config
+  directly nor through this package or the tunix helpers above (`tests/import_graph.py`).
+  With `--shuffle-seed N` the tests run in an order shuffled with `N` (reproducible)."""
   for item in items:
     if not reaches_tunix(pathlib.Path(str(item.fspath))) and not item.get_closest_marker("slow"):
       item.add_marker(pytest.mark.fast)
+  seed = config.getoption("shuffle_seed")
+  if seed is not None:
+    import random  # noqa: PLC0415
+
+    random.Random(seed).shuffle(items)
