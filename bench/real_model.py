@@ -11,16 +11,17 @@ time; rollout and training tokens per second) and `OUT/curves.png`.
   python bench/real_model.py --seed-ids 1 2 --out DIR [KEY=VALUE ...]   # these seeds only
 
 Each seed's summary is written to `OUT/seed<N>/result.json` as it finishes, and
-`OUT/results.json` gathers every seed present, so seeds may run in separate processes (one
-`--seed-ids` each, same `--out`) and a rerun continues where a run stopped (tunix resumes
-each run from its newest checkpoint).
+`OUT/results.json` gathers every seed present (and keeps those an earlier `results.json`
+holds: the seed directories are not committed), so seeds may run in separate processes
+(one `--seed-ids` each, same `--out`) and a rerun continues where a run stopped (a seed
+already in either file is kept; tunix resumes each run from its newest checkpoint).
   python bench/real_model.py --baseline-from DIR --out DIR2 [KEY=VALUE ...]   # reuse baselines
   python bench/real_model.py --report DIR [DIR ...] --out DIR   # several runs side by side
 
-`--baseline-from DIR` takes each seed's baseline from `DIR/seed<N>/result.json` instead of
-running it: a baseline samples the initial policy's batches, so rows that differ only in
-how they train (estimator, critic recipe) share it (the GRPO and PPO studies' baselines are
-equal batch for batch).
+`--baseline-from DIR` takes each seed's baseline from `DIR/seed<N>/result.json`, else from
+`DIR/results.json`, instead of running it: a baseline samples the initial policy's batches,
+so rows that differ only in how they train (estimator, critic recipe) share it (the GRPO
+and PPO studies' baselines are equal batch for batch).
 
 `--report` reads each DIR's `results.json` and writes `OUT/report.md` (per run: the
 baseline's success over all its batches, mean and spread; the trained runs' over seeds) and
@@ -222,9 +223,9 @@ def main() -> None:
 
 def run_seed(args: argparse.Namespace, out: pathlib.Path, seed: int) -> None:
   """The baseline and the trained run of one seed; their summaries to `seed<N>/result.json`
-  (a seed that has one already is left as it is)."""
-  if (out / f"seed{seed}" / "result.json").is_file():
-    print(f"seed {seed}: {out}/seed{seed}/result.json exists; kept")
+  (a seed that has one already, or is in `results.json`, is left as it is)."""
+  if (out / f"seed{seed}" / "result.json").is_file() or str(seed) in _gathered_seeds(out):
+    print(f"seed {seed}: finished already in {out}; kept")
     return
   common = [f"seed={seed}", "train.eval_batches=0", *args.overrides]
   walls, summaries = [], {}
@@ -245,17 +246,30 @@ def run_seed(args: argparse.Namespace, out: pathlib.Path, seed: int) -> None:
 
 
 def _reused_baseline(source: pathlib.Path, seed: int) -> dict[str, Any]:
-  """Seed `seed`'s baseline summary from another bench's `--out`."""
+  """Seed `seed`'s baseline summary from another bench's `--out`: its `seed<N>/result.json`,
+  else its committed `results.json` (the seed directories are not committed)."""
   path = source / f"seed{seed}" / "result.json"
-  if not path.is_file():
-    raise SystemExit(f"--baseline-from: no {path} (run that seed there first)")
-  return json.loads(path.read_text())["baseline"]
+  if path.is_file():
+    return json.loads(path.read_text())["baseline"]
+  seeds = _gathered_seeds(source)
+  if str(seed) not in seeds:
+    raise SystemExit(f"--baseline-from: no {path} nor seed {seed} in {source / 'results.json'}")
+  return seeds[str(seed)]["baseline"]
+
+
+def _gathered_seeds(out: pathlib.Path) -> dict[str, Any]:
+  """The seeds `out/results.json` holds (none when there is none yet)."""
+  path = out / "results.json"
+  return json.loads(path.read_text())["seeds"] if path.is_file() else {}
 
 
 def gather(args: argparse.Namespace, out: pathlib.Path) -> dict[str, Any]:
-  """`OUT/results.json` from every finished seed's `result.json` under `out`."""
-  found = sorted(out.glob("seed*/result.json"), key=lambda p: int(p.parent.name[4:]))
-  seeds = {p.parent.name[4:]: json.loads(p.read_text()) for p in found}
+  """`OUT/results.json` from every finished seed's `result.json` under `out`, and the seeds
+  an earlier `results.json` holds whose directories are gone (they are not committed)."""
+  seeds = _gathered_seeds(out)
+  for path in out.glob("seed*/result.json"):
+    seeds[path.parent.name[4:]] = json.loads(path.read_text())
+  seeds = dict(sorted(seeds.items(), key=lambda item: int(item[0])))
   arguments = {k: v for k, v in vars(args).items() if k != "seed_ids"}
   results = {"args": arguments, "seeds": seeds}
   (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

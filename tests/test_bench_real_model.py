@@ -84,6 +84,12 @@ def test_the_critic_s_explained_variance_is_summarized_and_seeds_gather_from_the
   assert list(results["seeds"]) == ["0", "2", "10"] and results["seeds"]["10"] == {"trained": 10}
   assert results["args"] == {"config": "c.yaml", "overrides": []}
   assert (tmp_path / "results.json").is_file()
+  for seed in (0, 2, 10):  # a fresh clone: results.json committed, no seed directories
+    (tmp_path / f"seed{seed}" / "result.json").unlink()
+  (tmp_path / "seed3").mkdir()
+  (tmp_path / "seed3" / "result.json").write_text('{"trained": 3}')
+  again = bench.gather(args, tmp_path)
+  assert list(again["seeds"]) == ["0", "2", "3", "10"]  # the earlier seeds kept
 
 
 def test_a_baseline_is_reused_from_another_bench_and_a_missing_one_is_named(tmp_path):
@@ -92,5 +98,8 @@ def test_a_baseline_is_reused_from_another_bench_and_a_missing_one_is_named(tmp_
   (tmp_path / "seed1").mkdir()
   (tmp_path / "seed1" / "result.json").write_text(json.dumps({"baseline": baseline}))
   assert bench._reused_baseline(tmp_path, 1) == baseline
-  with pytest.raises(SystemExit, match=r"--baseline-from: no .*seed2/result.json"):
+  with pytest.raises(SystemExit, match=r"--baseline-from: no .*seed2/result.json nor seed 2"):
     bench._reused_baseline(tmp_path, 2)
+  other = {"success": 0.5, "success_curve": [0.5]}  # a clone: results.json, no seed directory
+  (tmp_path / "results.json").write_text(json.dumps({"seeds": {"2": {"baseline": other}}}))
+  assert bench._reused_baseline(tmp_path, 2) == other
