@@ -150,8 +150,13 @@ def fresh_state(
   """tunix's `init_sample_state` for left-padded contexts `ids` `[B, W]`: a `[B, slots]`
   token buffer holding them, their positions and an empty KV cache; top-p sampling unless
   `top_p` is None (greedy), no logits buffer, a log-prob buffer with `with_logprobs`, the
-  key `PRNGKey(seed)`; `forbidden_ids` are never sampled (tunix sets their logits to -inf)."""
-  return sampler.init_sample_state(
+  key `PRNGKey(seed)`; `forbidden_ids` are never sampled (tunix sets their logits to -inf).
+
+  tunix stores the static (pytree metadata) `num_input_tokens` as a JAX array; two states
+  whose metadata hash alike then make jit compare arrays for equality inside its cache
+  lookup ("Exception raised while checking equality of metadata fields of pytree", an
+  order-dependent failure), so it is made a Python int here."""
+  state = sampler.init_sample_state(
     ids,
     total_sampling_steps=slots,
     include_logits=False,
@@ -163,6 +168,7 @@ def fresh_state(
     beam_size=None,
     include_logprobs=with_logprobs,
   )
+  return dataclasses.replace(state, num_input_tokens=int(state.num_input_tokens))
 
 
 def set_up_turn(
