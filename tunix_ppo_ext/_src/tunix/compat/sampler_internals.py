@@ -168,7 +168,7 @@ def fresh_state(
     beam_size=None,
     include_logprobs=with_logprobs,
   )
-  return dataclasses.replace(state, num_input_tokens=int(state.num_input_tokens))
+  return dataclasses.replace(state, num_input_tokens=int(ids.shape[1]))  # tunix's value
 
 
 def set_up_turn(
