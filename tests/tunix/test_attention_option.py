@@ -39,6 +39,9 @@ def test_a_family_without_splash_is_refused_naming_the_key():
     hf_models.with_attention(config, "splash", 512)
   with pytest.raises(ConfigError, match=r"'blockwise': not for tunix's llama3 .*qwen3 has it"):
     hf_models.with_attention(config, "blockwise", 512)
+  planned = plan.model_config(load_resolved("configs/smollm2.yaml", [], need_files=False).run)
+  with pytest.raises(ConfigError, match=r"'splash': not for tunix's llama3 model"):  # SmolLM2
+    hf_models.with_attention(planned.config, "splash", 512)
 
 
 @pytest.mark.parametrize(

@@ -414,11 +414,21 @@ def with_remat(config: Any, remat: str) -> Any:
 ATTENTION_CHOICES = ("dense", "splash", "blockwise")
 
 
+def _tunix_family(config: Any) -> str:
+  """`qwen3`, `llama3`, ...: the tunix module of `config`'s class or of the tunix class it
+  extends (this module's `Llama3Config` adds RoPE fields to tunix's)."""
+  for cls in type(config).__mro__:
+    parts = cls.__module__.split(".")
+    if parts[:2] == ["tunix", "models"] and len(parts) > 2:
+      return parts[2]
+  return type(config).__name__
+
+
 def with_attention(config: Any, attention: str, block_size: int) -> Any:
   """`config` with tunix's splash attention on in blocks of `block_size` tokens when
   `attention` is `splash` (`ATTENTION_CHOICES`); ConfigError naming the key for a family
   whose tunix model has none."""
-  family = type(config).__module__.split(".")[-2]
+  family = _tunix_family(config)
   if attention == "dense" or (attention == "blockwise" and family == "qwen3"):
     return config  # blockwise: the layers change (`attend_blockwise`), not the config
   if attention == "blockwise" or not hasattr(config, "use_flash_attention"):
