@@ -120,17 +120,22 @@ def test_the_actor_s_train_step_recomputes_what_remat_says_and_keeps_its_gradien
       np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-5, atol=1e-6)
 
 
-def test_a_resumed_run_may_turn_remat_and_the_fused_head_on_but_not_change_the_model(tmp_path):
+def test_a_resumed_run_may_turn_remat_the_fused_head_and_attention_on_not_change_the_model(
+  tmp_path,
+):
   """They change how the model computes, not what it is: a rerun over a checkpoint (also one
   saved before the keys existed) may set them, and they are recorded in the history."""
   saved = dataclasses.asdict(load_resolved(None, []).run)
-  del saved["model"]["fused_head"], saved["model"]["remat"]  # a run of an earlier version
+  for key in ("fused_head", "remat", "attention", "attention_block_size"):
+    del saved["model"][key]  # a run of an earlier version
   (tmp_path / "config.json").write_text(json.dumps(saved))
   overrides = ["model.remat=block", "model.fused_head=true", "ppo.logits_chunk_size=8"]
+  overrides += ["model.attention=blockwise", "model.attention_block_size=128"]
   rerun = dataclasses.asdict(load_resolved(None, overrides).run)
   run_dir.check_rerun(tmp_path, rerun, checkpoint_step=1)
   history = (tmp_path / run_dir.HISTORY).read_text()
   assert "model.remat" in history and "model.fused_head" in history
+  assert "model.attention" in history
   other = dataclasses.asdict(load_resolved(None, ["model.embed_dim=48"]).run)
   with pytest.raises(ConfigError, match=r"model\.embed_dim: 64 -> 48"):
     run_dir.check_rerun(tmp_path, other, checkpoint_step=1)

@@ -38,7 +38,12 @@ FIXED = (
 )
 # how the model computes, not what it is: a resumed run may change them (and a run saved
 # before they existed resumes with their defaults)
-COMPUTE_ONLY = ("model.fused_head", "model.remat")
+COMPUTE_ONLY = (
+  "model.fused_head",
+  "model.remat",
+  "model.attention",
+  "model.attention_block_size",
+)
 # tunix wraps the optimizer in optax.MultiSteps when it accumulates gradients
 ACCUMULATION = ("batch.train_micro_batch_size", "batch.gradient_accumulation_steps")
 LOCK = ".lock"
