@@ -13,6 +13,13 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
 - `sample_without_training_options` (`_transformer_graphdef`): the graph tunix's sampler
   merges inside its decode loop, where a remat'ed layer cannot run and splash attention
   takes no KV cache.
+- `keep_prompt_width_static` (the state's `num_input_tokens`): tunix's `init_sample_state`
+  stores this static field (pytree metadata, a compilation key) as a JAX array. jit compares
+  the metadata of equal-hashing arguments in its caches; an array there makes that
+  comparison an array operation, which fails inside a trace ("Exception raised while
+  checking equality of metadata fields of pytree"): a later, unrelated jitted program in
+  the same process (a second run in a notebook, the next test) stops. The width is made a
+  Python int on every state tunix's sampler builds for us.
 - the sampling state (tunix's private `_SamplingState`, `STATE_FIELDS`) and its KV cache
   (one dict per layer, `CACHE_KEYS`): tunix builds and advances them inside `__call__`
   only; `ContinuingSampler` sets a state up for each turn, prefills a block of new tokens
@@ -131,6 +138,26 @@ def prefill_arguments(params: Any, state: Any) -> tuple[tuple[Any, ...], dict[st
 # ----- the sampling state and its KV cache -----
 
 
+def _with_static_width(state: Any) -> Any:
+  """`state` with its static `num_input_tokens` a Python int (tunix stores a JAX array)."""
+  return dataclasses.replace(state, num_input_tokens=int(state.num_input_tokens))
+
+
+def keep_prompt_width_static(sampler: Any) -> None:
+  """Makes tunix's `sampler` build every sampling state (`init_sample_state`, which its
+  `__call__` calls) with `num_input_tokens` a Python int, not a JAX array: an array in
+  pytree metadata breaks later jit cache lookups inside a trace (module docstring)."""
+  build = sampler.init_sample_state
+  if getattr(build, "keeps_width_static", False):
+    return
+
+  def init_sample_state(*args: Any, **kwargs: Any) -> Any:
+    return _with_static_width(build(*args, **kwargs))
+
+  init_sample_state.keeps_width_static = True  # type: ignore[attr-defined]
+  sampler.init_sample_state = init_sample_state
+
+
 def _int32(x: int) -> jax.Array:
   return jnp.asarray(x, jnp.int32)
 
@@ -152,10 +179,7 @@ def fresh_state(
   `top_p` is None (greedy), no logits buffer, a log-prob buffer with `with_logprobs`, the
   key `PRNGKey(seed)`; `forbidden_ids` are never sampled (tunix sets their logits to -inf).
 
-  tunix stores the static (pytree metadata) `num_input_tokens` as a JAX array; two states
-  whose metadata hash alike then make jit compare arrays for equality inside its cache
-  lookup ("Exception raised while checking equality of metadata fields of pytree", an
-  order-dependent failure), so it is made a Python int here."""
+  Its `num_input_tokens` is a Python int (`keep_prompt_width_static`)."""
   state = sampler.init_sample_state(
     ids,
     total_sampling_steps=slots,
@@ -168,7 +192,7 @@ def fresh_state(
     beam_size=None,
     include_logprobs=with_logprobs,
   )
-  return dataclasses.replace(state, num_input_tokens=int(ids.shape[1]))  # tunix's value
+  return _with_static_width(state)
 
 
 def set_up_turn(

@@ -101,6 +101,7 @@ class PpoExtLearner(compat.LearnerHooks):
     engine = compat.vanilla_sampler(rl_cluster.rollout)
     if engine is not None:  # `model.remat` and splash are for the trainers' passes
       compat.sample_without_training_options(engine)
+      compat.keep_prompt_width_static(engine)  # tunix's array in pytree metadata
     critic = critic_trainer(rl_cluster)
     check_critic(ppo_config, critic)
     kwargs = {"reward_fns": reward_fns, "metric_fns": metric_fns}
