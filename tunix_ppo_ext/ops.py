@@ -8,8 +8,9 @@ advantage estimators (GAE, turn-level GAE, GRPO, RLOO, REINFORCE++); rollout cor
 `rollout_is` / `rollout_rs`); DAPO's overlong penalty and informative groups; score
 normalization; segment-masked attention computed blockwise (`segment_attention`, never a
 `[T, T]` array; segment ids from an attention mask or packed episode lengths, the mask
-tunix's TPU splash kernel takes). Nothing here knows tunix; `kl_divergence` takes the
-estimator as a callable (the by-name form, tunix's signature, is
+tunix's TPU splash kernel takes); packing a batch's episodes into fewer rows and back
+(`plan_packing`, `pack`, `unpack`, `packed_model_inputs`). Nothing here knows tunix;
+`kl_divergence` takes the estimator as a callable (the by-name form, tunix's signature, is
 `tunix_ppo_ext.compute_kl_divergence`).
 """
 
@@ -44,6 +45,7 @@ from tunix_ppo_ext._src.math.logits import (
 )
 from tunix_ppo_ext._src.math.masked import masked_mean, masked_sum, masked_whiten
 from tunix_ppo_ext._src.math.overlong import informative_groups, overlong_penalty
+from tunix_ppo_ext._src.math.packing import Packing, pack, packed_model_inputs, plan_packing, unpack
 from tunix_ppo_ext._src.math.ppo_losses import (
   aggregate_loss,
   entropy_from_logits,
@@ -65,6 +67,7 @@ from tunix_ppo_ext._src.math.verl_losses import (
 __all__ = [
   "AdaptiveKLController",
   "FixedKLController",
+  "Packing",
   "aggregate_loss",
   "cispo_loss",
   "clip_cov_loss",
@@ -95,7 +98,10 @@ __all__ = [
   "masked_whiten",
   "normalize_scores",
   "overlong_penalty",
+  "pack",
+  "packed_model_inputs",
   "packed_segment_ids",
+  "plan_packing",
   "policy_loss",
   "rollout_is_weights",
   "rollout_rejection_mask",
@@ -103,5 +109,6 @@ __all__ = [
   "segment_attention",
   "segment_ids_from_mask",
   "top_spread_groups",
+  "unpack",
   "value_loss",
 ]

@@ -69,6 +69,9 @@ class ModelSection:
   env.max_completion_len`) or `blockwise` (`ops.segment_attention`, the same masked result
   without `[T, T]` scores on any backend, `attention_block_size` keys at a time; Qwen3).
   The rollout's sampler always attends densely over its KV cache.
+  `packing`: every training pass (log-probs, values, the actor's and critic's updates) runs
+  on the batch's episodes packed into fewer rows (`ops.plan_packing`), each attending only
+  to itself: the results of the padded rows with less compute spent on padding.
   `value_head_init`: the critic's value head starts `normal` (small random weights, so its
   first values are random in scale) or `zero` (every first value 0: close to the returns
   of a task whose returns are near 0, and no random offset for the critic to unlearn).
@@ -90,6 +93,7 @@ class ModelSection:
   value_head_init: str = "normal"  # the value head kernel at start: normal or zero
   attention: str = "dense"  # dense ([T, T] scores), splash (tunix's TPU kernel), blockwise
   attention_block_size: int = 512  # splash's or blockwise's block, in tokens
+  packing: bool = False  # training passes on packed rows
 
 
 @dataclasses.dataclass
@@ -230,6 +234,7 @@ class RunConfig:
     return PpoExtConfig(
       **{"logps_temperature": self.train.temperature, **self.ppo},
       fused_head=self.model.fused_head,
+      packing=self.model.packing,
     )
 
 
@@ -442,7 +447,7 @@ def _check_ppo(value: Any) -> dict[str, Any]:
 
 
 # PpoExtConfig fields the run config sets from another section's key
-PPO_FIELDS_SET_ELSEWHERE = {"fused_head": FUSED_HEAD_KEY}
+PPO_FIELDS_SET_ELSEWHERE = {"fused_head": FUSED_HEAD_KEY, "packing": "model.packing"}
 _PPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PpoExtConfig)}
 
 
@@ -696,6 +701,15 @@ def _validate_envs(run: RunConfig) -> None:
     )
 
 
+def _ppo_error_key(message: str) -> str:
+  """A `PpoExtConfig` error as the run config's: under the key the run config sets it by."""
+  for field, key in PPO_FIELDS_SET_ELSEWHERE.items():
+    prefix = f"PpoExtConfig.{field}="
+    if message.startswith(prefix):
+      return f"config key '{key}'={message[len(prefix) :]}"
+  return f"config key 'ppo': {message}"
+
+
 def resolve(run: RunConfig) -> ResolvedRun:
   """Works `run` out once: its `PpoExtConfig`, the batch arithmetic, the environment mix and
   the recipe sections checked against each other (`run.recipe`, `run.dapo_section`).
@@ -713,7 +727,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   try:
     ppo = run.ppo_config()  # PpoExtConfig names the field, the value and what is allowed
   except ValueError as err:
-    raise ConfigError(f"config key 'ppo': {err}") from None
+    raise ConfigError(_ppo_error_key(str(err))) from None
   num_generations = ppo.num_generations
   if run.train.batch_size % num_generations:
     raise ConfigError(

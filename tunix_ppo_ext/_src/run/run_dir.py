@@ -43,6 +43,7 @@ COMPUTE_ONLY = (
   "model.remat",
   "model.attention",
   "model.attention_block_size",
+  "model.packing",
 )
 # tunix wraps the optimizer in optax.MultiSteps when it accumulates gradients
 ACCUMULATION = ("batch.train_micro_batch_size", "batch.gradient_accumulation_steps")

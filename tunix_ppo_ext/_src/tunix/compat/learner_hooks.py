@@ -4,7 +4,10 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
 
 - `LearnerHooks`: the three private hook methods of `PPOLearner` that a learner must
   override (`_generate_and_compute_advantage`, `_num_generations`, `_run_global_step`),
-  forwarded to public methods of the same meaning. `init_without_critic`: what
+  forwarded to public methods of the same meaning; `_process_accumulated_batches` (tunix's
+  split of the rollout phase's example into training micro-batches), whose sizes it
+  records (`train_chunk_sizes`: `model.packing` packs each micro-batch on its own).
+  `init_without_critic`: what
   `PPOLearner.__init__` does for the actor, for a cluster without critic (its constructor
   refuses one; tunix's training loop itself skips a missing critic trainer, as for GRPO);
   it sets the `_use_reward_model` flag tunix's constructor would have set.
@@ -49,7 +52,10 @@ PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
     ppo_learner.PPOLearner,
     ("_generate_and_compute_advantage", "_num_generations", "_run_global_step"),
   ),
-  "tunix.rl.rl_learner.RLLearner": (rl_learner.RLLearner, ("_compute_rewards",)),
+  "tunix.rl.rl_learner.RLLearner": (
+    rl_learner.RLLearner,
+    ("_compute_rewards", "_process_accumulated_batches"),
+  ),
 }
 # Instance attributes set in constructors (checked on live objects by the tests).
 PINNED_INSTANCE_ATTRIBUTES = {
@@ -67,7 +73,19 @@ class LearnerHooks(ppo_learner.PPOLearner):
   - `generate_and_compute_advantage(training_input, mode)`: the rollout phase.
   - `num_generations()`: samples per prompt.
   - `after_global_step(seconds)`: after each of tunix's global steps, with its wall time.
+
+  `train_chunk_sizes`: the rows of each micro-batch tunix slices the next example into
+  (`_process_accumulated_batches` splits the rollout phase's example at these sizes
+  before the trainers see it); empty before the first.
   """
+
+  train_chunk_sizes: tuple[int, ...] = ()
+
+  def _process_accumulated_batches(
+    self, micro_batches: Any, micro_batch_sizes: Any, *args: Any, **kwargs: Any
+  ) -> Any:
+    self.train_chunk_sizes = tuple(int(n) for n in micro_batch_sizes)
+    return super()._process_accumulated_batches(micro_batches, micro_batch_sizes, *args, **kwargs)
 
   def _generate_and_compute_advantage(self, training_input: Any, mode: Any = None) -> Any:
     mode = rl_cluster_lib.Mode.TRAIN if mode is None else mode

@@ -16,7 +16,8 @@ constructor looks them up.
 A `train_example` may carry `attention_mask` (all real completion tokens), `loss_mask`
 (agent tokens) and `kl_coef` (the controller's live value); without them tunix's
 `completion_mask` serves as the loss mask and the attention mask is derived from padding,
-exactly as in tunix.
+exactly as in tunix. With `pack_slots` and `pack_rows` (`example_packing`) the pass runs
+on packed rows.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tunix_ppo_ext._src.math import kl_methods as names
 from tunix_ppo_ext._src.math import ppo_losses as losses
 from tunix_ppo_ext._src.math.kl import kl_divergence
 from tunix_ppo_ext._src.math.logits import fused_logps_and_entropy, logps_and_entropy
+from tunix_ppo_ext._src.math.packing import Packing
 from tunix_ppo_ext._src.plugins import protocols, registry
 from tunix_ppo_ext._src.tunix.learner import passes
 
@@ -48,6 +50,15 @@ def _masks(train_example: Any) -> tuple[jax.Array | None, jax.Array]:
   attention_mask = getattr(train_example, "attention_mask", None)
   loss_mask = getattr(train_example, "loss_mask", None)
   return attention_mask, train_example.completion_mask if loss_mask is None else loss_mask
+
+
+def example_packing(train_example: Any) -> Packing | None:
+  """The example's `Packing` (its `pack_slots` `[B, P+T]`; the width of its `pack_rows`
+  `[B, R]` is the packed row count, static), or None for padded rows."""
+  slots = getattr(train_example, "pack_slots", None)
+  if slots is None:
+    return None
+  return Packing(slots, train_example.pack_rows.shape[1])
 
 
 def policy_pass(
@@ -73,6 +84,7 @@ def policy_pass(
   chunk_size = getattr(algo_config, "logits_chunk_size", 0)
   fused = getattr(algo_config, "fused_head", False)  # no [B, T, V] logits
   pass_kw = dict(pad_id=pad_id, eos_id=eos_id, attention_mask=attention_mask)
+  pass_kw["packing"] = example_packing(train_example)
   ids = (train_example.prompt_ids, train_example.completion_ids)
   head = passes.completion_head(model, *ids, fused_head=fused, stop_gradient=False, **pass_kw)
   kw = dict(temperature=temperature, chunk_size=chunk_size)
@@ -175,6 +187,7 @@ def ppo_ext_value_loss_fn(
     eos_id=eos_id,
     attention_mask=attention_mask,
     stop_gradient=False,
+    packing=example_packing(train_example),
   )
   vpreds = passes.predicting_positions(scores, train_example.completion_ids.shape[1])
   return losses.value_loss(

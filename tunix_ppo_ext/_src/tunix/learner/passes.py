@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from tunix.rl import common as tunix_common
 
@@ -29,6 +30,7 @@ from tunix_ppo_ext._src.math.logits import (
   fused_logps_and_entropy,
   logps_and_entropy,
 )
+from tunix_ppo_ext._src.math.packing import Packing, packed_model_inputs, plan_packing, unpack
 from tunix_ppo_ext._src.tunix import compat
 
 
@@ -89,6 +91,29 @@ def process_ids(
   return input_ids, positions, causal_mask, real.astype(jnp.int32)
 
 
+# Packed row counts are rounded up to a quarter of the rows (at most four shapes to compile
+# a pass for, whatever the batch's episode lengths).
+PACK_SHAPES = 4
+
+
+def plan_rows(
+  prompt_tokens: Any, attention_mask: Any, pad_id: int, chunks: list[int] | None = None
+) -> tuple[np.ndarray, np.ndarray, int]:
+  """`math.packing.plan_packing` of a `[B, P]` prompt and `[B, T]` completion attention mask
+  (on the host), each chunk of rows packed on its own, the row count rounded to a quarter
+  of the largest chunk."""
+  prompt, mask = np.asarray(prompt_tokens), np.asarray(attention_mask)
+  real = np.concatenate([prompt != pad_id, mask != 0], axis=1)
+  largest = max(chunks) if chunks else real.shape[0]
+  return plan_packing(real, chunks, round_to=max(1, largest // PACK_SHAPES))
+
+
+def packing_of(prompt_tokens: Any, attention_mask: Any, pad_id: int) -> Packing:
+  """The `Packing` of one chunk (`plan_rows`), for a pass over it."""
+  slots, _, rows = plan_rows(prompt_tokens, attention_mask, pad_id)
+  return Packing(jnp.asarray(slots), rows)
+
+
 def _accepts_segment_ids(model: nnx.Module) -> bool:
   """Whether the model's `__call__` takes `segment_ids` (as tunix checks)."""
   try:
@@ -108,19 +133,28 @@ def _forward(
   eos_id: int,
   attention_mask: jax.Array | None,
   hidden: bool = False,
+  packing: Packing | None = None,
 ) -> jax.Array:
   """One model pass over prompt + completion; returns the model's first output `[B, P+T, ...]`
-  (with `hidden`, its final-norm hidden states `[B, P+T, D]` instead: no LM head runs)."""
+  (with `hidden`, its final-norm hidden states `[B, P+T, D]` instead: no LM head runs).
+  With `packing` the model runs on the packed rows (`math.packing`) and its output comes
+  back in the padded layout (zeros at padding)."""
   input_ids, positions, causal_mask, real = process_ids(
     prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask=attention_mask
   )
+  if packing is not None:
+    input_ids, positions, causal_mask, real = packed_model_inputs(
+      input_ids, positions, real, packing
+    )
   kwargs = {"positions": positions, "cache": None, "attention_mask": causal_mask}
   if _accepts_segment_ids(model):
     kwargs["segment_ids"] = real
   if hidden:
-    return compat.final_hidden_states(model, input_ids, **kwargs)
-  out = model(input_ids, **kwargs)
-  return out[0] if isinstance(out, tuple) else out
+    out = compat.final_hidden_states(model, input_ids, **kwargs)
+  else:
+    out = model(input_ids, **kwargs)
+    out = out[0] if isinstance(out, tuple) else out
+  return out if packing is None else unpack(out, packing)
 
 
 @nnx.jit(static_argnames=("pad_id", "eos_id", "stop_gradient"), graph=False)
@@ -133,10 +167,11 @@ def compute_completion_logits(
   eos_id: int,
   attention_mask: jax.Array | None = None,
   stop_gradient: bool = True,
+  packing: Packing | None = None,
 ) -> jax.Array:
   """Logits `[B, T, V]` that predict each completion token (one forward pass)."""
   logits = _completion_logits(
-    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask
+    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask, packing
   )
   return jax.lax.stop_gradient(logits) if stop_gradient else logits
 
@@ -160,10 +195,11 @@ def _completion_hidden(
   pad_id: int,
   eos_id: int,
   attention_mask: jax.Array | None,
+  packing: Packing | None = None,
 ) -> jax.Array:
   """The final hidden states `[B, T, D]` that predict each completion token."""
   hidden = _forward(
-    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask, hidden=True
+    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask, True, packing
   )
   return predicting_positions(hidden, completion_tokens.shape[1])
 
@@ -178,11 +214,12 @@ def compute_completion_hidden(
   eos_id: int,
   attention_mask: jax.Array | None = None,
   stop_gradient: bool = True,
+  packing: Packing | None = None,
 ) -> jax.Array:
   """Final hidden states `[B, T, D]` that predict each completion token (the fused head's
   input: one forward pass that stops before the LM head)."""
   hidden = _completion_hidden(
-    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask
+    model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask, packing
   )
   return jax.lax.stop_gradient(hidden) if stop_gradient else hidden
 
@@ -230,15 +267,16 @@ def _completion_logits(
   pad_id: int,
   eos_id: int,
   attention_mask: jax.Array | None,
+  packing: Packing | None = None,
 ) -> jax.Array:
   """Logits `[B, T, V]` predicting the completion. For the families whose call ends in
   the LM head, the head runs on the T predicting positions' hidden states only (the
   prompt's `P` positions need no logits: a forward, and in training its backward, through
   a `[B, P+T, D] x [D, V]` head is the largest single product of a small model's pass)."""
-  args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
+  args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask, packing)
   if compat.has_pinned_head(model):
     return compat.lm_head(model, _completion_hidden(*args))
-  return predicting_positions(_forward(*args), completion_tokens.shape[1])
+  return predicting_positions(_forward(*args[:-1], packing=packing), completion_tokens.shape[1])
 
 
 @nnx.jit(
@@ -266,6 +304,7 @@ def compute_per_token_logps(
   temperature: float = 1.0,
   chunk_size: int = 0,
   fused_head: bool = False,
+  packing: Packing | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
   """Per-token log-probs `[B, T]` of the completion, and its entropy `[B, T]` when asked.
 
@@ -273,10 +312,10 @@ def compute_per_token_logps(
   `fused_head` (`PpoExtConfig.fused_head`), through `fused_logps_and_entropy` from the final
   hidden states and the head's weight, `chunk_size` positions of logits at a time (the
   `[B, T, V]` logits never exist). `attention_mask` is the attention mask (all real tokens),
-  not the loss mask.
+  not the loss mask. `packing` (`math.packing`): the pass runs on packed rows.
   """
   kw = dict(temperature=temperature, chunk_size=chunk_size, return_entropy=return_entropy)
-  args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
+  args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask, packing)
   if fused_head:
     hidden = _completion_hidden(*args)
     weight = head_weight(model, hidden.dtype)
@@ -299,8 +338,10 @@ def compute_score(
   eos_id: int,
   attention_mask: jax.Array | None = None,
   stop_gradient: bool = True,
+  packing: Packing | None = None,
 ) -> jax.Array:
   """Per-token scores `[B, P+T]` of a critic or reward model whose output is `[B, P+T, 1]`."""
-  scores = _forward(model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
+  args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
+  scores = _forward(*args, packing=packing)
   scores = jnp.squeeze(scores, axis=-1)
   return jax.lax.stop_gradient(scores) if stop_gradient else scores

@@ -69,6 +69,12 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       `ops.fused_logps_and_entropy`, `ops.fused_full_kl_divergence`): no pass holds the
       `[B, T, V]` logits. Needs `logits_chunk_size > 0`; the run config's
       `model.fused_head`.
+    packing: run every model pass (log-probs, values, the actor's and critic's updates) on
+      the batch's episodes packed into fewer rows of the same width (`ops.plan_packing`:
+      each episode keeps its positions and attends only to itself), the outputs back in
+      the padded layout: the same results with less compute on padding. Needs this
+      package's (or a plugin's) policy and value losses; the run config's
+      `model.packing`.
     recompute_old_logps: run the old-log-prob pass even where the update's own pass gives
       the old log-probs exactly (one epoch in one optimizer step, nothing reading them
       before the update: `ppo_learner.old_logps_in_update`), e.g. for the sampler-trainer
@@ -115,6 +121,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   critic_warmup_patience: int | None = None
   logits_chunk_size: int = 0
   fused_head: bool = False
+  packing: bool = False
   recompute_old_logps: bool = False
   num_generations: int = 1
   max_nonfinite_steps: int = 10
@@ -195,7 +202,8 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _integer(self, "logits_chunk_size", low=0)
     _integer(self, "num_generations", low=1)
     _integer(self, "max_nonfinite_steps", low=1)
-    for name in ("norm_adv_by_std", "whiten_advantages", "fused_head", "recompute_old_logps"):
+    flags = ("norm_adv_by_std", "whiten_advantages", "fused_head", "packing", "recompute_old_logps")
+    for name in flags:
       if not isinstance(getattr(self, name), bool):
         _fail(name, getattr(self, name), "True or False")
 
@@ -230,6 +238,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
         f"used with a policy loss of this package or a plugin (policy_loss_fn="
         f"{self.policy_loss_fn!r} is tunix's, whose pass computes the whole logits)",
       )
+    _check_packing(self)
     validate_toolbox(self)
     _check_tunix_losses(self)
     _check_critic_keys(self)
@@ -286,6 +295,24 @@ def _check_tunix_losses(config: PpoExtConfig) -> None:
     if config.value_loss_agg_mode != "token-mean":
       mode = config.value_loss_agg_mode
       _fail("value_loss_agg_mode", mode, f"'token-mean' {own}: its only mode)")
+
+
+def _check_packing(config: PpoExtConfig) -> None:
+  """`packing` needs losses whose pass this package runs (tunix's own run theirs)."""
+  if not config.packing:
+    return
+  for name, kind in (
+    ("policy_loss_fn", registry.POLICY_LOSSES),
+    ("value_loss_fn", registry.VALUE_LOSSES),
+  ):
+    value = getattr(config, name)
+    if not registry.has(kind, value):
+      _fail(
+        "packing",
+        True,
+        f"used with a {name.split('_')[0]} loss of this package or a plugin ({name}="
+        f"{value!r} is tunix's, whose pass runs on the padded rows)",
+      )
 
 
 def fused_head_problem(fused_head: bool, chunk_size: int) -> str | None:

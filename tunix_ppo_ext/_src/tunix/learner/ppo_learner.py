@@ -66,6 +66,8 @@ class TrainExample(ppo_learner.TrainExample):
   kl_coef: jax.Array | None = None  # [B], the KL-in-loss coefficient of this step
   actor_scale: jax.Array | None = None  # [B], 0 during critic warm-up
   rollout_is_weights: jax.Array | None = None  # [B, T], rollout correction (rollout_is)
+  pack_slots: jax.Array | None = None  # [B, P+T], each token's packed slot (`packing`)
+  pack_rows: jax.Array | None = None  # [B, R], one-hot: the packed row of each episode
 
 
 class PpoExtLearner(compat.LearnerHooks):
@@ -139,7 +141,9 @@ class PpoExtLearner(compat.LearnerHooks):
     self._set_up_reference(ppo_config)
     prompts = compat.logps_micro_batch_size(self)  # tunix counts prompts; a pass sees rows
     rows = None if prompts is None else prompts * ppo_config.num_generations  # as tunix's GRPO
-    self._passes = RolePasses(rl_cluster, rows, ppo_config.fused_head, ppo_config.logits_chunk_size)
+    self._passes = RolePasses(
+      rl_cluster, rows, ppo_config.fused_head, ppo_config.logits_chunk_size, ppo_config.packing
+    )
     self._nan_guard = guards.NanGuard(rl_cluster, ppo_config.max_nonfinite_steps)
     self._disk_guard = disk_space.guard_for(rl_cluster)
     self._check_disk()  # before the first step
@@ -490,7 +494,7 @@ class PpoExtLearner(compat.LearnerHooks):
     config = self.algo_config
     b = inputs.completion.shape[0]
     kl_in_loss = config.kl_penalty == "loss"
-    return TrainExample(
+    example = TrainExample(
       prompt_ids=inputs.prompt,
       prompt_mask=(inputs.prompt != inputs.pad_id).astype(jnp.int32),
       completion_ids=inputs.completion,
@@ -504,6 +508,22 @@ class PpoExtLearner(compat.LearnerHooks):
       loss_mask=inputs.loss_mask,
       kl_coef=jnp.full((b,), self.kl_controller.value if kl_in_loss else 0.0, jnp.float32),
       actor_scale=jnp.full((b,), 0.0 if warming_up else 1.0, jnp.float32),
+    )
+    return self._packed(example) if config.packing else example
+
+  def _packed(self, example: TrainExample) -> TrainExample:
+    """`example` with its packing (`pack_slots`, `pack_rows`): each of the micro-batches
+    tunix will slice it into (`train_chunk_sizes`) packed on its own. Rows tunix slices
+    otherwise (sizes unknown or not adding up) train padded: still exact."""
+    chunks = self.train_chunk_sizes
+    if sum(chunks) != example.completion_ids.shape[0]:
+      return example
+    pad_id = self.rl_cluster.rollout.pad_id()
+    slots, row, rows = passes.plan_rows(
+      example.prompt_ids, example.attention_mask, pad_id, list(chunks)
+    )
+    return example.replace(
+      pack_slots=jnp.asarray(slots), pack_rows=jax.nn.one_hot(row, rows, dtype=jnp.int8)
     )
 
   def _critic_warmup_rule(self, explained_variance: float | None) -> None:

@@ -75,9 +75,11 @@ class RolePasses:
     micro_batch_size: int | None,
     fused_head: bool = False,
     chunk_size: int = 0,
+    packing: bool = False,
   ):
     self.cluster = cluster
     self.micro_batch_size = micro_batch_size
+    self.packing = packing  # every pass on packed rows (`math.packing`): never tunix's own
     # the log-prob passes' head: fused (`chunk_size` positions of logits at a time) or not
     self.head = {"fused_head": fused_head, "chunk_size": chunk_size if fused_head else 0}
     # Several hosts: every pass keeps this host's rows. (tunix 0.1.7's reference pass
@@ -101,7 +103,7 @@ class RolePasses:
   def old_logps(self, inputs: ModelInputs) -> jax.Array:
     """log pi_old(a_t) `[B, T]` of the rollout policy (the model the engine samples from)."""
     cluster = self.cluster
-    if inputs.temperature in (None, 1.0) and inputs.tunix_mask and not self.head["fused_head"]:
+    if inputs.temperature in (None, 1.0) and inputs.tunix_mask and not self._own_passes:
       return self._at_home(
         cluster.get_old_per_token_logps(
           inputs.prompt, inputs.completion, micro_batch_size=self.micro_batch_size
@@ -111,7 +113,9 @@ class RolePasses:
     with compat.on_role(cluster, Role.ROLLOUT, model):
       return self._at_home(
         self._chunked(
-          inputs, False, lambda p, c, m: self._logps(model, inputs, p, c, m, inputs.temperature)
+          inputs,
+          False,
+          lambda *chunk: self._logps(model, inputs, *chunk, temperature=inputs.temperature),
         )
       )
 
@@ -120,7 +124,7 @@ class RolePasses:
     cluster, tunix_temperature = self.cluster, self._train_temperature()
     temperature = tunix_temperature if inputs.temperature is None else inputs.temperature
     stock = temperature == tunix_temperature and inputs.tunix_mask  # tunix's pass uses it
-    stock = stock and not self.head["fused_head"]
+    stock = stock and not self._own_passes
     if stock and not self.multi_process:
       return self._at_home(
         cluster.get_ref_per_token_logps(
@@ -135,21 +139,21 @@ class RolePasses:
     with compat.on_role(cluster, Role.REFERENCE, model):
       return self._at_home(
         self._chunked(
-          inputs, True, lambda p, c, m: self._logps(model, inputs, p, c, m, temperature)
+          inputs, True, lambda *chunk: self._logps(model, inputs, *chunk, temperature=temperature)
         )
       )
 
   def values(self, inputs: ModelInputs) -> jax.Array:
     """Critic values `[B, P+T]`."""
     model = self.cluster.critic_trainer.model
-    if inputs.tunix_mask:
+    if inputs.tunix_mask and not self.packing:
       return self._stock_scores(inputs, Role.CRITIC, model, self.cluster.get_values)
     return self._at_home(self._scores(inputs, Role.CRITIC, model))
 
   def rewards(self, inputs: ModelInputs) -> jax.Array:
     """Reward-model scores `[B, P+T]`."""
     model = self.cluster.inference_worker.get_model("reward")
-    if inputs.tunix_mask:
+    if inputs.tunix_mask and not self.packing:
       return self._stock_scores(inputs, Role.REWARD, model, self.cluster.get_rewards)
     return self._at_home(self._scores(inputs, Role.REWARD, model))
 
@@ -168,7 +172,11 @@ class RolePasses:
       head_pass = passes.compute_completion_hidden
     with compat.on_role(cluster, role, model):
       out = self._at_home(
-        self._chunked(inputs, False, lambda p, c, m: head_pass(model, p, c, attention_mask=m, **kw))
+        self._chunked(
+          inputs,
+          False,
+          lambda p, c, m, packing: head_pass(model, p, c, attention_mask=m, packing=packing, **kw),
+        )
       )
       if not self.head["fused_head"]:
         return out
@@ -185,11 +193,26 @@ class RolePasses:
       scores = tunix_pass(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
     return self._at_home(scores)
 
-  def _scores(self, inputs: ModelInputs, role: Any, model: Any) -> jax.Array:
-    with compat.on_role(self.cluster, role, model):
-      return passes.compute_score(model, inputs.prompt, inputs.completion, **inputs.passes)
+  @property
+  def _own_passes(self) -> bool:
+    """Whether every log-prob pass is this package's (tunix's have no fused head and
+    no packing)."""
+    return self.head["fused_head"] or self.packing
 
-  def _logps(self, model: Any, inputs: ModelInputs, prompt, completion, mask, temperature):
+  def _packing(self, prompt: jax.Array, mask: jax.Array, pad_id: int) -> Any:
+    """The `Packing` of one chunk's rows, or None without packing."""
+    return passes.packing_of(prompt, mask, pad_id) if self.packing else None
+
+  def _scores(self, inputs: ModelInputs, role: Any, model: Any) -> jax.Array:
+    packing = self._packing(inputs.prompt, inputs.attention_mask, inputs.pad_id)
+    with compat.on_role(self.cluster, role, model):
+      return passes.compute_score(
+        model, inputs.prompt, inputs.completion, packing=packing, **inputs.passes
+      )
+
+  def _logps(
+    self, model: Any, inputs: ModelInputs, prompt, completion, mask, packing, *, temperature
+  ) -> jax.Array:
     return passes.compute_per_token_logps(
       model,
       prompt,
@@ -198,18 +221,20 @@ class RolePasses:
       eos_id=inputs.eos_id,
       attention_mask=mask,
       temperature=temperature or 1.0,
+      packing=packing,
       **self.head,
     )
 
   def _chunked(self, inputs: ModelInputs, shard: bool, fn: Callable) -> jax.Array:
-    """`fn(prompt, completion, attention_mask)` over micro-batches, concatenated."""
+    """`fn(prompt, completion, attention_mask, packing)` over micro-batches, concatenated
+    (`packing` each chunk's own, or None)."""
     arrays = (inputs.prompt, inputs.completion, inputs.attention_mask)
     if shard and not self.multi_process:  # as tunix's reference pass: on the data axis
       axis = self.cluster.cluster_config.training_config.data_sharding_axis
       arrays = tuple(sharding_utils.shard_input(a, axis) for a in arrays)
     size = arrays[0].shape[0]
-    outs = [
-      fn(*(a[piece] for a in arrays))
-      for piece in rl_utils.chunk_slices_by_size(stop=size, step=self.micro_batch_size or size)
-    ]
+    outs = []
+    for piece in rl_utils.chunk_slices_by_size(stop=size, step=self.micro_batch_size or size):
+      prompt, completion, mask = (a[piece] for a in arrays)
+      outs.append(fn(prompt, completion, mask, self._packing(prompt, mask, inputs.pad_id)))
     return jnp.concatenate(outs, axis=0)

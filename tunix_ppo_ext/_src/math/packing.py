@@ -1,0 +1,143 @@
+"""Rows without padding: a batch's episodes packed into fewer rows of the same width.
+
+A `[B, W]` batch (a left-padded prompt, then a right-padded completion: `W = P + T`) holds
+each episode's real tokens as one run of columns. Packing places the runs one after another
+in `R <= B` rows of width `W` (first-fit decreasing bin packing, Johnson 1973), so a model
+pass runs on `R` rows instead of `B`. Every per-token array moves with one scatter (`pack`)
+into the packed layout and back with one gather (`unpack`); whatever comes after the model
+(log-probs, losses, advantages) sees the padded layout unchanged, which is what makes a
+packed pass exactly the padded one. verl's `use_remove_padding` unpads into one token
+stream for the same reason; with static shapes the stream here is `R` rows of `W`.
+
+In the packed rows an episode keeps its own positions (counted over its real tokens, as the
+padded path counts them) and its own segment id (1, 2, ... within a chunk; 0 marks an empty
+slot): attention stays inside one episode and never reaches an empty slot.
+
+`plan_packing` runs on the host (NumPy) once per batch; `pack`, `unpack` and
+`packed_model_inputs` are JAX and run inside the passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Packing", "pack", "packed_model_inputs", "plan_packing", "unpack"]
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["slots"], meta_fields=["rows"])
+@dataclasses.dataclass(frozen=True)
+class Packing:
+  """Where each token of a `[B, W]` chunk sits in its `rows` packed rows of width `W`.
+
+  `slots`: `[B, W]` int32, the token's index in the packed chunk read row by row
+  (`row * W + column`), `rows * W` for a padding token (dropped). `rows`: `R`, static (a
+  compilation key, a Python int).
+  """
+
+  slots: jax.Array
+  rows: int
+
+
+def _runs(real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """`(start [B], length [B])` of each row's one run of real tokens; ValueError otherwise."""
+  length = real.sum(axis=1)
+  start = np.where(length > 0, np.argmax(real, axis=1), 0)
+  inside = (np.arange(real.shape[1])[None] >= start[:, None]) & (
+    np.arange(real.shape[1])[None] < (start + length)[:, None]
+  )
+  broken = np.flatnonzero(np.any(inside != real, axis=1))
+  if broken.size:
+    raise ValueError(
+      f"packing: row {int(broken[0])}'s real tokens are not one run of columns (a padding "
+      "token between real ones); such a batch cannot be packed"
+    )
+  return start, length
+
+
+def _first_fit_decreasing(lengths: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+  """`(row [n], offset [n])`: each length's packed row and first column, longest first."""
+  row, offset = np.zeros(len(lengths), np.int64), np.zeros(len(lengths), np.int64)
+  filled: list[int] = []
+  for i in np.argsort(-lengths, kind="stable"):
+    fits = [r for r, used in enumerate(filled) if used + lengths[i] <= width]
+    r = fits[0] if fits else len(filled)
+    if not fits:
+      filled.append(0)
+    row[i], offset[i] = r, filled[r]
+    filled[r] += int(lengths[i])
+  return row, offset
+
+
+def plan_packing(
+  real: np.ndarray, chunks: Sequence[int] | None = None, round_to: int = 1
+) -> tuple[np.ndarray, np.ndarray, int]:
+  """Packs each chunk of rows of a batch on its own: `(slots [B, W], row [B], R)`.
+
+  Args:
+    real: `[B, W]`, nonzero on real tokens, one run per row.
+    chunks: consecutive row counts summing to `B` (the micro-batches a pass or an update
+      sees, each packed into its own `R` rows; `slots` are local to the chunk). Default:
+      one chunk.
+    round_to: `R` rounded up to a multiple of this (fewer distinct shapes to compile);
+      at most the largest chunk.
+
+  Returns:
+    `slots` (see `Packing`), `row` the packed row of each episode within its chunk, and
+    `R`, the same for every chunk (the most any chunk needs, rounded).
+  """
+  real = np.asarray(real) != 0
+  batch, width = real.shape
+  chunks = [batch] if chunks is None else [int(c) for c in chunks]
+  if sum(chunks) != batch or min(chunks, default=1) < 1:
+    raise ValueError(f"packing: chunks {chunks} do not split {batch} rows")
+  start, length = _runs(real)
+  row, offset = np.zeros(batch, np.int64), np.zeros(batch, np.int64)
+  bounds = np.cumsum([0, *chunks])
+  for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    row[lo:hi], offset[lo:hi] = _first_fit_decreasing(length[lo:hi], width)
+  rows = int(row.max(initial=0)) + 1
+  rows = min(-(-rows // round_to) * round_to, max(chunks))
+  column = np.arange(width)[None]
+  slots = row[:, None] * width + offset[:, None] + (column - start[:, None])
+  slots = np.where(real, slots, rows * width).astype(np.int32)
+  return slots, row.astype(np.int32), rows
+
+
+def pack(x: jax.Array, packing: Packing) -> jax.Array:
+  """`x` `[B, W, ...]` in the packed layout `[R, W, ...]` (zeros in empty slots)."""
+  batch, width = packing.slots.shape
+  chex.assert_shape(x, (batch, width, ...))
+  tail = x.shape[2:]
+  flat = jnp.zeros((packing.rows * width + 1, *tail), x.dtype)
+  flat = flat.at[packing.slots.reshape(-1)].set(x.reshape(batch * width, *tail))
+  return flat[:-1].reshape(packing.rows, width, *tail)
+
+
+def unpack(y: jax.Array, packing: Packing) -> jax.Array:
+  """`y` `[R, W, ...]` back in the padded layout `[B, W, ...]` (zeros at padding)."""
+  chex.assert_shape(y, (packing.rows, packing.slots.shape[1], ...))
+  flat = y.reshape(-1, *y.shape[2:])
+  flat = jnp.concatenate([flat, jnp.zeros((1, *y.shape[2:]), y.dtype)])
+  return flat[packing.slots]
+
+
+def packed_model_inputs(
+  input_ids: jax.Array, positions: jax.Array, real: jax.Array, packing: Packing
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """The model inputs of the padded `[B, W]` layout packed: `(input_ids [R, W], positions
+  [R, W], causal mask [R, W, W] bool, segment ids [R, W] int32)`. A token attends to the
+  tokens of its own episode at or before it; an empty slot to nothing."""
+  episode = (jnp.arange(real.shape[0], dtype=jnp.int32) + 1)[:, None] * (real != 0)
+  segments = pack(episode.astype(jnp.int32), packing)
+  columns = jnp.arange(segments.shape[1])
+  causal = columns[:, None] >= columns[None, :]
+  same = segments[:, :, None] == segments[:, None, :]
+  mask = same & causal[None] & (segments[:, None, :] > 0)
+  return pack(input_ids, packing), pack(positions, packing), mask, segments
