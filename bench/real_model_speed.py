@@ -26,7 +26,14 @@ matmul rate (GFLOP/s) and the memory read rate (GB/s), with the model's paramete
   frozen weights need no gradient); without LoRA three.
 
   python bench/real_model_speed.py [--steps 6 --warmup 2 --repeats 2 --profile]
-      [--checkout base=../base --checkout new=.] [KEY=VALUE ...]
+      [--checkout base=../base --checkout new=.] [--variant NAME="KEY=VALUE ..."]
+      [--resume-from RUN_DIR] [KEY=VALUE ...]
+
+`--variant NAME="KEY=VALUE ..."` adds a run of this checkout with those overrides (e.g.
+`--variant packed="model.packing=true"` beside the default `this=.`). `--resume-from` starts
+every run from a copy of a finished run's directory (its `config.json`, checkpoints and
+metrics) and times the `--steps` steps after its last: a trained policy's episodes, not the
+initial one's (`--config` defaults to the run's own config then).
 
 `--profile` traces the step after the warm-up of every run (`jax.profiler`) and prints the
 XLA op kinds that took the most time in it (each op's own time, summed by kind).
@@ -40,6 +47,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -109,14 +117,26 @@ def machine_rates() -> tuple[float, float]:
   return 2 * 1280 * 576 * 4096 / seconds(matmul, a, w) / 1e9, x.nbytes / seconds(total, x) / 1e9
 
 
-def run_checkout(path: pathlib.Path, args, out: pathlib.Path) -> dict:
-  """Trains `args.steps` steps with `path`'s package: its metrics, summary, stamps, shape."""
+def finished_steps(run_dir: pathlib.Path) -> int:
+  """The last step a run directory's `metrics.jsonl` logged (0 for none)."""
+  lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+  return max((json.loads(line).get("step", 0) for line in lines), default=0)
+
+
+def run_checkout(path: pathlib.Path, args, out: pathlib.Path, extra: list[str]) -> dict:
+  """Trains `args.steps` steps with `path`'s package and the `extra` overrides (after the
+  steps of `args.resume_from`, copied to `out`): its metrics, summary, stamps, shape."""
   env = {**os.environ, "PYTHONPATH": str(path.resolve())}
   if args.profile:  # one step traced: the first after the warm-up
     env["BENCH_PROFILE_STEP"] = str(args.warmup + 1)
-  overrides = [f"train.steps={args.steps}", "train.eval_every=1000", "train.checkpoint_every=1000"]
+  start = 0
+  if args.resume_from:
+    shutil.copytree(args.resume_from, out)
+    start = finished_steps(out)
+  steps = f"train.steps={start + args.steps}"
+  overrides = [steps, "train.eval_every=1000", "train.checkpoint_every=1000"]
   config = str(pathlib.Path(args.config).resolve())
-  command = [sys.executable, "-c", CHILD, str(out), config, *overrides, *args.overrides]
+  command = [sys.executable, "-c", CHILD, str(out), config, *overrides, *args.overrides, *extra]
   done = subprocess.run(command, env=env, cwd=path, stderr=subprocess.PIPE, text=True)
   if done.returncode:
     raise RuntimeError(f"{path}: the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -127,7 +147,8 @@ def run_checkout(path: pathlib.Path, args, out: pathlib.Path) -> dict:
   for line in (out / "metrics.jsonl").read_text().splitlines():
     row = json.loads(line)
     steps.setdefault(row.get("step", 0), {}).update(row)
-  result["steps"] = steps
+  result["steps"] = {step: row for step, row in steps.items() if step > start}
+  result["start"] = start
   return result
 
 
@@ -156,14 +177,14 @@ def top_ops(trace_dir: pathlib.Path, count: int = 8) -> list[tuple[str, float, i
 def medians(result: dict, warmup: int) -> dict:
   """Median seconds per phase and tokens per step over the steps after `warmup`; the first
   step (compilation) and the compilations that started after `warmup` steps."""
-  stamps = result["stamps"]
-  rows = [row for step, row in result["steps"].items() if step > warmup]
+  stamps, start = result["stamps"], result.get("start", 0)
+  rows = [row for step, row in result["steps"].items() if step > start + warmup]
 
   def median(key: str) -> float:
     return statistics.median(row.get(key, 0.0) for row in rows)
 
   out = {p: median(f"timing_s/{p}") for p in PHASES + UPDATES + ("step",)}
-  out["first_step"] = result["steps"][1]["timing_s/step"]
+  out["first_step"] = result["steps"][start + 1]["timing_s/step"]
   out["completion_tokens"] = median("generation/completions/mean_length")
   out["agent_tokens"] = median("train/response_length/mean")
   out["compiles_after_warmup"] = sum(t > stamps[warmup] for t in result["compiles"])
@@ -194,8 +215,9 @@ def floors(result: dict, m: dict, gflops: float, gbps: float) -> dict:
   }
 
 
-def report(name: str, runs: list[dict], base_step: float | None, rates: tuple[float, float]):
-  """Prints one checkout's table (medians over its runs) and its step ratio to the first."""
+def report(name: str, runs: list[dict], base: dict | None, rates: tuple[float, float]) -> dict:
+  """Prints one checkout's table (medians over its runs) and its step and phase ratios to
+  the first's medians `base`; returns its medians."""
   m = {k: statistics.median(r["m"][k] for r in runs) for k in runs[0]["m"]}
   floor = floors(runs[0]["result"], m, *rates)
   step = m["step"]
@@ -223,9 +245,14 @@ def report(name: str, runs: list[dict], base_step: float | None, rates: tuple[fl
       f"rollout {kind} tokens/s: {rate:.1f} ({rate / limit:.3f} of the compute limit "
       f"{limit:.0f} tokens/s)"
     )
-  if base_step is not None:
-    print(f"STEP RATIO {name}/first: {step / base_step:.3f} (speed-up {base_step / step:.2f}x)")
-  return step
+  if base is not None:
+    print(
+      f"STEP RATIO {name}/first: {step / base['step']:.3f} (speed-up {base['step'] / step:.2f}x)"
+    )
+    for phase in PHASES + UPDATES:
+      if m[phase] > 0 and base[phase] > 0:
+        print(f"PHASE RATIO {phase} {name}/first: {m[phase] / base[phase]:.3f}")
+  return m
 
 
 def main() -> None:
@@ -240,29 +267,37 @@ def main() -> None:
   parser.add_argument(
     "--profile", action="store_true", help="trace the step after the warm-up; top XLA ops"
   )
+  parser.add_argument(
+    "--variant", action="append", default=[], help='NAME="KEY=VALUE ...": this checkout so'
+  )
+  parser.add_argument("--resume-from", help="a finished run's directory to continue")
   parser.add_argument("overrides", nargs="*", help="KEY=VALUE config overrides")
   args = parser.parse_args()
-  checkouts = [c.split("=", 1) for c in args.checkout or ["this=."]]
+  if args.resume_from and args.config == parser.get_default("config"):
+    args.config = str(pathlib.Path(args.resume_from) / "config.json")
+  checkouts = [(*c.split("=", 1), []) for c in args.checkout or ["this=."]]
+  checkouts += [(v.split("=", 1)[0], ".", v.split("=", 1)[1].split()) for v in args.variant]
   rates = machine_rates()
   print(
     f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} cores: float32 "
     f"matmul {rates[0]:.0f} GFLOP/s, memory read {rates[1]:.1f} GB/s; {args.config}, "
     f"{args.steps} steps, medians after {args.warmup}, {args.repeats} interleaved repeats"
   )
-  runs: dict[str, list[dict]] = {name: [] for name, _ in checkouts}
+  runs: dict[str, list[dict]] = {name: [] for name, _, _ in checkouts}
   with tempfile.TemporaryDirectory() as tmp:
     for repeat in range(args.repeats):
-      for name, path in checkouts:
-        result = run_checkout(pathlib.Path(path), args, pathlib.Path(tmp) / f"{name}{repeat}")
+      for name, path, extra in checkouts:
+        out = pathlib.Path(tmp) / f"{name}{repeat}"
+        result = run_checkout(pathlib.Path(path), args, out, extra)
         runs[name].append({"result": result, "m": medians(result, args.warmup)})
         print(f"  run {repeat + 1} of {name}: step {runs[name][-1]['m']['step']:.2f} s", flush=True)
         if args.profile:
           for kind, seconds, calls in top_ops(pathlib.Path(tmp) / f"{name}{repeat}" / "trace"):
             print(f"    {kind:28s} {seconds:7.2f} s {calls:6d} calls", flush=True)
   base = None
-  for name, _ in checkouts:
-    step = report(name, runs[name], base, rates)
-    base = step if base is None else base
+  for name, _, _ in checkouts:
+    medians_of = report(name, runs[name], base, rates)
+    base = medians_of if base is None else base
 
 
 if __name__ == "__main__":

@@ -90,11 +90,13 @@ def grads(model, prompt, completion, attention, fused, wrt=nnx.Param):
   return nnx.grad(loss, argnums=nnx.DiffState(0, wrt))(model)
 
 
-def assert_trees_close(a, b, atol):
+def assert_trees_close(a, b, atol, rtol=1e-7):
   flat_a, flat_b = nnx.to_flat_state(a), nnx.to_flat_state(b)
   assert [p for p, _ in flat_a] == [p for p, _ in flat_b]
   for (path, x), (_, y) in zip(flat_a, flat_b, strict=True):
-    np.testing.assert_allclose(np.asarray(x[...]), np.asarray(y[...]), atol=atol, err_msg=path)
+    np.testing.assert_allclose(
+      np.asarray(x[...]), np.asarray(y[...]), atol=atol, rtol=rtol, err_msg=path
+    )
 
 
 @pytest.mark.tunix_facing
