@@ -24,11 +24,13 @@ def rows(prompt_lens, completion_lens, p: int, t: int) -> np.ndarray:
   return real
 
 
-def check_plan(real: np.ndarray, chunks: list[int], round_to: int) -> None:
-  """The plan's definition, checked token by token (a plain-Python reference)."""
-  slots, row, r = ops.plan_packing(real, chunks, round_to)
-  width = real.shape[1]
-  assert r <= max(chunks) and (r % round_to == 0 or r == max(chunks))
+def check_plan(real: np.ndarray, chunks: list[int], round_to: int, factor: int = 1) -> None:
+  """The plan's definition, checked token by token (a plain-Python reference); packed rows
+  `factor` times the batch's width."""
+  width = factor * real.shape[1]
+  slots, row, r = ops.plan_packing(real, chunks, round_to, width)
+  most = -(-max(chunks) // factor)  # every packed row but the last holds factor episodes
+  assert r <= most and (r % round_to == 0 or r == most), (r, most)
   start = 0
   for size in chunks:
     taken: dict[int, tuple[int, int]] = {}
@@ -62,15 +64,26 @@ def test_a_hand_made_batch_packs_as_first_fit_decreasing_would():
 @given(
   st.lists(st.tuples(st.integers(0, 4), st.integers(0, 6)), min_size=1, max_size=12),
   st.integers(1, 4),
+  st.sampled_from([1, 2, 3]),
   st.data(),
 )
-def test_every_plan_keeps_each_episode_one_ordered_run_in_one_row(lengths, round_to, data):
+def test_every_plan_keeps_each_episode_one_ordered_run_in_one_row(lengths, round_to, factor, data):
   """Any lengths (empty rows, one-token episodes, an episode filling its whole row), any
-  split into chunks, any rounding."""
+  split into chunks, any rounding, packed rows one to three times the batch's width."""
   real = rows([p for p, _ in lengths], [c for _, c in lengths], 4, 6)
   cuts = sorted(data.draw(st.sets(st.integers(1, len(lengths) - 1))) if len(lengths) > 1 else [])
   chunks = list(np.diff([0, *cuts, len(lengths)]))
-  check_plan(real, chunks, round_to)
+  check_plan(real, chunks, round_to, factor)
+
+
+def test_rows_twice_as_wide_hold_two_episodes_longer_than_half_a_row():
+  real = rows([3, 3, 3, 3], [3, 3, 3, 3], 3, 5)  # 6 of 8 columns each
+  assert ops.plan_packing(real)[2] == 4  # no two fit a row of 8
+  slots, row, r = ops.plan_packing(real, width=16)
+  assert r == 2 and sorted(row) == [0, 0, 1, 1]
+  check_plan(real, [4], 1, 2)
+  with pytest.raises(ValueError, match="rows of 7 slots cannot hold rows of 8 tokens"):
+    ops.plan_packing(real, width=7)
 
 
 def test_pack_then_unpack_gives_the_real_tokens_back_and_zeros_at_padding():
@@ -78,7 +91,7 @@ def test_pack_then_unpack_gives_the_real_tokens_back_and_zeros_at_padding():
   slots, _, r = ops.plan_packing(real, [2, 2])
   x = np.random.default_rng(0).normal(size=(4, 10, 3)).astype(np.float32)
   for lo in (0, 2):  # each chunk is packed on its own
-    packing = ops.Packing(jnp.asarray(slots[lo : lo + 2]), r)
+    packing = ops.Packing(jnp.asarray(slots[lo : lo + 2]), r, 10)
     packed = ops.pack(jnp.asarray(x[lo : lo + 2]), packing)
     assert packed.shape == (r, 10, 3)
     back = np.asarray(ops.unpack(packed, packing))
@@ -88,7 +101,7 @@ def test_pack_then_unpack_gives_the_real_tokens_back_and_zeros_at_padding():
 def test_the_packed_mask_lets_a_token_see_its_own_episode_up_to_itself():
   real = rows([2, 1, 3], [3, 1, 2], 3, 4)
   slots, _, r = ops.plan_packing(real)
-  packing = ops.Packing(jnp.asarray(slots), r)
+  packing = ops.Packing(jnp.asarray(slots), r, 7)
   ids = jnp.asarray(np.arange(21).reshape(3, 7), jnp.int32)
   positions = jnp.asarray(np.maximum(np.cumsum(real, 1) - 1, 0), jnp.int32)
   p_ids, p_pos, mask, segments = ops.packed_model_inputs(ids, positions, jnp.asarray(real), packing)

@@ -2,9 +2,10 @@
 
 A `[B, W]` batch (a left-padded prompt, then a right-padded completion: `W = P + T`) holds
 each episode's real tokens as one run of columns. Packing places the runs one after another
-in `R <= B` rows of width `W` (first-fit decreasing bin packing, Johnson 1973), so a model
-pass runs on `R` rows instead of `B`. Every per-token array moves with one scatter (`pack`)
-into the packed layout and back with one gather (`unpack`); whatever comes after the model
+in `R` rows of a width `L >= W` (first-fit decreasing bin packing, Johnson 1973), so a
+model pass runs on `R x L` token slots instead of `B x W`. Every per-token array moves with
+one scatter (`pack`) into the packed layout and back with one gather (`unpack`); whatever
+comes after the model
 (log-probs, losses, advantages) sees the padded layout unchanged, which is what makes a
 packed pass exactly the padded one. verl's `use_remove_padding` unpads into one token
 stream for the same reason; with static shapes the stream here is `R` rows of `W`.
@@ -31,18 +32,21 @@ import numpy as np
 __all__ = ["Packing", "pack", "packed_model_inputs", "plan_packing", "unpack"]
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["slots"], meta_fields=["rows"])
+@functools.partial(
+  jax.tree_util.register_dataclass, data_fields=["slots"], meta_fields=["rows", "width"]
+)
 @dataclasses.dataclass(frozen=True)
 class Packing:
-  """Where each token of a `[B, W]` chunk sits in its `rows` packed rows of width `W`.
+  """Where each token of a `[B, W]` chunk sits in its `rows` packed rows of `width` slots.
 
   `slots`: `[B, W]` int32, the token's index in the packed chunk read row by row
-  (`row * W + column`), `rows * W` for a padding token (dropped). `rows`: `R`, static (a
-  compilation key, a Python int).
+  (`row * width + column`), `rows * width` for a padding token (dropped). `rows` (`R`) and
+  `width` (`L`, at least `W`): static (compilation keys, Python ints).
   """
 
   slots: jax.Array
   rows: int
+  width: int
 
 
 def _runs(real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +80,10 @@ def _first_fit_decreasing(lengths: np.ndarray, width: int) -> tuple[np.ndarray, 
 
 
 def plan_packing(
-  real: np.ndarray, chunks: Sequence[int] | None = None, round_to: int = 1
+  real: np.ndarray,
+  chunks: Sequence[int] | None = None,
+  round_to: int = 1,
+  width: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
   """Packs each chunk of rows of a batch on its own: `(slots [B, W], row [B], R)`.
 
@@ -85,15 +92,20 @@ def plan_packing(
     chunks: consecutive row counts summing to `B` (the micro-batches a pass or an update
       sees, each packed into its own `R` rows; `slots` are local to the chunk). Default:
       one chunk.
-    round_to: `R` rounded up to a multiple of this (fewer distinct shapes to compile);
-      at most the largest chunk.
+    round_to: `R` rounded up to a multiple of this (fewer distinct shapes to compile),
+      never past the rows the largest chunk can need.
+    width: `L`, the packed rows' width (default and at least `W`): with `2 W` two
+      episodes longer than half a row share one.
 
   Returns:
     `slots` (see `Packing`), `row` the packed row of each episode within its chunk, and
     `R`, the same for every chunk (the most any chunk needs, rounded).
   """
   real = np.asarray(real) != 0
-  batch, width = real.shape
+  batch, columns = real.shape
+  width = columns if width is None else int(width)
+  if width < columns:
+    raise ValueError(f"packing: rows of {width} slots cannot hold rows of {columns} tokens")
   chunks = [batch] if chunks is None else [int(c) for c in chunks]
   if sum(chunks) != batch or min(chunks, default=1) < 1:
     raise ValueError(f"packing: chunks {chunks} do not split {batch} rows")
@@ -103,26 +115,27 @@ def plan_packing(
   for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
     row[lo:hi], offset[lo:hi] = _first_fit_decreasing(length[lo:hi], width)
   rows = int(row.max(initial=0)) + 1
-  rows = min(-(-rows // round_to) * round_to, max(chunks))
-  column = np.arange(width)[None]
+  most = -(-max(chunks) // (width // columns))  # each packed row holds width // W episodes
+  rows = min(-(-rows // round_to) * round_to, max(most, rows))
+  column = np.arange(columns)[None]
   slots = row[:, None] * width + offset[:, None] + (column - start[:, None])
   slots = np.where(real, slots, rows * width).astype(np.int32)
   return slots, row.astype(np.int32), rows
 
 
 def pack(x: jax.Array, packing: Packing) -> jax.Array:
-  """`x` `[B, W, ...]` in the packed layout `[R, W, ...]` (zeros in empty slots)."""
-  batch, width = packing.slots.shape
-  chex.assert_shape(x, (batch, width, ...))
+  """`x` `[B, W, ...]` in the packed layout `[R, L, ...]` (zeros in empty slots)."""
+  batch, columns = packing.slots.shape
+  chex.assert_shape(x, (batch, columns, ...))
   tail = x.shape[2:]
-  flat = jnp.zeros((packing.rows * width + 1, *tail), x.dtype)
-  flat = flat.at[packing.slots.reshape(-1)].set(x.reshape(batch * width, *tail))
-  return flat[:-1].reshape(packing.rows, width, *tail)
+  flat = jnp.zeros((packing.rows * packing.width + 1, *tail), x.dtype)
+  flat = flat.at[packing.slots.reshape(-1)].set(x.reshape(batch * columns, *tail))
+  return flat[:-1].reshape(packing.rows, packing.width, *tail)
 
 
 def unpack(y: jax.Array, packing: Packing) -> jax.Array:
-  """`y` `[R, W, ...]` back in the padded layout `[B, W, ...]` (zeros at padding)."""
-  chex.assert_shape(y, (packing.rows, packing.slots.shape[1], ...))
+  """`y` `[R, L, ...]` back in the padded layout `[B, W, ...]` (zeros at padding)."""
+  chex.assert_shape(y, (packing.rows, packing.width, ...))
   flat = y.reshape(-1, *y.shape[2:])
   flat = jnp.concatenate([flat, jnp.zeros((1, *y.shape[2:]), y.dtype)])
   return flat[packing.slots]
@@ -131,8 +144,8 @@ def unpack(y: jax.Array, packing: Packing) -> jax.Array:
 def packed_model_inputs(
   input_ids: jax.Array, positions: jax.Array, real: jax.Array, packing: Packing
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-  """The model inputs of the padded `[B, W]` layout packed: `(input_ids [R, W], positions
-  [R, W], causal mask [R, W, W] bool, segment ids [R, W] int32)`. A token attends to the
+  """The model inputs of the padded `[B, W]` layout packed: `(input_ids [R, L], positions
+  [R, L], causal mask [R, L, L] bool, segment ids [R, L] int32)`. A token attends to the
   tokens of its own episode at or before it; an empty slot to nothing."""
   episode = (jnp.arange(real.shape[0], dtype=jnp.int32) + 1)[:, None] * (real != 0)
   segments = pack(episode.astype(jnp.int32), packing)

@@ -91,8 +91,10 @@ def process_ids(
   return input_ids, positions, causal_mask, real.astype(jnp.int32)
 
 
-# Packed row counts are rounded up to a quarter of the rows (at most four shapes to compile
-# a pass for, whatever the batch's episode lengths).
+# Packed rows are twice the batch's width (two episodes longer than half a row share one)
+# and their count is rounded up to an eighth of the chunk's episodes (at most four shapes to
+# compile a pass for, whatever the episode lengths).
+PACK_WIDTH = 2
 PACK_SHAPES = 4
 
 
@@ -100,18 +102,24 @@ def plan_rows(
   prompt_tokens: Any, attention_mask: Any, pad_id: int, chunks: list[int] | None = None
 ) -> tuple[np.ndarray, np.ndarray, int]:
   """`math.packing.plan_packing` of a `[B, P]` prompt and `[B, T]` completion attention mask
-  (on the host), each chunk of rows packed on its own, the row count rounded to a quarter
-  of the largest chunk."""
+  (on the host) into rows of `PACK_WIDTH` times `P + T` slots, each chunk of rows packed on
+  its own."""
   prompt, mask = np.asarray(prompt_tokens), np.asarray(attention_mask)
   real = np.concatenate([prompt != pad_id, mask != 0], axis=1)
-  largest = max(chunks) if chunks else real.shape[0]
-  return plan_packing(real, chunks, round_to=max(1, largest // PACK_SHAPES))
+  most = -(-(max(chunks) if chunks else real.shape[0]) // PACK_WIDTH)
+  width = PACK_WIDTH * real.shape[1]
+  return plan_packing(real, chunks, round_to=max(1, most // PACK_SHAPES), width=width)
+
+
+def packing_with(slots: jax.Array, rows: int) -> Packing:
+  """The `Packing` of a plan's `slots` `[B, W]` into `rows` rows (`plan_rows`)."""
+  return Packing(slots, rows, PACK_WIDTH * slots.shape[1])
 
 
 def packing_of(prompt_tokens: Any, attention_mask: Any, pad_id: int) -> Packing:
   """The `Packing` of one chunk (`plan_rows`), for a pass over it."""
   slots, _, rows = plan_rows(prompt_tokens, attention_mask, pad_id)
-  return Packing(jnp.asarray(slots), rows)
+  return packing_with(jnp.asarray(slots), rows)
 
 
 def _accepts_segment_ids(model: nnx.Module) -> bool:
