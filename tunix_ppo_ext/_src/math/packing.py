@@ -1,14 +1,15 @@
-"""Rows without padding: a batch's episodes packed into fewer rows of the same width.
+"""Rows without padding: a batch's episodes packed into fewer rows, one after another.
 
 A `[B, W]` batch (a left-padded prompt, then a right-padded completion: `W = P + T`) holds
 each episode's real tokens as one run of columns. Packing places the runs one after another
-in `R` rows of a width `L >= W` (first-fit decreasing bin packing, Johnson 1973), so a
-model pass runs on `R x L` token slots instead of `B x W`. Every per-token array moves with
-one scatter (`pack`) into the packed layout and back with one gather (`unpack`); whatever
-comes after the model
+in `R` rows of `L = k W` slots (first-fit decreasing bin packing, Johnson 1973; `R = 1` is
+one stream of tokens), so a model pass runs on `R x L` token slots instead of `B x W`.
+Every per-token array moves with one scatter (`pack`) into the packed layout and back with
+one gather (`unpack`); whatever comes after the model
 (log-probs, losses, advantages) sees the padded layout unchanged, which is what makes a
 packed pass exactly the padded one. verl's `use_remove_padding` unpads into one token
-stream for the same reason; with static shapes the stream here is `R` rows of `W`.
+stream for the same reason; with static shapes the
+stream here is `R` rows whose width `k W` is rounded to few values.
 
 In the packed rows an episode keeps its own positions (counted over its real tokens, as the
 padded path counts them) and its own segment id (1, 2, ... within a chunk; 0 marks an empty
@@ -79,48 +80,58 @@ def _first_fit_decreasing(lengths: np.ndarray, width: int) -> tuple[np.ndarray, 
   return row, offset
 
 
+def _fit(lengths: np.ndarray, rows: int, columns: int, k: int) -> int:
+  """The least multiple `k' >= k` of the batch width `columns` whose `rows` rows hold
+  `lengths` by first-fit decreasing."""
+  while int(_first_fit_decreasing(lengths, k * columns)[0].max(initial=0)) >= rows:
+    k += 1
+  return k
+
+
 def plan_packing(
   real: np.ndarray,
   chunks: Sequence[int] | None = None,
+  rows: int = 1,
   round_to: int = 1,
-  width: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-  """Packs each chunk of rows of a batch on its own: `(slots [B, W], row [B], R)`.
+  """Packs each chunk of a batch's rows on its own into `rows` rows of `k W` slots:
+  `(slots [B, W], segment [B], k)`.
+
+  `k` is the least that holds every chunk (first-fit decreasing, the episodes longest
+  first), rounded up to a multiple of `round_to` (fewer distinct shapes to compile) but
+  never past what the largest chunk could need.
 
   Args:
     real: `[B, W]`, nonzero on real tokens, one run per row.
     chunks: consecutive row counts summing to `B` (the micro-batches a pass or an update
-      sees, each packed into its own `R` rows; `slots` are local to the chunk). Default:
-      one chunk.
-    round_to: `R` rounded up to a multiple of this (fewer distinct shapes to compile),
-      never past the rows the largest chunk can need.
-    width: `L`, the packed rows' width (default and at least `W`): with `2 W` two
-      episodes longer than half a row share one.
+      sees; `slots` are local to the chunk). Default: one chunk.
+    rows: `R`, the packed rows of each chunk (e.g. the data-parallel devices: 1 is one
+      stream of tokens).
+    round_to: see above.
 
   Returns:
-    `slots` (see `Packing`), `row` the packed row of each episode within its chunk, and
-    `R`, the same for every chunk (the most any chunk needs, rounded).
+    `slots` (see `Packing`, with `rows` and `width = k W`), `segment` the batch-width
+    segment (`0 .. R k - 1`, row by row) where each episode starts, and `k`.
   """
   real = np.asarray(real) != 0
   batch, columns = real.shape
-  width = columns if width is None else int(width)
-  if width < columns:
-    raise ValueError(f"packing: rows of {width} slots cannot hold rows of {columns} tokens")
   chunks = [batch] if chunks is None else [int(c) for c in chunks]
-  if sum(chunks) != batch or min(chunks, default=1) < 1:
-    raise ValueError(f"packing: chunks {chunks} do not split {batch} rows")
+  if sum(chunks) != batch or min(chunks, default=1) < 1 or rows < 1:
+    raise ValueError(f"packing: chunks {chunks} do not split {batch} rows into {rows} rows")
   start, length = _runs(real)
+  bounds = list(zip(np.cumsum([0, *chunks])[:-1], np.cumsum(chunks), strict=True))
+  least = [max(1, -(-int(length[lo:hi].sum()) // (rows * columns))) for lo, hi in bounds]
+  k = max(_fit(length[lo:hi], rows, columns, n) for (lo, hi), n in zip(bounds, least, strict=True))
+  k = min(-(-k // round_to) * round_to, max(-(-max(chunks) // rows), k))
   row, offset = np.zeros(batch, np.int64), np.zeros(batch, np.int64)
-  bounds = np.cumsum([0, *chunks])
-  for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-    row[lo:hi], offset[lo:hi] = _first_fit_decreasing(length[lo:hi], width)
-  rows = int(row.max(initial=0)) + 1
-  most = -(-max(chunks) // (width // columns))  # each packed row holds width // W episodes
-  rows = min(-(-rows // round_to) * round_to, max(most, rows))
-  column = np.arange(columns)[None]
-  slots = row[:, None] * width + offset[:, None] + (column - start[:, None])
-  slots = np.where(real, slots, rows * width).astype(np.int32)
-  return slots, row.astype(np.int32), rows
+  for lo, hi in bounds:
+    k = _fit(length[lo:hi], rows, columns, k)  # first-fit is not monotone in the width
+  for lo, hi in bounds:
+    row[lo:hi], offset[lo:hi] = _first_fit_decreasing(length[lo:hi], k * columns)
+  first = row * k * columns + offset
+  slots = first[:, None] + (np.arange(columns)[None] - start[:, None])
+  slots = np.where(real, slots, rows * k * columns).astype(np.int32)
+  return slots, (first // columns).astype(np.int32), k
 
 
 def pack(x: jax.Array, packing: Packing) -> jax.Array:

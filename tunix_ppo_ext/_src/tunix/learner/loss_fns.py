@@ -53,7 +53,7 @@ def _masks(train_example: Any) -> tuple[jax.Array | None, jax.Array]:
 
 def example_packing(train_example: Any) -> Any:
   """The example's `Packing` (its `pack_slots` `[B, P+T]`; the width of its `pack_rows`
-  `[B, R]` is the packed row count, static), or None for padded rows."""
+  `[B, S]` is the packed slots over the batch width, static), or None for padded rows."""
   slots = getattr(train_example, "pack_slots", None)
   if slots is None:
     return None

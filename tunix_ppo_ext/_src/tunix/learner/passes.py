@@ -91,10 +91,10 @@ def process_ids(
   return input_ids, positions, causal_mask, real.astype(jnp.int32)
 
 
-# Packed rows are twice the batch's width (two episodes longer than half a row share one)
-# and their count is rounded up to an eighth of the chunk's episodes (at most four shapes to
-# compile a pass for, whatever the episode lengths).
-PACK_WIDTH = 2
+# Each chunk's episodes are packed into one stream of tokens (one row), `k` batch widths
+# long with `k` rounded up to a multiple of a quarter of the chunk's episodes: at most four
+# shapes to compile a pass for, whatever the episode lengths.
+PACK_ROWS = 1
 PACK_SHAPES = 4
 
 
@@ -102,24 +102,23 @@ def plan_rows(
   prompt_tokens: Any, attention_mask: Any, pad_id: int, chunks: list[int] | None = None
 ) -> tuple[np.ndarray, np.ndarray, int]:
   """`math.packing.plan_packing` of a `[B, P]` prompt and `[B, T]` completion attention mask
-  (on the host) into rows of `PACK_WIDTH` times `P + T` slots, each chunk of rows packed on
-  its own."""
+  (on the host) into `PACK_ROWS` rows, each chunk of rows packed on its own."""
   prompt, mask = np.asarray(prompt_tokens), np.asarray(attention_mask)
   real = np.concatenate([prompt != pad_id, mask != 0], axis=1)
-  most = -(-(max(chunks) if chunks else real.shape[0]) // PACK_WIDTH)
-  width = PACK_WIDTH * real.shape[1]
-  return plan_packing(real, chunks, round_to=max(1, most // PACK_SHAPES), width=width)
+  most = -(-(max(chunks) if chunks else real.shape[0]) // PACK_ROWS)
+  return plan_packing(real, chunks, PACK_ROWS, round_to=max(1, most // PACK_SHAPES))
 
 
-def packing_with(slots: jax.Array, rows: int) -> Packing:
-  """The `Packing` of a plan's `slots` `[B, W]` into `rows` rows (`plan_rows`)."""
-  return Packing(slots, rows, PACK_WIDTH * slots.shape[1])
+def packing_with(slots: jax.Array, segments: int) -> Packing:
+  """The `Packing` of a plan's `slots` `[B, W]` into `PACK_ROWS` rows of `segments` batch
+  widths in all (`plan_rows`: `PACK_ROWS * k`)."""
+  return Packing(slots, PACK_ROWS, segments * slots.shape[1] // PACK_ROWS)
 
 
 def packing_of(prompt_tokens: Any, attention_mask: Any, pad_id: int) -> Packing:
   """The `Packing` of one chunk (`plan_rows`), for a pass over it."""
-  slots, _, rows = plan_rows(prompt_tokens, attention_mask, pad_id)
-  return packing_with(jnp.asarray(slots), rows)
+  slots, _, k = plan_rows(prompt_tokens, attention_mask, pad_id)
+  return packing_with(jnp.asarray(slots), PACK_ROWS * k)
 
 
 def _accepts_segment_ids(model: nnx.Module) -> bool:

@@ -70,7 +70,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       `[B, T, V]` logits. Needs `logits_chunk_size > 0`; the run config's
       `model.fused_head`.
     packing: run every model pass (log-probs, values, the actor's and critic's updates) on
-      the batch's episodes packed into fewer rows of the same width (`ops.plan_packing`:
+      the batch's episodes packed into fewer, twice as wide rows (`ops.plan_packing`:
       each episode keeps its positions and attends only to itself), the outputs back in
       the padded layout: the same results with less compute on padding. Needs this
       package's (or a plugin's) policy and value losses; the run config's

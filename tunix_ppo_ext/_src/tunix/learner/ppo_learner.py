@@ -67,7 +67,8 @@ class TrainExample(ppo_learner.TrainExample):
   actor_scale: jax.Array | None = None  # [B], 0 during critic warm-up
   rollout_is_weights: jax.Array | None = None  # [B, T], rollout correction (rollout_is)
   pack_slots: jax.Array | None = None  # [B, P+T], each token's packed slot (`packing`)
-  pack_rows: jax.Array | None = None  # [B, R], one-hot: the packed row of each episode
+  pack_rows: jax.Array | None = None  # [B, S] one-hot: the packed batch-width segment
+  # where each episode starts; S, the packed rows' slots over the batch width, is static
 
 
 class PpoExtLearner(compat.LearnerHooks):
@@ -519,12 +520,11 @@ class PpoExtLearner(compat.LearnerHooks):
     if sum(chunks) != example.completion_ids.shape[0]:
       return example
     pad_id = self.rl_cluster.rollout.pad_id()
-    slots, row, rows = passes.plan_rows(
+    slots, segment, k = passes.plan_rows(
       example.prompt_ids, example.attention_mask, pad_id, list(chunks)
     )
-    return example.replace(
-      pack_slots=jnp.asarray(slots), pack_rows=jax.nn.one_hot(row, rows, dtype=jnp.int8)
-    )
+    segments = jax.nn.one_hot(segment, passes.PACK_ROWS * k, dtype=jnp.int8)
+    return example.replace(pack_slots=jnp.asarray(slots), pack_rows=segments)
 
   def _critic_warmup_rule(self, explained_variance: float | None) -> None:
     """After a training rollout: the warm-up's early end and its metrics."""
