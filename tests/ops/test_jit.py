@@ -32,6 +32,10 @@ QUERIES = jnp.asarray(_rng.normal(0, 1, (B, T, 4, 3)), jnp.float32)
 KEYS, VALS = (jnp.asarray(_rng.normal(0, 1, (B, T, 2, 3)), jnp.float32) for _ in range(2))
 SEGMENTS = jnp.asarray([[1, 1, 2, 2, 2, 0], [0, 1, 1, 1, 0, 0], [1, 2, 3, 4, 5, 6], [0] * T])
 
+_SLOTS, _, _K = ops.plan_packing(np.asarray(MASK))  # rows of 6, 3, 1 and 0 real tokens
+PACKING = ops.Packing(jnp.asarray(_SLOTS), 1, _K * T)
+POSITIONS = jnp.asarray(np.maximum(np.cumsum(np.asarray(MASK), 1) - 1, 0), jnp.int32)
+
 PG = (LOGP, OLD, ADV, MASK)
 # name -> (array arguments, Python keyword arguments)
 CASES = {
@@ -67,6 +71,9 @@ CASES = {
   "masked_whiten": ((ADV, MASK), {}),
   "normalize_scores": ((SCORES, GROUPS), {"num_segments": 2, "method": "mean_std"}),
   "overlong_penalty": ((jnp.asarray([1, 4, 6, 9]),), {"max_len": 8, "cache_len": 4}),
+  "pack": ((LOGITS, PACKING), {}),
+  "packed_model_inputs": ((IDS, POSITIONS, MASK, PACKING), {}),
+  "unpack": ((jnp.ones((1, _K * T, V)), PACKING), {}),
   "packed_segment_ids": ((jnp.asarray([[2, 3], [6, 1], [0, 1], [0, 0]]),), {"num_tokens": T}),
   "policy_loss": (PG, {"epsilon_c": 3.0, "loss_agg_mode": "seq-mean-token-sum"}),
   "rollout_is_weights": ((LOGP, OLD, MASK), {"level": "sequence"}),
@@ -77,7 +84,8 @@ CASES = {
   "top_spread_groups": ((SCORES, GROUPS), {"num_groups": 2, "keep": 1}),
   "value_loss": ((VALUES, ADV, OLD, MASK), {"clip_range_value": 0.2}),
 }
-NOT_ARRAY_FUNCTIONS = {"make_kl_controller"}  # builds a Python controller object
+# a Python controller object; a host (NumPy) plan
+NOT_ARRAY_FUNCTIONS = {"make_kl_controller", "plan_packing"}
 
 
 def test_every_public_function_has_a_jit_case():

@@ -115,8 +115,9 @@ def example(vocab: int, chunks: list[int] | None):
   )  # fmt: skip
   if chunks is None:
     return ex
-  slots, row, rows = passes.plan_rows(prompt, attention, PAD, chunks)
-  return ex.replace(pack_slots=jnp.asarray(slots), pack_rows=jax.nn.one_hot(row, rows))
+  slots, segment, k, rows = passes.plan_rows(prompt, attention, PAD, chunks)
+  starts = jax.nn.one_hot(segment, rows * k).reshape(-1, rows, k)
+  return ex.replace(pack_slots=jnp.asarray(slots), pack_rows=starts)
 
 
 @pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-sum-norm"])
@@ -139,7 +140,8 @@ def test_the_losses_and_gradients_equal_the_padded_ones_micro_batch_by_micro_bat
     for piece in (slice(0, 4), slice(4, 6)):
       ex = rl_utils.get_batch_slice(whole, piece)
       if chunks is not None:
-        assert ex.pack_rows.shape[1] <= ex.completion_ids.shape[0]  # no more batch widths
+        _, rows, k = ex.pack_rows.shape
+        assert rows * k <= ex.completion_ids.shape[0]  # no more batch widths than rows
 
       def actor_loss(m, ex=ex):
         return actor(m, ex, config, pad_id=PAD, eos_id=EOS, temperature=0.7)
@@ -222,7 +224,7 @@ def test_the_learner_trains_the_same_packed_micro_batch_by_micro_batch():
     if packed:
       rows = [r.shape for r in learner.packed_rows]
       assert all(r is not None for r in learner.packed_rows) and len(rows) == 4
-      assert all(r[0] == 2 for r in rows) and any(r[1] == 1 for r in rows), rows
+      assert all(r[0] == 2 for r in rows) and any(r[1] * r[2] == 1 for r in rows), rows
   for padded, packed in zip(trained[False], trained[True], strict=True):
     assert_trees_close(padded, packed, atol=2e-5, rtol=1e-5)
 

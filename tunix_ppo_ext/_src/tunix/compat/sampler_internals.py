@@ -138,9 +138,10 @@ def prefill_arguments(params: Any, state: Any) -> tuple[tuple[Any, ...], dict[st
 # ----- the sampling state and its KV cache -----
 
 
-def _with_static_width(state: Any) -> Any:
-  """`state` with its static `num_input_tokens` a Python int (tunix stores a JAX array)."""
-  return dataclasses.replace(state, num_input_tokens=int(state.num_input_tokens))
+def _with_static_width(state: Any, ids: Any) -> Any:
+  """`state` built for the contexts `ids` `[B, W]`, with its static `num_input_tokens` the
+  Python int `W` (tunix stores a JAX array; `ids` may be abstract, as under `plan`)."""
+  return dataclasses.replace(state, num_input_tokens=int(ids.shape[1]))
 
 
 def keep_prompt_width_static(sampler: Any) -> None:
@@ -152,7 +153,8 @@ def keep_prompt_width_static(sampler: Any) -> None:
     return
 
   def init_sample_state(*args: Any, **kwargs: Any) -> Any:
-    return _with_static_width(build(*args, **kwargs))
+    ids = args[0] if args else kwargs["all_input_ids"]
+    return _with_static_width(build(*args, **kwargs), ids)
 
   init_sample_state.keeps_width_static = True  # type: ignore[attr-defined]
   sampler.init_sample_state = init_sample_state
@@ -192,7 +194,7 @@ def fresh_state(
     beam_size=None,
     include_logprobs=with_logprobs,
   )
-  return _with_static_width(state)
+  return _with_static_width(state, ids)
 
 
 def set_up_turn(

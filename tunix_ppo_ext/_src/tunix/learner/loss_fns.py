@@ -37,6 +37,7 @@ from tunix_ppo_ext._src.math import kl_methods as names
 from tunix_ppo_ext._src.math import ppo_losses as losses
 from tunix_ppo_ext._src.math.kl import kl_divergence
 from tunix_ppo_ext._src.math.logits import fused_logps_and_entropy, logps_and_entropy
+from tunix_ppo_ext._src.math.packing import Packing
 from tunix_ppo_ext._src.plugins import protocols, registry
 from tunix_ppo_ext._src.tunix.learner import passes
 
@@ -51,13 +52,14 @@ def _masks(train_example: Any) -> tuple[jax.Array | None, jax.Array]:
   return attention_mask, train_example.completion_mask if loss_mask is None else loss_mask
 
 
-def example_packing(train_example: Any) -> Any:
-  """The example's `Packing` (its `pack_slots` `[B, P+T]`; the width of its `pack_rows`
-  `[B, S]` is the packed slots over the batch width, static), or None for padded rows."""
+def example_packing(train_example: Any) -> Packing | None:
+  """The example's `Packing` (its `pack_slots` `[B, P+T]`; its `pack_rows` `[B, R, k]`
+  gives the packed shape, `R` rows of `k` batch widths, static), or None for padded rows."""
   slots = getattr(train_example, "pack_slots", None)
   if slots is None:
     return None
-  return passes.packing_with(slots, train_example.pack_rows.shape[1])
+  _, rows, k = train_example.pack_rows.shape
+  return Packing(slots, rows, k * slots.shape[1])
 
 
 def policy_pass(

@@ -91,34 +91,37 @@ def process_ids(
   return input_ids, positions, causal_mask, real.astype(jnp.int32)
 
 
-# Each chunk's episodes are packed into one stream of tokens (one row), `k` batch widths
-# long with `k` rounded up to a multiple of a quarter of the chunk's episodes: at most four
-# shapes to compile a pass for, whatever the episode lengths.
-PACK_ROWS = 1
+# Each chunk's episodes are packed into one row per `PACK_EPISODES` of them (dense attention
+# holds `[rows, k W, k W]` scores: a row's width grows with the episodes it holds), `k`
+# batch widths long with `k` rounded up to a multiple of a quarter of what a row could need:
+# at most four shapes to compile a pass for, whatever the episode lengths.
+PACK_EPISODES = 4
 PACK_SHAPES = 4
+
+
+def pack_rows_for(episodes: int) -> int:
+  """The packed rows of a chunk of `episodes` rows."""
+  return -(-episodes // PACK_EPISODES)
 
 
 def plan_rows(
   prompt_tokens: Any, attention_mask: Any, pad_id: int, chunks: list[int] | None = None
-) -> tuple[np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, int, int]:
   """`math.packing.plan_packing` of a `[B, P]` prompt and `[B, T]` completion attention mask
-  (on the host) into `PACK_ROWS` rows, each chunk of rows packed on its own."""
+  (on the host), each chunk of rows packed on its own into the rows its largest chunk gets
+  (`pack_rows_for`): `(slots, segment, rows, k)`."""
   prompt, mask = np.asarray(prompt_tokens), np.asarray(attention_mask)
   real = np.concatenate([prompt != pad_id, mask != 0], axis=1)
-  most = -(-(max(chunks) if chunks else real.shape[0]) // PACK_ROWS)
-  return plan_packing(real, chunks, PACK_ROWS, round_to=max(1, most // PACK_SHAPES))
-
-
-def packing_with(slots: jax.Array, segments: int) -> Packing:
-  """The `Packing` of a plan's `slots` `[B, W]` into `PACK_ROWS` rows of `segments` batch
-  widths in all (`plan_rows`: `PACK_ROWS * k`)."""
-  return Packing(slots, PACK_ROWS, segments * slots.shape[1] // PACK_ROWS)
+  largest = max(chunks) if chunks else real.shape[0]
+  rows = pack_rows_for(largest)
+  round_to = max(1, -(-largest // rows) // PACK_SHAPES)
+  return (*plan_packing(real, chunks, rows, round_to), rows)
 
 
 def packing_of(prompt_tokens: Any, attention_mask: Any, pad_id: int) -> Packing:
   """The `Packing` of one chunk (`plan_rows`), for a pass over it."""
-  slots, _, k = plan_rows(prompt_tokens, attention_mask, pad_id)
-  return packing_with(jnp.asarray(slots), PACK_ROWS * k)
+  slots, _, k, rows = plan_rows(prompt_tokens, attention_mask, pad_id)
+  return Packing(jnp.asarray(slots), rows, k * slots.shape[1])
 
 
 def _accepts_segment_ids(model: nnx.Module) -> bool:

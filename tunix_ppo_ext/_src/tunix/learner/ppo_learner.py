@@ -67,8 +67,8 @@ class TrainExample(ppo_learner.TrainExample):
   actor_scale: jax.Array | None = None  # [B], 0 during critic warm-up
   rollout_is_weights: jax.Array | None = None  # [B, T], rollout correction (rollout_is)
   pack_slots: jax.Array | None = None  # [B, P+T], each token's packed slot (`packing`)
-  pack_rows: jax.Array | None = None  # [B, S] one-hot: the packed batch-width segment
-  # where each episode starts; S, the packed rows' slots over the batch width, is static
+  pack_rows: jax.Array | None = None  # [B, R, k] one-hot: the packed row and batch-width
+  # segment where each episode starts; R rows of k batch widths (static: the shape)
 
 
 class PpoExtLearner(compat.LearnerHooks):
@@ -520,11 +520,11 @@ class PpoExtLearner(compat.LearnerHooks):
     if sum(chunks) != example.completion_ids.shape[0]:
       return example
     pad_id = self.rl_cluster.rollout.pad_id()
-    slots, segment, k = passes.plan_rows(
+    slots, segment, k, rows = passes.plan_rows(
       example.prompt_ids, example.attention_mask, pad_id, list(chunks)
     )
-    segments = jax.nn.one_hot(segment, passes.PACK_ROWS * k, dtype=jnp.int8)
-    return example.replace(pack_slots=jnp.asarray(slots), pack_rows=segments)
+    starts = jax.nn.one_hot(segment, rows * k, dtype=jnp.int8).reshape(-1, rows, k)
+    return example.replace(pack_slots=jnp.asarray(slots), pack_rows=starts)
 
   def _critic_warmup_rule(self, explained_variance: float | None) -> None:
     """After a training rollout: the warm-up's early end and its metrics."""
