@@ -24,9 +24,11 @@ from tests.conftest import SMOKE, toy_policy
 from tests.tunix.test_fused_head import assert_trees_close, family_model
 from tests.tunix.test_learner import PROMPT_LEN, setup
 from tunix_ppo_ext import PpoExtConfig
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import cli
+from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner, TrainExample
@@ -238,3 +240,24 @@ def test_a_cli_run_trains_with_packing(tmp_path, capsys):
   rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
   losses = [r["actor/loss"] for r in rows if "actor/loss" in r]
   assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
+    (["model.packing=3"], "config key 'model.packing' must be bool, got 3"),
+    (["ppo.packing=true"], "config key 'ppo.packing': set model.packing instead"),
+    (
+      ["model.packing=true", "ppo.policy_loss_fn=ppo"],
+      "config key 'model.packing'=True is invalid: must be used with a policy loss of this",
+    ),
+    (
+      ["model.packing=true", "ppo.value_loss_fn=ppo"],
+      "config key 'model.packing'=True is invalid: must be used with a value loss of this",
+    ),
+  ],
+)
+def test_bad_packing_settings_are_one_line_naming_the_key(overrides, message):
+  with pytest.raises(ConfigError) as raised:
+    load_resolved(str(SMOKE), overrides)
+  assert message in str(raised.value) and "\n" not in str(raised.value)
