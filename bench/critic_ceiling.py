@@ -1,0 +1,160 @@
+"""How much of `guess`'s returns any critic could explain: the explained variance of the best
+value function that sees the conversation, for scripted policies, computed exactly.
+
+  python bench/critic_ceiling.py [--high 10] [--max-turns 4] [--turn-penalty 0.2]
+                                 [--valid-reward 0.1]
+
+A critic sees the conversation so far (the guesses and the "Higher"/"Lower" answers), never
+the secret. The best it can do at a turn is the mean return-to-go over every secret and
+every continuation the policy could still produce from that conversation, E[G | history];
+what is left, Var[G | history], no training removes. This script enumerates every secret
+and every guess sequence of four scripted policies, with their probabilities, plays each
+through `GuessEnv` (the game's own rewards), and prints per policy:
+
+- the success rate and mean return (the policy's level);
+- `ceiling`: `1 - E[Var(G | history)] / Var(G)`, the explained variance of E[G | history],
+  the highest `critic/explained_variance` a critic can reach on that policy's episodes
+  with lambda-1 (Monte Carlo) targets and the value read once a turn, as
+  `configs/smollm2_ppo.yaml` has it (gamma 1; every turn of every episode weighs the same,
+  where the run weighs a turn by its 2-6 agent tokens);
+- `told the secret`: the same for a value function that also knows the secret (what a
+  GRPO group of one secret shares), for comparison.
+
+The policies, each answering a number in range every turn:
+- `uniform`: any number, ignoring the feedback (the issue's 34% baseline);
+- `fresh`: any number not guessed before, ignoring the feedback (40%);
+- `consistent`: any number the feedback so far allows (uses the feedback, at random);
+- `bisect`: the middle of what the feedback allows (binary search: 100% at 10 and 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from collections.abc import Callable
+
+import numpy as np
+
+from tunix_ppo_ext.envs import GuessEnv
+
+# a policy: (history of (guess, secret is higher: bool | None), low, high) -> {guess: prob}
+Policy = Callable[[tuple, int, int], dict[int, float]]
+
+
+def _allowed(history: tuple, low: int, high: int) -> list[int]:
+  """The numbers the feedback so far allows."""
+  lo, hi = low, high
+  for guess, higher in history:
+    lo, hi = (max(lo, guess + 1), hi) if higher else (lo, min(hi, guess - 1))
+  return list(range(lo, hi + 1))
+
+
+def _uniform_over(numbers: list[int]) -> dict[int, float]:
+  return {n: 1.0 / len(numbers) for n in numbers}
+
+
+def _fresh(history: tuple, low: int, high: int) -> dict[int, float]:
+  guessed = {guess for guess, _ in history}
+  return _uniform_over([n for n in range(low, high + 1) if n not in guessed])
+
+
+def _bisect(history: tuple, low: int, high: int) -> dict[int, float]:
+  allowed = _allowed(history, low, high)
+  return {allowed[(len(allowed) - 1) // 2]: 1.0}
+
+
+POLICIES: dict[str, Policy] = {
+  "uniform": lambda history, low, high: _uniform_over(list(range(low, high + 1))),
+  "fresh": _fresh,
+  "consistent": lambda history, low, high: _uniform_over(_allowed(history, low, high)),
+  "bisect": _bisect,
+}
+
+
+def _seed_for_each_secret(env: GuessEnv) -> dict[int, int]:
+  """A reset seed for every secret (the env draws its secret from the seed)."""
+  seeds: dict[int, int] = {}
+  seed = 0
+  while len(seeds) < env.high - env.low + 1:
+    env.reset(seed)
+    seeds.setdefault(int(env.optimal_action()), seed)
+    seed += 1
+  return seeds
+
+
+def _episodes(env: GuessEnv, policy: Policy):
+  """Yields (secret, probability, [(history, reward) per turn], success) for every episode."""
+  seeds = _seed_for_each_secret(env)
+  prior = 1.0 / len(seeds)
+
+  def grow(secret: int, guesses: tuple, prob: float):
+    env.reset(seeds[secret])
+    turns, history, done, info = [], (), False, {}
+    for guess in guesses:
+      _, reward, done, _, info = env.step(str(guess))
+      turns.append((history, reward))
+      history += ((guess, guess < secret if guess != secret else None),)
+    if done:
+      yield secret, prob, turns, bool(info.get("success"))
+      return
+    for guess, p in policy(history, env.low, env.high).items():
+      yield from grow(secret, (*guesses, guess), prob * p)
+
+  for secret in seeds:
+    yield from grow(secret, (), prior)
+
+
+def _ceiling(points: list[tuple[object, float, float]]) -> float:
+  """`1 - E[Var(G | key)] / Var(G)` over weighted (key, weight, return-to-go) points."""
+  weights = np.array([w for _, w, _ in points])
+  returns = np.array([g for _, _, g in points])
+  total = np.average((returns - np.average(returns, weights=weights)) ** 2, weights=weights)
+  groups: dict[object, list[int]] = defaultdict(list)
+  for i, (key, _, _) in enumerate(points):
+    groups[key].append(i)
+  within = 0.0
+  for members in groups.values():
+    w, g = weights[members], returns[members]
+    within += w.sum() * np.average((g - np.average(g, weights=w)) ** 2, weights=w)
+  return float(1.0 - within / weights.sum() / total)
+
+
+def describe(env: GuessEnv, policy: Policy) -> dict[str, float]:
+  """Success, mean return and the two explained-variance ceilings of one policy."""
+  seen, told, success, mean_return = [], [], 0.0, 0.0
+  for secret, prob, turns, won in _episodes(env, policy):
+    rewards = np.array([r for _, r in turns])
+    to_go = np.cumsum(rewards[::-1])[::-1]  # gamma 1: the Monte Carlo return from each turn
+    for (history, _), g in zip(turns, to_go, strict=True):
+      seen.append((history, prob, g))
+      told.append(((history, secret), prob, g))
+    success += prob * won
+    mean_return += prob * to_go[0]
+  return {
+    "success": success,
+    "return": mean_return,
+    "ceiling": _ceiling(seen),
+    "told the secret": _ceiling(told),
+  }
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--high", type=int, default=10)
+  parser.add_argument("--max-turns", type=int, default=4)
+  parser.add_argument("--turn-penalty", type=float, default=0.2)
+  parser.add_argument("--valid-reward", type=float, default=0.1)
+  args = parser.parse_args()
+  env = GuessEnv(1, args.high, args.max_turns, args.turn_penalty, args.valid_reward)
+  print("| policy | success | mean return | ceiling | told the secret |")
+  print("| --- | --- | --- | --- | --- |")
+  for name, policy in POLICIES.items():
+    row = describe(env, policy)
+    print(
+      f"| {name} | {row['success']:.3f} | {row['return']:.3f} | {row['ceiling']:.3f} "
+      f"| {row['told the secret']:.3f} |"
+    )
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,38 @@
+"""`bench/critic_ceiling.py`: the best explained variance a critic can reach on `guess`."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import load_bench
+from tunix_ppo_ext.envs import GuessEnv
+
+
+def _describe(policy: str, high: int, max_turns: int, valid_reward: float = 0.1):
+  bench = load_bench("critic_ceiling")
+  env = GuessEnv(1, high, max_turns, turn_penalty=0.2, valid_reward=valid_reward)
+  return bench.describe(env, bench.POLICIES[policy])
+
+
+def test_the_scripted_policies_win_as_often_as_counting_says():
+  # uniform with replacement: 1 - (1 - 1/10)^4; never repeating: 4 of 10; bisect: always
+  assert _describe("uniform", 10, 4)["success"] == pytest.approx(1 - 0.9**4)
+  assert _describe("fresh", 10, 4)["success"] == pytest.approx(0.4)
+  assert _describe("bisect", 10, 4)["success"] == pytest.approx(1.0)
+
+
+def test_the_ceiling_of_a_two_number_bisect_by_hand():
+  # secret 1: guess 1 hits (G 1.1); secret 2: guess 1 misses (0.1), guess 2 hits (0.8 + 0.1).
+  # Points (equal weights): turn 1 G 1.1 and 1.0 (one history), turn 2 G 0.9 (its own).
+  row = _describe("bisect", 2, 2)
+  total = ((1.1 - 1.0) ** 2 + 0.0 + (0.9 - 1.0) ** 2) / 3
+  within = (2 / 3) * ((1.1 - 1.05) ** 2 + (1.0 - 1.05) ** 2) / 2
+  assert row["ceiling"] == pytest.approx(1 - within / total)  # 0.75
+  assert row["told the secret"] == pytest.approx(1.0)  # deterministic given the secret
+
+
+def test_one_random_guess_leaves_everything_unexplained():
+  row = _describe("uniform", 2, 1)
+  assert row["success"] == pytest.approx(0.5)
+  assert row["ceiling"] == pytest.approx(0.0, abs=1e-12)
+  assert row["told the secret"] == pytest.approx(0.0, abs=1e-12)
