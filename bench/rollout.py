@@ -25,7 +25,7 @@ import jax
 
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
 from tunix_ppo_ext.data import CharTokenizer, episode_batches
-from tunix_ppo_ext.models import build_cluster, make_models
+from tunix_ppo_ext.models import ClusterSpec, build_cluster, make_models
 from tunix_ppo_ext.rollout import Mode, MultiTurnRollout
 
 PROMPT = 16  # max_prompt_length
@@ -59,11 +59,13 @@ def rollout_seconds(args, turns: int, kv_cache: str) -> tuple[float, float, int]
     policy,
     critic,
     tokenizer,
-    max_steps=1,
-    batch=args.batch,
-    max_prompt_length=PROMPT,
-    max_tokens_to_generate=width + args.turn_tokens,
-    return_logprobs=True,
+    ClusterSpec(
+      max_steps=1,
+      batch=args.batch,
+      max_prompt_length=PROMPT,
+      max_tokens_to_generate=width + args.turn_tokens,
+      return_logprobs=True,
+    ),
   )
   source = MultiTurnRollout(
     FixedEnv,

@@ -25,7 +25,7 @@ from tunix.rl.ppo import ppo_learner
 
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
 from tunix_ppo_ext.data import CharTokenizer
-from tunix_ppo_ext.models import build_cluster, make_models
+from tunix_ppo_ext.models import ClusterSpec, build_cluster, make_models
 
 
 def prompts(batch: int, seed: int):
@@ -51,11 +51,10 @@ def median_step_s(learner_cls, config, args) -> float:
     policy,
     critic,
     tokenizer,
+    ClusterSpec(
+      max_steps=args.steps, batch=args.batch, max_prompt_length=9, max_tokens_to_generate=args.gen
+    ),
     reference=reference,
-    max_steps=args.steps,
-    batch=args.batch,
-    max_prompt_length=9,
-    max_tokens_to_generate=args.gen,
   )
   learner = learner_cls(cluster, config, reward_fns=matched_chars)
   stamps: list[float] = []

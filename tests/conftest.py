@@ -241,24 +241,24 @@ def toy_cluster(
 ) -> Any:
   """A tunix cluster of toy models (`make_models(tokenizer, seed)`, the critic left out
   with `with_critic=False`): `prompt_len` prompt tokens, `tokens_per_call` generated tokens
-  per engine call; the policy is `cluster.actor_trainer.model`. `kwargs` go to
-  `build_cluster`."""
-  from tunix_ppo_ext._src.tunix.cluster.cluster_setup import (  # noqa: PLC0415
-    build_cluster,
-    make_models,
-  )
+  per engine call; the policy is `cluster.actor_trainer.model`. `kwargs` are
+  `ClusterSpec` fields or `build_cluster` keywords."""
+  import dataclasses  # noqa: PLC0415
 
-  policy, critic, reference = make_models(tokenizer, seed=seed)
-  return build_cluster(
-    policy,
-    critic if with_critic else None,
-    tokenizer,
-    reference=reference,
+  from tunix_ppo_ext.models import ClusterSpec, build_cluster, make_models  # noqa: PLC0415
+
+  fields = {field.name for field in dataclasses.fields(ClusterSpec)}
+  spec = ClusterSpec(
     max_steps=max_steps,
     batch=batch,
     max_prompt_length=prompt_len,
     max_tokens_to_generate=tokens_per_call,
-    **kwargs,
+    **{key: value for key, value in kwargs.items() if key in fields},
+  )
+  policy, critic, reference = make_models(tokenizer, seed=seed)
+  others = {key: value for key, value in kwargs.items() if key not in fields}
+  return build_cluster(
+    policy, critic if with_critic else None, tokenizer, spec, reference=reference, **others
   )
 
 

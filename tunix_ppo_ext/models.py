@@ -1,10 +1,12 @@
 """Models and clusters: meshes, toy and Hugging Face policies, critics, LoRA, export.
 
 `build_cluster` builds tunix's real `RLCluster` (mesh, trainer and rollout configs) for a
-policy, a reference, a critic and a tokenizer; `load_checkpoint` reads a Hugging Face
+policy, a reference, a critic and a tokenizer from a `ClusterSpec` (a run's is
+`ResolvedRun.cluster`); `load_checkpoint` reads a Hugging Face
 checkpoint of any supported family through tunix's own loaders.
 """
 
+from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_mesh, make_models
 from tunix_ppo_ext._src.tunix.cluster.guards import guarded_adam
 from tunix_ppo_ext._src.tunix.cluster.mesh import role_meshes
@@ -21,6 +23,7 @@ from tunix_ppo_ext._src.tunix.models.toy_models import (
 )
 
 __all__ = [
+  "ClusterSpec",
   "LoraSpec",
   "OptimizerSpec",
   "ValueModel",

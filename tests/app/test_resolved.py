@@ -4,6 +4,7 @@ what a config leaves out, one `ResolvedRun` per command, and the CLI's exit code
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import pathlib
 
 import pytest
@@ -15,6 +16,7 @@ from tunix_ppo_ext._src.run import cli, job, run_config
 from tunix_ppo_ext._src.run.run_config import RunConfig, load_resolved, load_run_config
 from tunix_ppo_ext._src.tunix.cluster.mesh import role_meshes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
+from tunix_ppo_ext.models import build_cluster
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 SMOKE = str(CONFIGS / "smoke.yaml")
@@ -81,6 +83,35 @@ def test_train_resolves_the_config_and_builds_the_meshes_exactly_once(tmp_path, 
   out = tmp_path / "run"
   assert cli.main(["train", "--config", SMOKE, "--output-dir", str(out), "train.steps=2"]) == 0
   assert built == {"resolved": 1, "ppo": 1, "meshes": 1}
+
+
+def test_build_cluster_takes_the_resolved_runs_cluster_spec(tmp_path, monkeypatch):
+  # its signature: the objects a cluster holds, and one ClusterSpec for every plain setting
+  settings = [
+    p for p in inspect.signature(build_cluster).parameters.values() if p.kind == p.KEYWORD_ONLY
+  ]
+  assert list(inspect.signature(build_cluster).parameters)[3] == "spec"
+  assert {p.name for p in settings} == {
+    "reference",
+    "mesh",
+    "role_meshes",
+    "optimizers",
+    "checkpoint_dir",
+    "metrics_dir",
+    "metric_backends",
+    "metric_keys",
+  }
+  grpo = ["ppo.advantage_estimator=grpo", "ppo.num_generations=2"]
+  overrides = [*grpo, "train.steps=2", "batch.mini_batch_size=4", "sampling.eval_temperature=0.5"]
+  resolved = load_resolved(SMOKE, overrides)
+  spec = resolved.cluster
+  assert (spec.max_steps, spec.batch, spec.mini_batch_size) == (2, 4, 2)  # in prompts
+  assert spec.train_micro_batch_size is None and spec.eval_sampling == {"temperature": 0.5}
+  given = []
+  real = job.build_cluster
+  monkeypatch.setattr(job, "build_cluster", lambda *a, **k: given.append(a[3]) or real(*a, **k))
+  job.build_run(resolved, tmp_path)
+  assert given == [spec]
 
 
 def _count_resolutions(monkeypatch) -> dict[str, int]:

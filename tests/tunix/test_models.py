@@ -21,6 +21,7 @@ from tests.conftest import (
 )
 from tunix_ppo_ext._src.data.char_tokenizer import DEFAULT_ALPHABET, CharTokenizer
 from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext.models import ClusterSpec
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
 
@@ -184,12 +185,8 @@ def test_stock_ppo_learner_two_steps(tmp_path, eos_equals_pad):
     policy,
     critic,
     tokenizer,
+    ClusterSpec(max_steps=2, batch=4, max_prompt_length=8, max_tokens_to_generate=6, lr=1e-2),
     reference=reference,
-    max_steps=2,
-    batch=4,
-    max_prompt_length=8,
-    max_tokens_to_generate=6,
-    lr=1e-2,
     checkpoint_dir=str(tmp_path / "ckpt"),
     metrics_dir=str(tmp_path / "metrics"),
   )

@@ -84,30 +84,18 @@ def build_run(
   wandb_sinks: list[metrics.WandbSink] = []  # tunix's logger builds it; samples use it too
   max_return = _max_return(entries)
   backends = _metric_backends(run, keys, max_return, output_dir, wandb_sinks)
-  sampling, eval_sampling = recipe.sampling_kwargs(run.sampling)
   cluster = build_cluster(
     policy,
     critic,
     tokenizer,
+    resolved.cluster,
     reference=reference,
     role_meshes=meshes,
-    max_steps=train.steps,
-    batch=train.batch_size,
-    max_prompt_length=train.max_prompt_length,
-    max_tokens_to_generate=run.env.max_completion_len + run.env.max_tokens_per_turn,
     optimizers=recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps),
-    **resolved.batch.tunix_sizes,
-    sampling=sampling,
-    eval_sampling=eval_sampling,
-    temperature=train.temperature,
-    seed=run.seed,
     checkpoint_dir=str(output_dir / "checkpoints"),
     metrics_dir=str(output_dir / "tensorboard"),
     metric_backends=distributed.primary_only(jax.process_index(), backends),
     metric_keys=keys,
-    checkpoint_every=train.checkpoint_every,
-    eval_every=train.eval_every,
-    return_logprobs=True,
   )
   writer = _sample_writer(output_dir, wandb_sinks, resolved.updates_per_batch)
   source = _trajectory_source(resolved, tokenizer, writer)

@@ -385,7 +385,7 @@ class BatchPlan:
   or value pass sees (default: the whole chunk, as the learner's passes run unchunked);
   `accumulation`: passes per update when a micro-batch is set (tunix then wraps the
   optimizer in `optax.MultiSteps`), else None; `tunix_sizes`: the sizes the config set,
-  in tunix's unit (prompts), as `build_cluster` keywords (unset: tunix's own default,
+  in tunix's unit (prompts), as `ClusterSpec` fields (unset: tunix's own default,
   which also decides how tunix logs a step's metrics).
   """
 
@@ -497,7 +497,7 @@ def check_top_k(section: SamplingSection, vocab: int) -> None:
 
 
 def sampling_kwargs(section: SamplingSection) -> tuple[dict[str, Any], dict[str, Any]]:
-  """`(sampling, eval_sampling)` for `build_cluster`: training's top-p/top-k, and what
+  """`(sampling, eval_sampling)` for `ClusterSpec`: training's top-p/top-k, and what
   evaluation changes (empty: evaluation samples as training does)."""
   train = {"top_p": section.top_p, "top_k": section.top_k or None}
   evaluation: dict[str, Any] = {}

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.envs import base as envs
 from tunix_ppo_ext._src.metrics.collapse import EchoTrapRule
@@ -256,6 +257,7 @@ class ResolvedRun:
   validation_entries: tuple[recipe.EnvEntry, ...]  # validation's environments (or none)
   episode_budget: int  # the most agent tokens an episode holds
   checkpoint_roles: tuple[str, ...]  # "actor", and "critic" when the estimator uses one
+  cluster: ClusterSpec  # tunix's trainer and rollout settings (`build_cluster`)
 
   @property
   def num_generations(self) -> int:
@@ -760,6 +762,30 @@ def resolve(run: RunConfig) -> ResolvedRun:
     validation_entries=tuple(validation),
     episode_budget=budget,
     checkpoint_roles=resume.ROLES if ppo.uses_critic else ("actor",),
+    cluster=_cluster_spec(run, batch, num_generations),
+  )
+
+
+def _cluster_spec(run: RunConfig, batch: recipe.BatchPlan, num_generations: int) -> ClusterSpec:
+  """The run's tunix cluster settings: steps, lengths, learning rates, tunix's batch sizes
+  in prompts (those the config set), checkpoint and evaluation cadence, sampling."""
+  train = run.train
+  sampling, eval_sampling = recipe.sampling_kwargs(run.sampling)
+  return ClusterSpec(
+    max_steps=train.steps,
+    batch=train.batch_size // num_generations,
+    max_prompt_length=train.max_prompt_length,
+    max_tokens_to_generate=run.env.max_completion_len + run.env.max_tokens_per_turn,
+    lr=train.lr,
+    critic_lr=train.critic_lr,
+    **batch.tunix_sizes,
+    checkpoint_every=train.checkpoint_every,
+    eval_every=train.eval_every,
+    temperature=train.temperature,
+    seed=run.seed,
+    return_logprobs=True,  # the rollout's own log-probs (`rollout/is_*`, reuse when on-policy)
+    sampling=sampling,
+    eval_sampling=eval_sampling,
   )
 
 

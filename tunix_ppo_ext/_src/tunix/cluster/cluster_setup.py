@@ -19,6 +19,7 @@ from tunix.rl.rollout import base_rollout
 from tunix.sft import metrics_logger
 
 from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.metrics.sinks import KeyedBackend, TensorboardBackend
 from tunix_ppo_ext._src.tunix import compat
@@ -162,23 +163,16 @@ def _checkpoint_options(
 
 
 def training_config(
+  spec: ClusterSpec,
   *,
-  max_steps: int,
-  lr: float = 1e-3,
-  critic_lr: float | None = None,
-  mini_batch_size: int | None = None,
-  train_micro_batch_size: int | None = None,
-  rollout_micro_batch_size: int | None = None,
-  logps_micro_batch_size: int | None = None,
+  optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation] | None = None,
   checkpoint_dir: str | None = None,
   metrics_dir: str | None = None,
   metric_backends: Sequence[Callable[[], Any]] = (),
   metric_keys: MetricKeys | None = None,
-  checkpoint_every: int = 1,
-  eval_every: int = 10**9,
-  optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation] | None = None,
 ) -> rl_cluster_lib.RLTrainingConfig:
-  """`RLTrainingConfig` with optax Adam for actor and critic; data sharded on `fsdp`.
+  """`RLTrainingConfig` from `spec`, with optax Adam for actor and critic; data sharded on
+  `fsdp`.
 
   Both optimizers skip updates with a NaN/inf gradient (`guards.guarded_adam`; the
   learner counts them and stops a run that keeps skipping). `optimizers`: `(actor,
@@ -186,20 +180,20 @@ def training_config(
   prompts, as tunix's do.
   """
   actor, critic = optimizers or (
-    guarded_adam(lr),
-    guarded_adam(critic_lr if critic_lr is not None else lr),
+    guarded_adam(spec.lr),
+    guarded_adam(spec.critic_lr if spec.critic_lr is not None else spec.lr),
   )
   return rl_cluster_lib.RLTrainingConfig(
     actor_optimizer=actor,
     critic_optimizer=critic,
-    eval_every_n_steps=eval_every,
-    max_steps=max_steps,
-    mini_batch_size=mini_batch_size,
-    train_micro_batch_size=train_micro_batch_size,
-    rollout_micro_batch_size=rollout_micro_batch_size,
-    compute_logps_micro_batch_size=logps_micro_batch_size,
+    eval_every_n_steps=spec.eval_every,
+    max_steps=spec.max_steps,
+    mini_batch_size=spec.mini_batch_size,
+    train_micro_batch_size=spec.train_micro_batch_size,
+    rollout_micro_batch_size=spec.rollout_micro_batch_size,
+    compute_logps_micro_batch_size=spec.logps_micro_batch_size,
     checkpoint_root_directory=checkpoint_dir,
-    checkpointing_options=_checkpoint_options(checkpoint_dir, checkpoint_every),
+    checkpointing_options=_checkpoint_options(checkpoint_dir, spec.checkpoint_every),
     metrics_logging_options=_metrics_options(metrics_dir, metric_backends, metric_keys),
     data_sharding_axis=("fsdp",),
     pbar_description=None,
@@ -237,15 +231,17 @@ def rollout_config(
 
 
 def _mode_rollout_configs(
-  sampling: dict[str, Any] | None, eval_sampling: dict[str, Any] | None, **common: Any
+  spec: ClusterSpec,
 ) -> base_rollout.RolloutConfig | dict[rl_cluster_lib.Mode, base_rollout.RolloutConfig]:
   """One `RolloutConfig` for both modes, or tunix's per-mode dict when evaluation samples
-  differently (`eval_sampling` overrides training's `temperature`, `top_p`, `top_k`)."""
-  train = {**common, **(sampling or {})}
-  if not eval_sampling:
+  differently (`spec.eval_sampling` overrides training's `temperature`, `top_p`, `top_k`)."""
+  common = ("max_prompt_length", "max_tokens_to_generate", "temperature", "seed", "return_logprobs")
+  train = {name: getattr(spec, name) for name in common} | dict(spec.sampling or {})
+  if not spec.eval_sampling:
     return rollout_config(**train)
   mode = rl_cluster_lib.Mode
-  return {mode.TRAIN: rollout_config(**train), mode.EVAL: rollout_config(**train | eval_sampling)}
+  evaluation = rollout_config(**train | dict(spec.eval_sampling))
+  return {mode.TRAIN: rollout_config(**train), mode.EVAL: evaluation}
 
 
 def _place_on_meshes(
@@ -272,79 +268,45 @@ def build_cluster(
   policy: nnx.Module,
   critic: nnx.Module | None,
   tokenizer,
+  spec: ClusterSpec,
   *,
   reference: nnx.Module | None = None,
   mesh: jax.sharding.Mesh | None = None,
   role_meshes: dict[Role, jax.sharding.Mesh] | None = None,
-  max_steps: int,
-  batch: int,
-  max_prompt_length: int,
-  max_tokens_to_generate: int,
-  lr: float = 1e-3,
-  critic_lr: float | None = None,
-  mini_batch_size: int | None = None,
-  train_micro_batch_size: int | None = None,
-  rollout_micro_batch_size: int | None = None,
-  logps_micro_batch_size: int | None = None,
+  optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation] | None = None,
   checkpoint_dir: str | None = None,
   metrics_dir: str | None = None,
   metric_backends: Sequence[Callable[[], Any]] = (),
   metric_keys: MetricKeys | None = None,
-  checkpoint_every: int = 1,
-  eval_every: int = 10**9,
-  temperature: float = 1.0,
-  seed: int = 0,
-  return_logprobs: bool = False,
-  optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation] | None = None,
-  sampling: dict[str, Any] | None = None,
-  eval_sampling: dict[str, Any] | None = None,
 ) -> rl_cluster_lib.RLCluster:
-  """A real tunix `RLCluster` (vanilla rollout) with every role on one mesh.
+  """A real tunix `RLCluster` (vanilla rollout) with the settings of `spec` (a run's
+  `ResolvedRun.cluster`, or a `ClusterSpec` written directly).
 
-  `batch` is the prompts per global step (used only to check the mini-batch sizes);
   `reference=None` means no reference model (PPO then needs `beta=0`). `role_meshes`
   (tunix's `role_to_mesh`, e.g. from `tunix_ppo_ext.models.role_meshes`) overrides `mesh`
   (default 1x1) per role. The models are placed on their role's mesh in place, so
   `policy is cluster.actor_trainer.model`; with a rollout mesh that differs from the
   actor's, tunix samples from a resharded copy that it syncs after every step.
-  `optimizers`: `(actor, critic)` optax transformations (default: guarded Adam at `lr` /
-  `critic_lr`). `sampling`: `top_p` / `top_k` of training rollouts; `eval_sampling`:
-  `temperature` / `top_p` / `top_k` of evaluation rollouts (tunix's per-mode rollout
-  configs), each defaulting to training's. tunix's trainers open no tqdm bars of their own
-  (the actor's and critic's would interleave with the run's: `metrics.sinks.ProgressBackend`).
+  `optimizers`: `(actor, critic)` optax transformations (default: guarded Adam at
+  `spec.lr` / `spec.critic_lr`). Checkpoints go to `checkpoint_dir` (none when None), metrics
+  to TensorBoard files in `metrics_dir` and to `metric_backends` (sink factories, keyed by
+  `metric_keys`). tunix's trainers open no tqdm bars of their own (the actor's and critic's
+  would interleave with the run's: `metrics.sinks.ProgressBackend`).
   """
-  if mini_batch_size is not None and batch % mini_batch_size:
-    raise ConfigError(f"batch={batch} is not a multiple of mini_batch_size={mini_batch_size}")
   meshes = _place_on_meshes(policy, critic, reference, mesh or make_mesh(), role_meshes)
   cluster_config = rl_cluster_lib.ClusterConfig(
     role_to_mesh=meshes,
     rollout_engine="vanilla",
     offload_to_cpu=False,
     training_config=training_config(
-      max_steps=max_steps,
-      lr=lr,
-      critic_lr=critic_lr,
-      mini_batch_size=mini_batch_size,
-      train_micro_batch_size=train_micro_batch_size,
-      rollout_micro_batch_size=rollout_micro_batch_size,
-      logps_micro_batch_size=logps_micro_batch_size,
+      spec,
       optimizers=optimizers,
       checkpoint_dir=checkpoint_dir,
       metrics_dir=metrics_dir,
       metric_backends=metric_backends,
       metric_keys=metric_keys,
-      checkpoint_every=checkpoint_every,
-      eval_every=eval_every,
     ),
-    rollout_config=_mode_rollout_configs(
-      sampling,
-      eval_sampling,
-      max_prompt_length=max_prompt_length,
-      max_tokens_to_generate=max_tokens_to_generate,
-      temperature=temperature,
-      seed=seed,
-      return_logprobs=return_logprobs,
-    ),
+    rollout_config=_mode_rollout_configs(spec),
   )
   cluster = rl_cluster_lib.RLCluster(
     actor=policy,
