@@ -234,6 +234,7 @@ def _one_line_refusal(file: pathlib.Path) -> str:
     load_run_config(None, [f"model.checkpoint={file}"])
   message = str(caught.value)
   assert "\n" not in message and "config key 'model.checkpoint'" in message, message
+  assert message.count("model.checkpoint") == 1 and message.count(str(file)) == 1, message
   return message
 
 

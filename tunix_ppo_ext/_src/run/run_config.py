@@ -571,7 +571,10 @@ def _checkpoint_directory(checkpoint: str) -> str:
   try:
     return gguf_files.resolve(checkpoint)
   except ValueError as err:
-    raise ConfigError(f"config key 'model.checkpoint' ({checkpoint!r}): {err}") from None
+    message = str(err).removeprefix("model.checkpoint: ")  # gguf_files names the key too
+    if repr(checkpoint) not in message:
+      message = f"{checkpoint!r}: {message}"
+    raise ConfigError(f"config key 'model.checkpoint': {message}") from None
 
 
 def _validate_mesh(section: MeshSection) -> None:
