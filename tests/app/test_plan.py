@@ -268,6 +268,15 @@ def test_group_estimator_plans_no_critic(tmp_path):
   assert set(figures["resident"]) == {"actor weights", "actor optimizer", "reference weights"}
 
 
+def test_a_packed_run_is_planned_padded_and_says_so(capsys):
+  argv = ["plan", "--config", str(SMOKE), "--compiler", "cpu", "--pieces", "actor/logps_pass"]
+  assert cli.main([*argv, "model.packing=true"]) == 0
+  out = capsys.readouterr().out
+  assert plan.PACKING_NOTE.format(k=4) in out.splitlines()
+  assert cli.main(argv) == 0
+  assert "model.packing" not in capsys.readouterr().out
+
+
 @pytest.mark.tunix_facing  # tunix main's own losses return a LossOutput
 def test_tunix_own_losses_are_planned_as_tunix_learner_runs_them(tmp_path):
   """`ppo.policy_loss_fn=ppo` / `ppo.value_loss_fn=ppo` (tunix's own, in tunix's registry

@@ -41,6 +41,7 @@ from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, as_resolve
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
 from tunix_ppo_ext._src.tunix.learner import loss_fns
+from tunix_ppo_ext._src.tunix.learner.passes import PACK_EPISODES
 from tunix_ppo_ext._src.tunix.models import hf_models
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import prefill_bucket
@@ -219,6 +220,7 @@ class Plan:
   pieces: list[abstract.CompiledPiece]
   resident: dict[str, int]  # "actor weights", "actor optimizer", ... -> bytes per device
   rows: dict[str, Any]  # StepRows: rows per rollout, log-prob pass and train step
+  notes: tuple[str, ...] = ()  # what the figures leave out, one line each
 
   @property
   def peak_piece(self) -> abstract.CompiledPiece:
@@ -273,7 +275,22 @@ def plan(
     pieces=compiled,
     resident=built.resident(),
     rows=dataclasses.asdict(built.rows),
+    notes=_notes(run),
   )
+
+
+PACKING_NOTE = (
+  "note: model.packing=true is planned on padded rows; packed passes hold the same tokens "
+  "in rows of up to {k} widths, whose dense attention scores take up to {k}x the padded "
+  "rows' (model.attention splash or blockwise forms none)"
+)
+
+
+def _notes(run: RunConfig) -> tuple[str, ...]:
+  """What the plan's figures do not show for this run's settings."""
+  if run.model.packing:
+    return (PACKING_NOTE.format(k=PACK_EPISODES),)
+  return ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -513,6 +530,7 @@ def format_plan(p: Plan, config_path: str | None) -> str:
   parts = ", ".join(f"{k} {_size(v)}" for k, v in p.resident.items())
   lines.append(f"resident all step: {_size(sum(p.resident.values()))} ({parts})")
   lines.append(_verdict(p))
+  lines.extend(p.notes)
   peak = p.peak_piece
   consumers = {**p.resident, f"{peak.role}/{peak.name} temporaries": peak.temp_bytes}
   transient = peak.argument_bytes - peak.resident_bytes
