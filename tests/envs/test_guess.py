@@ -84,3 +84,57 @@ def test_bad_settings_are_refused_in_one_line_naming_the_setting():
       GuessEnv(**kwargs)
     assert str(raised.value).startswith(culprit) and "\n" not in str(raised.value)
   assert GuessEnv(max_turns=1, turn_penalty=5.0).max_return == 1.0  # one guess: no penalty
+
+
+def test_the_shaping_reward_pays_each_guess_the_feedback_allows_once():
+  env = GuessEnv(high=10, max_turns=4, turn_penalty=0.2, consistent_reward=0.05)
+  seed = next(s for s in range(50) if env.reset(s) and env.optimal_action() != "1")
+  secret = int(env.optimal_action())
+  # 1 (below the secret: allowed, nothing said yet), 1 again (a repeat), 42 (out of range),
+  # then the secret (a hit is always allowed)
+  steps = _play(env, seed, ["1", "1", "42", str(secret)])
+  assert [s[1] for s in steps] == pytest.approx([0.05, 0.0, 0.0, 1.0 - 0.2 * 3 + 0.05])
+  assert [s[4]["allowed_share"] for s in steps] == pytest.approx([1.0, 0.5, 1 / 3, 0.5])
+
+
+def test_a_guess_the_feedback_ruled_out_earns_no_shaping_reward():
+  env = GuessEnv(high=10, max_turns=4, consistent_reward=0.05)
+  for seed in range(50):  # a secret with room on both sides
+    env.reset(seed)
+    secret = int(env.optimal_action())
+    if 3 <= secret <= 8:
+      break
+  steps = _play(env, seed, [str(secret - 1), str(secret - 2), str(secret + 2), str(secret)])
+  # secret - 1: "Higher", so secret - 2 is ruled out; secret + 2 is still allowed
+  assert [s[1] for s in steps] == pytest.approx([0.05, 0.0, 0.05, 1.0 - 0.6 + 0.05])
+
+
+def test_max_return_is_the_best_episode_whatever_the_per_guess_rewards():
+  # reference: every n-turn episode that hits on turn n with every guess paid
+  for valid, consistent, penalty, turns in [
+    (0.1, 0.0, 0.2, 4),
+    (0.1, 0.05, 0.2, 4),
+    (0.3, 0.0, 0.2, 4),
+    (0.2, 0.2, 0.1, 5),
+    (0.0, 0.0, 0.0, 1),
+  ]:
+    env = GuessEnv(
+      max_turns=turns, turn_penalty=penalty, valid_reward=valid, consistent_reward=consistent
+    )
+    best = max(1 - penalty * (n - 1) + (valid + consistent) * n for n in range(1, turns + 1))
+    assert env.max_return == pytest.approx(best)
+  # reached: valid 0.3 over 4 turns, the hit on the last (binary search over 1..10 from 1)
+  env = GuessEnv(valid_reward=0.3)
+  for seed in range(200):
+    env.reset(seed)
+    if env.optimal_action() == "4":
+      break
+  steps = _play(env, seed, ["1", "2", "3", "4"])
+  assert sum(s[1] for s in steps) == pytest.approx(env.max_return) == pytest.approx(1.6)
+
+
+def test_a_bad_shaping_reward_is_refused_naming_it():
+  for value in (-0.1, float("nan"), "x"):
+    with pytest.raises(ValueError, match="consistent_reward=") as raised:
+      GuessEnv(consistent_reward=value)
+    assert "\n" not in str(raised.value)

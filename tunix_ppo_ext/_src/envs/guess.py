@@ -28,8 +28,13 @@ class GuessEnv:
   after `max_turns` guesses (`success` False). The reward is deterministic: `1.0` for a
   first-turn hit, `turn_penalty` less for each guess before it, plus `valid_reward` for
   every reply whose guess is in range (a format reward: an instruct model at temperature 1
-  mostly answers out of range or with words, and a group estimator needs some spread).
-  `max_return` is `1.0 + valid_reward`;
+  mostly answers out of range or with words, and a group estimator needs some spread), plus
+  `consistent_reward` for every guess the feedback so far allows and not guessed before (a
+  shaping reward for using the feedback; a hit always earns it). `info["allowed_share"]`:
+  the share of the episode's replies so far that were such guesses (1 for a binary
+  search; logged as `train/env/allowed_share`). `max_return` is the best
+  episode's return: `1.0 + valid_reward + consistent_reward` (a first-turn hit) unless
+  the per-guess rewards outweigh `turn_penalty`, when a hit on the last turn pays more;
   guessing uniformly at random, ignoring the feedback, succeeds in about
   `1 - (1 - 1/high) ** max_turns` of episodes (34% for 10 and 4).
   """
@@ -43,6 +48,7 @@ class GuessEnv:
     max_turns: int = 4,
     turn_penalty: float = 0.2,
     valid_reward: float = 0.0,
+    consistent_reward: float = 0.0,
   ) -> None:
     self.low = check_integer("low", low, low=0)  # whole numbers
     self.high = check_integer("high", high, low=self.low + 1)
@@ -53,15 +59,23 @@ class GuessEnv:
       "turn_penalty", turn_penalty, low=0.0, high=last, high_open=True
     )
     self.valid_reward = check_number("valid_reward", valid_reward, low=0.0)
-    self.max_return = 1.0 + self.valid_reward
+    self.consistent_reward = check_number("consistent_reward", consistent_reward, low=0.0)
+    per_guess = self.valid_reward + self.consistent_reward  # a hit after n - 1 allowed misses
+    self.max_return = max(
+      1.0 - self.turn_penalty * (n - 1) + per_guess * n for n in range(1, self.max_turns + 1)
+    )
     self._secret: int | None = None
     self._turn = 0
+    self._allowed = (self.low, self.high)  # what the feedback so far leaves
+    self._guessed: set[int] = set()
+    self._allowed_count = 0  # guesses the feedback allowed, this episode
 
   def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
     """Draws the secret from `seed`."""
     rng = np.random.default_rng(seed)
     self._secret = int(rng.integers(self.low, self.high + 1))
     self._turn = 0
+    self._allowed, self._guessed, self._allowed_count = (self.low, self.high), set(), 0
     return (
       f"I am thinking of a whole number from {self.low} to {self.high}. Guess it! "
       "Reply with just the number."
@@ -80,6 +94,10 @@ class GuessEnv:
     reward = 1.0 - self.turn_penalty * (self._turn - 1) if hit else 0.0
     if guess is not None and self.low <= guess <= self.high:
       reward += self.valid_reward
+    allowed = guess is not None and self._note_feedback(guess)
+    reward += self.consistent_reward * allowed
+    self._allowed_count += allowed
+    info["allowed_share"] = self._allowed_count / self._turn  # `train/env/allowed_share`
     if last:
       info["success"] = hit  # the success rate's source (`metrics.episodes`)
       self._secret = None
@@ -89,6 +107,18 @@ class GuessEnv:
     else:
       observation = f"{'Higher' if guess < self._secret else 'Lower'}. Guess again."
     return observation, reward, False, False, info
+
+  def _note_feedback(self, guess: int) -> bool:
+    """Whether `guess` is one the feedback so far allows, never guessed before; then
+    narrows what is allowed by the answer it gets."""
+    low, high = self._allowed
+    allowed = low <= guess <= high and guess not in self._guessed
+    self._guessed.add(guess)
+    if guess < self._secret:
+      self._allowed = (max(low, guess + 1), high)
+    elif guess > self._secret:
+      self._allowed = (low, min(high, guess - 1))
+    return allowed
 
   def optimal_action(self) -> str:
     """The secret (for scripted baselines and tests)."""
