@@ -269,7 +269,8 @@ def test_group_estimator_plans_no_critic(tmp_path):
 
 
 def test_a_packed_run_is_planned_padded_and_says_so(capsys):
-  argv = ["plan", "--config", str(SMOKE), "--compiler", "cpu", "--pieces", "actor/logps_pass"]
+  argv = ["plan", "--config", str(SMOKE), "--compiler", "cpu", "--topology", "v5e:1x1"]
+  argv += ["--pieces", "actor/logps_pass"]
   assert cli.main([*argv, "model.packing=true"]) == 0
   out = capsys.readouterr().out
   assert plan.PACKING_NOTE.format(k=4) in out.splitlines()
