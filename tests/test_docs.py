@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import pathlib
 import re
@@ -179,6 +180,7 @@ KEY = re.compile(
 PATH = re.compile(r"(?<![\w.-])((?:" + "|".join(map(re.escape, TOP_DIRS)) + r")[\w./-]*)")
 
 
+@functools.cache
 def _ignored(target: str) -> bool:
   """Whether git ignores `target`: a file the checkout has here but a clean one (CI) lacks."""
   done = subprocess.run(

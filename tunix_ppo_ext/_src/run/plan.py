@@ -351,7 +351,7 @@ class _Built:
   def __init__(self, resolved: ResolvedRun, planned: PlannedModel, meshes: dict[Role, Any]):
     run = resolved.run
     self.run, self.config, self.meshes = run, planned.config, meshes
-    self.ppo = resolved.ppo
+    self.ppo, self.cluster = resolved.ppo, resolved.cluster
     self.lora = lora_section(run.model)
     self.rows = step_rows(resolved)
     _check_rows(self.rows, meshes, self.ppo.uses_critic)
@@ -464,7 +464,7 @@ def _sampler(b: _Built) -> list[abstract.CompiledPiece]:
   reencode`, every turn's of `max_prompt_length + max_completion_len`) and the turn's
   decode; with `continue` and `env.max_turns > 1` also `extend` and `compact`."""
   env = b.run.env
-  cache = b.prompt + b.completion + env.max_tokens_per_turn
+  cache = b.cluster.max_prompt_length + b.cluster.max_tokens_to_generate  # the cluster's own
   continued = env.kv_cache == "continue"
   multi_turn = continued and env.max_turns > 1
   return abstract.compile_continuing_sampler(
