@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import train_in_process
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.plugins import registry
-from tunix_ppo_ext._src.run import cli, job, run_config
+from tunix_ppo_ext._src.run import cli, job, run_config, sweep
 from tunix_ppo_ext._src.run.run_config import RunConfig, load_resolved, load_run_config
 from tunix_ppo_ext._src.tunix.cluster.mesh import role_meshes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
@@ -137,6 +137,15 @@ def test_plan_and_export_resolve_the_config_exactly_once(tmp_path, monkeypatch):
   assert cli.main(["export", str(run), str(tmp_path / "hf")]) == 0
   assert count == {"resolved": 2}
 
+
+def test_sweep_resolves_each_seed_it_starts_exactly_once(tmp_path, monkeypatch):
+  # the sweep process validates every seed's config before starting any; each seed's
+  # `train` subprocess then resolves its own once (the train test above counts that)
+  started = []
+  monkeypatch.setattr(sweep.Seeds, "run", lambda self, d, overrides, seed: started.append(d))
+  count = _count_resolutions(monkeypatch)
+  sweep.sweep(2, tmp_path, ["train.lr=0.1,0.2", "train.steps=2"], SMOKE)
+  assert len(started) == 4 and count == {"resolved": 4}
 
 def test_bad_input_is_a_config_error_and_exits_2(tmp_path, capsys):
   with pytest.raises(ConfigError, match=r"config key 'ppo': PpoExtConfig.entropy_coef=-1"):

@@ -414,29 +414,27 @@ def _check_configs(
   study: Sequence[Variant],
   runs: Sequence[tuple[Variant, int, pathlib.Path]],
 ) -> None:
-  """Before the first seed runs: every variant's config loads and validates, no two variants
-  resolve to the same config, and every seed directory with a saved `config.json` holds a
-  run of the config this sweep would train there (else one ValueError naming it)."""
+  """Before the first seed runs: every seed's config loads and validates (each resolved
+  once), no two variants resolve to the same config, and every seed directory with a saved
+  `config.json` holds a run of the config this sweep would train there (else one ValueError
+  naming it)."""
   from tunix_ppo_ext._src.run.run_config import load_run_config  # noqa: PLC0415
 
-  def resolved(overrides: Sequence[str], seed: int, run_dir: pathlib.Path) -> dict[str, Any]:
-    settings = [*seed_overrides(overrides, seed), f"output_dir={run_dir}"]
-    return json.loads(json.dumps(dataclasses.asdict(load_run_config(config, settings))))
-
   first: dict[str, str] = {}
-  for variant in study:
-    same = json.dumps(resolved(variant.overrides, 0, pathlib.Path("runs")), sort_keys=True)
-    if same in first:
-      raise ConfigError(
-        f"sweep: variants {first[same]!r} and {variant.name!r} resolve to the same config; "
-        "list each value once"
-      )
-    first[same] = variant.name
   for variant, seed, run_dir in runs:
+    settings = [*seed_overrides(variant.overrides, seed), f"output_dir={run_dir}"]
+    wanted = json.loads(json.dumps(dataclasses.asdict(load_run_config(config, settings))))
+    if seed == runs[0][1]:  # every variant runs the same seeds: compare at the first
+      same = json.dumps({k: v for k, v in wanted.items() if k != "output_dir"}, sort_keys=True)
+      if same in first:
+        raise ConfigError(
+          f"sweep: variants {first[same]!r} and {variant.name!r} resolve to the same config; "
+          "list each value once"
+        )
+      first[same] = variant.name
     saved_file = run_dir / "config.json"
     if saved_file.is_file():
-      saved = json.loads(saved_file.read_text())
-      _compare(run_dir, saved, resolved(variant.overrides, seed, run_dir))
+      _compare(run_dir, json.loads(saved_file.read_text()), wanted)
 
 
 def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
