@@ -147,6 +147,7 @@ def test_sweep_resolves_each_seed_it_starts_exactly_once(tmp_path, monkeypatch):
   sweep.sweep(2, tmp_path, ["train.lr=0.1,0.2", "train.steps=2"], SMOKE)
   assert len(started) == 4 and count == {"resolved": 4}
 
+
 def test_bad_input_is_a_config_error_and_exits_2(tmp_path, capsys):
   with pytest.raises(ConfigError, match=r"config key 'ppo': PpoExtConfig.entropy_coef=-1"):
     load_resolved(SMOKE, ["ppo.entropy_coef=-1"])

@@ -166,3 +166,46 @@ def test_qwix_products_go_through_lora_product_with_the_same_values_and_gradient
   assert calls  # the model's products went through the function the seam replaces
   for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_an_adapted_projection_keeps_its_inputs_dtype_with_float32_adapters():
+  """The seam in `compat`: qwix's public `LoraProvider.einsum` / `.dot_general` keep the
+  signatures they are wrapped under; a bfloat16 base with float32 adapters (`model.dtype`)
+  computes in bfloat16, near qwix's own float32-promoted result."""
+  import inspect
+
+  from qwix._src.providers import lora as qwix_lora
+
+  from tunix_ppo_ext._src.tunix import compat
+  from tunix_ppo_ext._src.tunix.compat import qwix_adapters
+
+  einsum, dot_general = (compat.QWIX_LORA_METHODS[n] for n in ("einsum", "dot_general"))
+  assert list(inspect.signature(einsum).parameters) == ["self", "einsum_str", "operands", "kwargs"]
+  assert list(inspect.signature(dot_general).parameters)[:6] == [
+    "self", "lhs", "rhs", "dimension_numbers", "precision", "preferred_element_type",
+  ]  # fmt: skip
+  config = hf_models.with_dtype(
+    models.tiny_qwen3_config(16, num_layers=1, embed_dim=32), "bfloat16"
+  )
+  model = hf_models.cast_params(models.make_policy(config, seed=7), jnp.bfloat16)
+  model = _randomised(lora.apply_lora(model, SPEC))
+  hf_models.train_in_float32(model)
+  assert qwix_lora.LoraProvider.einsum.__wrapped__ is einsum  # apply_lora installed it
+  tokens = jnp.asarray(np.random.default_rng(1).integers(1, 16, (2, 6)), jnp.int32)
+  positions = jnp.broadcast_to(jnp.arange(6), tokens.shape)
+  mask = models.causal_mask(2, 6)
+  ours = model(tokens, positions, None, mask)[0]
+  for name, method in compat.QWIX_LORA_METHODS.items():
+    setattr(qwix_lora.LoraProvider, name, method)  # qwix's own
+  try:
+    theirs = model(tokens, positions, None, mask)[0]
+  finally:
+    compat.install_lora_product()
+
+  def bfloat16_valued(x):  # tunix's Qwen3 returns float32 logits: what they hold tells
+    return bool(jnp.all(x.astype(jnp.bfloat16).astype(x.dtype) == x))
+
+  assert bfloat16_valued(ours) and not bfloat16_valued(theirs)
+  scale = float(jnp.max(theirs) - jnp.min(theirs))
+  assert float(jnp.max(jnp.abs(ours.astype(jnp.float32) - theirs))) <= 0.03 * scale
+  assert qwix_adapters._in_input_dtype(einsum).__wrapped__ is einsum

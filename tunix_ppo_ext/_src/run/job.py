@@ -308,17 +308,27 @@ def role_models(run: RunConfig, policy: Any) -> tuple[Any, Any, Any]:
     roles = models.with_critic_and_reference(policy, run.seed, head_init=head)
   if run.model.attention == "blockwise":
     hf_models.attend_blockwise(roles, run.model.attention_block_size)
+  if run.model.dtype is not None:
+    hf_models.train_in_float32(*roles[:2])
   return roles
 
 
 def _base_policy(run: RunConfig, tokenizer, mesh=None):
+  """The policy's base model (`_stored_policy`), its weights in `model.dtype` if given."""
+  policy = _stored_policy(run, tokenizer, mesh)
+  if run.model.dtype is None:
+    return policy
+  return hf_models.cast_params(policy, hf_models.DTYPES[run.model.dtype])
+
+
+def _stored_policy(run: RunConfig, tokenizer, mesh=None):
   """The policy's base model: the checkpoint's (its own family), else a toy or named-size
   Qwen3, loaded from the checkpoint's safetensors or randomly initialised (`run.seed`)."""
   if run.model.checkpoint is not None and hf_models.read_hf_config(run.model.checkpoint):
     # family from config.json
     model = run.model
     policy = hf_models.load_checkpoint(
-      model.checkpoint, mesh, model.remat, model.attention, model.attention_block_size
+      model.checkpoint, mesh, model.remat, model.attention, model.attention_block_size, model.dtype
     )
     hf_models.check_vocabulary(hf_models.vocab_size(policy), len(tokenizer))
     return policy
@@ -335,7 +345,9 @@ def _base_policy(run: RunConfig, tokenizer, mesh=None):
       num_kv_heads=run.model.num_kv_heads,
     )
   model = run.model
-  config = hf_models.configured(config, model.remat, model.attention, model.attention_block_size)
+  config = hf_models.configured(
+    config, model.remat, model.attention, model.attention_block_size, model.dtype
+  )
   if run.model.checkpoint is not None:
     return checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config, mesh)
   return models.make_policy(config, run.seed)

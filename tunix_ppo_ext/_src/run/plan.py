@@ -128,13 +128,14 @@ class PlannedModel:
 
 
 def model_config(run: RunConfig) -> PlannedModel:
-  """The policy as the job builds it, its `remat_config` and attention from `model.remat`
-  and `model.attention` (as the job's)."""
+  """The policy as the job builds it, its `remat_config`, attention and dtype from
+  `model.remat`, `model.attention` and `model.dtype` (as the job's)."""
   planned, model = _model_config(run), run.model
   config = hf_models.configured(
-    planned.config, model.remat, model.attention, model.attention_block_size
+    planned.config, model.remat, model.attention, model.attention_block_size, model.dtype
   )
-  return dataclasses.replace(planned, config=config)
+  weights = planned.weight_dtype if model.dtype is None else hf_models.DTYPES[model.dtype]
+  return dataclasses.replace(planned, config=config, weight_dtype=weights)
 
 
 def _model_config(run: RunConfig) -> PlannedModel:
@@ -195,8 +196,7 @@ def _policy(planned: PlannedModel, seed: int) -> nnx.Module:
   """The policy module (inside `nnx.eval_shape`), its weights in the checkpoint's dtype."""
   policy = planned.model_class(planned.config, rngs=nnx.Rngs(seed))
   if planned.weight_dtype is not None:
-    weights = nnx.state(policy, nnx.Param)
-    nnx.update(policy, jax.tree.map(lambda x: x.astype(planned.weight_dtype), weights))
+    hf_models.cast_params(policy, planned.weight_dtype)
   return policy
 
 

@@ -73,6 +73,11 @@ class ModelSection:
   `packing`: every training pass (log-probs, values, the actor's and critic's updates) runs
   on the batch's episodes packed into fewer rows (`ops.plan_packing`), each attending only
   to itself: the results of the padded rows with less compute spent on padding.
+  `dtype`: the weights' dtype, `bfloat16` or `float32` (`null`: as the checkpoint stores
+  them; a toy model's are float32) for every checkpoint kind (GGUF, Hugging Face, toy):
+  the frozen weights are held and computed in it while what the run trains (the LoRA
+  adapters, a critic's value head, a critic trained whole) stays float32, so `bfloat16`
+  needs `model.lora` (`tunix_ppo_ext.models.cast_params`).
   `value_head_init`: the critic's value head starts `normal` (small random weights, so its
   first values are random in scale) or `zero` (every first value 0: close to the returns
   of a task whose returns are near 0, and no random offset for the critic to unlearn).
@@ -95,6 +100,7 @@ class ModelSection:
   attention: str = "dense"  # dense ([T, T] scores), splash (tunix's TPU kernel), blockwise
   attention_block_size: int = 512  # splash's or blockwise's block, in tokens
   packing: bool = False  # training passes on packed rows
+  dtype: str | None = None  # the frozen weights': bfloat16 or float32 (None: the checkpoint's)
 
 
 @dataclasses.dataclass
@@ -502,7 +508,21 @@ def _validate_model(model: ModelSection) -> None:
       f"config key 'model.value_head_init' {model.value_head_init!r} unknown{hint} "
       f"(one of {models.VALUE_HEAD_INITS})"
     )
+  _validate_dtype(model)
   _validate_lora(model)
+
+
+def _validate_dtype(model: ModelSection) -> None:
+  if model.dtype is not None and model.dtype not in hf_models.DTYPES:
+    hint = did_you_mean(str(model.dtype), hf_models.DTYPES, n=1)
+    raise ConfigError(
+      f"config key 'model.dtype' {model.dtype!r} unknown{hint} (one of {tuple(hf_models.DTYPES)})"
+    )
+  if model.dtype == "bfloat16" and model.lora is None:
+    raise ConfigError(
+      "config key 'model.dtype'='bfloat16' needs model.lora: the weights a run trains stay "
+      "float32, so only a frozen base can be bfloat16"
+    )
 
 
 def _validate_lora(model: ModelSection) -> None:

@@ -53,7 +53,11 @@ from tunix_ppo_ext._src.tunix.compat.model_internals import (
   use_blockwise_attention,
   use_rope_frequencies,
 )
-from tunix_ppo_ext._src.tunix.compat.qwix_adapters import QWIX_LORA_DELTA, install_lora_product
+from tunix_ppo_ext._src.tunix.compat.qwix_adapters import (
+  QWIX_LORA_DELTA,
+  QWIX_LORA_METHODS,
+  install_lora_product,
+)
 from tunix_ppo_ext._src.tunix.compat.sampler_internals import (
   CACHE_KEYS,
   PREFILL_STATIC_ARGNAMES,
@@ -178,6 +182,7 @@ __all__ = [
   # qwix_adapters
   "QWIX_LORA_DELTA",
   "install_lora_product",
+  "QWIX_LORA_METHODS",
 ]
 
 check_tunix()

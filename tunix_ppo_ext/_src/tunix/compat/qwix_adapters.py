@@ -7,12 +7,16 @@ looked up at trace time. `install_lora_product` replaces it, for the calls of tu
 projections (one contracting axis, the input's last; no batch axes; one output axis;
 default precision), by `math.low_rank.lora_product`: the same product, with a VJP that
 transposes no activation (a faster LoRA update on XLA:CPU); every other call goes
-to qwix's own. Pinned by tests/tunix/test_lora.py (qwix is not tunix: `check_tunix` does not
-look at it).
+to qwix's own. It also wraps `LoraProvider.einsum` and `.dot_general` (public methods of a
+private module) so an adapted projection returns its inputs' dtype when both share one: qwix
+adds `x A B` to the base's output, and float32 adapters on a bfloat16 base (`model.dtype`)
+would promote every adapted projection to float32, which tunix's KV-cache update refuses.
+Pinned by tests/tunix/test_lora.py (qwix is not tunix: `check_tunix` does not look at it).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,12 +27,33 @@ from qwix._src.providers import lora as qwix_lora
 from tunix_ppo_ext._src.math.low_rank import lora_product
 
 QWIX_LORA_DELTA = qwix_lora._compute_lora_delta
+QWIX_LORA_METHODS = {n: getattr(qwix_lora.LoraProvider, n) for n in ("einsum", "dot_general")}
 
 
 def install_lora_product() -> None:
-  """Routes qwix's adapter products through `lora_product` (idempotent; process-wide, the
-  values unchanged)."""
+  """Routes qwix's adapter products through `lora_product` and keeps an adapted
+  projection in its inputs' dtype (idempotent; process-wide; float32 values unchanged)."""
   qwix_lora._compute_lora_delta = _lora_delta
+  for name, method in QWIX_LORA_METHODS.items():
+    setattr(qwix_lora.LoraProvider, name, _in_input_dtype(method))
+
+
+def _in_input_dtype(method: Any) -> Any:
+  """`method` (qwix's LoRA einsum or dot_general) whose output is cast to its two array
+  operands' dtype when they share one and no `preferred_element_type` asks otherwise."""
+
+  @functools.wraps(method)
+  def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    out = method(self, *args, **kwargs)
+    operands = [a for a in args if isinstance(a, jax.Array)]
+    preferred = kwargs.get("preferred_element_type")
+    if method.__name__ == "dot_general" and len(args) > 4:
+      preferred = args[4]
+    if len(operands) == 2 and preferred is None and operands[0].dtype == operands[1].dtype:
+      return out.astype(operands[0].dtype)
+    return out
+
+  return call
 
 
 def _lora_delta(

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 from flax import nnx
 from safetensors.numpy import save_file
@@ -155,12 +156,19 @@ def toy_qwen3_hf_config(config: qwen3.ModelConfig) -> dict[str, Any]:
 
 def hf_config(model: nnx.Module, source: dict[str, Any] | None) -> dict[str, Any]:
   """The exported `config.json`: the source checkpoint's own (sizes and family unchanged by
-  training), else a Qwen3 config for a tunix Qwen3; ValueError for anything else."""
+  training), else a Qwen3 config for a tunix Qwen3 (ValueError for anything else); its
+  `torch_dtype` (and `dtype`, where the source has it) the weights' own."""
   if source is not None:
-    return dict(source)
-  if isinstance(model, qwen3.Qwen3):
-    return toy_qwen3_hf_config(model.config)
-  raise ValueError(f"cannot write a config.json for a {type(model).__name__} without its source")
+    config = dict(source)
+  elif isinstance(model, qwen3.Qwen3):
+    config = toy_qwen3_hf_config(model.config)
+  else:
+    raise ValueError(f"cannot write a config.json for a {type(model).__name__} without its source")
+  weights = jax.tree.leaves(nnx.state(model, nnx.Param))
+  dtype = str(np.dtype(weights[0].dtype)) if weights else "float32"
+  for key in {"torch_dtype"} | ({"dtype"} & config.keys()):
+    config[key] = dtype
+  return config
 
 
 def save_hf_checkpoint(

@@ -450,8 +450,54 @@ def attend_blockwise(models: Any, block_size: int) -> None:
       compat.use_blockwise_attention(model, block_size)
 
 
-def configured(config: Any, remat: str, attention: str = "dense", block_size: int = 512) -> Any:
-  """`config` with the run's `model.remat` and `model.attention` (with its block size)."""
+# `model.dtype`: the frozen weights held and computed in bfloat16 or float32, and every
+# weight the run trains kept in float32 (its master copy: an optimizer step on bfloat16
+# weights rounds away updates below 2^-8 of the weight); unset, every weight stays as the
+# checkpoint stores it (a toy model: float32). A config with a compute `dtype` field (Qwen3,
+# Qwen2) computes in it; the others (Llama 3, Gemma 3) in their weights' dtype.
+DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32}  # `model.dtype`'s choices
+
+
+def with_dtype(config: Any, dtype: str | None) -> Any:
+  """`config` (any family's tunix `ModelConfig`) computing in `dtype` (a `DTYPES` name;
+  None: unchanged) where it has a compute `dtype` field; its weights are cast after they
+  are built or loaded (`cast_params`), so a toy model draws the same weights either way."""
+  if dtype is None or "dtype" not in {f.name for f in dataclasses.fields(config)}:
+    return config
+  return dataclasses.replace(config, dtype=DTYPES[dtype])
+
+
+def cast_params(model: nnx.Module, dtype: Any, kind: type = nnx.Param) -> nnx.Module:
+  """`model` with every floating variable of `kind` (`nnx.Param`: every weight, adapters
+  included) cast to `dtype` in place; returns `model`."""
+  weights = nnx.state(model, kind)
+
+  def cast(x: Any) -> Any:
+    return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+  nnx.update(model, jax.tree.map(cast, weights))
+  return model
+
+
+def train_in_float32(*roles: nnx.Module | None) -> None:
+  """What each trained role (actor, critic; None skipped) trains, in float32: its adapters
+  (`nnx.LoRAParam`, a LoRA critic's value head too) when it has any, else every weight."""
+  for model in roles:
+    if model is not None:
+      adapted = bool(jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
+      cast_params(model, jnp.float32, nnx.LoRAParam if adapted else nnx.Param)
+
+
+def configured(
+  config: Any,
+  remat: str,
+  attention: str = "dense",
+  block_size: int = 512,
+  dtype: str | None = None,
+) -> Any:
+  """`config` with the run's `model.remat`, `model.attention` (with its block size) and
+  `model.dtype` (`with_dtype`)."""
+  config = with_dtype(config, dtype)
   return with_attention(with_remat(config, remat), attention, block_size)
 
 
@@ -461,19 +507,21 @@ def load_checkpoint(
   remat: str = "none",
   attention: str = "dense",
   block_size: int = 512,
+  dtype: str | None = None,
 ) -> nnx.Module:
   """The tunix model of the checkpoint in `directory`, loaded by its family's own tunix
-  loader straight onto `mesh` (sharded; None: the first device), in the file's dtype, with
-  tunix's activation rematerialisation `remat` (`REMAT_CHOICES`) and attention `attention`
-  (`ATTENTION_CHOICES`, blocks of `block_size`)."""
+  loader straight onto `mesh` (sharded; None: the first device), in `dtype`
+  (`DTYPES`; None: the file's), with tunix's activation rematerialisation `remat`
+  (`REMAT_CHOICES`) and attention `attention` (`ATTENTION_CHOICES`, blocks of
+  `block_size`)."""
   directory = gguf_files.resolve(directory, weights=True)
   hf = read_hf_config(directory)
   if hf is None:
     raise ConfigError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
   family = family_of(hf)
-  config = configured(tunix_config(hf), remat, attention, block_size)
+  config = configured(tunix_config(hf), remat, attention, block_size, dtype)
   try:
-    model = family.load(str(directory), config, mesh)
+    model = family.load(str(directory), config, mesh, DTYPES.get(dtype))
   except (ValueError, TypeError, KeyError, OSError) as err:  # tunix's loader names no file
     detail = str(err).splitlines()[0] if str(err) else ""
     raise ConfigError(
