@@ -1,7 +1,8 @@
 """`model.dtype` (`hf_models.with_dtype`, `cast_params`, `train_in_float32`): the frozen
-weights in bfloat16 (or float32) for toy, Hugging Face and GGUF checkpoints, logits against float32 within a stated tolerance, what the run trains kept in
-float32, training steps finite end to end, export writing the dtype asked for, and bad
-values refused in one line naming the key."""
+weights in bfloat16 (or float32) for toy, Hugging Face and GGUF checkpoints, logits against
+float32 within a stated tolerance, what the run trains kept in float32, training steps
+finite end to end, export writing the dtype asked for, and bad values refused in one line
+naming the key."""
 
 from __future__ import annotations
 
