@@ -52,10 +52,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import jax
-import jax.numpy as jnp
+from _timing import machine_rates
 
 PHASES = ("rollout", "old_logp", "ref_logp", "values", "advantages")
 UPDATES = ("update_actor", "update_critic")
@@ -97,24 +96,6 @@ shape = {"batch": run.train.batch_size, "prompt": run.train.max_prompt_length,
 (out / "bench.json").write_text(json.dumps({"package": tunix_ppo_ext.__file__,
   "stamps": stamps, "compiles": compiles, "shape": shape}))
 """
-
-
-def machine_rates() -> tuple[float, float]:
-  """(float32 matmul GFLOP/s, memory read GB/s) of this machine, medians of 5 timings."""
-  a, w = jnp.ones((1280, 576)), jnp.ones((576, 4096))
-  x = jnp.ones((64 * 1024 * 1024,), jnp.float32)
-  matmul, total = jax.jit(lambda a, w: a @ w), jax.jit(jnp.sum)
-
-  def seconds(fn, *args) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(5):
-      start = time.perf_counter()
-      jax.block_until_ready(fn(*args))
-      times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-  return 2 * 1280 * 576 * 4096 / seconds(matmul, a, w) / 1e9, x.nbytes / seconds(total, x) / 1e9
 
 
 def finished_steps(run_dir: pathlib.Path) -> int:

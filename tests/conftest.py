@@ -414,8 +414,11 @@ SMOKE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
 
 
 def load_bench(name: str) -> Any:
-  """`bench/<name>.py` as a module (the bench scripts are not a package)."""
+  """`bench/<name>.py` as a module (the bench scripts are not a package; their shared
+  `bench/_timing.py` is imported as the scripts run do: from their own folder)."""
   path = pathlib.Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+  if str(path.parent) not in sys.path:
+    sys.path.append(str(path.parent))
   spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
