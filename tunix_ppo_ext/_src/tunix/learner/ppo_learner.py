@@ -7,7 +7,7 @@ loop, cluster, rollout engine, trainers and orbax checkpointing.
 
 The rollout phase, one function each: trajectories (`_trajectories`), old log-probs and
 values (`_old_logps_and_values`), the KL to the reference (`_kl_penalty`), advantages
-(`_advantages`), metrics (`_buffer_rollout_metrics`, `_buffer_user_metrics`), and the
+(`advantage_step`), metrics (`_buffer_rollout_metrics`, `_buffer_user_metrics`), and the
 `TrainExample` tunix's trainers consume (`_train_example`).
 """
 
@@ -32,20 +32,18 @@ from tunix_ppo_ext._src.data import rollout_weights as rollout_correction
 from tunix_ppo_ext._src.data.rewards import DROPPED_METRIC, NonFiniteRewards
 from tunix_ppo_ext._src.data.trajectory import (
   TrajectoryBatch,
-  contiguous_group_ids,
   sampler_logprob_gap,
 )
 from tunix_ppo_ext._src.math import kl as kl_lib
 from tunix_ppo_ext._src.math import kl_methods as names
-from tunix_ppo_ext._src.math.advantages import length_adaptive_lambda
 from tunix_ppo_ext._src.math.masked import masked_mean
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import stats as batch_stats
-from tunix_ppo_ext._src.plugins import protocols, registry
+from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.cluster import disk_space, guards, timing
+from tunix_ppo_ext._src.tunix.learner import advantage_step, passes
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
-from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
 from tunix_ppo_ext._src.tunix.rollout.context import RolloutContext, TrajectorySource
@@ -404,7 +402,15 @@ class PpoExtLearner(compat.LearnerHooks):
     rewards, ref_logps, per_token_kl = self._kl_penalty(batch, inputs, old_logps, timer, mode)
     warming_up = self.critic_warmup.active(self.rl_cluster.global_steps)
     with timer("advantages"):
-      advantages, returns = self._advantages(rewards, values, inputs.loss_mask, batch, warming_up)
+      advantages, returns = advantage_step.advantages_and_returns(
+        self.algo_config,
+        rewards,
+        values,
+        inputs.loss_mask,
+        self._group_ids(batch),
+        warming_up=warming_up,
+        has_critic=self.has_critic,
+      )
       timer.ready((advantages, returns))
     variance = self._buffer_rollout_metrics(
       batch, rewards, values, advantages, returns, per_token_kl, timer, mode
@@ -561,58 +567,8 @@ class PpoExtLearner(compat.LearnerHooks):
     )
     return ref_logps, kl
 
-  def _advantages(self, rewards, values, loss_mask, batch: TrajectoryBatch, warming_up: bool):
-    """`(advantages [B, T], returns [B, T])`: the advantages with the policy's lambda
-    (`gae_lambda`, or per row `adaptive_lambda_alpha`'s), the returns with the value
-    targets' (`critic_warmup_lambda` on warm-up steps, else `target_lambda`)."""
-    config = self.algo_config
-    actor_lambda = config.gae_lambda
-    if config.adaptive_lambda_alpha is not None:
-      actor_lambda = length_adaptive_lambda(loss_mask, config.adaptive_lambda_alpha)
-    advantages, returns = self._estimate(rewards, values, loss_mask, batch, actor_lambda)
-    target = config.critic_warmup_lambda if warming_up else config.target_lambda
-    if self.has_critic and not (isinstance(actor_lambda, float) and target == actor_lambda):
-      _, returns = self._estimate(rewards, values, loss_mask, batch, target)
-    return advantages, returns
-
-  def _estimate(self, rewards, values, loss_mask, batch: TrajectoryBatch, gae_lambda):
-    """The configured estimator with lambda `gae_lambda`.
-
-    Names resolve in the plugin registry (built-ins included; its keyword protocol), else
-    in tunix's `function_registry` (tunix's PPO signature).
-    """
-    config = self.algo_config
-    name = config.advantage_estimator
-    if registry.has(registry.ADVANTAGE_ESTIMATORS, name):
-      scores = jnp.sum(rewards * loss_mask, axis=-1)
-      group_ids = self._group_ids(batch)
-      return protocols.call_estimator(
-        registry.get(registry.ADVANTAGE_ESTIMATORS, name),
-        rewards=rewards,
-        values=values,
-        mask=loss_mask,
-        scores=scores,
-        group_ids=jnp.asarray(group_ids),
-        gamma=config.gamma,
-        gae_lambda=gae_lambda,
-        gamma_turn=config.turn_discount,
-        whiten=config.whiten_advantages,
-        norm_by_std=config.norm_adv_by_std,
-      )
-    estimator = function_registry.get_advantage_estimator(name)
-    return estimator(
-      rewards=rewards,
-      values=values,
-      completion_mask=loss_mask,
-      gamma=config.gamma,
-      gae_lambda=gae_lambda,
-    )
-
   def _group_ids(self, batch: TrajectoryBatch) -> np.ndarray:
-    """Each row's group: the source's, else consecutive runs of `num_generations` rows."""
-    if batch.group_ids is not None:
-      return np.asarray(batch.group_ids)
-    return contiguous_group_ids(len(batch.loss_mask), self.algo_config.num_generations)
+    return advantage_step.group_ids(batch, self.algo_config.num_generations)
 
   def _buffer_rollout_metrics(self, batch, rewards, values, advantages, returns, kl, timer, mode):
     """The batch statistics (`batch_stats`), reference KL, controller and critic fit;
