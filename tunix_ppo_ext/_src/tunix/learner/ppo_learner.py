@@ -38,11 +38,10 @@ from tunix_ppo_ext._src.math import kl as kl_lib
 from tunix_ppo_ext._src.math import kl_methods as names
 from tunix_ppo_ext._src.math.masked import masked_mean
 from tunix_ppo_ext._src.metrics import keys as metric_keys
-from tunix_ppo_ext._src.metrics import stats as batch_stats
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.cluster import disk_space, guards, timing
-from tunix_ppo_ext._src.tunix.learner import advantage_step, passes
+from tunix_ppo_ext._src.tunix.learner import advantage_step, passes, rollout_metrics
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
@@ -571,50 +570,25 @@ class PpoExtLearner(compat.LearnerHooks):
     return advantage_step.group_ids(batch, self.algo_config.num_generations)
 
   def _buffer_rollout_metrics(self, batch, rewards, values, advantages, returns, kl, timer, mode):
-    """The batch statistics (`batch_stats`), reference KL, controller and critic fit;
-    returns the critic's explained variance (None without a critic or agent tokens)."""
-    mask = np.asarray(batch.loss_mask)
-    values, returns = np.asarray(values), np.asarray(returns)
-    stats = batch_stats.batch_statistics(
-      loss_mask=mask,
-      token_rewards=batch.token_rewards,
-      rewards=rewards,
-      values=values,
-      advantages=advantages,
-      returns=returns,
-      episode_returns=batch.episode_returns,
-      num_turns=batch.num_turns,
-      truncated=batch.truncated,
-      turn_limited=batch.turn_limited,
-      group_ids=self._group_ids(batch),
+    """`rollout_metrics.rollout_statistics` buffered; returns the critic's explained
+    variance (None without a critic or agent tokens)."""
+    coefficients = {
+      "learner/kl_coef": float(self.kl_controller.value),
+      "learner/entropy_coef": float(self.algo_config.entropy_coef),
+    }
+    stats, tunix_stats, variance = rollout_metrics.rollout_statistics(
+      batch,
+      rewards,
+      values,
+      advantages,
+      returns,
+      kl,
+      groups=self._group_ids(batch),
+      has_critic=self.has_critic,
+      coefficients=coefficients,
+      rollout_s=timer.seconds.get("rollout", 0.0),
     )
-    if not self.has_critic:  # no critic values to describe
-      stats = {k: v for k, v in stats.items() if "old_value" not in k}
-    stats["learner/kl_coef"] = float(self.kl_controller.value)
-    stats["learner/entropy_coef"] = float(self.algo_config.entropy_coef)
-    if kl is not None and mask.sum() > 0:
-      stats["learner/kl"] = float(np.asarray(kl)[mask > 0].mean())
-    variance = batch_stats.explained_variance(values, returns, mask) if self.has_critic else None
-    if variance is not None:
-      stats["learner/explained_variance"] = variance
-    rollout_s = timer.seconds.get("rollout", 0.0)
-    if rollout_s > 0:  # agent tokens (loss mask); every real completion token apart
-      stats["rollout/tokens_per_s"] = float(mask.sum()) / rollout_s
-      completion = float(np.asarray(batch.attention_mask).sum())
-      stats["rollout/completion_tokens_per_s"] = completion / rollout_s
     self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in stats.items()}, mode=mode)
-    tunix_stats = batch_stats.tunix_statistics(
-      loss_mask=mask,
-      attention_mask=batch.attention_mask,
-      token_rewards=batch.token_rewards,
-      rewards=rewards,
-      values=values,
-      advantages=advantages,
-      returns=returns,
-      kl=kl,
-    )
-    if not self.has_critic:
-      tunix_stats = {k: v for k, v in tunix_stats.items() if "old_values" not in k}
     self.rl_cluster.buffer_metrics(tunix_stats, mode=mode)  # tunix's names, as stock PPO
     return variance
 
