@@ -3,7 +3,8 @@
 Per-token families (`old_value`, `advantage`, `return`) are taken over the loss mask only;
 per-episode families (`score`, `reward`, `episode_return`, `response_length`,
 `num_turns`) over every row. A family with no element is left out (never NaN).
-`tunix_statistics` gives what tunix's `PPOLearner` logs, under tunix's names.
+`tunix_statistics` gives what tunix's `PPOLearner` logs, under tunix's names;
+`rollout_statistics` both for a `TrajectoryBatch`, as the learner logs them each step.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.metrics.keys import STATS
 
 _REDUCERS = {"min": np.min, "mean": np.mean, "max": np.max}
@@ -156,3 +158,59 @@ def trailing_mean(values: Any) -> np.ndarray:
   sums = np.cumsum(np.concatenate([[0.0], x]))
   starts = np.maximum(np.arange(1, len(x) + 1) - window, 0)
   return (sums[1:] - sums[starts]) / (np.arange(1, len(x) + 1) - starts)
+
+
+def rollout_statistics(
+  batch: TrajectoryBatch,
+  rewards: Any,
+  values: Any,
+  advantages: Any,
+  returns: Any,
+  kl: Any,
+  *,
+  groups: np.ndarray,
+  has_critic: bool,
+  coefficients: dict[str, float],
+  rollout_s: float,
+) -> tuple[dict[str, float], dict[str, Any], float | None]:
+  """`(ours, tunix's, explained variance)`: our `{name: value}` (with `coefficients`, e.g.
+  `learner/kl_coef`), tunix's `{name: (value, aggregation)}`, and the critic's explained
+  variance (None without a critic or agent tokens). Without a critic no value statistic."""
+  mask = np.asarray(batch.loss_mask)
+  values, returns = np.asarray(values), np.asarray(returns)
+  stats = batch_statistics(
+    loss_mask=mask,
+    token_rewards=batch.token_rewards,
+    rewards=rewards,
+    values=values,
+    advantages=advantages,
+    returns=returns,
+    episode_returns=batch.episode_returns,
+    num_turns=batch.num_turns,
+    truncated=batch.truncated,
+    turn_limited=batch.turn_limited,
+    group_ids=groups,
+  )
+  stats = {k: v for k, v in stats.items() if has_critic or "old_value" not in k}
+  stats |= coefficients
+  if kl is not None and mask.sum() > 0:
+    stats["learner/kl"] = float(np.asarray(kl)[mask > 0].mean())
+  variance = explained_variance(values, returns, mask) if has_critic else None
+  if variance is not None:
+    stats["learner/explained_variance"] = variance
+  if rollout_s > 0:  # agent tokens (loss mask); every real completion token apart
+    stats["rollout/tokens_per_s"] = float(mask.sum()) / rollout_s
+    completion = float(np.asarray(batch.attention_mask).sum())
+    stats["rollout/completion_tokens_per_s"] = completion / rollout_s
+  tunix_stats = tunix_statistics(
+    loss_mask=mask,
+    attention_mask=batch.attention_mask,
+    token_rewards=batch.token_rewards,
+    rewards=rewards,
+    values=values,
+    advantages=advantages,
+    returns=returns,
+    kl=kl,
+  )
+  tunix_stats = {k: v for k, v in tunix_stats.items() if has_critic or "old_values" not in k}
+  return stats, tunix_stats, variance

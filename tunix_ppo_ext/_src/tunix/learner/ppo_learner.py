@@ -38,10 +38,11 @@ from tunix_ppo_ext._src.math import kl as kl_lib
 from tunix_ppo_ext._src.math import kl_methods as names
 from tunix_ppo_ext._src.math.masked import masked_mean
 from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.metrics import stats as batch_stats
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.cluster import disk_space, guards, timing
-from tunix_ppo_ext._src.tunix.learner import advantage_step, passes, rollout_metrics
+from tunix_ppo_ext._src.tunix.learner import advantage_step, passes
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
@@ -570,13 +571,13 @@ class PpoExtLearner(compat.LearnerHooks):
     return advantage_step.group_ids(batch, self.algo_config.num_generations)
 
   def _buffer_rollout_metrics(self, batch, rewards, values, advantages, returns, kl, timer, mode):
-    """`rollout_metrics.rollout_statistics` buffered; returns the critic's explained
+    """`batch_stats.rollout_statistics` buffered; returns the critic's explained
     variance (None without a critic or agent tokens)."""
     coefficients = {
       "learner/kl_coef": float(self.kl_controller.value),
       "learner/entropy_coef": float(self.algo_config.entropy_coef),
     }
-    stats, tunix_stats, variance = rollout_metrics.rollout_statistics(
+    stats, tunix_stats, variance = batch_stats.rollout_statistics(
       batch,
       rewards,
       values,

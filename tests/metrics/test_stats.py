@@ -1,4 +1,4 @@
-"""`rollout_metrics.rollout_statistics`: the rollout phase's batch metrics, with and
+"""`stats.rollout_statistics`: the rollout phase's batch metrics, with and
 without a critic, against values computed here in NumPy."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.tunix.learner import rollout_metrics
+from tunix_ppo_ext._src.metrics import stats
 
 
 def _batch() -> TrajectoryBatch:
@@ -24,7 +24,7 @@ def test_rollout_statistics(has_critic):
   rng = np.random.default_rng(0)
   values, returns = rng.normal(size=(2, 4)), rng.normal(size=(2, 4))
   kl = np.arange(8, dtype=np.float32).reshape(2, 4)
-  ours, tunix, variance = rollout_metrics.rollout_statistics(
+  ours, tunix, variance = stats.rollout_statistics(
     batch, batch.token_rewards, values, returns - values, returns, kl,
     groups=np.array([0, 1]), has_critic=has_critic, coefficients={"learner/kl_coef": 0.5},
     rollout_s=2.0,
