@@ -178,19 +178,14 @@ def rollout_statistics(
   variance (None without a critic or agent tokens). Without a critic no value statistic."""
   mask = np.asarray(batch.loss_mask)
   values, returns = np.asarray(values), np.asarray(returns)
+  common = {
+    "loss_mask": mask, "token_rewards": batch.token_rewards, "rewards": rewards,
+    "values": values, "advantages": advantages, "returns": returns,
+  }  # fmt: skip
   stats = batch_statistics(
-    loss_mask=mask,
-    token_rewards=batch.token_rewards,
-    rewards=rewards,
-    values=values,
-    advantages=advantages,
-    returns=returns,
-    episode_returns=batch.episode_returns,
-    num_turns=batch.num_turns,
-    truncated=batch.truncated,
-    turn_limited=batch.turn_limited,
-    group_ids=groups,
-  )
+    **common, episode_returns=batch.episode_returns, num_turns=batch.num_turns,
+    truncated=batch.truncated, turn_limited=batch.turn_limited, group_ids=groups,
+  )  # fmt: skip
   stats = {k: v for k, v in stats.items() if has_critic or "old_value" not in k}
   stats |= coefficients
   if kl is not None and mask.sum() > 0:
@@ -202,15 +197,6 @@ def rollout_statistics(
     stats["rollout/tokens_per_s"] = float(mask.sum()) / rollout_s
     completion = float(np.asarray(batch.attention_mask).sum())
     stats["rollout/completion_tokens_per_s"] = completion / rollout_s
-  tunix_stats = tunix_statistics(
-    loss_mask=mask,
-    attention_mask=batch.attention_mask,
-    token_rewards=batch.token_rewards,
-    rewards=rewards,
-    values=values,
-    advantages=advantages,
-    returns=returns,
-    kl=kl,
-  )
+  tunix_stats = tunix_statistics(**common, attention_mask=batch.attention_mask, kl=kl)
   tunix_stats = {k: v for k, v in tunix_stats.items() if has_critic or "old_values" not in k}
   return stats, tunix_stats, variance
