@@ -253,6 +253,39 @@ def compile_train_step(
   )
 
 
+def _compile_sequence_pass(
+  pass_fn: Callable[..., Any],
+  model: nnx.Module,
+  mesh: jax.sharding.Mesh,
+  shape: tuple[int, int, int],
+  *,
+  role: str,
+  name: str,
+  **pass_kw: Any,
+) -> CompiledPiece:
+  """Compiles one model pass of `passes` (`pass_fn(model, prompt, completion, pad_id=,
+  eos_id=, attention_mask=, **pass_kw)`, no gradient) for a `(batch, prompt_len,
+  completion_len)` `shape`, the model's state sharded on `mesh` and resident, every output
+  with its rows on `fsdp`."""
+  graphdef, state = nnx.split(model)
+  state = shard_abstract(state, mesh)
+
+  def run(state, prompt, completion, attention_mask):
+    out = pass_fn(
+      nnx.merge(graphdef, state),
+      prompt,
+      completion,
+      pad_id=0,
+      eos_id=1,
+      attention_mask=attention_mask,
+      **pass_kw,
+    )
+    return jax.tree.map(lambda x: _rows_on_fsdp(x, mesh), out)
+
+  args = _sequence_args(mesh, *shape)
+  return _compile(jax.jit(run), state, *args, role=role, name=name, resident=state)
+
+
 def compile_logps_pass(
   model: nnx.Module,
   mesh: jax.sharding.Mesh,
@@ -268,48 +301,28 @@ def compile_logps_pass(
   """Compiles `passes.compute_per_token_logps` (log-probs and entropy, no gradient) for a
   `[batch, prompt_len]` prompt and `[batch, completion_len]` completion (with `fused_head`,
   through the fused LM head)."""
-  graphdef, state = nnx.split(model)
-  state = shard_abstract(state, mesh)
-
-  def logps(state, prompt, completion, attention_mask):
-    out = passes.compute_per_token_logps(
-      nnx.merge(graphdef, state),
-      prompt,
-      completion,
-      pad_id=0,
-      eos_id=1,
-      attention_mask=attention_mask,
-      return_entropy=True,
-      temperature=temperature,
-      chunk_size=chunk_size,
-      fused_head=fused_head,
-    )
-    return jax.tree.map(lambda x: _rows_on_fsdp(x, mesh), out)
-
-  args = _sequence_args(mesh, batch, prompt_len, completion_len)
-  return _compile(jax.jit(logps), state, *args, role=role, name="logps_pass", resident=state)
+  return _compile_sequence_pass(
+    passes.compute_per_token_logps,
+    model,
+    mesh,
+    (batch, prompt_len, completion_len),
+    role=role,
+    name="logps_pass",
+    return_entropy=True,
+    temperature=temperature,
+    chunk_size=chunk_size,
+    fused_head=fused_head,
+  )
 
 
 def compile_values_pass(
   critic: nnx.Module, mesh: jax.sharding.Mesh, batch: int, prompt_len: int, completion_len: int
 ) -> CompiledPiece:
   """Compiles `passes.compute_score` (the critic's values, no gradient)."""
-  graphdef, state = nnx.split(critic)
-  state = shard_abstract(state, mesh)
-
-  def values(state, prompt, completion, attention_mask):
-    scores = passes.compute_score(
-      nnx.merge(graphdef, state),
-      prompt,
-      completion,
-      pad_id=0,
-      eos_id=1,
-      attention_mask=attention_mask,
-    )
-    return _rows_on_fsdp(scores, mesh)
-
-  args = _sequence_args(mesh, batch, prompt_len, completion_len)
-  return _compile(jax.jit(values), state, *args, role="critic", name="values_pass", resident=state)
+  shape = (batch, prompt_len, completion_len)
+  return _compile_sequence_pass(
+    passes.compute_score, critic, mesh, shape, role="critic", name="values_pass"
+  )
 
 
 def _rows_on_fsdp(x: jax.Array, mesh: jax.sharding.Mesh) -> jax.Array:

@@ -364,20 +364,15 @@ def _fail(name: str, value: object, allowed: str) -> None:
 
 
 def _number(
-  config: PpoExtConfig,
-  name: str,
-  low: float | None = None,
-  high: float | None = None,
-  low_open: bool = False,
-  high_open: bool = False,
-  none_ok: bool = False,
+  config: PpoExtConfig, name: str, *, none_ok: bool = False, **bounds: float | bool | None
 ) -> None:
-  """Checks that `config.<name>` is a finite real number inside the interval (or None, with
-  `none_ok`); stores a float."""
+  """Checks that `config.<name>` is a finite real number inside the interval `bounds`
+  (`check_number`'s `low`, `high`, `low_open`, `high_open`) or None, with `none_ok`; stores
+  a float."""
   value = getattr(config, name)
   if value is None and none_ok:
     return
-  setattr(config, name, check_number(f"PpoExtConfig.{name}", value, low, high, low_open, high_open))
+  setattr(config, name, check_number(f"PpoExtConfig.{name}", value, **bounds))
 
 
 def _integer(config: PpoExtConfig, name: str, low: int) -> None:
