@@ -49,6 +49,11 @@ def _f32(x: jax.Array) -> jax.Array:
 # ------------------------------------------------------------------------------------
 
 
+def _on_agent_tokens(raw: jax.Array, mask: jax.Array, whiten: bool) -> jax.Array:
+  """The advantages `raw`, whitened over the mask when `whiten`, zero off the mask."""
+  return (masked_whiten(raw, mask) if whiten else raw) * mask
+
+
 @functools.partial(jax.jit, static_argnames=("whiten",))
 def _gae(
   rewards: jax.Array,
@@ -84,8 +89,7 @@ def _gae(
   _, raw_t = jax.lax.scan(step, init, (rewards.T, values.T, mask.T), reverse=True)
   raw = raw_t.T
   returns = jnp.where(mask > 0, raw + values, 0.0)
-  advantages = masked_whiten(raw, mask) if whiten else raw
-  return advantages * mask, returns
+  return _on_agent_tokens(raw, mask, whiten), returns
 
 
 def compute_gae_advantages(
@@ -179,8 +183,7 @@ def _turn_gae(rewards, values, mask, gamma_turn, gae_lambda, whiten):
   turn_adv = jnp.pad(turn_adv, ((0, 0), (0, 1)))
   raw = jnp.take_along_axis(turn_adv, turn, axis=-1) * mask
   returns = jnp.where(agent, raw + jnp.take_along_axis(turn_values, turn, axis=-1), 0.0)
-  advantages = masked_whiten(raw, mask) if whiten else raw
-  return advantages * mask, returns
+  return _on_agent_tokens(raw, mask, whiten), returns
 
 
 def compute_turn_gae_advantages(

@@ -40,6 +40,7 @@ from tunix_ppo_ext._src.run.run_config import (
   as_resolved,
   lora_section,
   tokenizer_directory,
+  toy_config,
 )
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster
 from tunix_ppo_ext._src.tunix.cluster.mesh import (
@@ -335,15 +336,7 @@ def _stored_policy(run: RunConfig, tokenizer, mesh=None):
   if run.model.config_name is not None:
     config = models.named_qwen3_config(run.model.config_name)
   else:
-    config = models.tiny_qwen3_config(
-      len(tokenizer),
-      num_layers=run.model.num_layers,
-      embed_dim=run.model.embed_dim,
-      hidden_dim=run.model.hidden_dim,
-      num_heads=run.model.num_heads,
-      head_dim=run.model.head_dim,
-      num_kv_heads=run.model.num_kv_heads,
-    )
+    config = toy_config(run.model, len(tokenizer))
   model = run.model
   config = hf_models.configured(
     config, model.remat, model.attention, model.attention_block_size, model.dtype

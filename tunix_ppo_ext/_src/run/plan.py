@@ -37,7 +37,13 @@ from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import recipe
 from tunix_ppo_ext._src.run.job import check_attention_backend, role_models
-from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, as_resolved, lora_section
+from tunix_ppo_ext._src.run.run_config import (
+  ResolvedRun,
+  RunConfig,
+  as_resolved,
+  lora_section,
+  toy_config,
+)
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
 from tunix_ppo_ext._src.tunix.learner import loss_fns
@@ -162,16 +168,7 @@ def _model_config(run: RunConfig) -> PlannedModel:
       source = f"ModelConfig.{model.config_name} (bfloat16 weights assumed: no {hf_config})"
       return PlannedModel(config, QWEN3, None, source)
     return PlannedModel(config, QWEN3, None, f"ModelConfig.{model.config_name} (random init)")
-  vocab = len(_tokenizer(run))
-  config = models.tiny_qwen3_config(
-    vocab,
-    num_layers=model.num_layers,
-    embed_dim=model.embed_dim,
-    hidden_dim=model.hidden_dim,
-    num_heads=model.num_heads,
-    head_dim=model.head_dim,
-    num_kv_heads=model.num_kv_heads,
-  )
+  config = toy_config(model, len(_tokenizer(run)))
   return PlannedModel(config, QWEN3, None, "the model section's toy sizes (random init)")
 
 

@@ -103,6 +103,20 @@ class ModelSection:
   dtype: str | None = None  # the frozen weights': bfloat16 or float32 (None: the checkpoint's)
 
 
+def toy_config(model: ModelSection, vocab_size: int) -> Any:
+  """The toy Qwen3 config of `model`'s sizes for a vocabulary of `vocab_size` (what `train`
+  builds and `plan` plans without a checkpoint or `config_name`)."""
+  return models.tiny_qwen3_config(
+    vocab_size,
+    num_layers=model.num_layers,
+    embed_dim=model.embed_dim,
+    hidden_dim=model.hidden_dim,
+    num_heads=model.num_heads,
+    head_dim=model.head_dim,
+    num_kv_heads=model.num_kv_heads,
+  )
+
+
 @dataclasses.dataclass
 class LoraSection:
   """`model.lora`: qwix LoRA adapters of rank `rank` on the policy's modules whose path

@@ -167,12 +167,11 @@ def training_config(
   *,
   optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation] | None = None,
   checkpoint_dir: str | None = None,
-  metrics_dir: str | None = None,
-  metric_backends: Sequence[Callable[[], Any]] = (),
-  metric_keys: MetricKeys | None = None,
+  metrics_options: metrics_logger.MetricsLoggerOptions | None = None,
 ) -> rl_cluster_lib.RLTrainingConfig:
   """`RLTrainingConfig` from `spec`, with optax Adam for actor and critic; data sharded on
-  `fsdp`.
+  `fsdp`; checkpoints in `checkpoint_dir` (None: none) and tunix's metrics logger
+  configured by `metrics_options` (`build_cluster` makes them).
 
   Both optimizers skip updates with a NaN/inf gradient (`guards.guarded_adam`; the
   learner counts them and stops a run that keeps skipping). `optimizers`: `(actor,
@@ -194,7 +193,7 @@ def training_config(
     compute_logps_micro_batch_size=spec.logps_micro_batch_size,
     checkpoint_root_directory=checkpoint_dir,
     checkpointing_options=_checkpoint_options(checkpoint_dir, spec.checkpoint_every),
-    metrics_logging_options=_metrics_options(metrics_dir, metric_backends, metric_keys),
+    metrics_logging_options=metrics_options,
     data_sharding_axis=("fsdp",),
     pbar_description=None,
   )
@@ -302,9 +301,7 @@ def build_cluster(
       spec,
       optimizers=optimizers,
       checkpoint_dir=checkpoint_dir,
-      metrics_dir=metrics_dir,
-      metric_backends=metric_backends,
-      metric_keys=metric_keys,
+      metrics_options=_metrics_options(metrics_dir, metric_backends, metric_keys),
     ),
     rollout_config=_mode_rollout_configs(spec),
   )
