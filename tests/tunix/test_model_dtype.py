@@ -58,6 +58,7 @@ def _frozen_dtypes(model) -> set[str]:
   return {str(x.dtype) for x in jax.tree.leaves(nnx.state(model, nnx.Param)) if id(x) not in lora}
 
 
+@pytest.mark.tunix_facing
 def test_a_toy_run_holds_its_base_in_bfloat16_and_trains_float32():
   run = load_resolved(SMOKE, ["model.dtype=bfloat16", LORA]).run
   actor, critic, reference = job.build_models(run)
@@ -77,6 +78,7 @@ def test_a_lora_critic_keeps_its_adapters_and_head_float32():
   assert _frozen_dtypes(critic) == {"bfloat16"}
 
 
+@pytest.mark.tunix_facing  # tunix's loaders take the dtype; its Qwen3 computes in config.dtype
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_a_hugging_face_checkpoint_loads_in_bfloat16_near_transformers_float32(family, tmp_path):
   pytest.importorskip("torch")
