@@ -24,12 +24,12 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tests.conftest import SMOKE
+from tunix_ppo_ext._src.optim.guards import guarded_adam
+from tunix_ppo_ext._src.optim.optimizers import build_optimizer
 from tunix_ppo_ext._src.run import cli, plan
 from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
-from tunix_ppo_ext._src.tunix.cluster.guards import guarded_adam
-from tunix_ppo_ext._src.tunix.cluster.optimizers import build_optimizer
 from tunix_ppo_ext._src.tunix.learner import loss_fns
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 

@@ -18,7 +18,7 @@ from tests.conftest import param_leaf, toy_cluster
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.metrics import keys as metric_keys
-from tunix_ppo_ext._src.tunix.cluster.guards import (
+from tunix_ppo_ext._src.optim.guards import (
   NonFiniteTrainingError,
   SkipCounts,
   guarded_adam,

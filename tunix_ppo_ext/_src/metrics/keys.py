@@ -79,7 +79,7 @@ TAXONOMY: dict[str, str | None] = {
   # value pretraining (`tunix_ppo_ext._src.config.critic_warmup`)
   "learner/critic_warmup": "critic/warmup",
   "learner/critic_warmup_steps": "critic/warmup_steps",
-  # the NaN guard and non-finite rewards (`tunix_ppo_ext._src.tunix.cluster.guards`)
+  # the NaN guard and non-finite rewards (`tunix_ppo_ext._src.tunix.cluster.nan_guard`)
   "learner/actor_nonfinite_skips": "actor/nonfinite_skips",
   "learner/critic_nonfinite_skips": "critic/nonfinite_skips",
   "learner/dropped_episodes": "{mode}/dropped_episodes",

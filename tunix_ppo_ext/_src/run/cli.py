@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics import sinks as metrics
+from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import distributed
 from tunix_ppo_ext._src.run.job import run_meshes, train
@@ -36,7 +37,6 @@ from tunix_ppo_ext._src.tunix.cluster.disk_space import (
   quiet_write_failures,
   write_failure,
 )
-from tunix_ppo_ext._src.tunix.cluster.guards import NonFiniteTrainingError
 from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes
 
 EXIT_BAD_INPUT, EXIT_NAN_GUARD, EXIT_INTERRUPTED, EXIT_FAILED = 2, 3, 130, 1

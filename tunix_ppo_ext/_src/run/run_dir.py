@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics.sinks import write_atomically
-from tunix_ppo_ext._src.tunix.cluster.optimizers import OptimizerSpec, build_optimizer
+from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer
 
 FIXED = (
   "model",

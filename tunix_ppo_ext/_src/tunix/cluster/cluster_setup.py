@@ -22,8 +22,8 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.metrics.sinks import KeyedBackend, TensorboardBackend
+from tunix_ppo_ext._src.optim.guards import guarded_adam
 from tunix_ppo_ext._src.tunix import compat
-from tunix_ppo_ext._src.tunix.cluster.guards import guarded_adam
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 Role = rl_cluster_lib.Role
@@ -173,7 +173,7 @@ def training_config(
   `fsdp`; checkpoints in `checkpoint_dir` (None: none) and tunix's metrics logger
   configured by `metrics_options` (`build_cluster` makes them).
 
-  Both optimizers skip updates with a NaN/inf gradient (`guards.guarded_adam`; the
+  Both optimizers skip updates with a NaN/inf gradient (`optim.guards.guarded_adam`; the
   learner counts them and stops a run that keeps skipping). `optimizers`: `(actor,
   critic)` instead (e.g. `optimizers.build_optimizer`, also guarded). Batch sizes count
   prompts, as tunix's do.

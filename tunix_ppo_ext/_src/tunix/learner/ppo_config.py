@@ -84,7 +84,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       the group-based estimators (`grpo`, `rloo`).
     max_nonfinite_steps: consecutive optimizer updates of the actor or the critic skipped
       for a NaN/inf loss or gradient after which the run stops (`NonFiniteTrainingError`,
-      with a checkpoint of the last good state); see `tunix_ppo_ext._src.tunix.cluster.guards`.
+      with a checkpoint of the last good state); see `tunix_ppo_ext._src.tunix.cluster.nan_guard`.
     logps_temperature: what the trainer divides logits by for log-probs, entropy and KL.
       `None` is tunix 0.1.7's convention (policy log-probs at 1, the reference through
       tunix's pass at the train rollout temperature); a number puts every pass at it

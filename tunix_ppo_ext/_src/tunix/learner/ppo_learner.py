@@ -41,7 +41,7 @@ from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import stats as batch_stats
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.tunix import compat
-from tunix_ppo_ext._src.tunix.cluster import disk_space, guards, timing
+from tunix_ppo_ext._src.tunix.cluster import disk_space, nan_guard, timing
 from tunix_ppo_ext._src.tunix.learner import advantage_step, passes
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
@@ -143,7 +143,7 @@ class PpoExtLearner(compat.LearnerHooks):
     self._passes = RolePasses(
       rl_cluster, rows, ppo_config.fused_head, ppo_config.logits_chunk_size, ppo_config.packing
     )
-    self._nan_guard = guards.NanGuard(rl_cluster, ppo_config.max_nonfinite_steps)
+    self._nan_guard = nan_guard.NanGuard(rl_cluster, ppo_config.max_nonfinite_steps)
     self._disk_guard = disk_space.guard_for(rl_cluster)
     self._check_disk()  # before the first step
 
@@ -209,13 +209,13 @@ class PpoExtLearner(compat.LearnerHooks):
       super().train(train_ds, eval_ds, skip_jit)
 
   def _save_at_close(self, trainer: Any) -> None:
-    guards.save_state(trainer, compat.metadata_after_the_step(self.rl_cluster, trainer))
+    nan_guard.save_state(trainer, compat.metadata_after_the_step(self.rl_cluster, trainer))
 
   def after_global_step(self, seconds: float) -> None:
     """After each of tunix's global steps: `timing_s/step`, the NaN guard, the disk guard.
 
     The guard counts the updates skipped for a non-finite gradient and stops the run
-    after `max_nonfinite_steps` in a row (`guards.NonFiniteTrainingError`), or at the last
+    after `max_nonfinite_steps` in a row (`NonFiniteTrainingError`), or at the last
     step when the skips in a row at the end are at least half of the run's updates. The
     disk guard (`disk_space.DiskGuard`) stops it when the checkpoint directory's filesystem
     has no room for another checkpoint.

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import flush_subnormals
-from tunix_ppo_ext._src.tunix.cluster import guards
-from tunix_ppo_ext._src.tunix.cluster.optimizers import OptimizerSpec, build_optimizer, lr_schedule
+from tunix_ppo_ext._src.optim import guards
+from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer, lr_schedule
 
 
 def reference_lr(schedule, lr, total, warmup, min_ratio, step):

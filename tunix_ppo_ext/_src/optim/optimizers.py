@@ -13,7 +13,7 @@ several; gradient-accumulation micro-steps are not updates). Update `s` (0-based
 
 (cosine: Loshchilov & Hutter, "SGDR", 2017; decoupled weight decay: Loshchilov & Hutter,
 "Decoupled Weight Decay Regularization", 2019; global-norm clipping: Pascanu et al., 2013.)
-Every optimizer is wrapped by the NaN guard (`guards.guarded`), and `inject_hyperparams`
+Every optimizer is wrapped by the NaN guard (`guards.guarded`, this layer), and `inject_hyperparams`
 stays outermost so tunix logs the learning rate of each update (`actor/lr`, `critic/lr`).
 """
 
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
-from tunix_ppo_ext._src.tunix.cluster.guards import guarded
+from tunix_ppo_ext._src.optim.guards import guarded
 
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULES = ("constant", "linear", "cosine")

@@ -1,0 +1,1 @@
+"""The optimizer layer: optax transformations and their settings (no tunix)."""
