@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import SMOKE
-from tests.tunix.test_optimizers import reference_lr
+from tests.optim.test_optimizers import reference_lr
 from tunix_ppo_ext._src.envs.memory import MemoryEnv
 from tunix_ppo_ext._src.envs.sokoban import SokobanEnv
 from tunix_ppo_ext._src.metrics.samples import read_samples
