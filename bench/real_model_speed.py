@@ -35,8 +35,9 @@ every run from a copy of a finished run's directory (its `config.json`, checkpoi
 metrics) and times the `--steps` steps after its last: a trained policy's episodes, not the
 initial one's (`--config` defaults to the run's own config then).
 
-`--profile` traces the step after the warm-up of every run (`jax.profiler`) and prints the
-XLA op kinds that took the most time in it (each op's own time, summed by kind).
+`--profile` traces the step after the warm-up of every run (`jax.profiler`, XLA's ops only)
+and prints the jitted programs that took the most time in it, each with its total (`*`) and
+its largest op kinds (each op's own time summed over threads, by kind).
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ stamps, profile = [], os.environ.get("BENCH_PROFILE_STEP")
 def timed(batches):
   for batch in batches:
     if profile and len(stamps) == int(profile) - 1:
-      jax.profiler.start_trace(str(out / "trace"), create_perfetto_trace=True)
+      options = jax.profiler.ProfileOptions()  # XLA's ops only: a Python trace of a step
+      options.python_tracer_level = 0          # passes the trace's 1M-event cap
+      jax.profiler.start_trace(str(out / "trace"), create_perfetto_trace=True,
+                               profiler_options=options)
     if profile and len(stamps) == int(profile):
       jax.profiler.stop_trace()
     stamps.append(time.perf_counter())
@@ -134,25 +138,31 @@ def run_checkout(path: pathlib.Path, args, out: pathlib.Path, extra: list[str]) 
 
 
 def top_ops(trace_dir: pathlib.Path, count: int = 8) -> list[tuple[str, float, int]]:
-  """The XLA op kinds (`ynn_fusion`, `copy_bitcast_fusion`, ...) that took the most time in
-  a `jax.profiler` trace, each op's own time: `(kind, seconds summed, calls)`, largest
-  first."""
+  """The XLA programs and op kinds that took the most time in a `jax.profiler` trace, each
+  op's own time summed over threads: `(program/kind, seconds, calls)`, largest first. A
+  program (`jit__train_step`, `jit__decode_fn_for_turn`, ...) is listed with its total
+  (kind `*`), then its largest kinds (`ynn_fusion`: YNNPACK's products, ...)."""
   (path,) = trace_dir.glob("plugins/profile/*/perfetto_trace.json.gz")
   events = json.loads(gzip.decompress(path.read_bytes()))
   events = events["traceEvents"] if isinstance(events, dict) else events
-  seconds: dict[str, float] = {}
-  calls: dict[str, int] = {}
+  seconds: dict[tuple[str, str], float] = {}
+  calls: dict[tuple[str, str], int] = {}
   for event in events:
-    name = event.get("name", "")
+    name, args = event.get("name", ""), event.get("args", {})
     # XLA's own ops carry `hlo_op`; a `while`, `call` or `cond` holds others (counted there)
     skipped = name.startswith(("while", "call", "cond")) or event.get("ph") != "X"
-    if skipped or "hlo_op" not in event.get("args", {}):
+    if skipped or "hlo_op" not in args:
       continue
-    kind = re.sub(r"\.\d+$", "", name)
-    seconds[kind] = seconds.get(kind, 0.0) + event.get("dur", 0) / 1e6
-    calls[kind] = calls.get(kind, 0) + 1
-  ranked = sorted(seconds, key=seconds.get, reverse=True)[:count]
-  return [(kind, seconds[kind], calls[kind]) for kind in ranked]
+    program = args.get("hlo_module", "?")
+    for key in ((program, "*"), (program, re.sub(r"\.\d+$", "", name))):
+      seconds[key] = seconds.get(key, 0.0) + event.get("dur", 0) / 1e6
+      calls[key] = calls.get(key, 0) + 1
+  totals = sorted((k for k in seconds if k[1] == "*"), key=seconds.get, reverse=True)
+  ranked = []
+  for program, _ in totals[:4]:
+    kinds = sorted((k for k in seconds if k[0] == program), key=seconds.get, reverse=True)
+    ranked += kinds[: count // 2]
+  return [(f"{p}/{k}", seconds[(p, k)], calls[(p, k)]) for p, k in ranked]
 
 
 def medians(result: dict, warmup: int) -> dict:
@@ -274,7 +284,7 @@ def main() -> None:
         print(f"  run {repeat + 1} of {name}: step {runs[name][-1]['m']['step']:.2f} s", flush=True)
         if args.profile:
           for kind, seconds, calls in top_ops(pathlib.Path(tmp) / f"{name}{repeat}" / "trace"):
-            print(f"    {kind:28s} {seconds:7.2f} s {calls:6d} calls", flush=True)
+            print(f"    {kind:52s} {seconds:7.2f} s {calls:6d} calls", flush=True)
   base = None
   for name, _, _ in checkouts:
     medians_of = report(name, runs[name], base, rates)

@@ -52,20 +52,31 @@ def test_medians_skip_the_warm_up_and_count_its_later_compilations():
   assert m["compiles_after_warmup"] == 2  # those after batch 2 was drawn (step 2 on)
 
 
-def test_top_ops_sum_each_xla_op_kind_and_skip_annotations_and_loops(tmp_path):
+def test_top_ops_sum_each_program_and_op_kind_and_skip_annotations_and_loops(tmp_path):
   import gzip
   import json
 
   bench = load_bench("real_model_speed")
+
+  def op(name, seconds, program, ph="X"):
+    args = {"hlo_op": name, "hlo_module": program}
+    return {"ph": ph, "name": name, "dur": seconds * 1e6, "args": args}
+
   events = [
-    {"ph": "X", "name": "ynn_fusion.1", "dur": 3e6, "args": {"hlo_op": "ynn_fusion.1"}},
-    {"ph": "X", "name": "ynn_fusion.7", "dur": 1e6, "args": {"hlo_op": "ynn_fusion.7"}},
-    {"ph": "X", "name": "copy.2", "dur": 2e6, "args": {"hlo_op": "copy.2"}},
-    {"ph": "X", "name": "while.3", "dur": 9e6, "args": {"hlo_op": "while.3"}},  # holds others
+    op("ynn_fusion.1", 3, "jit_train"),
+    op("ynn_fusion.7", 1, "jit_train"),
+    op("copy.2", 2, "jit_train"),
+    op("ynn_fusion.1", 0.5, "jit_decode"),  # the same op name in another program
+    op("while.3", 9, "jit_decode"),  # holds others
     {"ph": "X", "name": "train", "dur": 9e6, "args": {"step_num": "3"}},  # an annotation
-    {"ph": "i", "name": "copy.9", "args": {"hlo_op": "copy.9"}},  # not a span
+    op("copy.9", 5, "jit_decode", ph="i"),  # not a span
   ]
   folder = tmp_path / "plugins" / "profile" / "run"
   folder.mkdir(parents=True)
   (folder / "perfetto_trace.json.gz").write_bytes(gzip.compress(json.dumps(events).encode()))
-  assert bench.top_ops(tmp_path) == [("ynn_fusion", 4.0, 2), ("copy", 2.0, 1)]
+  assert bench.top_ops(tmp_path, count=4) == [
+    ("jit_train/*", 6.0, 3),
+    ("jit_train/ynn_fusion", 4.0, 2),
+    ("jit_decode/*", 0.5, 1),
+    ("jit_decode/ynn_fusion", 0.5, 1),
+  ]
