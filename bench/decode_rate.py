@@ -7,8 +7,11 @@ converted directory), then, interleaved, `--repeats` times after one warm-up eac
 first call compiles): `--batch` copies of one chat prompt, `--new-tokens` greedy tokens
 each with EOS forbidden (tunix: `forbidden_tokens`; `transformers`: `min_new_tokens`), so
 both decode exactly `batch x new_tokens` tokens. It prints the median tokens/s of each,
-their ratio, and each as a fraction of the compute limit: this machine's float32 matmul
-rate (measured here, as `real_model_speed.py` does) over 2 x the parameters per token.
+their ratio, and each as a fraction of two limits measured here (as `real_model_speed.py`
+measures them): the compute limit, this machine's float32 matmul rate over 2 x the
+parameters per token, and the weight-read limit, `batch` tokens per read of every float32
+weight at this machine's memory read rate. A decode step reads every weight once for the
+whole batch, so at small batches the weight-read limit is the lower one (the roofline).
 
   python bench/decode_rate.py [--batch 8 --new-tokens 64 --repeats 3 --torch-threads 2]
 """
@@ -91,7 +94,7 @@ def main() -> None:
 
   directory = str(checkpoint_directory("smollm2", weights=True))
   tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-  gflops, _ = machine_rates()
+  gflops, gbps = machine_rates()
   ours, params = tunix_decoder(directory, tokenizer, args)
   decoders = {
     "tunix sampler": ours,
@@ -106,15 +109,20 @@ def main() -> None:
       tokens = decode()
       rates[name].append(tokens / (time.perf_counter() - start))
   limit = gflops * 1e9 / (2 * params)
+  read_limit = args.batch * gbps * 1e9 / (4 * params)
   print(
     f"jax {jax.__version__} on {jax.default_backend()}: float32 matmul {gflops:.0f} GFLOP/s, "
-    f"compute limit {limit:.0f} tokens/s ({params / 1e6:.1f} M parameters); batch "
-    f"{args.batch}, {args.new_tokens} new tokens, medians of {args.repeats}, torch threads "
+    f"memory read {gbps:.1f} GB/s; compute limit {limit:.0f} tokens/s, weight-read limit "
+    f"{read_limit:.0f} tokens/s ({params / 1e6:.1f} M parameters); batch {args.batch}, "
+    f"{args.new_tokens} new tokens, medians of {args.repeats}, torch threads "
     f"{args.torch_threads}"
   )
   for name, values in rates.items():
     rate = statistics.median(values)
-    print(f"{name:22s} {rate:7.1f} tokens/s  {rate / limit:.3f} of the compute limit")
+    print(
+      f"{name:22s} {rate:7.1f} tokens/s  {rate / limit:.3f} of the compute limit, "
+      f"{rate / min(limit, read_limit):.3f} of the lower limit"
+    )
   first, second = (statistics.median(v) for v in rates.values())
   print(f"RATIO tunix/transformers: {first / second:.2f}")
 

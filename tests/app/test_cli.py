@@ -104,3 +104,23 @@ def test_observation_loss_ablation_puts_every_real_token_under_the_loss():
   )
   wrapped = ObservationsInLoss(lambda learner, training_input, mode: batch)
   np.testing.assert_array_equal(wrapped(None, {}, "train").loss_mask, attention)
+
+
+class _FailedSave:
+  """A thread whose `join` re-raises its error, as orbax's save futures do."""
+
+  name = "orbax-save"
+
+  def __init__(self, error: Exception):
+    self.error = error
+
+  def join(self, timeout: float | None = None) -> None:
+    raise self.error
+
+
+def test_a_failed_background_save_adds_no_traceback_after_the_error_line(capsys):
+  refused = ValueError('OUT_OF_RANGE: writing "/run/ckpt/d/x": File too large [os_error_code=27]')
+  cli._join_quietly(_FailedSave(refused), 1.0)  # the error line already names the write
+  assert capsys.readouterr().err == ""
+  cli._join_quietly(_FailedSave(RuntimeError("boom\nmore")), 1.0)
+  assert capsys.readouterr().err == "tunix-ppo-ext: error: orbax-save also failed: boom\n"

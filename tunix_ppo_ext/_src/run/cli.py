@@ -268,10 +268,22 @@ def console_main() -> None:
     sys.stderr.flush()
     deadline = time.monotonic() + EXIT_GRACE_S
     for thread in _other_threads():
-      thread.join(max(0.0, deadline - time.monotonic()))
+      _join_quietly(thread, max(0.0, deadline - time.monotonic()))
     if any(thread.is_alive() for thread in _other_threads()):
       os._exit(code)
   sys.exit(code)
+
+
+def _join_quietly(thread: threading.Thread, timeout: float) -> None:
+  """Waits for `thread` after the run failed. orbax's save futures re-raise their thread's
+  error from `join` (another role's save refused by the same full disk, say): a refused
+  write is the failure the error line already named; any other is one more line."""
+  try:
+    thread.join(timeout)
+  except Exception as err:  # noqa: BLE001 (the thread's own error, whatever it is)
+    if write_failure(err) is None:
+      first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+      print(f"tunix-ppo-ext: error: {thread.name} also failed: {first}", file=sys.stderr)
 
 
 if __name__ == "__main__":
