@@ -464,10 +464,19 @@ def pytest_addoption(parser) -> None:
   )
 
 
+# The suite's slowest tests and their seconds (`tests/durations.json`, from a full run's
+# `--durations=120` on the 2-core machine; refresh it with `python tests/durations.py LOG`):
+# they start first, so that xdist's workers end together instead of one of them running a
+# long test alone at the end (longest first, as a list scheduler would). Data for the
+# order only: no test reads it.
+DURATIONS = pathlib.Path(__file__).with_name("durations.json")
+
+
 def pytest_collection_modifyitems(config, items):
   """The fast lane (`pytest -m fast`): every test whose file never reaches tunix, neither
   directly nor through this package or the tunix helpers above (`tests/import_graph.py`).
-  With `--shuffle-seed N` the tests run in an order shuffled with `N` (reproducible)."""
+  The tests of `DURATIONS` run first, longest first. With `--shuffle-seed N` the tests run
+  in an order shuffled with `N` instead (reproducible)."""
   for item in items:
     if not reaches_tunix(pathlib.Path(str(item.fspath))) and not item.get_closest_marker("slow"):
       item.add_marker(pytest.mark.fast)
@@ -476,3 +485,6 @@ def pytest_collection_modifyitems(config, items):
     import random  # noqa: PLC0415
 
     random.Random(seed).shuffle(items)
+    return
+  seconds = json.loads(DURATIONS.read_text())
+  items.sort(key=lambda item: -seconds.get(item.nodeid, 0.0))  # stable: the rest keep order
