@@ -17,12 +17,14 @@ ROW = re.compile(r"\s*([\d.]+)s (?:call|setup|teardown)\s+(\S+)")
 
 
 def durations(log: str) -> dict[str, float]:
-  """Seconds per test node id from the log's `slowest N durations` table, longest first."""
+  """Seconds per test node id from the log's `slowest N durations` table (its rows, up to
+  the first line that is not one), longest first."""
   _, _, table = log.partition(" durations ==")
   seconds: dict[str, float] = {}
-  for line in table.splitlines():
-    if row := ROW.match(line):
-      seconds[row.group(2)] = round(seconds.get(row.group(2), 0.0) + float(row.group(1)), 1)
+  for line in table.splitlines()[1:]:  # the header line's rest, then the rows
+    if not (row := ROW.match(line)):
+      break
+    seconds[row.group(2)] = round(seconds.get(row.group(2), 0.0) + float(row.group(1)), 1)
   return dict(sorted(seconds.items(), key=lambda kv: -kv[1]))
 
 

@@ -282,8 +282,7 @@ def _join_quietly(thread: threading.Thread, timeout: float) -> None:
     thread.join(timeout)
   except Exception as err:  # noqa: BLE001 (the thread's own error, whatever it is)
     if write_failure(err) is None:
-      first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-      print(f"tunix-ppo-ext: error: {thread.name} also failed: {first}", file=sys.stderr)
+      _error(f"{thread.name} also failed: {str(err) or type(err).__name__}")
 
 
 if __name__ == "__main__":
