@@ -55,7 +55,7 @@ import sys
 import tempfile
 
 import jax
-from _timing import machine_rates
+from _timing import device_rates
 
 PHASES = ("rollout", "old_logp", "ref_logp", "values", "advantages")
 UPDATES = ("update_actor", "update_critic")
@@ -91,11 +91,14 @@ stamps.append(time.perf_counter())
 model = learner.rl_cluster.actor_trainer.model
 config = model.config
 import flax, math
-params = sum(math.prod(x.shape) for x in jax.tree.leaves(flax.nnx.state(model, flax.nnx.Param)))
+weights = jax.tree.leaves(flax.nnx.state(model, flax.nnx.Param))
+params = sum(math.prod(x.shape) for x in weights)
+dtype = max(weights, key=lambda x: x.size).dtype.name  # the frozen weights' (LoRA's are few)
 shape = {"batch": run.train.batch_size, "prompt": run.train.max_prompt_length,
          "completion": run.env.max_completion_len,
          "decode_steps": run.env.max_turns * run.env.max_tokens_per_turn,
-         "head": config.vocab_size * config.embed_dim, "params": params,
+         "head": config.vocab_size * config.embed_dim, "params": params, "dtype": dtype,
+         "weight_bytes": sum(x.nbytes for x in weights),
          "lora": run.model.lora is not None}
 (out / "bench.json").write_text(json.dumps({"package": tunix_ppo_ext.__file__,
   "stamps": stamps, "compiles": compiles, "shape": shape}))
@@ -111,7 +114,12 @@ def finished_steps(run_dir: pathlib.Path) -> int:
 def run_checkout(path: pathlib.Path, args, out: pathlib.Path, extra: list[str]) -> dict:
   """Trains `args.steps` steps with `path`'s package and the `extra` overrides (after the
   steps of `args.resume_from`, copied to `out`): its metrics, summary, stamps, shape."""
-  env = {**os.environ, "PYTHONPATH": str(path.resolve())}
+  env = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(
+      p for p in (str(path.resolve()), os.environ.get("PYTHONPATH")) if p
+    ),
+  }
   if args.profile:  # one step traced: the first after the warm-up
     env["BENCH_PROFILE_STEP"] = str(args.warmup + 1)
   start = 0
@@ -182,10 +190,12 @@ def medians(result: dict, warmup: int) -> dict:
   return out
 
 
-def floors(result: dict, m: dict, gflops: float, gbps: float) -> dict:
-  """Seconds each phase would take at this machine's matmul and memory rates (see the
-  module docstring): the lower bounds the measured times are read against."""
+def floors(result: dict, m: dict, rates: dict[str, float]) -> dict:
+  """Seconds each phase would take at this machine's matmul rate for the run's weight
+  dtype and its memory read rate (see the module docstring): the lower bounds the measured
+  times are read against."""
   shape = result["shape"]
+  gflops = rates[shape.get("dtype", "float32")]
   params = shape["params"]
   b, p, t, head = shape["batch"], shape["prompt"], shape["completion"], shape["head"]
   body = params - head  # a tied head counts once: its forward is the head's product
@@ -194,7 +204,8 @@ def floors(result: dict, m: dict, gflops: float, gbps: float) -> dict:
     return 2 * (body * rows * positions + head * rows * logit_positions) / (gflops * 1e9)
 
   fed = forward(b, p + m["completion_tokens"], shape["decode_steps"])
-  read = shape["decode_steps"] * params * 4 / (gbps * 1e9)
+  weight_bytes = shape.get("weight_bytes", 4 * params)
+  read = shape["decode_steps"] * weight_bytes / (rates["read"] * 1e9)
   one_pass = forward(b, p + t, t)
   return {
     "rollout": max(fed, read),
@@ -206,11 +217,11 @@ def floors(result: dict, m: dict, gflops: float, gbps: float) -> dict:
   }
 
 
-def report(name: str, runs: list[dict], base: dict | None, rates: tuple[float, float]) -> dict:
+def report(name: str, runs: list[dict], base: dict | None, rates: dict[str, float]) -> dict:
   """Prints one checkout's table (medians over its runs) and its step and phase ratios to
   the first's medians `base`; returns its medians."""
   m = {k: statistics.median(r["m"][k] for r in runs) for k in runs[0]["m"]}
-  floor = floors(runs[0]["result"], m, *rates)
+  floor = floors(runs[0]["result"], m, rates)
   step = m["step"]
   late = m["compiles_after_warmup"]
   print(
@@ -228,13 +239,14 @@ def report(name: str, runs: list[dict], base: dict | None, rates: tuple[float, f
     ratio = f"{low / seconds:8.2f}" if low else f"{'':8s}"
     print(f"{phase:14s} {seconds:7.2f} {seconds / step:7.1%} {low or 0:8.2f} {ratio}")
   print(f"{'rest':14s} {rest:7.2f} {rest / step:7.1%}")
-  rows, rollout = runs[0]["result"]["shape"]["batch"], m["rollout"]
-  limit = rates[0] * 1e9 / (2 * runs[0]["result"]["shape"]["params"])
+  shape, rollout = runs[0]["result"]["shape"], m["rollout"]
+  rows, dtype = shape["batch"], shape.get("dtype", "float32")
+  limit = rates[dtype] * 1e9 / (2 * shape["params"])
   for kind in ("agent", "completion"):
     rate = m[f"{kind}_tokens"] * rows / rollout
     print(
-      f"rollout {kind} tokens/s: {rate:.1f} ({rate / limit:.3f} of the compute limit "
-      f"{limit:.0f} tokens/s)"
+      f"rollout {kind} tokens/s: {rate:.1f} ({rate / limit:.3f} of the {dtype} compute "
+      f"limit {limit:.0f} tokens/s)"
     )
   if base is not None:
     print(
@@ -268,10 +280,11 @@ def main() -> None:
     args.config = str(pathlib.Path(args.resume_from) / "config.json")
   checkouts = [(*c.split("=", 1), []) for c in args.checkout or ["this=."]]
   checkouts += [(v.split("=", 1)[0], ".", v.split("=", 1)[1].split()) for v in args.variant]
-  rates = machine_rates()
+  rates = device_rates()
   print(
-    f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} cores: float32 "
-    f"matmul {rates[0]:.0f} GFLOP/s, memory read {rates[1]:.1f} GB/s; {args.config}, "
+    f"jax {jax.__version__} on {jax.default_backend()} ({jax.devices()[0].device_kind}), "
+    f"{os.cpu_count()} cores: matmul float32 {rates['float32']:.0f} GFLOP/s, bfloat16 "
+    f"{rates['bfloat16']:.0f}, memory read {rates['read']:.1f} GB/s; {args.config}, "
     f"{args.steps} steps, medians after {args.warmup}, {args.repeats} interleaved repeats"
   )
   runs: dict[str, list[dict]] = {name: [] for name, _, _ in checkouts}

@@ -11,8 +11,8 @@ SHAPE = {"batch": 2, "prompt": 3, "completion": 5, "decode_steps": 4, "head": 10
 
 def test_floors_are_the_flops_at_the_matmul_rate_and_the_weight_reads_at_the_memory_rate():
   bench = load_bench("real_model_speed")
-  m = {"completion_tokens": 4.0}
-  lora = bench.floors({"shape": {**SHAPE, "lora": True}}, m, gflops=1.0, gbps=1.0)
+  m, rates = {"completion_tokens": 4.0}, {"float32": 1.0, "bfloat16": 2.0, "read": 1.0}
+  lora = bench.floors({"shape": {**SHAPE, "lora": True}}, m, rates)
   # forward FLOPs: 2 x (body 100 x tokens + head 10 x logit positions), at 1 GFLOP/s
   fed = 2 * (100 * 2 * (3 + 4) + 10 * 2 * 4) / 1e9  # the prompt and the real completion
   read = 4 * 110 * 4 / 1e9  # 4 decode steps, each reading 110 float32 parameters
@@ -20,10 +20,20 @@ def test_floors_are_the_flops_at_the_matmul_rate_and_the_weight_reads_at_the_mem
   one_pass = 2 * (100 * 2 * (3 + 5) + 10 * 2 * 5) / 1e9  # padded widths, logits on T
   assert lora["old_logp"] == lora["ref_logp"] == lora["values"] == pytest.approx(one_pass)
   assert lora["update_actor"] == pytest.approx(2 * one_pass)  # no frozen-weight gradients
-  full = bench.floors({"shape": {**SHAPE, "lora": False}}, m, gflops=1.0, gbps=1.0)
+  full = bench.floors({"shape": {**SHAPE, "lora": False}}, m, rates)
   assert full["update_actor"] == pytest.approx(3 * one_pass)
-  slow_memory = bench.floors({"shape": {**SHAPE, "lora": True}}, m, gflops=1.0, gbps=1e-3)
+  slow_memory = bench.floors({"shape": {**SHAPE, "lora": True}}, m, {**rates, "read": 1e-3})
   assert slow_memory["rollout"] == pytest.approx(read * 1e3)  # bound by the weight reads
+
+
+def test_floors_of_bfloat16_weights_use_its_rate_and_its_bytes():
+  bench = load_bench("real_model_speed")
+  m, rates = {"completion_tokens": 4.0}, {"float32": 1.0, "bfloat16": 2.0, "read": 1e-3}
+  shape = {**SHAPE, "lora": True, "dtype": "bfloat16", "weight_bytes": 2 * 110}
+  half = bench.floors({"shape": shape}, m, rates)
+  one_pass = 2 * (100 * 2 * (3 + 5) + 10 * 2 * 5) / 1e9
+  assert half["old_logp"] == pytest.approx(one_pass / 2)  # at bfloat16's 2 GFLOP/s
+  assert half["rollout"] == pytest.approx(4 * 2 * 110 / 1e9 * 1e3)  # 2 bytes a weight
 
 
 def test_medians_skip_the_warm_up_and_count_its_later_compilations():
