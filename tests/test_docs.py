@@ -38,7 +38,7 @@ TOP_DIRS = ("tunix_ppo_ext/", "tests/", "configs/", "examples/", "bench/", "note
 TOP_DIRS += ("docs/", ".ci/")
 # Paths the text names in other projects (tunix's and GRL's repositories).
 EXTERNAL_PATHS = {"tests/rl/ppo/ppo_learner_test.py", "configs/tunix_base.yaml"}
-EXTERNAL_PATHS |= {"configs/agents.yaml", "tunix_ppo_ext/gguf"}  # the last: ~/.cache/...
+EXTERNAL_PATHS |= {"configs/agents.yaml", "tunix_ppo_ext/gguf", "tunix_ppo_ext/xla"}  # ~/.cache/...
 
 
 def doc_files() -> list[pathlib.Path]:

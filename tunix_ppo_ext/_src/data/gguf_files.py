@@ -69,10 +69,15 @@ _GLOBAL_NAMES = {
 _SPECIAL = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "padding_token_id"}
 
 
+def cache_base() -> pathlib.Path:
+  """The package's cache directory: `$TUNIX_PPO_EXT_CACHE`, else `~/.cache/tunix_ppo_ext`
+  (GGUF conversions under `gguf/`, `train`'s compiled programs under `xla/`)."""
+  return pathlib.Path(os.environ.get(ENV_CACHE) or pathlib.Path.home() / ".cache" / "tunix_ppo_ext")
+
+
 def cache_root() -> pathlib.Path:
   """`$TUNIX_PPO_EXT_CACHE/gguf`, else `~/.cache/tunix_ppo_ext/gguf`."""
-  base = os.environ.get(ENV_CACHE) or pathlib.Path.home() / ".cache" / "tunix_ppo_ext"
-  return pathlib.Path(base) / "gguf"
+  return cache_base() / "gguf"
 
 
 def short_name_file(name: str) -> pathlib.Path:

@@ -30,6 +30,7 @@ from tunix_ppo_ext._src.metrics import sinks as metrics
 from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import distributed
+from tunix_ppo_ext._src.run.compile_cache import use_compile_cache
 from tunix_ppo_ext._src.run.job import run_meshes, train
 from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix.cluster.disk_space import (
@@ -163,6 +164,7 @@ def _error(message: str, debug: bool = False) -> None:
 
 
 def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  cache = use_compile_cache()  # before anything compiles
   if args.output_dir is not None:
     overrides.append(f"output_dir={args.output_dir}")
   resolved = load_resolved(args.config, overrides)  # the one resolution of this command
@@ -176,9 +178,10 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   if run.wandb == "online" and not metrics.has_wandb_key():
     print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
   logging.getLogger("absl").addFilter(_drop_tunix_cpu_notice)
+  kept = f"; kept in {cache} for the next run" if cache else ""
   print(
     "tunix-ppo-ext: building the models; the first step compiles the rollout and the updates "
-    "(minutes for a real model on a CPU) before the bar moves",
+    f"(minutes for a real model on a CPU{kept}) before the bar moves",
     file=sys.stderr,
   )
   train(resolved, meshes)  # the meshes built once, here

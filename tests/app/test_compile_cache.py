@@ -1,0 +1,93 @@
+"""`train`'s persistent XLA compilation cache (`_src/run/compile_cache.py`): on by default
+in the package's cache directory, the user's own JAX settings kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+
+from tunix_ppo_ext._src.run import cli, compile_cache
+
+# In a fresh interpreter (JAX reads its cache settings from the environment once):
+# `use_compile_cache()`, then one compilation; prints what JAX was left with.
+PROBE = """
+import json, jax
+from tunix_ppo_ext._src.run.compile_cache import use_compile_cache
+directory = use_compile_cache()
+jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(4.0)).block_until_ready()
+print(json.dumps({"directory": directory and str(directory),
+                  "jax_dir": jax.config.jax_compilation_cache_dir,
+                  "max_size": jax.config.jax_compilation_cache_max_size}))
+"""
+
+
+def _probe(tmp_path: pathlib.Path, **env: str) -> dict:
+  environ = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+  environ |= {
+    "TUNIX_PPO_EXT_CACHE": str(tmp_path / "root"),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # cache even this tiny program
+    "JAX_PLATFORMS": "cpu",
+    **env,
+  }
+  done = subprocess.run(
+    [sys.executable, "-c", PROBE], env=environ, capture_output=True, text=True, check=False
+  )
+  assert done.returncode == 0, done.stderr[-2000:]
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_by_default_compiled_programs_go_to_the_package_cache_directory(tmp_path):
+  result = _probe(tmp_path)
+  directory = tmp_path / "root" / "xla"
+  assert result == {
+    "directory": str(directory),
+    "jax_dir": str(directory),
+    "max_size": compile_cache.MAX_BYTES,
+  }
+  assert [p for p in directory.iterdir() if p.name.endswith("-cache")]  # the program
+
+
+def test_a_directory_the_user_chose_is_kept_with_jax_s_own_settings(tmp_path):
+  own = tmp_path / "own"
+  result = _probe(tmp_path, JAX_COMPILATION_CACHE_DIR=str(own))
+  assert result == {"directory": str(own), "jax_dir": str(own), "max_size": -1}
+  assert any(own.iterdir())
+  assert not (tmp_path / "root").exists()
+
+
+def test_a_cache_the_user_turned_off_stays_off(tmp_path):
+  result = _probe(tmp_path, JAX_ENABLE_COMPILATION_CACHE="false")
+  assert result["directory"] is None and not result["jax_dir"]
+  assert not (tmp_path / "root").exists()
+
+
+def test_train_turns_the_cache_on_before_it_builds_and_names_the_directory(
+  tmp_path, monkeypatch, capsys
+):
+  built = []
+
+  def stop_before_building(resolved, meshes):  # the models and the run are not under test
+    built.append(jax.config.jax_compilation_cache_dir)
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(cli, "train", stop_before_building)
+  # --debug: no process-wide quieting of absl and sys.unraisablehook in this test worker
+  code = cli.main(["train", "--debug", "--output-dir", str(tmp_path / "run"), "wandb=disabled"])
+  assert code == cli.EXIT_INTERRUPTED
+  # this suite's own cache (tests/conftest.py sets JAX_COMPILATION_CACHE_DIR): kept as set
+  assert built == [os.environ["JAX_COMPILATION_CACHE_DIR"]]
+  assert f"kept in {built[0]} for the next run" in capsys.readouterr().err
+
+
+def test_a_truncated_entry_a_killed_run_left_is_compiled_again(tmp_path):
+  """JAX warns and compiles; it never rewrites the entry (deleting `xla/` clears it)."""
+  _probe(tmp_path)
+  entries = [p for p in (tmp_path / "root" / "xla").iterdir() if p.name.endswith("-cache")]
+  for entry in entries:  # as a run killed while writing it would leave it
+    entry.write_bytes(entry.read_bytes()[:100])
+  assert _probe(tmp_path)["directory"] == str(tmp_path / "root" / "xla")  # compiled, ran

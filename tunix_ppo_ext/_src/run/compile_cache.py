@@ -1,0 +1,37 @@
+"""The persistent XLA compilation cache of `train` runs.
+
+A run's first step compiles the rollout's and the updates' programs: about a minute for
+SmolLM2 on a 2-core CPU, and half of a 64-update run's wall time on an H200
+(docs/measurements.md). JAX can keep compiled programs on disk, keyed by the program,
+the JAX and XLA versions, the flags and the device, so a later run of the same shapes (the
+next seed, a resume, a rerun) loads them instead of compiling; a stale or unreadable entry
+is compiled again. `train` turns that cache on in `$TUNIX_PPO_EXT_CACHE/xla` (default
+`~/.cache/tunix_ppo_ext/xla`), capped at `MAX_BYTES` (least recently used entries go
+first), unless the user chose for JAX: a directory of their own
+(`JAX_COMPILATION_CACHE_DIR`, kept as set, with JAX's own settings) or no cache
+(`JAX_ENABLE_COMPILATION_CACHE=false`).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+
+from tunix_ppo_ext._src.data.gguf_files import cache_base
+
+MAX_BYTES = 4 * 1024**3
+
+
+def use_compile_cache() -> pathlib.Path | None:
+  """Points JAX's persistent compilation cache at the package's `xla/` directory unless
+  the user chose one or turned it off; the directory in use (None: off). Call before the
+  first compilation."""
+  if not jax.config.jax_enable_compilation_cache:
+    return None
+  if jax.config.jax_compilation_cache_dir:
+    return pathlib.Path(jax.config.jax_compilation_cache_dir)
+  directory = cache_base() / "xla"
+  jax.config.update("jax_compilation_cache_dir", str(directory))
+  jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+  return directory
