@@ -18,15 +18,16 @@ from tunix_ppo_ext._src.run import cli, compile_cache
 PROBE = """
 import json, jax
 from tunix_ppo_ext._src.run.compile_cache import use_compile_cache
-directory = use_compile_cache()
+directory, why = use_compile_cache()
 jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(4.0)).block_until_ready()
-print(json.dumps({"directory": directory and str(directory),
+print(json.dumps({"directory": directory and str(directory), "why": why,
                   "jax_dir": jax.config.jax_compilation_cache_dir,
                   "max_size": jax.config.jax_compilation_cache_max_size}))
 """
 
 
 def _probe(tmp_path: pathlib.Path, **env: str) -> dict:
+  """What `PROBE` printed, and its stderr under `"stderr"`."""
   environ = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
   environ |= {
     "TUNIX_PPO_EXT_CACHE": str(tmp_path / "root"),
@@ -38,16 +39,18 @@ def _probe(tmp_path: pathlib.Path, **env: str) -> dict:
     [sys.executable, "-c", PROBE], env=environ, capture_output=True, text=True, check=False
   )
   assert done.returncode == 0, done.stderr[-2000:]
-  return json.loads(done.stdout.strip().splitlines()[-1])
+  return json.loads(done.stdout.strip().splitlines()[-1]) | {"stderr": done.stderr}
 
 
 def test_by_default_compiled_programs_go_to_the_package_cache_directory(tmp_path):
   result = _probe(tmp_path)
   directory = tmp_path / "root" / "xla"
-  assert result == {
+  assert result | {"stderr": ""} == {
     "directory": str(directory),
+    "why": "",
     "jax_dir": str(directory),
     "max_size": compile_cache.MAX_BYTES,
+    "stderr": "",
   }
   assert [p for p in directory.iterdir() if p.name.endswith("-cache")]  # the program
 
@@ -55,15 +58,29 @@ def test_by_default_compiled_programs_go_to_the_package_cache_directory(tmp_path
 def test_a_directory_the_user_chose_is_kept_with_jax_s_own_settings(tmp_path):
   own = tmp_path / "own"
   result = _probe(tmp_path, JAX_COMPILATION_CACHE_DIR=str(own))
-  assert result == {"directory": str(own), "jax_dir": str(own), "max_size": -1}
+  assert result | {"stderr": ""} == {
+    "directory": str(own),
+    "why": "",
+    "jax_dir": str(own),
+    "max_size": -1,
+    "stderr": "",
+  }
   assert any(own.iterdir())
   assert not (tmp_path / "root").exists()
 
 
 def test_a_cache_the_user_turned_off_stays_off(tmp_path):
   result = _probe(tmp_path, JAX_ENABLE_COMPILATION_CACHE="false")
-  assert result["directory"] is None and not result["jax_dir"]
+  assert result["directory"] is None and not result["jax_dir"] and not result["why"]
   assert not (tmp_path / "root").exists()
+
+
+def test_a_cache_directory_that_cannot_be_made_turns_the_cache_off_with_the_reason(tmp_path):
+  (tmp_path / "file").write_text("")  # TUNIX_PPO_EXT_CACHE names a file, not a directory
+  result = _probe(tmp_path, TUNIX_PPO_EXT_CACHE=str(tmp_path / "file"))
+  assert result["directory"] is None
+  assert result["why"].startswith(f"cannot create {tmp_path / 'file' / 'xla'} (")
+  assert "compilation cache" not in result["stderr"]  # JAX would warn for every program
 
 
 def test_train_turns_the_cache_on_before_it_builds_and_names_the_directory(

@@ -164,7 +164,7 @@ def _error(message: str, debug: bool = False) -> None:
 
 
 def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
-  cache = use_compile_cache()  # before anything compiles
+  cache, uncached = use_compile_cache()  # before anything compiles
   if args.output_dir is not None:
     overrides.append(f"output_dir={args.output_dir}")
   resolved = load_resolved(args.config, overrides)  # the one resolution of this command
@@ -179,6 +179,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
     print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
   logging.getLogger("absl").addFilter(_drop_tunix_cpu_notice)
   kept = f"; kept in {cache} for the next run" if cache else ""
+  kept = f"; not kept: {uncached}" if uncached else kept
   print(
     "tunix-ppo-ext: building the models; the first step compiles the rollout and the updates "
     f"(minutes for a real model on a CPU{kept}) before the bar moves",

@@ -23,15 +23,21 @@ from tunix_ppo_ext._src.data.gguf_files import cache_base
 MAX_BYTES = 4 * 1024**3
 
 
-def use_compile_cache() -> pathlib.Path | None:
+def use_compile_cache() -> tuple[pathlib.Path | None, str]:
   """Points JAX's persistent compilation cache at the package's `xla/` directory unless
-  the user chose one or turned it off; the directory in use (None: off). Call before the
-  first compilation."""
+  the user chose one or turned it off. Returns the directory in use (None: off) and, when
+  the package's directory cannot be made, why (the cache is then off: JAX would warn once
+  per program). Call before the first compilation."""
   if not jax.config.jax_enable_compilation_cache:
-    return None
+    return None, ""
   if jax.config.jax_compilation_cache_dir:
-    return pathlib.Path(jax.config.jax_compilation_cache_dir)
+    return pathlib.Path(jax.config.jax_compilation_cache_dir), ""
   directory = cache_base() / "xla"
+  try:
+    directory.mkdir(parents=True, exist_ok=True)
+  except OSError as err:
+    jax.config.update("jax_enable_compilation_cache", False)
+    return None, f"cannot create {directory} ({err.strerror or err})"
   jax.config.update("jax_compilation_cache_dir", str(directory))
   jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
-  return directory
+  return directory, ""
