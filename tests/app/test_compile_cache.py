@@ -22,16 +22,17 @@ directory, why = use_compile_cache()
 jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(4.0)).block_until_ready()
 print(json.dumps({"directory": directory and str(directory), "why": why,
                   "jax_dir": jax.config.jax_compilation_cache_dir,
-                  "max_size": jax.config.jax_compilation_cache_max_size}))
+                  "max_size": jax.config.jax_compilation_cache_max_size,
+                  "min_s": jax.config.jax_persistent_cache_min_compile_time_secs}))
 """
 
 
 def _probe(tmp_path: pathlib.Path, **env: str) -> dict:
   """What `PROBE` printed, and its stderr under `"stderr"`."""
-  environ = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+  ours = ("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE")  # the suite's own cache settings
+  environ = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
   environ |= {
     "TUNIX_PPO_EXT_CACHE": str(tmp_path / "root"),
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # cache even this tiny program
     "JAX_PLATFORMS": "cpu",
     **env,
   }
@@ -43,13 +44,14 @@ def _probe(tmp_path: pathlib.Path, **env: str) -> dict:
 
 
 def test_by_default_compiled_programs_go_to_the_package_cache_directory(tmp_path):
-  result = _probe(tmp_path)
+  result = _probe(tmp_path)  # JAX's defaults otherwise (it caches from 1 s of compiling)
   directory = tmp_path / "root" / "xla"
   assert result | {"stderr": ""} == {
     "directory": str(directory),
     "why": "",
     "jax_dir": str(directory),
     "max_size": compile_cache.MAX_BYTES,
+    "min_s": 0.0,  # even this tiny program
     "stderr": "",
   }
   assert [p for p in directory.iterdir() if p.name.endswith("-cache")]  # the program
@@ -57,15 +59,17 @@ def test_by_default_compiled_programs_go_to_the_package_cache_directory(tmp_path
 
 def test_a_directory_the_user_chose_is_kept_with_jax_s_own_settings(tmp_path):
   own = tmp_path / "own"
-  result = _probe(tmp_path, JAX_COMPILATION_CACHE_DIR=str(own))
+  result = _probe(
+    tmp_path, JAX_COMPILATION_CACHE_DIR=str(own), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="2"
+  )
   assert result | {"stderr": ""} == {
     "directory": str(own),
     "why": "",
     "jax_dir": str(own),
     "max_size": -1,
+    "min_s": 2.0,  # theirs: the tiny program is not worth caching
     "stderr": "",
   }
-  assert any(own.iterdir())
   assert not (tmp_path / "root").exists()
 
 
