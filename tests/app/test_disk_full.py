@@ -55,7 +55,7 @@ def fill(disk: pathlib.Path, leave: int) -> pathlib.Path:
 
 
 def test_a_disk_that_fills_during_a_run_stops_it_at_a_step_and_the_rerun_resumes(
-  small_disk, tmp_path
+  small_disk, tmp_path, capsys
 ):
   out, env, log = small_disk / "run", subprocess_env(tmp_path), tmp_path / "full.log"
   # A step takes ~0.3 s once compiled, and orbax may finalize step 2's checkpoint only as
@@ -63,9 +63,11 @@ def test_a_disk_that_fills_during_a_run_stops_it_at_a_step_and_the_rerun_resumes
   # ended 0). The run is held (SIGSTOP) while the disk fills, and 20 steps leave room for
   # the steps it may take between step 2's checkpoint and the hold.
   steps = 20
-  command = train_command(out, f"train.steps={steps}", "train.checkpoint_every=2")
+  overrides = (f"train.steps={steps}", "train.checkpoint_every=2")
   with log.open("w") as stderr:
-    process = subprocess.Popen(command, env=env, stdout=stderr, stderr=stderr)
+    process = subprocess.Popen(
+      train_command(out, *overrides), env=env, stdout=stderr, stderr=stderr
+    )
   deadline = time.monotonic() + 600
   while 2 not in common_checkpoints(out):  # another process fills the disk after step 2
     assert process.poll() is None, log.read_text()[-3000:]
@@ -85,10 +87,10 @@ def test_a_disk_that_fills_during_a_run_stops_it_at_a_step_and_the_rerun_resumes
   kept = common_checkpoints(out)
   assert kept and max(kept) < steps and f"the checkpoint of step {max(kept)} is intact" in last
 
-  filler.unlink()
-  done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0, done.stderr[-3000:]
-  assert f"resuming from step {max(kept)}" in done.stderr
+  filler.unlink()  # the same command again, in this process (the stop was the subprocess's)
+  capsys.readouterr()
+  assert cli.main(smoke_args(out, *overrides)) == 0
+  assert f"resuming from step {max(kept)}" in capsys.readouterr().err
   assert json.loads((out / "summary.json").read_text())["steps"] == steps
   rows = {row["step"]: row for row in sinks.read_jsonl(out / "metrics.jsonl")}
   assert all(any(k.startswith("train/") for k in rows.get(s, {})) for s in range(1, steps + 1))

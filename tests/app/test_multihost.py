@@ -70,7 +70,7 @@ def test_two_processes_train_on_one_mesh_and_only_process_zero_writes(tmp_path):
     env = {
       **os.environ,
       "JAX_PLATFORMS": "cpu",
-      "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+      "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=1",
       "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
       "JAX_NUM_PROCESSES": "2",
       "JAX_PROCESS_ID": str(index),

@@ -13,6 +13,7 @@ import json
 import pathlib
 import subprocess
 import sys
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +48,39 @@ def run_plan(tmp_path: pathlib.Path, *args: str) -> dict:
   assert result.returncode == 0, result.stderr[-3000:]
   assert "peak:" in result.stdout and "HBM per chip" in result.stdout, result.stdout
   return json.loads(out.read_text())
+
+
+# `cli.main(["plan", ...])` for each argument list, all in one subprocess: the plans of one
+# test share a JAX start-up (the first plan sets the device count: one topology per call)
+PLANS = """
+import contextlib, io, json, sys
+from tunix_ppo_ext._src.run import cli
+for argv in json.loads(sys.argv[1]):
+  stdout, stderr = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+    code = cli.main(argv)
+  print(json.dumps({"code": code, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}))
+"""
+
+
+def run_plans(tmp_path: pathlib.Path, *runs: Sequence[str]) -> list[dict]:
+  """`run_plan`'s JSON figures of each of `runs` (arguments; one topology), planned one after
+  another by one subprocess."""
+  files = [tmp_path / f"plan{k}.json" for k in range(len(runs))]
+  argvs = [
+    ["plan", "--compiler", "cpu", *args, "--json", str(file)]
+    for args, file in zip(runs, files, strict=True)
+  ]
+  result = subprocess.run(
+    [sys.executable, "-c", PLANS, json.dumps(argvs)], capture_output=True, text=True, timeout=1800
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  outputs = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+  assert len(outputs) == len(runs), result.stdout[-3000:]
+  for output in outputs:
+    assert output["code"] == 0, output["stderr"][-3000:]
+    assert "peak:" in output["stdout"] and "HBM per chip" in output["stdout"], output["stdout"]
+  return [json.loads(file.read_text()) for file in files]
 
 
 def qwen3_elements(config) -> tuple[int, int]:
@@ -143,17 +177,9 @@ def test_plan_train_step_bytes_are_the_arithmetic(tmp_path, case):
 
 def test_plan_temporaries_grow_when_the_sequence_doubles(tmp_path):
   """The toy default's log-prob pass: twice the completion width, more temporaries."""
-  widths = (16, 32)
-  temps = []
-  for width in widths:
-    figures = run_plan(
-      tmp_path,
-      "--pieces",
-      "actor/logps_pass",
-      f"env.max_completion_len={width}",
-      "wandb=disabled",
-    )
-    temps.append(figures["pieces"][0]["temp_bytes"])
+  args = ("--pieces", "actor/logps_pass", "wandb=disabled")
+  plans = run_plans(tmp_path, *[(*args, f"env.max_completion_len={w}") for w in (16, 32)])
+  temps = [figures["pieces"][0]["temp_bytes"] for figures in plans]
   assert temps[1] > temps[0] > 0
 
 
@@ -293,8 +319,7 @@ def test_tunix_own_losses_are_planned_as_tunix_learner_runs_them(tmp_path):
   steps = ("--pieces", "actor/train_step,critic/train_step")
   tunix_loss = ("ppo.policy_loss_fn=ppo", "ppo.value_loss_fn=ppo")
   tunix_loss += ("ppo.kl_method=kl", "ppo.kl_ctrl=fixed")  # what tunix's loss does (k1)
-  tunix_own = run_plan(tmp_path, *smoke, *steps, *tunix_loss)
-  own = run_plan(tmp_path, *smoke, *steps)
+  tunix_own, own = run_plans(tmp_path, (*smoke, *steps, *tunix_loss), (*smoke, *steps))
   for tunix_step, own_step in zip(tunix_own["pieces"], own["pieces"], strict=True):
     assert tunix_step["role"] == own_step["role"] and tunix_step["name"] == "train_step"
     assert tunix_step["argument_bytes"] == own_step["argument_bytes"] > 0
@@ -310,8 +335,11 @@ def test_optimizer_state_follows_the_optim_and_batch_sections(tmp_path):
   step = "actor/train_step"
   adamw_keys = ["optim.actor.name=adamw", "optim.actor.weight_decay=0.01"]
   adamw_keys.append("optim.actor.clip_grad_norm=1.0")
-  adamw = run_plan(tmp_path, *TOY, "--pieces", step, *adamw_keys)
-  micro = run_plan(tmp_path, *TOY, "--pieces", step, "batch.train_micro_batch_size=8")
+  adamw, micro = run_plans(
+    tmp_path,
+    (*TOY, "--pieces", step, *adamw_keys),
+    (*TOY, "--pieces", step, "batch.train_micro_batch_size=8"),
+  )
   adam = 2 * weights + scalar_bytes(jnp.float32, actor_tx())  # the default optim section
   assert adamw["pieces"][0]["alias_bytes"] == 2 * weights + scalar_bytes(
     jnp.float32, actor_tx(*adamw_keys)
@@ -376,7 +404,11 @@ def test_continuing_sampler_pieces_take_the_kv_cache(tmp_path):
   prefill, decode, extend and compact programs; their arguments are the weights plus the
   sampling state with its KV cache of 8 + 16 + 2 slots for 32 / 4 rows per device, plus
   each program's own inputs; with `reencode` only prefill and decode are built."""
-  figures = run_plan(tmp_path, *TOY, "--pieces", "rollout/sampler")
+  figures, reencode = run_plans(
+    tmp_path,
+    (*TOY, "--pieces", "rollout/sampler"),
+    (*TOY, "--pieces", "rollout/sampler", "env.kv_cache=reencode"),
+  )
   pieces = {piece["name"]: piece for piece in figures["pieces"]}
   names = ["sampler_prefill", "sampler_decode", "sampler_extend", "sampler_compact"]
   assert list(pieces) == names
@@ -392,7 +424,6 @@ def test_continuing_sampler_pieces_take_the_kv_cache(tmp_path):
   compact = pieces["sampler_compact"]
   assert compact["argument_bytes"] == state + rows * cache * (4 + 1)  # + source, kept
   assert compact["resident_bytes"] == 0
-  reencode = run_plan(tmp_path, *TOY, "--pieces", "rollout/sampler", "env.kv_cache=reencode")
   assert [piece["name"] for piece in reencode["pieces"]] == names[:2]
 
 

@@ -33,7 +33,7 @@ SCRIPT = pathlib.Path(__file__).with_name("parity_run.py")
 def losses(variant: str) -> dict[str, list[float]]:
   env = {
     **os.environ,
-    "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+    "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4",
     "JAX_PLATFORMS": "cpu",
     "PYTHONPATH": str(SCRIPT.parents[2]),
   }
