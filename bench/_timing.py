@@ -38,6 +38,9 @@ def machine_rates() -> tuple[float, float]:
   return matmul_rate(), read_rate()
 
 
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
 def device_rates() -> dict[str, float]:
   """The default device's rates the benches read floors against: GFLOP/s per weight dtype
   (`float32`, `bfloat16`) and `read` GB/s. On CPU at the real model's layer shapes
@@ -48,9 +51,6 @@ def device_rates() -> dict[str, float]:
   rates = {name: matmul_rate(dtype, shape) for name, dtype in DTYPES.items()}
   rates["read"] = read_rate(64 * 1024 * 1024 if cpu else 256 * 1024 * 1024)
   return rates
-
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def _seconds(fn: Any, *args: Any) -> float:

@@ -435,10 +435,14 @@ def load_bench(name: str) -> Any:
   return module
 
 
+def smoke_args(out: pathlib.Path, *overrides: str) -> list[str]:
+  """`tunix-ppo-ext train`'s arguments for the smoke config into `out` (for `cli.main`)."""
+  return ["train", "--config", str(SMOKE), "--output-dir", str(out), *overrides]
+
+
 def train_command(out: pathlib.Path, *overrides: str) -> list[str]:
   """`tunix-ppo-ext train` on the smoke config into `out`, as a subprocess command."""
-  command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "train", "--config", str(SMOKE)]
-  return [*command, "--output-dir", str(out), *overrides]
+  return [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", *smoke_args(out, *overrides)]
 
 
 def subprocess_env(tmp_path: pathlib.Path) -> dict[str, str]:

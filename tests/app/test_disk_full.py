@@ -22,8 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.app.test_faults import smoke_args
-from tests.conftest import common_checkpoints, subprocess_env, train_command
+from tests.conftest import common_checkpoints, smoke_args, subprocess_env, train_command
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.tunix.cluster import disk_space

@@ -20,7 +20,7 @@ import time
 import jax
 import pytest
 
-from tests.conftest import SMOKE, common_checkpoints, subprocess_env, train_command
+from tests.conftest import SMOKE, common_checkpoints, smoke_args, subprocess_env, train_command
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, run_dir
@@ -97,11 +97,6 @@ def finished(tmp_path_factory) -> pathlib.Path:
   smoke = str(pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
   assert cli.main(["train", "--config", smoke, "--output-dir", str(out), "train.steps=2"]) == 0
   return out
-
-
-def smoke_args(out: pathlib.Path, *overrides: str) -> list[str]:
-  smoke = str(pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
-  return ["train", "--config", smoke, "--output-dir", str(out), *overrides]
 
 
 def test_a_rerun_with_another_model_is_refused_before_anything_is_overwritten(finished, capsys):

@@ -18,8 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.app.test_faults import smoke_args
-from tests.conftest import SMOKE, common_checkpoints, subprocess_env, train_command
+from tests.conftest import SMOKE, common_checkpoints, smoke_args, subprocess_env, train_command
 from tunix_ppo_ext import config as jobs_config
 from tunix_ppo_ext import jobs
 from tunix_ppo_ext._src.metrics.sinks import compact_jsonl, read_jsonl, truncate_jsonl

@@ -18,8 +18,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.app.test_faults import smoke_args
-from tests.conftest import SMOKE, common_checkpoints, subprocess_env
+from tests.conftest import SMOKE, common_checkpoints, smoke_args, subprocess_env
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, sweep
 from tunix_ppo_ext._src.run.run_config import load_run_config
