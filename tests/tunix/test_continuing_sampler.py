@@ -12,14 +12,19 @@ from tunix.generate import sampler as sampler_lib
 
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.tunix.models import toy_models as models
-from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import ContinuingSampler, TurnSampling
+from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import (  # noqa
+  ContinuingSampler,
+  TurnSampling,
+  bucket_below,
+  prefill_bucket,
+)
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
 
 PAD, EOS = 0, 2
 G, TURNS, ROWS = 4, 5, 12
 ALPHABET = "abcdefghijklmnopqrstuvwx"
-CACHE = 48  # room for about four continued turns, then a compaction
+CACHE = 44  # room for about four continued turns, then a compaction
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +38,18 @@ def world():
   return policy, ContinuingSampler(policy, tokenizer, cache)
 
 
-def play(sampler, continued, sampling, fresh_width=8, seed=0):
+def play(sampler, continued, sampling, fresh_width=8, seed=0, group=1):
   """`TURNS` turns of `ROWS` rows; each turn's context is the last one, the sampled ids,
   EOS if the turn ended on one, and 1-4 random observation ids. Row 0 stops after turn 2.
+  Consecutive `group` rows start from the same context (a GRPO group's prompt).
 
   Returns `(contexts, samples, outputs, conversation)`: every row's final context (the
   last turn's samples included), per row `(index in the context, ids, log-probs)` of each
   turn's samples, and each turn's `TurnOutput`."""
   rng = np.random.default_rng(seed)
   ids = np.arange(3, 27)
-  contexts = [[1, *rng.choice(ids, int(rng.integers(2, 7))).tolist()] for _ in range(ROWS)]
+  prompts = [[1, *rng.choice(ids, int(rng.integers(2, 7))).tolist()] for _ in range(ROWS)]
+  contexts = [list(prompts[row // group]) for row in range(ROWS)]
   samples = [[] for _ in range(ROWS)]
   active = np.ones(ROWS, bool)
   conversation, outputs = sampler.conversation(continued), []
@@ -89,12 +96,14 @@ def replay_logps(policy, contexts, samples):
   return np.array(got), np.array(want), argmax
 
 
-def test_continued_turns_sample_from_the_full_history(world):
+@pytest.mark.parametrize("group", [1, 4])
+def test_continued_turns_sample_from_the_full_history(world, group):
   """Temperature 1: each sampled token's log-prob equals the full-history forward pass's
-  to 1e-5 (float32), on continued turns and after the full cache was compacted."""
+  to 1e-5 (float32), on continued turns and after the full cache was compacted; with rows
+  in groups of 4 sharing their prompt, its prefill runs once per group."""
   policy, sampler = world
   sampling = TurnSampling(max_tokens=G, temperature=1.0, top_p=1.0, seed=5, return_logprobs=True)
-  contexts, samples, outputs, conversation = play(sampler, True, sampling)
+  contexts, samples, outputs, conversation = play(sampler, True, sampling, group=group)
   got, want, _ = replay_logps(policy, contexts, samples)
   print(
     f"{len(got)} tokens, compactions {conversation.compactions}, "
@@ -127,6 +136,29 @@ def test_greedy_continuation_samples_what_reencoding_samples(world):
       np.testing.assert_allclose(logps, old_logps, atol=1e-5, rtol=0)
 
 
+def test_a_shared_prompt_is_prefilled_once_and_each_row_draws_its_own_tokens(world):
+  """Rows in groups of 4 with one prompt each, temperature 1: the first turn, whose prompt
+  is prefilled once per group, samples token for token (and log-prob for log-prob) what the
+  re-encoding path's prefill of every row samples with the same key; rows of one group do
+  not all draw the same tokens."""
+  _, sampler = world
+  sampling = TurnSampling(max_tokens=G, temperature=1.0, top_p=1.0, seed=7, return_logprobs=True)
+  rng = np.random.default_rng(3)
+  prompts = [[1, *rng.choice(np.arange(3, 27), 5).tolist()] for _ in range(ROWS // 4)]
+  contexts = [prompts[row // 4] for row in range(ROWS)]
+  turns = {
+    continued: sampler.conversation(continued).turn(contexts, [True] * ROWS, sampling, 8)
+    for continued in (True, False)
+  }
+  for new, old in zip(turns[True].tokens, turns[False].tokens, strict=True):
+    assert new.tolist() == old.tolist()
+  np.testing.assert_allclose(
+    np.concatenate(turns[True].logprobs), np.concatenate(turns[False].logprobs), atol=1e-5
+  )
+  groups = [{tuple(turns[True].tokens[r]) for r in range(g, g + 4)} for g in range(0, ROWS, 4)]
+  assert max(len(drawn) for drawn in groups) > 1
+
+
 def test_contexts_that_do_not_extend_the_cache_are_reencoded(world):
   _, sampler = world  # the greedy test's batch shape: no new compilation
   sampling = TurnSampling(max_tokens=G, temperature=0.0, top_p=None, return_logprobs=True)
@@ -137,7 +169,7 @@ def test_contexts_that_do_not_extend_the_cache_are_reencoded(world):
   assert not conversation.turn(grown, active, sampling, fresh_width=8).reencoded
   edited = [[1, 5, 6, 9, 9]] + [c + [10] for c in grown[1:]]  # row 0 no longer extends it
   assert conversation.turn(edited, active, sampling, fresh_width=8).reencoded
-  with pytest.raises(ValueError, match="does not fit the rollout KV cache of 48"):
+  with pytest.raises(ValueError, match="does not fit the rollout KV cache of 44"):
     conversation.turn([[1] * 50] * ROWS, active, sampling, fresh_width=8)
 
 
@@ -163,3 +195,16 @@ def test_padded_vocabulary_rows_are_never_sampled():
     _, samples, _, _ = play(sampler, continued, sampling)
     drawn = [t for row in samples for _, ids, _ in row for t in ids]
     assert drawn and max(drawn) < known, continued
+
+
+def test_prefill_buckets_hold_the_block_with_at_most_a_third_padding():
+  """Every width gets the least of 1, 2, 3, 4, 6, 8, 12, ... (written out here) that holds
+  it, and `bucket_below` steps down that list one bucket at a time."""
+  listed = sorted({1, 2, 3} | {m << k for k in range(1, 12) for m in (2, 3)})
+  for width in range(0, 3000):
+    least = next(b for b in listed if b >= width)
+    assert prefill_bucket(width) == least
+    if width >= 4:
+      assert least - width < least / 3
+  for below, bucket in zip(listed[:-1], listed[1:], strict=True):
+    assert bucket_below(bucket) == below

@@ -50,7 +50,7 @@ from tunix_ppo_ext._src.tunix.learner import loss_fns
 from tunix_ppo_ext._src.tunix.learner.passes import PACK_EPISODES
 from tunix_ppo_ext._src.tunix.models import hf_models
 from tunix_ppo_ext._src.tunix.models import toy_models as models
-from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import prefill_bucket
+from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import bucket_below, prefill_bucket
 
 GIB, MIB = 2**30, 2**20
 CPU_CAVEAT = (
@@ -479,13 +479,13 @@ def _sampler(b: _Built) -> list[abstract.CompiledPiece]:
 
 
 def extend_width(prompt: int, completion: int, turn: int) -> int:
-  """The widest block a continued turn prefills: the power-of-two bucket of the completion
-  budget (what a context can gain after its prompt, observations included), halved until
-  it fits the `prompt + completion + turn` cache after one kept slot with the turn's
-  tokens (`Conversation._fits`)."""
+  """The widest block a continued turn prefills: the bucket of the completion budget (what
+  a context can gain after its prompt, observations included; `prefill_bucket`), or the
+  largest bucket under it that fits the `prompt + completion + turn` cache after one kept
+  slot with the turn's tokens (`Conversation._fits`)."""
   width = prefill_bucket(completion)
   while width > 1 and 1 + width + turn > prompt + completion + turn:
-    width //= 2
+    width = bucket_below(width)
   return width
 
 

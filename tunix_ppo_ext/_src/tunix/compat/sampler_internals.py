@@ -26,7 +26,7 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
   into a kept cache, moves cache slots and reads the buffers back. Every read and write of
   a field or a cache key is a function here: `fresh_state`, `set_up_turn`,
   `turn_first_slot`, `after_prefill`, `decode_inputs`, `still_decoding`, `buffered_tokens`,
-  `cache_written_from`, `gather_cache_slots`, `with_buffers`, `turn_buffers`,
+  `cache_written_from`, `gather_cache_slots`, `cache_rows`, `with_buffers`, `turn_buffers`,
   `abstract_turn_state`. Pinned on live states of tunix's Qwen2, Qwen3 and Llama 3 by
   tests/tunix/test_sampler_layout.py, which also finds no field or key used elsewhere.
 """
@@ -273,6 +273,14 @@ def gather_cache_slots(state: Any, source: jax.Array) -> Any:
   `source[b, j]` (`[B, S]`)."""
   index = source[:, :, None, None]
   return _map_keys_values(state.cache, lambda x: jnp.take_along_axis(x, index, axis=1))
+
+
+def cache_rows(state: Any, rows: jax.Array) -> Any:
+  """The rows `rows` (`[B]`) of `state`'s KV cache (keys, values and next slot): a cache
+  prefilled once per distinct context, handed to every row that holds that context."""
+  return {
+    name: {key: value[rows] for key, value in layer.items()} for name, layer in state.cache.items()
+  }
 
 
 def with_buffers(

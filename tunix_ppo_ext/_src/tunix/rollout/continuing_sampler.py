@@ -18,6 +18,12 @@ context, as when the context is re-encoded. The last token of a turn (EOS, or th
 sampled token of a turn cut at `max_tokens`) is fed again in the next block: the decode
 loop may stop before feeding it, so its cache entry is not relied on.
 
+Rows that start from the same context (a GRPO group's prompt) share its prefill: the
+first turn prefills each distinct context once, hands its KV cache to every row holding
+it, and feeds each row's last context token again to draw that row's own first token, as
+a prefill of every row would. Blocks are bucketed to few widths (`prefill_bucket`: at
+most a third of a block is padding).
+
 When the buffer has no room for the next turn's block and tokens, the state is first
 compacted: every row's kept slots (keys and values included: they depend on positions,
 not slots) are moved, in order, to the start of the buffer, which frees every hole (a
@@ -275,9 +281,32 @@ def _kept(sampled: np.ndarray, pad: int) -> int:
   return int(min(len(sampled) - 1, pads[0])) if len(pads) else len(sampled) - 1
 
 
+def _distinct_rows(padded: np.ndarray, pad: int) -> tuple[np.ndarray, np.ndarray] | None:
+  """`(distinct [U', W], rows [B])` of left-padded contexts `padded` `[B, W]`: the distinct
+  ones (padded with copies to a bucket of rows, `prefill_bucket`: few compilations) and
+  which one each row holds; None when the bucket is not under `B` (nothing to share) or a
+  context ends on the pad id (fed again, it would become attended)."""
+  distinct, rows = np.unique(padded, axis=0, return_inverse=True)
+  bucket = prefill_bucket(len(distinct))
+  if bucket >= len(padded) or np.any(padded[:, -1] == pad):
+    return None
+  copies = np.repeat(distinct[:1], bucket - len(distinct), axis=0)
+  return np.concatenate([distinct, copies]), rows.reshape(-1).astype(np.int32)
+
+
 def prefill_bucket(width: int) -> int:
-  """The prefill width for `width` new tokens: the next power of two (few compilations)."""
-  return 1 << max(width - 1, 0).bit_length()
+  """The prefill width for `width` new tokens: the least bucket (1, 2, 3, 4, 6, 8, 12, 16,
+  24, ...: the powers of two and one and a half times them) that holds them. At most a
+  third of a block is padding, and a run compiles few widths."""
+  power = 1 << max(width - 1, 0).bit_length()
+  three_quarters = power * 3 // 4
+  return three_quarters if power >= 4 and three_quarters >= width else power
+
+
+def bucket_below(width: int) -> int:
+  """The largest prefill bucket (`prefill_bucket`) under `width` (> 1)."""
+  power = 1 << (width - 1).bit_length() - 1
+  return power * 3 // 2 if power >= 2 and power * 3 // 2 < width else power
 
 
 class Conversation:
@@ -331,7 +360,7 @@ class Conversation:
   def _fresh_width(
     self, contexts: list[np.ndarray], sampling: TurnSampling, fresh_width: int
   ) -> int:
-    """`fresh_width`, or the longest context's power-of-two bucket (its length if the
+    """`fresh_width`, or the longest context's bucket (`prefill_bucket`; its length if the
     bucket leaves no room for the turn) when a context is longer."""
     longest = max(len(c) for c in contexts)
     if longest <= fresh_width:
@@ -386,7 +415,8 @@ class Conversation:
     self, contexts: list[np.ndarray], active: np.ndarray, sampling: TurnSampling, width: int
   ) -> int:
     """A fresh state with `contexts` left-padded to `width`, prefilled by tunix's own
-    prefill; returns the first generated slot."""
+    prefill (once per distinct context where rows share one: `_shared_prefill`); returns
+    the first generated slot."""
     sampler, pad = self.sampler, self.sampler.tokenizer.pad_id()
     room = sampler.cache_config.cache_size
     if width + sampling.max_tokens > room:
@@ -395,24 +425,69 @@ class Conversation:
         f"the rollout KV cache of {room}; raise max_tokens_to_generate"
       )
     padded = np.stack([generate_utils.pad_to_length(c, width, pad, left=True) for c in contexts])
-    state = compat.fresh_state(
-      sampler,
+    state = self._fresh(padded, sampling)
+    _, params = sampler.model_def_and_state()
+    shared = _distinct_rows(padded, pad) if self.continued else None
+    if shared is None:
+      state = compat.set_up_turn(state, active, width, sampling.max_tokens, prefill_width=width)
+      state = sampler.prefill(params, state)
+    else:
+      state = self._shared_prefill(state, params, *shared, active, sampling)
+    self._state = sampler.decode(params, state, sampling.max_tokens)
+    self._mode = sampling.mode()
+    self._cached = list(contexts)
+    return width
+
+  def _fresh(self, padded: np.ndarray, sampling: TurnSampling) -> Any:
+    """tunix's fresh sampling state for the left-padded contexts `padded` `[B, W]`."""
+    return compat.fresh_state(
+      self.sampler,
       jnp.asarray(padded),
-      room,
+      self.sampler.cache_config.cache_size,
       temperature=sampling.temperature,
       top_p=sampling.top_p if sampling.temperature > 0 else None,
       top_k=sampling.top_k,
       seed=sampling.seed,
       with_logprobs=sampling.return_logprobs,
-      forbidden_ids=sampler.unused_ids,
+      forbidden_ids=self.sampler.unused_ids,
     )
-    state = compat.set_up_turn(state, active, width, sampling.max_tokens, prefill_width=width)
-    _, params = sampler.model_def_and_state()
-    state = sampler.prefill(params, state)
-    self._state = sampler.decode(params, state, sampling.max_tokens)
-    self._mode = sampling.mode()
-    self._cached = list(contexts)
-    return width
+
+  def _shared_prefill(
+    self,
+    state: Any,
+    params: Any,
+    distinct: np.ndarray,
+    rows: np.ndarray,
+    active: np.ndarray,
+    sampling: TurnSampling,
+  ) -> Any:
+    """The first turn of rows that share contexts (a GRPO group's prompt): tunix's prefill
+    of each of the `distinct` contexts `[U, W]` once, its KV cache handed to every row
+    holding it (row b holds `distinct[rows[b]]`), then every row's last context slot fed
+    again (`extend`, the cache's own continuation) to sample that row's first token with
+    its own key, as the prefill of all rows would."""
+    batch, width = len(rows), distinct.shape[1]
+    once = compat.set_up_turn(
+      self._fresh(distinct, sampling),
+      np.ones(len(distinct), bool),
+      width,
+      sampling.max_tokens,
+      prefill_width=width,
+    )
+    once = self.sampler.prefill(params, once)
+    cache = compat.cache_rows(once, jnp.asarray(rows))
+    state = compat.with_buffers(state, compat.buffered_tokens(state), cache)
+    state = compat.set_up_turn(state, active, width, sampling.max_tokens, seed=sampling.seed)
+    last = distinct[rows, -1:]
+    start = width - 1
+    return self.sampler.extend(
+      params,
+      state,
+      jnp.asarray(last),
+      jnp.ones(last.shape, bool),
+      jnp.asarray(start, jnp.int32),
+      jnp.full(batch, start, jnp.int32),
+    )
 
   def _extend(
     self, blocks: list[np.ndarray], active: np.ndarray, sampling: TurnSampling, width: int
