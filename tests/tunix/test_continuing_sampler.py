@@ -159,6 +159,19 @@ def test_a_shared_prompt_is_prefilled_once_and_each_row_draws_its_own_tokens(wor
   assert max(len(drawn) for drawn in groups) > 1
 
 
+def test_reencoded_turns_attend_to_the_pad_ids_the_agent_sampled(world):
+  """Temperature 1, every turn re-encoded (`kv_cache: reencode`): a pad id the agent sampled
+  in an earlier turn is attended in the re-encoded history, as in the full-history pass
+  (tunix's prefill alone masks every pad id): each log-prob equals the full pass's."""
+  policy, sampler = world
+  sampling = TurnSampling(max_tokens=G, temperature=1.0, top_p=1.0, seed=5, return_logprobs=True)
+  contexts, samples, _, conversation = play(sampler, False, sampling, fresh_width=40)
+  assert conversation.reencodes == TURNS
+  assert any(PAD in ids for row in samples for _, ids, _ in row[:-1])  # then more turns
+  got, want, _ = replay_logps(policy, contexts, samples)
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
 def test_contexts_that_do_not_extend_the_cache_are_reencoded(world):
   _, sampler = world  # the greedy test's batch shape: no new compilation
   sampling = TurnSampling(max_tokens=G, temperature=0.0, top_p=None, return_logprobs=True)

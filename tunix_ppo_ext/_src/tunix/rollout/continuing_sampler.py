@@ -327,6 +327,7 @@ class Conversation:
     self._state: Any = None
     self._mode: tuple[Any, ...] | None = None
     self._cached: list[np.ndarray] = []  # per row: the context ids the cache holds
+    self._prompts: list[np.ndarray] = []  # per row: its first turn's context (the prompt)
     self._hole_from = np.zeros(0, np.int32)
     self._next_slot = 0  # where the next block goes
 
@@ -344,6 +345,8 @@ class Conversation:
     """
     contexts = [np.asarray(c, np.int32) for c in contexts]
     active_rows = np.asarray(active, bool)
+    if self._state is None:
+      self._prompts = contexts
     blocks = self._blocks(contexts, active_rows, sampling)
     if blocks is not None and not self._fits(blocks, sampling):
       self._compact()
@@ -427,8 +430,14 @@ class Conversation:
     padded = np.stack([generate_utils.pad_to_length(c, width, pad, left=True) for c in contexts])
     state = self._fresh(padded, sampling)
     _, params = sampler.model_def_and_state()
+    attended = self._attended(contexts, width) if sampler.continuable else None
     shared = _distinct_rows(padded, pad) if self.continued else None
-    if shared is None:
+    if attended is not None:  # a sampled pad id: attended, as in the trainer's pass
+      state = compat.set_up_turn(state, active, width, sampling.max_tokens, seed=sampling.seed)
+      start, hole_from = jnp.asarray(0, jnp.int32), jnp.zeros(len(padded), jnp.int32)
+      blocks = (jnp.asarray(padded), jnp.asarray(attended), start, hole_from)
+      state = sampler.extend(params, state, *blocks)
+    elif shared is None:
       state = compat.set_up_turn(state, active, width, sampling.max_tokens, prefill_width=width)
       state = sampler.prefill(params, state)
     else:
@@ -437,6 +446,23 @@ class Conversation:
     self._mode = sampling.mode()
     self._cached = list(contexts)
     return width
+
+  def _attended(self, contexts: list[np.ndarray], width: int) -> np.ndarray | None:
+    """`[B, width]`: the slots of the left-padded `contexts` to attend where a context
+    holds the pad id after its prompt (sampled by the agent): every token but the left
+    padding and the prompt's own pad ids, as the trainer's pass and a continued turn
+    attend; None when no context does (tunix's prefill masks every pad id)."""
+    pad = self.sampler.tokenizer.pad_id()
+    attended = np.zeros((len(contexts), width), bool)
+    sampled_pad = False
+    prompts = self._prompts if len(self._prompts) == len(contexts) else contexts
+    for row, (context, prompt) in enumerate(zip(contexts, prompts, strict=True)):
+      n = len(prompt) if np.array_equal(context[: len(prompt)], prompt) else len(context)
+      sampled_pad |= bool(np.any(context[n:] == pad))
+      attended[row, width - len(context) :] = np.concatenate(
+        [context[:n] != pad, np.ones(len(context) - n, bool)]
+      )
+    return attended if sampled_pad else None
 
   def _fresh(self, padded: np.ndarray, sampling: TurnSampling) -> Any:
     """tunix's fresh sampling state for the left-padded contexts `padded` `[B, W]`."""
