@@ -15,8 +15,6 @@ from tunix_ppo_ext._src.tunix.models import toy_models as models
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import (  # noqa
   ContinuingSampler,
   TurnSampling,
-  bucket_below,
-  prefill_bucket,
 )
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
@@ -208,16 +206,3 @@ def test_padded_vocabulary_rows_are_never_sampled():
     _, samples, _, _ = play(sampler, continued, sampling)
     drawn = [t for row in samples for _, ids, _ in row for t in ids]
     assert drawn and max(drawn) < known, continued
-
-
-def test_prefill_buckets_hold_the_block_with_at_most_a_third_padding():
-  """Every width gets the least of 1, 2, 3, 4, 6, 8, 12, ... (written out here) that holds
-  it, and `bucket_below` steps down that list one bucket at a time."""
-  listed = sorted({1, 2, 3} | {m << k for k in range(1, 12) for m in (2, 3)})
-  for width in range(0, 3000):
-    least = next(b for b in listed if b >= width)
-    assert prefill_bucket(width) == least
-    if width >= 4:
-      assert least - width < least / 3
-  for below, bucket in zip(listed[:-1], listed[1:], strict=True):
-    assert bucket_below(bucket) == below

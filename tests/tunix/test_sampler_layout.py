@@ -10,6 +10,7 @@ import dataclasses
 import pathlib
 import textwrap
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -148,3 +149,20 @@ def test_no_module_outside_compat_touches_the_sampling_state_layout():
     if not path.is_relative_to(COMPAT):
       found += [f"{path.relative_to(PACKAGE)}:{use}" for use in _layout_uses(path.read_text())]
   assert not found, found
+
+
+@pytest.mark.parametrize("family", CONTINUABLE, ids=lambda family: family.__name__)
+def test_an_empty_kv_cache_has_the_layout_of_tunix_s_own(family):
+  """`compat.empty_kv_cache` (the shared-prompt training pass's cache) has the structure,
+  shapes and dtypes of the cache tunix's sampler builds (layer names, keys, `[B, S, KV, H]`,
+  the int32 next slot), empty; `kv_rows` picks rows of every leaf."""
+  config, state = _live_state(family)
+  dtype = state.cache["layer_0"]["k"].dtype
+  ours = compat.empty_kv_cache(config, ROWS, SLOTS, dtype)
+  want = jax.tree.map(lambda x: (x.shape, x.dtype), state.cache)
+  assert jax.tree.map(lambda x: (x.shape, x.dtype), ours) == want
+  assert all(not np.asarray(x).any() for x in jax.tree.leaves(ours))
+  picked = compat.kv_rows(state.cache, jnp.asarray([2, 0]))
+  for name, layer in picked.items():
+    for key, value in layer.items():
+      np.testing.assert_array_equal(value, np.asarray(state.cache[name][key])[[2, 0]])

@@ -34,6 +34,7 @@ from flax import nnx
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.math.buckets import bucket, bucket_below
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import recipe
 from tunix_ppo_ext._src.run.job import check_attention_backend, role_models
@@ -50,7 +51,6 @@ from tunix_ppo_ext._src.tunix.learner import loss_fns
 from tunix_ppo_ext._src.tunix.learner.passes import PACK_EPISODES
 from tunix_ppo_ext._src.tunix.models import hf_models
 from tunix_ppo_ext._src.tunix.models import toy_models as models
-from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import bucket_below, prefill_bucket
 
 GIB, MIB = 2**30, 2**20
 CPU_CAVEAT = (
@@ -480,10 +480,10 @@ def _sampler(b: _Built) -> list[abstract.CompiledPiece]:
 
 def extend_width(prompt: int, completion: int, turn: int) -> int:
   """The widest block a continued turn prefills: the bucket of the completion budget (what
-  a context can gain after its prompt, observations included; `prefill_bucket`), or the
+  a context can gain after its prompt, observations included; `math.buckets.bucket`), or the
   largest bucket under it that fits the `prompt + completion + turn` cache after one kept
   slot with the turn's tokens (`Conversation._fits`)."""
-  width = prefill_bucket(completion)
+  width = bucket(completion)
   while width > 1 and 1 + width + turn > prompt + completion + turn:
     width = bucket_below(width)
   return width

@@ -260,27 +260,50 @@ def _pass_through_class(cls: type, method: str) -> type:
   return _PASS_THROUGH[cls, method]
 
 
-def final_hidden_states(model: Any, *args: Any, **kwargs: Any) -> Any:
+def final_hidden_states(model: Any, *args: Any, keep_cache: bool = False, **kwargs: Any) -> Any:
   """`model(*args, **kwargs)`'s final-norm hidden states `[B, L, D]`, the input of its LM
   head, in the model's dtype; no logits are computed (what the model then returns in their
   place is its hidden states again, unused). The call is tunix's own `__call__`, so qwix's
-  LoRA interception, remat and the RoPE override (`use_rope_frequencies`) all apply."""
+  LoRA interception, remat and the RoPE override (`use_rope_frequencies`) all apply. With
+  `keep_cache`, `(hidden, the KV cache the model returns)`."""
   module, method, _, _ = _head(model)
   if "skip_lm_head" in inspect.signature(_family(model).__call__).parameters:  # tunix main
-    return model(*args, skip_lm_head=True, **kwargs)[0]
+    out = model(*args, skip_lm_head=True, **kwargs)
+    return (out[0], out[1]) if keep_cache else out[0]
   original = type(module)
   with _HEAD_LOCK:
     module.__class__ = _pass_through_class(original, method)
     _CAPTURED.hidden = None
     try:
-      model(*args, **kwargs)
+      out = model(*args, **kwargs)
       hidden = _CAPTURED.hidden
     finally:
       module.__class__ = original
       _CAPTURED.hidden = None
   if hidden is None:
     raise ValueError(f"{FUSED_HEAD_KEY}: {type(model).__name__}.__call__ never called its head")
-  return hidden
+  return (hidden, out[1]) if keep_cache else hidden
+
+
+# The families whose attention, given a KV cache, writes the keys and values of the tokens
+# it is fed at the cache's next slot and attends over every slot its mask allows (tunix's
+# sampler relies on it for them too).
+CACHE_FAMILIES = (qwen2_model.Qwen2, qwen3_model.Qwen3, llama3_model.Llama3)
+
+
+def kv_cache_dtype(model: Any) -> Any:
+  """The dtype of the keys and values `model` writes into a KV cache: its parameters' one
+  floating dtype; None when the model is not of a `CACHE_FAMILIES` family, takes splash
+  attention (no cache) or mixes floating dtypes (e.g. bfloat16 weights, float32 LoRA)."""
+  config = getattr(model, "config", None)
+  if not isinstance(model, CACHE_FAMILIES) or getattr(config, "use_flash_attention", False):
+    return None
+  dtypes = {
+    leaf.dtype
+    for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))
+    if jnp.issubdtype(leaf.dtype, jnp.floating)
+  }
+  return dtypes.pop() if len(dtypes) == 1 else None
 
 
 def has_pinned_head(model: Any) -> bool:

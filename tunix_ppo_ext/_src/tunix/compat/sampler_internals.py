@@ -26,7 +26,8 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
   into a kept cache, moves cache slots and reads the buffers back. Every read and write of
   a field or a cache key is a function here: `fresh_state`, `set_up_turn`,
   `turn_first_slot`, `after_prefill`, `decode_inputs`, `still_decoding`, `buffered_tokens`,
-  `cache_written_from`, `gather_cache_slots`, `cache_rows`, `with_buffers`, `turn_buffers`,
+  `cache_written_from`, `gather_cache_slots`, `kv_rows`, `cache_rows`, `empty_kv_cache`,
+  `with_buffers`, `turn_buffers`,
   `abstract_turn_state`. Pinned on live states of tunix's Qwen2, Qwen3 and Llama 3 by
   tests/tunix/test_sampler_layout.py, which also finds no field or key used elsewhere.
 """
@@ -275,12 +276,27 @@ def gather_cache_slots(state: Any, source: jax.Array) -> Any:
   return _map_keys_values(state.cache, lambda x: jnp.take_along_axis(x, index, axis=1))
 
 
+def kv_rows(cache: Any, rows: jax.Array) -> Any:
+  """The rows `rows` (`[B]`) of a KV cache (every layer's keys, values and next slot): a
+  cache filled once per distinct context, handed to every row that holds that context."""
+  return {name: {key: value[rows] for key, value in layer.items()} for name, layer in cache.items()}
+
+
 def cache_rows(state: Any, rows: jax.Array) -> Any:
-  """The rows `rows` (`[B]`) of `state`'s KV cache (keys, values and next slot): a cache
-  prefilled once per distinct context, handed to every row that holds that context."""
-  return {
-    name: {key: value[rows] for key, value in layer.items()} for name, layer in state.cache.items()
-  }
+  """The rows `rows` (`[B]`) of `state`'s KV cache (`kv_rows`)."""
+  return kv_rows(state.cache, rows)
+
+
+def empty_kv_cache(config: Any, batch: int, slots: int, dtype: Any) -> Any:
+  """A KV cache of `slots` slots for `batch` rows of a tunix model with `config` (its
+  `num_layers`, `num_kv_heads`, `head_dim`), in the layout tunix's sampler builds: layer
+  `layer_{i}` -> keys and values `[batch, slots, KV, H]` of `dtype`, next slot 0 `[batch]`.
+  A model called with it writes its keys and values there and attends over every slot
+  its mask allows."""
+  shape = (batch, slots, config.num_kv_heads, config.head_dim)
+  layer = {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+  layer["end_index"] = jnp.zeros((batch,), jnp.int32)
+  return {f"layer_{i}": dict(layer) for i in range(config.num_layers)}
 
 
 def with_buffers(

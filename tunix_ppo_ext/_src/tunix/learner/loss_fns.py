@@ -17,7 +17,7 @@ A `train_example` may carry `attention_mask` (all real completion tokens), `loss
 (agent tokens) and `kl_coef` (the controller's live value); without them tunix's
 `completion_mask` serves as the loss mask and the attention mask is derived from padding,
 exactly as in tunix. With `pack_slots` and `pack_rows` (`example_packing`) the pass runs
-on packed rows.
+on packed rows; with `prompt_groups`, each distinct prompt once (`passes.SharedPrompts`).
 """
 
 from __future__ import annotations
@@ -52,9 +52,13 @@ def _masks(train_example: Any) -> tuple[jax.Array | None, jax.Array]:
   return attention_mask, train_example.completion_mask if loss_mask is None else loss_mask
 
 
-def example_packing(train_example: Any) -> Packing | None:
-  """The example's `Packing` (its `pack_slots` `[B, P+T]`; its `pack_rows` `[B, R, k]`
-  gives the packed shape, `R` rows of `k` batch widths, static), or None for padded rows."""
+def example_packing(train_example: Any) -> Packing | passes.SharedPrompts | None:
+  """The example's row layout for its passes: its `Packing` (its `pack_slots` `[B, P+T]`;
+  its `pack_rows` `[B, R, k]` gives the packed shape, `R` rows of `k` batch widths,
+  static), its `SharedPrompts` (its `prompt_groups` `[B, U]`), or None for padded rows."""
+  groups = getattr(train_example, "prompt_groups", None)
+  if groups is not None:
+    return passes.SharedPrompts(groups)
   slots = getattr(train_example, "pack_slots", None)
   if slots is None:
     return None

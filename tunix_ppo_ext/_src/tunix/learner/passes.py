@@ -14,6 +14,7 @@ does not accept a model whose `Variable`s are shared between submodules.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from typing import Any
@@ -135,6 +136,46 @@ def _accepts_segment_ids(model: nnx.Module) -> bool:
   )
 
 
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["groups"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class SharedPrompts:
+  """A pass's rows by the prompt they hold (`math.shared_prompts`): `groups` `[B, U]` one-hot,
+  row b holds distinct prompt u (`U`, its shape, is static). Given as a pass's `packing`,
+  it runs each distinct prompt once (`_shared_prompt_forward`)."""
+
+  groups: jax.Array
+
+
+def _shared_prompt_forward(
+  model: nnx.Module, inputs: tuple[jax.Array, ...], groups: jax.Array, width: int, hidden: bool
+) -> jax.Array | None:
+  """The model's output `[B, P+T, ...]` on `inputs` `(input_ids, positions, causal_mask)`
+  (`process_ids`'), with the prompt (the first `width` positions) of each distinct prompt
+  run once (`groups` `[B, U]`, `SharedPrompts`): the U prompts write their keys and values
+  into a KV cache (`compat.empty_kv_cache`), whose rows each row's completion attends
+  through, as a continued turn attends through the sampler's. The prompts' outputs are
+  the same in every row that holds them (they attend to the prompt only). None when the
+  model takes no such cache (`compat.kv_cache_dtype`): the caller runs the padded pass."""
+  dtype = compat.kv_cache_dtype(model)
+  if dtype is None:
+    return None
+  input_ids, positions, mask = inputs
+  first, rows = jnp.argmax(groups, axis=0), jnp.argmax(groups, axis=1)  # [U], [B]
+  cache = compat.empty_kv_cache(model.config, first.shape[0], input_ids.shape[1], dtype)
+
+  def run(ids: jax.Array, at: jax.Array, attend: jax.Array, kv: Any) -> tuple[Any, Any]:
+    kwargs = {"positions": at, "cache": kv, "attention_mask": attend}
+    if hidden:
+      return compat.final_hidden_states(model, ids, keep_cache=True, **kwargs)
+    return model(ids, **kwargs)
+
+  prompt = (input_ids[first, :width], positions[first, :width], mask[first, :width])
+  prompt_out, cache = run(*prompt, cache)
+  completion = (input_ids[:, width:], positions[:, width:], mask[:, width:])
+  completion_out, _ = run(*completion, compat.kv_rows(cache, rows))
+  return jnp.concatenate([prompt_out[rows], completion_out], axis=1)
+
+
 def _forward(
   model: nnx.Module,
   prompt_tokens: jax.Array,
@@ -143,15 +184,23 @@ def _forward(
   eos_id: int,
   attention_mask: jax.Array | None,
   hidden: bool = False,
-  packing: Packing | None = None,
+  packing: Packing | SharedPrompts | None = None,
 ) -> jax.Array:
   """One model pass over prompt + completion; returns the model's first output `[B, P+T, ...]`
   (with `hidden`, its final-norm hidden states `[B, P+T, D]` instead: no LM head runs).
-  With `packing` the model runs on the packed rows (`math.packing`) and its output comes
-  back in the padded layout (zeros at padding)."""
+  `packing`, the rows' layout: a `Packing` runs the model on the packed rows
+  (`math.packing`), its output back in the padded layout (zeros at padding); a
+  `SharedPrompts` runs each distinct prompt once (`_shared_prompt_forward`)."""
   input_ids, positions, causal_mask, real = process_ids(
     prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask=attention_mask
   )
+  if isinstance(packing, SharedPrompts):
+    inputs = (input_ids, positions, causal_mask)
+    width = prompt_tokens.shape[1]
+    out = _shared_prompt_forward(model, inputs, packing.groups, width, hidden)
+    if out is not None:
+      return out
+    packing = None
   if packing is not None:
     input_ids, positions, causal_mask, real = packed_model_inputs(
       input_ids, positions, real, packing
@@ -177,7 +226,7 @@ def compute_completion_logits(
   eos_id: int,
   attention_mask: jax.Array | None = None,
   stop_gradient: bool = True,
-  packing: Packing | None = None,
+  packing: Packing | SharedPrompts | None = None,
 ) -> jax.Array:
   """Logits `[B, T, V]` that predict each completion token (one forward pass)."""
   logits = _completion_logits(
@@ -205,7 +254,7 @@ def _completion_hidden(
   pad_id: int,
   eos_id: int,
   attention_mask: jax.Array | None,
-  packing: Packing | None = None,
+  packing: Packing | SharedPrompts | None = None,
 ) -> jax.Array:
   """The final hidden states `[B, T, D]` that predict each completion token."""
   hidden = _forward(
@@ -224,7 +273,7 @@ def compute_completion_hidden(
   eos_id: int,
   attention_mask: jax.Array | None = None,
   stop_gradient: bool = True,
-  packing: Packing | None = None,
+  packing: Packing | SharedPrompts | None = None,
 ) -> jax.Array:
   """Final hidden states `[B, T, D]` that predict each completion token (the fused head's
   input: one forward pass that stops before the LM head)."""
@@ -277,7 +326,7 @@ def _completion_logits(
   pad_id: int,
   eos_id: int,
   attention_mask: jax.Array | None,
-  packing: Packing | None = None,
+  packing: Packing | SharedPrompts | None = None,
 ) -> jax.Array:
   """Logits `[B, T, V]` predicting the completion. For the families whose call ends in
   the LM head, the head runs on the T predicting positions' hidden states only (the
@@ -314,7 +363,7 @@ def compute_per_token_logps(
   temperature: float = 1.0,
   chunk_size: int = 0,
   fused_head: bool = False,
-  packing: Packing | None = None,
+  packing: Packing | SharedPrompts | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
   """Per-token log-probs `[B, T]` of the completion, and its entropy `[B, T]` when asked.
 
@@ -348,7 +397,7 @@ def compute_score(
   eos_id: int,
   attention_mask: jax.Array | None = None,
   stop_gradient: bool = True,
-  packing: Packing | None = None,
+  packing: Packing | SharedPrompts | None = None,
 ) -> jax.Array:
   """Per-token scores `[B, P+T]` of a critic or reward model whose output is `[B, P+T, 1]`."""
   args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)

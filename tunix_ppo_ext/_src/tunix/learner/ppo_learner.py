@@ -37,6 +37,7 @@ from tunix_ppo_ext._src.data.trajectory import (
 from tunix_ppo_ext._src.math import kl as kl_lib
 from tunix_ppo_ext._src.math import kl_methods as names
 from tunix_ppo_ext._src.math.masked import masked_mean
+from tunix_ppo_ext._src.math.shared_prompts import plan_shared_prompts
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import stats as batch_stats
 from tunix_ppo_ext._src.plugins import registry
@@ -67,6 +68,8 @@ class TrainExample(ppo_learner.TrainExample):
   pack_slots: jax.Array | None = None  # [B, P+T], each token's packed slot (`packing`)
   pack_rows: jax.Array | None = None  # [B, R, k] one-hot: the packed row and batch-width
   # segment where each episode starts; R rows of k batch widths (static: the shape)
+  prompt_groups: jax.Array | None = None  # [B, U] one-hot: the distinct prompt each row
+  # holds within its micro-batch (`math.shared_prompts`; U static: the shape)
 
 
 class PpoExtLearner(compat.LearnerHooks):
@@ -516,7 +519,7 @@ class PpoExtLearner(compat.LearnerHooks):
       kl_coef=jnp.full((b,), self.kl_controller.value if kl_in_loss else 0.0, jnp.float32),
       actor_scale=jnp.full((b,), 0.0 if warming_up else 1.0, jnp.float32),
     )
-    return self._packed(example) if config.packing else example
+    return self._packed(example) if config.packing else self._shared_prompts(example)
 
   def _packed(self, example: TrainExample) -> TrainExample:
     """`example` with its packing (`pack_slots`, `pack_rows`): each of the micro-batches
@@ -531,6 +534,19 @@ class PpoExtLearner(compat.LearnerHooks):
     )
     starts = jax.nn.one_hot(segment, rows * k, dtype=jnp.int8).reshape(-1, rows, k)
     return example.replace(pack_slots=jnp.asarray(slots), pack_rows=starts)
+
+  def _shared_prompts(self, example: TrainExample) -> TrainExample:
+    """`example` with `prompt_groups` (`math.shared_prompts`) when rows of a micro-batch
+    share prompts (a group's): each update's pass then runs each distinct prompt once
+    (`passes.SharedPrompts`), exactly as the padded rows. The distinct prompts are
+    rounded up to a multiple of the actor's devices, which split them."""
+    chunks = self.train_chunk_sizes
+    if sum(chunks) != example.completion_ids.shape[0] or jax.process_count() > 1:
+      return example  # several hosts: each holds part of the prompts
+    mesh = self.rl_cluster.cluster_config.role_to_mesh[rl_cluster_lib.Role.ACTOR]
+    devices = 1 if mesh.empty else mesh.size
+    groups = plan_shared_prompts(np.asarray(example.prompt_ids), list(chunks), devices)
+    return example if groups is None else example.replace(prompt_groups=jnp.asarray(groups))
 
   def _critic_warmup_rule(self, explained_variance: float | None) -> None:
     """After a training rollout: the warm-up's early end and its metrics."""

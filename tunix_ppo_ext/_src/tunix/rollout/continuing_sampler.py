@@ -21,7 +21,7 @@ loop may stop before feeding it, so its cache entry is not relied on.
 Rows that start from the same context (a GRPO group's prompt) share its prefill: the
 first turn prefills each distinct context once, hands its KV cache to every row holding
 it, and feeds each row's last context token again to draw that row's own first token, as
-a prefill of every row would. Blocks are bucketed to few widths (`prefill_bucket`: at
+a prefill of every row would. Blocks are bucketed to few widths (`math.buckets.bucket`: at
 most a third of a block is padding).
 
 When the buffer has no room for the next turn's block and tokens, the state is first
@@ -54,6 +54,7 @@ from tunix.models.llama3 import model as llama3
 from tunix.models.qwen2 import model as qwen2
 from tunix.models.qwen3 import model as qwen3
 
+from tunix_ppo_ext._src.math.buckets import bucket
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.models.hf_models import vocab_size
 
@@ -283,30 +284,15 @@ def _kept(sampled: np.ndarray, pad: int) -> int:
 
 def _distinct_rows(padded: np.ndarray, pad: int) -> tuple[np.ndarray, np.ndarray] | None:
   """`(distinct [U', W], rows [B])` of left-padded contexts `padded` `[B, W]`: the distinct
-  ones (padded with copies to a bucket of rows, `prefill_bucket`: few compilations) and
+  ones (padded with copies to a bucket of rows, `math.buckets.bucket`: few compilations) and
   which one each row holds; None when the bucket is not under `B` (nothing to share) or a
   context ends on the pad id (fed again, it would become attended)."""
   distinct, rows = np.unique(padded, axis=0, return_inverse=True)
-  bucket = prefill_bucket(len(distinct))
-  if bucket >= len(padded) or np.any(padded[:, -1] == pad):
+  rows_bucket = bucket(len(distinct))
+  if rows_bucket >= len(padded) or np.any(padded[:, -1] == pad):
     return None
-  copies = np.repeat(distinct[:1], bucket - len(distinct), axis=0)
+  copies = np.repeat(distinct[:1], rows_bucket - len(distinct), axis=0)
   return np.concatenate([distinct, copies]), rows.reshape(-1).astype(np.int32)
-
-
-def prefill_bucket(width: int) -> int:
-  """The prefill width for `width` new tokens: the least bucket (1, 2, 3, 4, 6, 8, 12, 16,
-  24, ...: the powers of two and one and a half times them) that holds them. At most a
-  third of a block is padding, and a run compiles few widths."""
-  power = 1 << max(width - 1, 0).bit_length()
-  three_quarters = power * 3 // 4
-  return three_quarters if power >= 4 and three_quarters >= width else power
-
-
-def bucket_below(width: int) -> int:
-  """The largest prefill bucket (`prefill_bucket`) under `width` (> 1)."""
-  power = 1 << (width - 1).bit_length() - 1
-  return power * 3 // 2 if power >= 2 and power * 3 // 2 < width else power
 
 
 class Conversation:
@@ -356,21 +342,21 @@ class Conversation:
       start = self._start(contexts, active_rows, sampling, width)
       self.reencodes += 1
     else:
-      width = prefill_bucket(max(len(b) for b in blocks))
+      width = bucket(max(len(b) for b in blocks))
       start = self._extend(blocks, active_rows, sampling, width)
     return self._read(contexts, active_rows, sampling, start, blocks is None, width)
 
   def _fresh_width(
     self, contexts: list[np.ndarray], sampling: TurnSampling, fresh_width: int
   ) -> int:
-    """`fresh_width`, or the longest context's bucket (`prefill_bucket`; its length if the
+    """`fresh_width`, or the longest context's bucket (`math.buckets.bucket`; its length if the
     bucket leaves no room for the turn) when a context is longer."""
     longest = max(len(c) for c in contexts)
     if longest <= fresh_width:
       return fresh_width
-    bucket = prefill_bucket(longest)
-    fits = bucket + sampling.max_tokens <= self.sampler.cache_config.cache_size
-    return bucket if fits else longest
+    wide = bucket(longest)
+    fits = wide + sampling.max_tokens <= self.sampler.cache_config.cache_size
+    return wide if fits else longest
 
   def _blocks(
     self, contexts: list[np.ndarray], active: np.ndarray, sampling: TurnSampling
@@ -395,7 +381,7 @@ class Conversation:
 
   def _fits(self, blocks: list[np.ndarray], sampling: TurnSampling) -> bool:
     """Whether the blocks and the turn's tokens fit after the next free slot."""
-    width = prefill_bucket(max(len(b) for b in blocks))
+    width = bucket(max(len(b) for b in blocks))
     return self._next_slot + width + sampling.max_tokens <= self.sampler.cache_config.cache_size
 
   def _compact(self) -> None:

@@ -1,0 +1,155 @@
+"""Shared prompts (`math.shared_prompts`, `passes.SharedPrompts`): a training pass that runs
+each distinct prompt of a batch once, its keys and values handed to every row holding it,
+gives what the padded pass gives.
+
+Log-probs, entropy and the gradient of a loss of both are compared shared against padded
+for every family the package loads (Gemma 3 takes no such cache: it runs padded), on
+groups of rows with one left-padded prompt each and uneven completions (an observation
+token, a one-token completion, an empty one, one filling its row). float32 on XLA:CPU:
+the shared pass multiplies the same numbers in other shapes, so agreement is to float32
+rounding. The host plan is checked against a plain loop.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tests.tunix.test_fused_head import assert_trees_close, family_model
+from tests.tunix.test_learner import setup
+from tunix_ppo_ext import PpoExtConfig
+from tunix_ppo_ext._src.math.shared_prompts import plan_shared_prompts
+from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.learner import passes
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.models import hf_models
+
+PAD, EOS = 0, 1
+P, T = 5, 7
+# per row: (its group, completion length); groups' prompts are 5, 2 and 3 tokens long
+ROWS = [(0, 7), (0, 1), (0, 0), (1, 4), (1, 6), (2, 3), (2, 7), (2, 2)]
+PROMPT_LENGTHS = [5, 2, 3]
+
+
+def episodes(vocab: int, seed: int = 0):
+  """`(prompt [B, P], completion [B, T], attention [B, T], loss mask [B, T])`."""
+  rng = np.random.default_rng(seed)
+  prompts = np.full((len(PROMPT_LENGTHS), P), PAD)
+  for g, length in enumerate(PROMPT_LENGTHS):
+    prompts[g, P - length :] = rng.integers(2, vocab, length)
+  prompt = prompts[[g for g, _ in ROWS]]
+  completion, attention = np.full((len(ROWS), T), PAD), np.zeros((len(ROWS), T), np.int32)
+  for row, (_, length) in enumerate(ROWS):
+    completion[row, :length] = rng.integers(2, vocab, length)
+    attention[row, :length] = 1
+  loss = attention.astype(np.float32)
+  loss[:, 2] = 0.0  # an observation token: attended, no loss
+  return tuple(jnp.asarray(x) for x in (prompt, completion, attention, loss))
+
+
+def reference_plan(prompts: np.ndarray, chunks: list[int]) -> list[list[int]]:
+  """Per chunk, the index of each row's prompt among the chunk's distinct prompts in the
+  order `np.unique` sorts rows (lexicographic), by a plain loop."""
+  out, start = [], 0
+  for size in chunks:
+    rows = [tuple(r) for r in prompts[start : start + size]]
+    order = sorted(set(rows))
+    out.append([order.index(r) for r in rows])
+    start += size
+  return out
+
+
+@pytest.mark.parametrize("chunks", [[8], [4, 4], [5, 3]])
+def test_the_plan_holds_each_row_s_distinct_prompt_within_its_chunk(chunks):
+  prompt = np.asarray(episodes(24)[0])
+  groups = plan_shared_prompts(prompt, chunks)
+  want = reference_plan(prompt, chunks)
+  most = max(max(c) + 1 for c in want)
+  assert groups is not None and groups.dtype == np.int8
+  assert groups.shape[1] == {1: 1, 2: 2, 3: 3}[most]  # a bucket: 1, 2, 3, 4, 6, ...
+  assert (groups.sum(1) == 1).all()
+  assert groups.argmax(1).tolist() == [i for c in want for i in c]
+
+
+def test_the_plan_shares_nothing_when_it_would_save_nothing():
+  prompt = np.arange(12).reshape(4, 3)  # four distinct prompts in four rows
+  assert plan_shared_prompts(prompt) is None
+  assert plan_shared_prompts(np.zeros((4, 3)), [2, 2], multiple=2) is None  # 2 columns, 2 rows
+  assert plan_shared_prompts(np.zeros((6, 3)), [3, 3], multiple=2).shape == (6, 2)
+  with pytest.raises(ValueError, match="do not split 4 rows"):
+    plan_shared_prompts(prompt, [3, 3])
+
+
+@pytest.mark.tunix_facing
+@pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2", "gemma3"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_log_probs_entropy_and_their_gradient_equal_the_padded_ones(family, fused):
+  model = family_model(family)
+  prompt, completion, attention, loss = episodes(hf_models.vocab_size(model))
+  groups = plan_shared_prompts(np.asarray(prompt))
+  assert groups.shape == (len(ROWS), 3)
+  assert (compat.kv_cache_dtype(model) is None) == (family == "gemma3")
+
+  def run(m, shared):
+    return passes.compute_per_token_logps(
+      m, prompt, completion, pad_id=PAD, eos_id=EOS, attention_mask=attention,
+      return_entropy=True, chunk_size=4 if fused else 0, fused_head=fused,
+      stop_gradient=False, packing=passes.SharedPrompts(jnp.asarray(groups)) if shared else None,
+    )  # fmt: skip
+
+  def objective(m, shared):
+    logps, entropy = run(m, shared)
+    weights = jnp.linspace(0.5, 1.5, logps.size).reshape(logps.shape)
+    return jnp.sum(weights * logps * loss) + 0.3 * jnp.sum(entropy * loss)
+
+  for got, want in zip(run(model, True), run(model, False), strict=True):
+    np.testing.assert_allclose(got * attention, want * attention, rtol=2e-5, atol=2e-5)
+  grads = [nnx.grad(objective)(model, shared) for shared in (False, True)]
+  assert_trees_close(grads[0], grads[1], atol=5e-5, rtol=1e-5)
+
+
+class Recording(PpoExtLearner):
+  """Keeps the `prompt_groups` of the examples it hands tunix's trainers."""
+
+  def _shared_prompts(self, example):
+    out = super()._shared_prompts(example)
+    self.groups = [*getattr(self, "groups", []), out.prompt_groups]
+    return out
+
+
+class Unshared(PpoExtLearner):
+  """Hands tunix's trainers the padded examples (the feature off, for the comparison)."""
+
+  def _shared_prompts(self, example):
+    return example
+
+
+@pytest.mark.tunix_facing
+@pytest.mark.parametrize("micro_batch, rows", [(None, 4), (1, 2)])
+def test_the_learner_trains_the_same_with_shared_prompts(micro_batch, rows):
+  """Two GRPO steps (groups of 2 rows on one prompt, KL in the loss, entropy bonus) through
+  tunix's trainers, whole (2 prompts an example) or in mini- and micro-batches of one
+  prompt: each example's rows were grouped by prompt, and the actor's weights after
+  training equal the padded run's."""
+  config = PpoExtConfig(
+    advantage_estimator="grpo", num_generations=2, kl_penalty="loss", kl_loss_coef=0.1,
+    entropy_coef=0.01,
+  )  # fmt: skip
+  batches = {} if micro_batch is None else {"mini_batch_size": 2, "train_micro_batch_size": 1}
+  trained = {}
+  for learner_cls in (Unshared, Recording):
+    cluster, learner, data = setup(config, num_generations=2, learner_cls=learner_cls, **batches)
+    learner.train(data)
+    assert cluster.actor_trainer.train_steps == 2
+    trained[learner_cls] = nnx.state(cluster.actor_trainer.model, nnx.Param)
+  assert learner.groups and all(g is not None for g in learner.groups)
+  for groups in learner.groups:
+    assert groups.shape == (rows, rows // 2)  # a column per prompt: one or two
+    held = np.asarray(groups).argmax(1)
+    assert (held[0::2] == held[1::2]).all()  # a group's two rows: one prompt
+    assert len(set(held.tolist())) == rows // 2
+  # Adam scales each gradient entry by its own size: float32 rounding in an entry near zero
+  # moves its weight by a fraction of the learning rate (one entry in 1024 by 2.5e-5 seen)
+  assert_trees_close(trained[Unshared], trained[Recording], atol=1e-4, rtol=1e-5)
