@@ -25,6 +25,7 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 from tunix_ppo_ext._src.tunix.models import hf_models
+from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 PAD, EOS = 0, 1
 P, T = 5, 7
@@ -127,14 +128,16 @@ class Unshared(PpoExtLearner):
 
 
 @pytest.mark.tunix_facing
-@pytest.mark.parametrize("micro_batch, rows", [(None, 4), (1, 2)])
-def test_the_learner_trains_the_same_with_shared_prompts(micro_batch, rows):
-  """Two GRPO steps (groups of 2 rows on one prompt, KL in the loss, entropy bonus) through
-  tunix's trainers, whole (2 prompts an example) or in mini- and micro-batches of one
-  prompt: each example's rows were grouped by prompt, and the actor's weights after
-  training equal the padded run's."""
+@pytest.mark.parametrize(
+  "estimator, micro_batch, rows", [("grpo", None, 4), ("grpo", 1, 2), ("gae", None, 4)]
+)
+def test_the_learner_trains_the_same_with_shared_prompts(estimator, micro_batch, rows):
+  """Two steps (groups of 2 rows on one prompt, KL in the loss, entropy bonus; GRPO, or GAE
+  with a critic) through tunix's trainers, whole (2 prompts an example) or in mini- and
+  micro-batches of one prompt: each example's rows were grouped by prompt, and the
+  actor's (and critic's) weights after training equal the padded run's."""
   config = PpoExtConfig(
-    advantage_estimator="grpo", num_generations=2, kl_penalty="loss", kl_loss_coef=0.1,
+    advantage_estimator=estimator, num_generations=2, kl_penalty="loss", kl_loss_coef=0.1,
     entropy_coef=0.01,
   )  # fmt: skip
   batches = {} if micro_batch is None else {"mini_batch_size": 2, "train_micro_batch_size": 1}
@@ -143,7 +146,8 @@ def test_the_learner_trains_the_same_with_shared_prompts(micro_batch, rows):
     cluster, learner, data = setup(config, num_generations=2, learner_cls=learner_cls, **batches)
     learner.train(data)
     assert cluster.actor_trainer.train_steps == 2
-    trained[learner_cls] = nnx.state(cluster.actor_trainer.model, nnx.Param)
+    trainers = [cluster.actor_trainer, cluster.critic_trainer][: 2 if estimator == "gae" else 1]
+    trained[learner_cls] = [nnx.state(t.model, nnx.Param) for t in trainers]
   assert learner.groups and all(g is not None for g in learner.groups)
   for groups in learner.groups:
     assert groups.shape == (rows, rows // 2)  # a column per prompt: one or two
@@ -152,4 +156,50 @@ def test_the_learner_trains_the_same_with_shared_prompts(micro_batch, rows):
     assert len(set(held.tolist())) == rows // 2
   # Adam scales each gradient entry by its own size: float32 rounding in an entry near zero
   # moves its weight by a fraction of the learning rate (one entry in 1024 by 2.5e-5 seen)
-  assert_trees_close(trained[Unshared], trained[Recording], atol=1e-4, rtol=1e-5)
+  for padded, shared in zip(trained[Unshared], trained[Recording], strict=True):
+    assert_trees_close(padded, shared, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.tunix_facing
+def test_models_that_take_no_such_cache_run_padded():
+  """Blockwise attention (its cache passes would hold the dense scores it avoids) and
+  bfloat16 weights beside float32 adapters' weights give no cache dtype: such a pass runs
+  padded, with the padded pass's outputs."""
+  model = family_model("qwen3")
+  assert compat.kv_cache_dtype(model) == jnp.float32
+  compat.use_blockwise_attention(model, 4)
+  assert compat.kv_cache_dtype(model) is None
+  prompt, completion, attention, _ = episodes(hf_models.vocab_size(model))
+  groups = passes.SharedPrompts(jnp.asarray(plan_shared_prompts(np.asarray(prompt))))
+  kw = dict(pad_id=PAD, eos_id=EOS, attention_mask=attention)
+  shared = passes.compute_per_token_logps(model, prompt, completion, packing=groups, **kw)
+  padded = passes.compute_per_token_logps(model, prompt, completion, **kw)
+  np.testing.assert_array_equal(np.asarray(shared), np.asarray(padded))
+  mixed = family_model("llama")
+  mixed.layers[0].attn.q_proj.w = nnx.Param(mixed.layers[0].attn.q_proj.w[...].astype(jnp.bfloat16))
+  assert compat.kv_cache_dtype(mixed) is None
+
+
+@pytest.mark.tunix_facing
+@pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2"])
+def test_critic_scores_and_their_gradient_equal_the_padded_ones(family):
+  """A value model (`models.critic_from_policy`) runs its backbone through the prompt's
+  cache as the policy does: scores and the gradient of a loss of them equal the padded
+  pass's at every real position."""
+  critic = models.critic_from_policy(family_model(family), seed=1)
+  assert compat.kv_cache_dtype(critic) == jnp.float32
+  prompt, completion, attention, _ = episodes(hf_models.vocab_size(critic.backbone))
+  real = np.concatenate([np.asarray(prompt) != PAD, np.asarray(attention) != 0], 1)
+  groups = passes.SharedPrompts(jnp.asarray(plan_shared_prompts(np.asarray(prompt))))
+  kw = dict(pad_id=PAD, eos_id=EOS, attention_mask=attention, stop_gradient=False)
+
+  def scores(m, shared):
+    return passes.compute_score(m, prompt, completion, packing=groups if shared else None, **kw)
+
+  def objective(m, shared):
+    return jnp.sum(jnp.square(scores(m, shared) - 0.5) * real)
+
+  padded, shared = (np.asarray(scores(critic, s)) for s in (False, True))
+  np.testing.assert_allclose(shared * real, padded * real, atol=2e-5, rtol=1e-5)
+  grads = [nnx.grad(objective)(critic, s) for s in (False, True)]
+  assert_trees_close(grads[0], grads[1], atol=5e-5, rtol=1e-5)

@@ -294,9 +294,16 @@ CACHE_FAMILIES = (qwen2_model.Qwen2, qwen3_model.Qwen3, llama3_model.Llama3)
 def kv_cache_dtype(model: Any) -> Any:
   """The dtype of the keys and values `model` writes into a KV cache: its parameters' one
   floating dtype; None when the model is not of a `CACHE_FAMILIES` family, takes splash
-  attention (no cache) or mixes floating dtypes (e.g. bfloat16 weights, float32 LoRA)."""
-  config = getattr(model, "config", None)
-  if not isinstance(model, CACHE_FAMILIES) or getattr(config, "use_flash_attention", False):
+  attention (no cache), attends blockwise (`use_blockwise_attention`: a cache pass would
+  hold the dense scores it avoids) or mixes floating dtypes (e.g. bfloat16 weights,
+  float32 LoRA). A value model (`models.ValueModel`, which takes a cache as tunix's
+  transformers do) is judged by its `backbone`."""
+  family = getattr(model, "backbone", model)
+  config = getattr(family, "config", None)
+  if not isinstance(family, CACHE_FAMILIES) or getattr(config, "use_flash_attention", False):
+    return None
+  blockwise = tuple(_BLOCKWISE_CLASSES.values())
+  if any(isinstance(module, blockwise) for _, module in nnx.iter_graph(family)):
     return None
   dtypes = {
     leaf.dtype

@@ -27,6 +27,7 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
   a field or a cache key is a function here: `fresh_state`, `set_up_turn`,
   `turn_first_slot`, `after_prefill`, `decode_inputs`, `still_decoding`, `buffered_tokens`,
   `cache_written_from`, `gather_cache_slots`, `kv_rows`, `cache_rows`, `empty_kv_cache`,
+  `layer_caches`, `cache_of_layers`,
   `with_buffers`, `turn_buffers`,
   `abstract_turn_state`. Pinned on live states of tunix's Qwen2, Qwen3 and Llama 3 by
   tests/tunix/test_sampler_layout.py, which also finds no field or key used elsewhere.
@@ -287,6 +288,17 @@ def cache_rows(state: Any, rows: jax.Array) -> Any:
   return kv_rows(state.cache, rows)
 
 
+def layer_caches(cache: Any, layers: int) -> list[Any]:
+  """Each of `layers` layers' part of a KV cache, in layer order (Nones for no cache): what
+  a tunix transformer's `__call__` hands each decoder layer."""
+  return [None if cache is None else cache[f"layer_{i}"] for i in range(layers)]
+
+
+def cache_of_layers(parts: Sequence[Any]) -> Any:
+  """The KV cache whose layers are `parts` (`layer_caches`' inverse)."""
+  return {f"layer_{i}": part for i, part in enumerate(parts)}
+
+
 def empty_kv_cache(config: Any, batch: int, slots: int, dtype: Any) -> Any:
   """A KV cache of `slots` slots for `batch` rows of a tunix model with `config` (its
   `num_layers`, `num_kv_heads`, `head_dim`), in the layout tunix's sampler builds: layer
@@ -296,7 +308,7 @@ def empty_kv_cache(config: Any, batch: int, slots: int, dtype: Any) -> Any:
   shape = (batch, slots, config.num_kv_heads, config.head_dim)
   layer = {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
   layer["end_index"] = jnp.zeros((batch,), jnp.int32)
-  return {f"layer_{i}": dict(layer) for i in range(config.num_layers)}
+  return cache_of_layers([dict(layer) for _ in range(config.num_layers)])
 
 
 def with_buffers(

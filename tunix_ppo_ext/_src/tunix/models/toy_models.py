@@ -139,16 +139,22 @@ class ValueModel(nnx.Module):
     self,
     input_tokens: jax.Array,
     positions: jax.Array,
-    cache: None = None,
+    cache: Any = None,
     attention_mask: jax.Array | None = None,
     segment_ids: jax.Array | None = None,
     **_,
-  ) -> jax.Array:
-    """Scores `[B, L, 1]` for tokens `[B, L]`; a missing mask means causal, unpadded."""
-    if cache is not None:
-      raise ValueError("ValueModel does not decode incrementally; pass cache=None.")
+  ) -> jax.Array | tuple[jax.Array, Any]:
+    """Scores `[B, L, 1]` for tokens `[B, L]`; a missing mask means causal, unpadded. With a
+    KV `cache` (as tunix's transformers take one; not for Gemma 3), `(scores, the cache
+    with these tokens' keys and values written)`: the shared-prompt training pass runs a
+    prompt once and its rows' completions through its cache."""
     if attention_mask is None:
       attention_mask = causal_mask(*input_tokens.shape)
+    if cache is not None:
+      hidden, cache = backbone_hidden_states(
+        self.backbone, input_tokens, positions, attention_mask, cache=cache
+      )
+      return self.value_head(hidden.astype(jnp.float32)), cache
     hidden = self.hidden_states(input_tokens, positions, attention_mask, segment_ids)
     return self.value_head(hidden.astype(jnp.float32))
 
@@ -159,25 +165,32 @@ def backbone_hidden_states(
   positions: jax.Array,
   attention_mask: jax.Array,
   segment_ids: jax.Array | None = None,
-) -> jax.Array:
+  cache: Any = None,
+) -> jax.Array | tuple[jax.Array, Any]:
   """`[B, L, embed_dim]` final-norm hidden states of a tunix Qwen2 / Qwen3 / Llama 3 /
-  Gemma 3 transformer for tokens `[B, L]`, positions `[B, L]`, mask `[B, L, L]`: its own
-  embedder, layers and final norm, called as its `__call__` calls them (no logits)."""
+  Gemma 3 transformer for tokens `[B, L]`, positions `[B, L]`, mask `[B, L, L]` (`[B, L,
+  S]` with a cache): its own embedder, layers and final norm, called as its `__call__`
+  calls them (no logits). With a KV `cache` (Qwen2, Qwen3, Llama 3: `compat.layer_caches`)
+  each layer writes its keys and values there: `(hidden, the new cache)`."""
   x = model.embedder.encode(tokens)
+  if cache is not None and isinstance(model, gemma3.Gemma3):
+    raise TypeError("Gemma 3's value model takes no KV cache")
+  layers = compat.layer_caches(cache, len(model.layers))
   if isinstance(model, qwen2.Qwen2):  # rotary tables made once by the model, not per layer
     sin, cos = compat.qwen2_rope_tables(positions, model.config.head_dim, model.config.rope_theta)
     sin, cos = sin.astype(x.dtype), cos.astype(x.dtype)
-    for layer in model.layers:
-      _, x = layer(x, None, attention_mask, sin, cos, segment_ids=segment_ids)
+    for i, layer in enumerate(model.layers):
+      layers[i], x = layer(x, layers[i], attention_mask, sin, cos, segment_ids=segment_ids)
   elif isinstance(model, qwen3.Qwen3):
-    for layer in model.layers:
-      _, x = layer(x, positions, None, attention_mask, segment_ids=segment_ids)
+    for i, layer in enumerate(model.layers):
+      layers[i], x = layer(x, positions, layers[i], attention_mask, segment_ids=segment_ids)
   elif isinstance(model, BACKBONE_FAMILIES):
-    for layer in model.layers:
-      _, x = layer(x, positions, None, attention_mask)
+    for i, layer in enumerate(model.layers):
+      layers[i], x = layer(x, positions, layers[i], attention_mask)
   else:
     raise TypeError(f"no value model for {type(model).__name__}: use one of {BACKBONE_FAMILIES}")
-  return model.final_norm(x)
+  hidden = model.final_norm(x)
+  return hidden if cache is None else (hidden, compat.cache_of_layers(layers))
 
 
 BACKBONE_FAMILIES = (qwen2.Qwen2, qwen3.Qwen3, llama3.Llama3, gemma3.Gemma3)
