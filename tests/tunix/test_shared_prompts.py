@@ -79,6 +79,7 @@ def test_the_plan_shares_nothing_when_it_would_save_nothing():
   assert plan_shared_prompts(prompt) is None
   assert plan_shared_prompts(np.zeros((4, 3)), [2, 2], multiple=2) is None  # 2 columns, 2 rows
   assert plan_shared_prompts(np.zeros((6, 3)), [3, 3], multiple=2).shape == (6, 2)
+  assert plan_shared_prompts(np.zeros((6, 0))) is None  # no prompt to share
   with pytest.raises(ValueError, match="do not split 4 rows"):
     plan_shared_prompts(prompt, [3, 3])
 

@@ -31,7 +31,8 @@ def plan_shared_prompts(
   `U`, the columns, is the most distinct prompts of any chunk, rounded up to a bucket
   (`buckets.bucket`: few shapes to compile) and to a multiple of `multiple` (e.g. the
   data-parallel devices, which split the prompts' rows); None when that is not fewer than
-  the rows of the smallest chunk. A column no row holds is a copy: it runs, unused.
+  the rows of the smallest chunk, or the prompts have no columns. A column no row holds
+  is a copy: it runs, unused.
 
   Args:
     prompts: `[B, P]` token ids; rows with equal ids (padding included) share.
@@ -50,6 +51,6 @@ def plan_shared_prompts(
     start += size
   most = max(int(h.max()) + 1 for h in held)
   columns = -(-bucket(most) // multiple) * multiple
-  if columns >= min(chunks):
+  if columns >= min(chunks) or prompts.shape[1] == 0:
     return None
   return np.eye(columns, dtype=np.int8)[np.concatenate(held)]
