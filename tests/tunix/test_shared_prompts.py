@@ -163,9 +163,8 @@ def test_the_learner_trains_the_same_with_shared_prompts(estimator, micro_batch,
 
 @pytest.mark.tunix_facing
 def test_models_that_take_no_such_cache_run_padded():
-  """Blockwise attention (its cache passes would hold the dense scores it avoids) and
-  bfloat16 weights beside float32 adapters' weights give no cache dtype: such a pass runs
-  padded, with the padded pass's outputs."""
+  """Blockwise attention (its cache passes would hold the dense scores it avoids) gives no
+  cache dtype: such a pass runs padded, with the padded pass's outputs."""
   model = family_model("qwen3")
   assert compat.kv_cache_dtype(model) == jnp.float32
   compat.use_blockwise_attention(model, 4)
@@ -176,9 +175,25 @@ def test_models_that_take_no_such_cache_run_padded():
   shared = passes.compute_per_token_logps(model, prompt, completion, packing=groups, **kw)
   padded = passes.compute_per_token_logps(model, prompt, completion, **kw)
   np.testing.assert_array_equal(np.asarray(shared), np.asarray(padded))
-  mixed = family_model("llama")
-  mixed.layers[0].attn.q_proj.w = nnx.Param(mixed.layers[0].attn.q_proj.w[...].astype(jnp.bfloat16))
-  assert compat.kv_cache_dtype(mixed) is None
+
+
+@pytest.mark.tunix_facing
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_weights_in_one_dtype_computing_in_another_share_in_the_compute_dtype(family):
+  """bfloat16 weights (a checkpoint stored so; the LoRA adapters stay float32): the cache
+  takes the dtype the projections compute in (Qwen2's config dtype, float32 here; Llama 3's
+  weights', bfloat16), and the shared pass gives the padded one's log-probs to bfloat16
+  rounding."""
+  model = hf_models.cast_params(family_model(family), jnp.bfloat16)
+  want = {"qwen2": jnp.float32, "llama": jnp.bfloat16}[family]
+  assert compat.kv_cache_dtype(model) == want
+  prompt, completion, attention, _ = episodes(hf_models.vocab_size(model))
+  groups = passes.SharedPrompts(jnp.asarray(plan_shared_prompts(np.asarray(prompt))))
+  kw = dict(pad_id=PAD, eos_id=EOS, attention_mask=attention)
+  shared = passes.compute_per_token_logps(model, prompt, completion, packing=groups, **kw)
+  padded = passes.compute_per_token_logps(model, prompt, completion, **kw)
+  real = np.asarray(attention) != 0
+  np.testing.assert_allclose(np.asarray(shared)[real], np.asarray(padded)[real], atol=0.1)
 
 
 @pytest.mark.tunix_facing

@@ -292,12 +292,14 @@ CACHE_FAMILIES = (qwen2_model.Qwen2, qwen3_model.Qwen3, llama3_model.Llama3)
 
 
 def kv_cache_dtype(model: Any) -> Any:
-  """The dtype of the keys and values `model` writes into a KV cache: its parameters' one
-  floating dtype; None when the model is not of a `CACHE_FAMILIES` family, takes splash
-  attention (no cache), attends blockwise (`use_blockwise_attention`: a cache pass would
-  hold the dense scores it avoids) or mixes floating dtypes (e.g. bfloat16 weights,
-  float32 LoRA). A value model (`models.ValueModel`, which takes a cache as tunix's
-  transformers do) is judged by its `backbone`."""
+  """The dtype of the keys and values `model` writes into a KV cache: its config's compute
+  `dtype` where it has one (the projections cast to it; what tunix's sampler builds its
+  cache in), else its input embedding's (Llama 3 computes in its weights' dtype, and
+  adapted projections return their inputs'). None when the model is not of a
+  `CACHE_FAMILIES` family, takes splash attention (no cache) or attends blockwise
+  (`use_blockwise_attention`: a cache pass would hold the dense scores it avoids). A value
+  model (`models.ValueModel`, which takes a cache as tunix's transformers do) is judged
+  by its `backbone`."""
   family = getattr(model, "backbone", model)
   config = getattr(family, "config", None)
   if not isinstance(family, CACHE_FAMILIES) or getattr(config, "use_flash_attention", False):
@@ -305,12 +307,8 @@ def kv_cache_dtype(model: Any) -> Any:
   blockwise = tuple(_BLOCKWISE_CLASSES.values())
   if any(isinstance(module, blockwise) for _, module in nnx.iter_graph(family)):
     return None
-  dtypes = {
-    leaf.dtype
-    for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))
-    if jnp.issubdtype(leaf.dtype, jnp.floating)
-  }
-  return dtypes.pop() if len(dtypes) == 1 else None
+  dtype = getattr(config, "dtype", None)
+  return dtype if dtype is not None else family.embedder.input_embedding[...].dtype
 
 
 def has_pinned_head(model: Any) -> bool:
