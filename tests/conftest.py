@@ -47,6 +47,12 @@ if TYPE_CHECKING:
 JAX_CACHE = pathlib.Path(__file__).resolve().parents[1] / "build" / "jax-test-cache"
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(JAX_CACHE))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# A size cap turns on JAX's file lock around every read and write of the cache: without one
+# (JAX's default), an entry is written in place while another process may read it, and a
+# worker that read one half-written crashed in XLA's deserializer (a segfault in
+# `compilation_cache.get_executable_and_time`, twice in two full runs on 2026-12-04). The
+# cap itself is never reached (the suite's cache is a few hundred MiB).
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(16 * 1024**3))
 # XLA:CPU compiles the suite's programs with LLVM at -O0: the same HLO programs (XLA's own
 # passes, fusion and buffer assignment are unchanged; no fast-math either way), built with
 # less LLVM work. From a cold cache compiling is most of the suite's CPU time (a cold run:
