@@ -19,6 +19,7 @@ from flax import nnx
 
 from tests.tunix.test_fused_head import assert_trees_close, family_model
 from tests.tunix.test_learner import setup
+from tests.tunix.test_packed_passes import assert_layout_gives_the_padded_pass
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.math.shared_prompts import plan_shared_prompts
 from tunix_ppo_ext._src.tunix import compat
@@ -94,22 +95,8 @@ def test_log_probs_entropy_and_their_gradient_equal_the_padded_ones(family, fuse
   assert groups.shape == (len(ROWS), 3)
   assert (compat.kv_cache_dtype(model) is None) == (family == "gemma3")
 
-  def run(m, shared):
-    return passes.compute_per_token_logps(
-      m, prompt, completion, pad_id=PAD, eos_id=EOS, attention_mask=attention,
-      return_entropy=True, chunk_size=4 if fused else 0, fused_head=fused,
-      stop_gradient=False, packing=passes.SharedPrompts(jnp.asarray(groups)) if shared else None,
-    )  # fmt: skip
-
-  def objective(m, shared):
-    logps, entropy = run(m, shared)
-    weights = jnp.linspace(0.5, 1.5, logps.size).reshape(logps.shape)
-    return jnp.sum(weights * logps * loss) + 0.3 * jnp.sum(entropy * loss)
-
-  for got, want in zip(run(model, True), run(model, False), strict=True):
-    np.testing.assert_allclose(got * attention, want * attention, rtol=2e-5, atol=2e-5)
-  grads = [nnx.grad(objective)(model, shared) for shared in (False, True)]
-  assert_trees_close(grads[0], grads[1], atol=5e-5, rtol=1e-5)
+  layout = passes.SharedPrompts(jnp.asarray(groups))
+  assert_layout_gives_the_padded_pass(model, (prompt, completion, attention, loss), layout, fused)
 
 
 class Recording(PpoExtLearner):
