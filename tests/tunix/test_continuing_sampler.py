@@ -206,3 +206,36 @@ def test_padded_vocabulary_rows_are_never_sampled():
     _, samples, _, _ = play(sampler, continued, sampling)
     drawn = [t for row in samples for _, ids, _ in row for t in ids]
     assert drawn and max(drawn) < known, continued
+
+
+def test_a_block_s_head_runs_on_its_last_slot_only(world):
+  """The turn's block prefill (`_extend_fn`) asks the LM head for the block's last slot only,
+  the one it samples from: no `[B, W, V]` logits appear in its program, only `[B, 1, V]`
+  (the head's product over a whole block cost up to a fifth of the block's pass)."""
+  policy, sampler = world
+  rows, width, vocab = 3, 5, policy.config.vocab_size
+  conversation = sampler.conversation()
+  conversation.turn([[1, 3, 4]] * rows, [True] * rows, TurnSampling(max_tokens=2), 4)
+  state = conversation._state
+  graphdef, params = nnx.split(policy)
+  del graphdef
+  blocks = np.full((rows, width), 5, np.int32)
+  real = np.ones((rows, width), bool)
+  start = np.int32(conversation._next_slot)
+  jaxpr = jax.make_jaxpr(sampler._extend_fn)(
+    params, state, blocks, real, start, np.zeros(rows, np.int32)
+  )
+  shapes = {tuple(v.aval.shape) for eqn in _equations(jaxpr.jaxpr) for v in eqn.outvars}
+  assert (rows, 1, vocab) in shapes
+  assert (rows, width, vocab) not in shapes
+
+
+def _equations(jaxpr):
+  """Every equation of `jaxpr`, those of its sub-jaxprs (jit, remat, scan) included."""
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else [value]:
+        inner = getattr(sub, "jaxpr", sub)
+        if hasattr(inner, "eqns"):
+          yield from _equations(inner)

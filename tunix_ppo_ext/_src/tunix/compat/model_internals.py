@@ -260,13 +260,16 @@ def _pass_through_class(cls: type, method: str) -> type:
   return _PASS_THROUGH[cls, method]
 
 
-def final_hidden_states(model: Any, *args: Any, keep_cache: bool = False, **kwargs: Any) -> Any:
+def final_hidden_states(
+  model: Any, *args: Any, keep_cache: bool = False, adapters_ok: bool = False, **kwargs: Any
+) -> Any:
   """`model(*args, **kwargs)`'s final-norm hidden states `[B, L, D]`, the input of its LM
   head, in the model's dtype; no logits are computed (what the model then returns in their
   place is its hidden states again, unused). The call is tunix's own `__call__`, so qwix's
   LoRA interception, remat and the RoPE override (`use_rope_frequencies`) all apply. With
-  `keep_cache`, `(hidden, the KV cache the model returns)`."""
-  module, method, _, _ = _head(model)
+  `keep_cache`, `(hidden, the KV cache the model returns)`; `adapters_ok`: a head carrying
+  LoRA adapters is no error (the caller applies the head itself, `lm_head`)."""
+  module, method, _, _ = _head(model, adapters_ok)
   if "skip_lm_head" in inspect.signature(_family(model).__call__).parameters:  # tunix main
     out = model(*args, skip_lm_head=True, **kwargs)
     return (out[0], out[1]) if keep_cache else out[0]

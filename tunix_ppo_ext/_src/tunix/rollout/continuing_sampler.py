@@ -247,10 +247,23 @@ class ContinuingSampler(sampler_lib.Sampler):
     cache = compat.cache_written_from(state, start)
     graphdef, _ = self.model_def_and_state()
     transformer = nnx.merge(graphdef, params)
-    kwargs = {"decode_only_last_token": True} if self._last_token_only else {}
-    logits, cache = transformer(blocks, block_positions, cache, mask, **kwargs)
+    logits, cache = self._last_logits(transformer, blocks, block_positions, cache, mask)
     state = compat.with_buffers(state, tokens, cache, positions=positions, step=start + width - 1)
     return compat.sample_next_token(self, logits, cache, state)
+
+  def _last_logits(self, transformer: nnx.Module, *inputs: Any) -> tuple[jax.Array, Any]:
+    """`(logits [B, 1, V] at a block's last slot, the KV cache)` of `transformer` fed
+    `inputs` (tokens, positions, cache, mask): the LM head runs on that slot only (tunix
+    main's `decode_only_last_token`, or the model's own head on the last final hidden state),
+    not on every slot of the block, where it cost as much as a fifth of the block's pass."""
+    if self._last_token_only:
+      return transformer(*inputs, decode_only_last_token=True)
+    if not compat.has_pinned_head(transformer):
+      return transformer(*inputs)
+    hidden, cache = compat.final_hidden_states(
+      transformer, *inputs, keep_cache=True, adapters_ok=True
+    )
+    return compat.lm_head(transformer, hidden[:, -1:]), cache
 
   def _compact_fn(self, state: Any, source: jax.Array, kept: jax.Array) -> Any:
     """Slot j of row b takes slot `source[b, j]`'s token, keys and values where `kept[b, j]`
