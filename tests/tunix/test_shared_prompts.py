@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from tunix.rl.rl_cluster import Role
 
 from tests.tunix.test_fused_head import assert_trees_close, family_model
 from tests.tunix.test_learner import setup
@@ -100,7 +101,19 @@ def test_log_probs_entropy_and_their_gradient_equal_the_padded_ones(family, fuse
 
 
 class Recording(PpoExtLearner):
-  """Keeps the `prompt_groups` of the examples it hands tunix's trainers."""
+  """Keeps the `prompt_groups` of the examples it hands tunix's trainers, and the layout of
+  each role pass's rows (old and reference log-probs, values)."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.layouts = []
+    layout = self._passes._layout  # noqa: SLF001 (recorded, not replaced)
+
+    def recorded(*layout_args):
+      self.layouts.append((layout_args[-1], layout(*layout_args)))
+      return self.layouts[-1][1]
+
+    self._passes._layout = recorded  # noqa: SLF001
 
   def _shared_prompts(self, example):
     out = super()._shared_prompts(example)
@@ -109,7 +122,12 @@ class Recording(PpoExtLearner):
 
 
 class Unshared(PpoExtLearner):
-  """Hands tunix's trainers the padded examples (the feature off, for the comparison)."""
+  """Hands tunix's trainers the padded examples and runs every role pass padded (the
+  feature off, for the comparison)."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._passes.share_prompts = False  # noqa: SLF001
 
   def _shared_prompts(self, example):
     return example
@@ -123,7 +141,8 @@ def test_the_learner_trains_the_same_with_shared_prompts(estimator, micro_batch,
   """Two steps (groups of 2 rows on one prompt, KL in the loss, entropy bonus; GRPO, or GAE
   with a critic) through tunix's trainers, whole (2 prompts an example) or in mini- and
   micro-batches of one prompt: each example's rows were grouped by prompt, and the
-  actor's (and critic's) weights after training equal the padded run's."""
+  actor's (and critic's) weights after training equal the padded run's. The reference's
+  log-probs and the critic's values before the update ran each prompt once too."""
   config = PpoExtConfig(
     advantage_estimator=estimator, num_generations=2, kl_penalty="loss", kl_loss_coef=0.1,
     entropy_coef=0.01,
@@ -142,6 +161,8 @@ def test_the_learner_trains_the_same_with_shared_prompts(estimator, micro_batch,
     held = np.asarray(groups).argmax(1)
     assert (held[0::2] == held[1::2]).all()  # a group's two rows: one prompt
     assert len(set(held.tolist())) == rows // 2
+  shared = {role for role, layout in learner.layouts if isinstance(layout, passes.SharedPrompts)}
+  assert {Role.REFERENCE, Role.CRITIC} <= shared, shared
   # Adam scales each gradient entry by its own size: float32 rounding in an entry near zero
   # moves its weight by a fraction of the learning rate (one entry in 1024 by 2.5e-5 seen)
   for padded, shared in zip(trained[Unshared], trained[Recording], strict=True):

@@ -15,6 +15,10 @@ sharded on the data axis, the model loaded from host memory and offloaded after
   temperature, which tunix's old-log-prob pass cannot take; the fused head,
   `PpoExtConfig.fused_head`, which tunix's passes do not have) the same steps run around
   this package's mask-aware passes (`passes`).
+- Where rows of a micro-batch share a prompt (a GRPO group's) and the model takes a KV cache,
+  the pass is also this package's, and runs each distinct prompt once
+  (`passes.SharedPrompts`: the same outputs to float32 rounding, `U x P + B x T`
+  positions instead of `B x (P + T)`); `RolePasses.share_prompts` turns it off.
 
 All passes return `[B, T]` for the completion (values and scores: `[B, P+T]`, as tunix).
 """
@@ -28,10 +32,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl import utils as rl_utils
 from tunix.sft import sharding_utils
 
+from tunix_ppo_ext._src.math.shared_prompts import plan_shared_prompts
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import passes
 
@@ -86,6 +92,8 @@ class RolePasses:
     # shards its inputs into the global batch, which its PPO learner then mixes with
     # host-local log-probs; so the reference takes the mask-aware path there.)
     self.multi_process = jax.process_count() > 1
+    # each distinct prompt of a micro-batch run once where rows share it (one host, no packing)
+    self.share_prompts = not packing and not self.multi_process
     meshes = cluster.cluster_config.role_to_mesh
     actor_mesh = meshes[Role.ACTOR]
     separate = any(mesh != actor_mesh for mesh in meshes.values())
@@ -103,18 +111,19 @@ class RolePasses:
   def old_logps(self, inputs: ModelInputs) -> jax.Array:
     """log pi_old(a_t) `[B, T]` of the rollout policy (the model the engine samples from)."""
     cluster = self.cluster
-    if inputs.temperature in (None, 1.0) and inputs.tunix_mask and not self._own_passes:
+    model = cluster.rollout.model()
+    stock = inputs.temperature in (None, 1.0) and inputs.tunix_mask
+    if stock and not self._own_passes(inputs, model):
       return self._at_home(
         cluster.get_old_per_token_logps(
           inputs.prompt, inputs.completion, micro_batch_size=self.micro_batch_size
         )
       )
-    model = cluster.rollout.model()
     with compat.on_role(cluster, Role.ROLLOUT, model):
       return self._at_home(
         self._chunked(
           inputs,
-          False,
+          Role.ROLLOUT,
           lambda *chunk: self._logps(model, inputs, *chunk, temperature=inputs.temperature),
         )
       )
@@ -124,7 +133,8 @@ class RolePasses:
     cluster, tunix_temperature = self.cluster, self._train_temperature()
     temperature = tunix_temperature if inputs.temperature is None else inputs.temperature
     stock = temperature == tunix_temperature and inputs.tunix_mask  # tunix's pass uses it
-    stock = stock and not self._own_passes
+    model = cluster.inference_worker.get_model("reference")
+    stock = stock and not self._own_passes(inputs, model)
     if stock and not self.multi_process:
       return self._at_home(
         cluster.get_ref_per_token_logps(
@@ -135,25 +145,27 @@ class RolePasses:
           micro_batch_size=self.micro_batch_size,
         )
       )
-    model = cluster.inference_worker.get_model("reference")
     with compat.on_role(cluster, Role.REFERENCE, model):
       return self._at_home(
         self._chunked(
-          inputs, True, lambda *chunk: self._logps(model, inputs, *chunk, temperature=temperature)
+          inputs,
+          Role.REFERENCE,
+          lambda *chunk: self._logps(model, inputs, *chunk, temperature=temperature),
+          shard=True,
         )
       )
 
   def values(self, inputs: ModelInputs) -> jax.Array:
     """Critic values `[B, P+T]`."""
     model = self.cluster.critic_trainer.model
-    if inputs.tunix_mask and not self.packing:
+    if inputs.tunix_mask and not self._own_passes(inputs, model):
       return self._stock_scores(inputs, Role.CRITIC, model, self.cluster.get_values)
     return self._at_home(self._scores(inputs, Role.CRITIC, model))
 
   def rewards(self, inputs: ModelInputs) -> jax.Array:
     """Reward-model scores `[B, P+T]`."""
     model = self.cluster.inference_worker.get_model("reward")
-    if inputs.tunix_mask and not self.packing:
+    if inputs.tunix_mask and not self._own_passes(inputs, model):
       return self._stock_scores(inputs, Role.REWARD, model, self.cluster.get_rewards)
     return self._at_home(self._scores(inputs, Role.REWARD, model))
 
@@ -174,7 +186,7 @@ class RolePasses:
       out = self._at_home(
         self._chunked(
           inputs,
-          False,
+          role,
           lambda p, c, m, packing: head_pass(model, p, c, attention_mask=m, packing=packing, **kw),
         )
       )
@@ -193,18 +205,35 @@ class RolePasses:
       scores = tunix_pass(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
     return self._at_home(scores)
 
-  @property
-  def _own_passes(self) -> bool:
-    """Whether every log-prob pass is this package's (tunix's have no fused head and
-    no packing)."""
-    return self.head["fused_head"] or self.packing
+  def _own_passes(self, inputs: ModelInputs, model: Any) -> bool:
+    """Whether `model`'s pass on `inputs` is this package's: tunix's have no fused head, no
+    packing and no shared prompts (`_shares`)."""
+    return self.head["fused_head"] or self.packing or self._shares(inputs, model)
 
-  def _packing(self, prompt: jax.Array, mask: jax.Array, pad_id: int) -> Any:
-    """The `Packing` of one chunk's rows, or None without packing."""
-    return passes.packing_of(prompt, mask, pad_id) if self.packing else None
+  def _shares(self, inputs: ModelInputs, model: Any) -> bool:
+    """Whether rows of a micro-batch of `inputs` share a prompt that `model` can run once
+    (it takes a KV cache, `compat.kv_cache_dtype`)."""
+    if not self.share_prompts or compat.kv_cache_dtype(model) is None:
+      return False
+    size = inputs.prompt.shape[0]
+    chunks = rl_utils.chunk_slices_by_size(stop=size, step=self.micro_batch_size or size)
+    sizes = [piece.stop - piece.start for piece in chunks]
+    return plan_shared_prompts(np.asarray(inputs.prompt), sizes) is not None
+
+  def _layout(self, prompt: jax.Array, mask: jax.Array, pad_id: int, role: Any) -> Any:
+    """One chunk's rows' layout in `role`'s pass: packed (`model.packing`), each distinct
+    prompt once (`passes.SharedPrompts`, as many as a multiple of the role's devices, which
+    split them), or None: padded."""
+    if self.packing:
+      return passes.packing_of(prompt, mask, pad_id)
+    if not self.share_prompts:
+      return None
+    mesh = self.cluster.cluster_config.role_to_mesh[role]
+    groups = plan_shared_prompts(np.asarray(prompt), None, 1 if mesh.empty else mesh.size)
+    return None if groups is None else passes.SharedPrompts(jnp.asarray(groups))
 
   def _scores(self, inputs: ModelInputs, role: Any, model: Any) -> jax.Array:
-    packing = self._packing(inputs.prompt, inputs.attention_mask, inputs.pad_id)
+    packing = self._layout(inputs.prompt, inputs.attention_mask, inputs.pad_id, role)
     with compat.on_role(self.cluster, role, model):
       return passes.compute_score(
         model, inputs.prompt, inputs.completion, packing=packing, **inputs.passes
@@ -225,9 +254,12 @@ class RolePasses:
       **self.head,
     )
 
-  def _chunked(self, inputs: ModelInputs, shard: bool, fn: Callable) -> jax.Array:
-    """`fn(prompt, completion, attention_mask, packing)` over micro-batches, concatenated
-    (`packing` each chunk's own, or None)."""
+  def _chunked(
+    self, inputs: ModelInputs, role: Any, fn: Callable, shard: bool = False
+  ) -> jax.Array:
+    """`fn(prompt, completion, attention_mask, layout)` over micro-batches, concatenated
+    (`layout` each chunk's own in `role`'s pass, `_layout`); with `shard`, the inputs on
+    the data axis first."""
     arrays = (inputs.prompt, inputs.completion, inputs.attention_mask)
     if shard and not self.multi_process:  # as tunix's reference pass: on the data axis
       axis = self.cluster.cluster_config.training_config.data_sharding_axis
@@ -236,5 +268,5 @@ class RolePasses:
     outs = []
     for piece in rl_utils.chunk_slices_by_size(stop=size, step=self.micro_batch_size or size):
       prompt, completion, mask = (a[piece] for a in arrays)
-      outs.append(fn(prompt, completion, mask, self._packing(prompt, mask, inputs.pad_id)))
+      outs.append(fn(prompt, completion, mask, self._layout(prompt, mask, inputs.pad_id, role)))
     return jnp.concatenate(outs, axis=0)
