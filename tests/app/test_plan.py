@@ -304,6 +304,17 @@ def test_a_packed_run_is_planned_padded_and_says_so(capsys):
   assert "model.packing" not in capsys.readouterr().out
 
 
+def test_a_run_whose_groups_share_prompts_says_its_plan_is_an_upper_bound(capsys):
+  """Rows of a GRPO group share their prompt, which the passes run once: the plan, made on
+  padded rows, says its figures are an upper bound; one episode a prompt says nothing."""
+  argv = ["plan", "--config", str(SMOKE), "--compiler", "cpu", "--topology", "v5e:1x1"]
+  argv += ["--pieces", "actor/logps_pass"]
+  assert cli.main([*argv, "ppo.advantage_estimator=grpo", "ppo.num_generations=4"]) == 0
+  assert plan.SHARED_PROMPTS_NOTE.format(g=4) in capsys.readouterr().out.splitlines()
+  assert cli.main([*argv, "ppo.num_generations=1"]) == 0
+  assert "upper bound" not in capsys.readouterr().out
+
+
 @pytest.mark.tunix_facing  # tunix main's own losses return a LossOutput
 def test_tunix_own_losses_are_planned_as_tunix_learner_runs_them(tmp_path):
   """`ppo.policy_loss_fn=ppo` / `ppo.value_loss_fn=ppo` (tunix's own, in tunix's registry

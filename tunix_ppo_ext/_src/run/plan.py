@@ -272,7 +272,7 @@ def plan(
     pieces=compiled,
     resident=built.resident(),
     rows=dataclasses.asdict(built.rows),
-    notes=_notes(run),
+    notes=_notes(run, ppo.num_generations),
   )
 
 
@@ -283,10 +283,19 @@ PACKING_NOTE = (
 )
 
 
-def _notes(run: RunConfig) -> tuple[str, ...]:
+SHARED_PROMPTS_NOTE = (
+  "note: passes are planned on padded rows; where a micro-batch's rows share a prompt "
+  "(ppo.num_generations={g}), a pass runs each distinct prompt once and holds less "
+  "(Qwen2, Qwen3 and Llama 3 with dense attention): the figures are an upper bound"
+)
+
+
+def _notes(run: RunConfig, num_generations: int) -> tuple[str, ...]:
   """What the plan's figures do not show for this run's settings."""
   if run.model.packing:
     return (PACKING_NOTE.format(k=PACK_EPISODES),)
+  if num_generations > 1 and run.model.attention == "dense":
+    return (SHARED_PROMPTS_NOTE.format(g=num_generations),)
   return ()
 
 
