@@ -253,9 +253,10 @@ class ContinuingSampler(sampler_lib.Sampler):
 
   def _last_logits(self, transformer: nnx.Module, *inputs: Any) -> tuple[jax.Array, Any]:
     """`(logits [B, 1, V] at a block's last slot, the KV cache)` of `transformer` fed
-    `inputs` (tokens, positions, cache, mask): the LM head runs on that slot only (tunix
-    main's `decode_only_last_token`, or the model's own head on the last final hidden state),
-    not on every slot of the block, where it cost as much as a fifth of the block's pass."""
+    `inputs` (tokens, positions, cache, mask): the LM head runs on that slot only (a
+    family's own `decode_only_last_token` where it has one, else the model's own head on
+    the last final hidden state), not on every slot of the block, where it took about a
+    sixth of the block's pass on SmolLM2."""
     if self._last_token_only:
       return transformer(*inputs, decode_only_last_token=True)
     if not compat.has_pinned_head(transformer):
