@@ -228,14 +228,14 @@ def test_jit_matches_eager():
   np.testing.assert_allclose(attend(q, k, v, PADDED, 4), eager, rtol=1e-6, atol=1e-6)
 
 
-def _shapes(jaxpr) -> list[tuple[int, ...]]:
+def value_shapes(jaxpr) -> list[tuple[int, ...]]:
   """The shapes of every value `jaxpr` and the jaxprs inside it (scan, cond, custom_vjp,
   pjit bodies) compute."""
   shapes = []
   for eqn in jaxpr.eqns:
     shapes += [tuple(getattr(var.aval, "shape", ())) for var in eqn.outvars]
     for sub in _inner(eqn.params):
-      shapes += _shapes(sub)
+      shapes += value_shapes(sub)
   return shapes
 
 
@@ -259,7 +259,7 @@ def test_no_t_by_t_array_forward_or_backward():
     return jnp.sum(segment_attention(q, k, v, seg, block_size=128))
 
   for fn in (loss, jax.grad(loss, (0, 1, 2))):
-    shapes = _shapes(jax.make_jaxpr(fn)(q, k, v).jaxpr)
+    shapes = value_shapes(jax.make_jaxpr(fn)(q, k, v).jaxpr)
     assert len(shapes) > 20 and max(len(s) for s in shapes) >= 5  # it saw inside the scans
     assert any(128 in s for s in shapes)  # the tiles are there
     big = [s for s in shapes if s.count(t) >= 2 or np.prod(s, dtype=np.int64) >= t * t // 4]
@@ -271,7 +271,7 @@ def test_no_t_by_t_array_forward_or_backward():
 def test_dense_jax_does_form_t_by_t():
   """The jaxpr check above would see a `[T, T]` array if there were one."""
   q, k, v = qkv(1, 1024, 2, 1, d=4)
-  shapes = _shapes(jax.make_jaxpr(dense_jax)(q, k, v, jnp.ones((1, 1024), jnp.int32)).jaxpr)
+  shapes = value_shapes(jax.make_jaxpr(dense_jax)(q, k, v, jnp.ones((1, 1024), jnp.int32)).jaxpr)
   assert any(s.count(1024) >= 2 for s in shapes)
 
 

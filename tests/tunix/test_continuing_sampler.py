@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 from tunix.generate import sampler as sampler_lib
 
+from tests.ops.test_attention import value_shapes
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import (  # noqa
@@ -225,17 +226,6 @@ def test_a_block_s_head_runs_on_its_last_slot_only(world):
   jaxpr = jax.make_jaxpr(sampler._extend_fn)(
     params, state, blocks, real, start, np.zeros(rows, np.int32)
   )
-  shapes = {tuple(v.aval.shape) for eqn in _equations(jaxpr.jaxpr) for v in eqn.outvars}
+  shapes = set(value_shapes(jaxpr.jaxpr))
   assert (rows, 1, vocab) in shapes
   assert (rows, width, vocab) not in shapes
-
-
-def _equations(jaxpr):
-  """Every equation of `jaxpr`, those of its sub-jaxprs (jit, remat, scan) included."""
-  for eqn in jaxpr.eqns:
-    yield eqn
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (tuple, list)) else [value]:
-        inner = getattr(sub, "jaxpr", sub)
-        if hasattr(inner, "eqns"):
-          yield from _equations(inner)
