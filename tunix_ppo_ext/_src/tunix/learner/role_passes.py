@@ -113,7 +113,7 @@ class RolePasses:
     cluster = self.cluster
     model = cluster.rollout.model()
     stock = inputs.temperature in (None, 1.0) and inputs.tunix_mask
-    if stock and not self._own_passes(inputs, model):
+    if stock and not self._own_passes(inputs, model, Role.ROLLOUT):
       return self._at_home(
         cluster.get_old_per_token_logps(
           inputs.prompt, inputs.completion, micro_batch_size=self.micro_batch_size
@@ -134,7 +134,7 @@ class RolePasses:
     temperature = tunix_temperature if inputs.temperature is None else inputs.temperature
     stock = temperature == tunix_temperature and inputs.tunix_mask  # tunix's pass uses it
     model = cluster.inference_worker.get_model("reference")
-    stock = stock and not self._own_passes(inputs, model)
+    stock = stock and not self._own_passes(inputs, model, Role.REFERENCE)
     if stock and not self.multi_process:
       return self._at_home(
         cluster.get_ref_per_token_logps(
@@ -158,14 +158,14 @@ class RolePasses:
   def values(self, inputs: ModelInputs) -> jax.Array:
     """Critic values `[B, P+T]`."""
     model = self.cluster.critic_trainer.model
-    if inputs.tunix_mask and not self._own_passes(inputs, model):
+    if inputs.tunix_mask and not self._own_passes(inputs, model, Role.CRITIC):
       return self._stock_scores(inputs, Role.CRITIC, model, self.cluster.get_values)
     return self._at_home(self._scores(inputs, Role.CRITIC, model))
 
   def rewards(self, inputs: ModelInputs) -> jax.Array:
     """Reward-model scores `[B, P+T]`."""
     model = self.cluster.inference_worker.get_model("reward")
-    if inputs.tunix_mask and not self._own_passes(inputs, model):
+    if inputs.tunix_mask and not self._own_passes(inputs, model, Role.REWARD):
       return self._stock_scores(inputs, Role.REWARD, model, self.cluster.get_rewards)
     return self._at_home(self._scores(inputs, Role.REWARD, model))
 
@@ -205,22 +205,22 @@ class RolePasses:
       scores = tunix_pass(inputs.prompt, inputs.completion, inputs.pad_id, inputs.eos_id)
     return self._at_home(scores)
 
-  def _own_passes(self, inputs: ModelInputs, model: Any) -> bool:
-    """Whether `model`'s pass on `inputs` is this package's: tunix's have no fused head, no
-    packing and no shared prompts (`_shares`)."""
-    return self.head["fused_head"] or self.packing or self._shares(inputs, model)
+  def _own_passes(self, inputs: ModelInputs, model: Any, role: Any) -> bool:
+    """Whether `model`'s pass on `inputs` in `role` is this package's: tunix's have no fused
+    head, no packing and no shared prompts (`_shares`)."""
+    return self.head["fused_head"] or self.packing or self._shares(inputs, model, role)
 
-  def _shares(self, inputs: ModelInputs, model: Any) -> bool:
-    """Whether rows of a micro-batch of `inputs` share a prompt that `model` can run once
-    (it takes a KV cache, `compat.kv_cache_dtype`)."""
+  def _shares(self, inputs: ModelInputs, model: Any, role: Any) -> bool:
+    """Whether `model` (it takes a KV cache, `compat.kv_cache_dtype`) runs a shared prompt
+    once in some micro-batch of `inputs` (`_layout`, as the pass will)."""
     if not self.share_prompts or compat.kv_cache_dtype(model) is None:
       return False
     size = inputs.prompt.shape[0]
     chunks = rl_utils.chunk_slices_by_size(stop=size, step=self.micro_batch_size or size)
-    sizes = [piece.stop - piece.start for piece in chunks]
-    return plan_shared_prompts(np.asarray(inputs.prompt), sizes) is not None
+    prompt = np.asarray(inputs.prompt)
+    return any(self._layout(prompt[piece], None, inputs.pad_id, role) for piece in chunks)
 
-  def _layout(self, prompt: jax.Array, mask: jax.Array, pad_id: int, role: Any) -> Any:
+  def _layout(self, prompt: Any, mask: Any, pad_id: int, role: Any) -> Any:
     """One chunk's rows' layout in `role`'s pass: packed (`model.packing`), each distinct
     prompt once (`passes.SharedPrompts`, as many as a multiple of the role's devices, which
     split them), or None: padded."""
