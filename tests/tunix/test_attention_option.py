@@ -5,6 +5,8 @@ through `ops.segment_attention`) equal to dense attention in log-probs and gradi
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,11 +110,21 @@ def _padded_rows(vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   return prompt, completion, mask
 
 
-@pytest.mark.parametrize("block", [128, 4])  # one block; several, with a partial last one
-def test_blockwise_log_probs_and_gradients_are_dense_attention_s(block):
+def _with_frequencies(config, theta: float) -> hf_models.Qwen3Config:
+  """`config` as a loaded checkpoint's: RoPE inverse frequencies of `theta`, not tunix's 1e6."""
+  fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+  inv_freq = 1.0 / theta ** (np.arange(0, config.head_dim, 2) / config.head_dim)
+  return hf_models.Qwen3Config(**fields, rope_inv_freq=tuple(inv_freq.astype(np.float32).tolist()))
+
+
+# one block; several, with a partial last one; and a checkpoint's own RoPE (theta 100):
+# the blockwise path once rotated by tunix's default theta there, 1.03 nats off
+@pytest.mark.parametrize(("block", "theta"), [(128, None), (4, None), (4, 100.0)])
+def test_blockwise_log_probs_and_gradients_are_dense_attention_s(block, theta):
   config = models.tiny_qwen3_config(40, num_heads=4, num_kv_heads=2)
-  dense = models.make_policy(config, seed=1)
-  blockwise = models.make_policy(config, seed=1)
+  config = config if theta is None else _with_frequencies(config, theta)
+  dense = compat.use_rope_frequencies(models.make_policy(config, seed=1))
+  blockwise = compat.use_rope_frequencies(models.make_policy(config, seed=1))
   assert compat.use_blockwise_attention(blockwise, block) == config.num_layers
   assert compat.use_blockwise_attention(blockwise, block) == 0  # once
   prompt, completion, mask = _padded_rows(40)

@@ -16,9 +16,10 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
   its TPU-only splash kernel is on (`model.attention: blockwise`): each attention layer is
   made a subclass whose `block`, on a pass without KV cache that carries segment ids (the
   trainers' and log-prob passes), projects, normalises and rotates as tunix's does (its
-  `q_proj`, `k_proj`, `v_proj`, `q_norm`, `k_norm`, `o_proj`, `scale`, `head_dim` and the
-  module's `apply_rope`, looked up at trace time so the RoPE subclass above still applies)
-  and attends with `ops.segment_attention`; with a cache (the sampler) it is tunix's own.
+  `q_proj`, `k_proj`, `v_proj`, `q_norm`, `k_norm`, `o_proj`, `scale`, `head_dim`, and
+  `rope`: the config's frequencies as the RoPE subclass above rotates, else the module's
+  `apply_rope`) and attends with `ops.segment_attention`; with a cache (the sampler) it is
+  tunix's own.
 - `qwen2_rope_tables`: the sin/cos tables tunix's Qwen2 computes once per forward pass and
   hands to every layer; a value model runs those layers without the logits,
   `models.backbone_hidden_states`.
@@ -148,16 +149,24 @@ def use_rope_frequencies(model: Any) -> Any:
 _BLOCKWISE_CLASSES: dict[tuple[type, int], type] = {}
 
 
+def rope(attention: Any, module: Any, inputs: Any, positions: Any) -> Any:
+  """`inputs` rotated as the layer `attention` (of tunix family `module`) rotates them in
+  its own `block`: by its config's `rope_inv_freq` where it has them (what
+  `use_rope_frequencies` makes `block` do), else by `module.apply_rope`'s default theta."""
+  inv_freq = getattr(attention.config, "rope_inv_freq", None)
+  if inv_freq is not None:
+    return rotate(inputs, positions, inv_freq)
+  return module.apply_rope(inputs, positions, head_dim=attention.head_dim)
+
+
 def _blockwise_block(base: type, block_size: int) -> Callable[..., Any]:
   """`base.block`, except that a pass without cache and with segment ids attends blockwise."""
 
   def block(self: Any, x: Any, segment_pos: Any, cache: Any, attn_mask: Any, segment_ids=None):
     if cache is not None or segment_ids is None or x.shape[1] == 1:
       return base.block(self, x, segment_pos, cache, attn_mask, segment_ids=segment_ids)
-    query = self.q_norm(self.q_proj(x))
-    key = self.k_norm(self.k_proj(x))
-    query = qwen3_model.apply_rope(query, segment_pos, head_dim=self.head_dim)
-    key = qwen3_model.apply_rope(key, segment_pos, head_dim=self.head_dim)
+    query = rope(self, qwen3_model, self.q_norm(self.q_proj(x)), segment_pos)
+    key = rope(self, qwen3_model, self.k_norm(self.k_proj(x)), segment_pos)
     out = segment_attention(
       query, key, self.v_proj(x), segment_ids, block_size=block_size, scale=self.scale
     )
