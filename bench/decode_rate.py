@@ -6,14 +6,22 @@ float32 into tunix (`models.load_checkpoint`) and into `transformers` (PyTorch o
 converted directory), then, interleaved, `--repeats` times after one warm-up each (tunix's
 first call compiles): `--batch` copies of one chat prompt, `--new-tokens` greedy tokens
 each with EOS forbidden (tunix: `forbidden_tokens`; `transformers`: `min_new_tokens`), so
-both decode exactly `batch x new_tokens` tokens. It prints the median tokens/s of each,
-their ratio, and each as a fraction of two limits measured here (as `real_model_speed.py`
-measures them): the compute limit, this machine's float32 matmul rate over 2 x the
-parameters per token, and the weight-read limit, `batch` tokens per read of every float32
-weight at this machine's memory read rate. A decode step reads every weight once for the
-whole batch, so at small batches the weight-read limit is the lower one (the roofline).
+both decode exactly `batch x new_tokens` tokens. tunix's KV cache holds the prompt's 64
+slots and the new tokens, as the rollout sizes its cache (`--cache` to change it).
 
-  python bench/decode_rate.py [--batch 8 --new-tokens 64 --repeats 3 --torch-threads 2]
+Each decoder is timed twice per repeat: the whole call (prompt prefill, the first token,
+then `new_tokens - 1` decode steps) and the same call for one new token (the prefill and
+the first token). It prints the median tokens/s of the whole call, and of the decode steps
+alone (`batch x (new_tokens - 1)` tokens over the difference of the two calls: the rate
+per output token after the first, as servers report it), each as a fraction of two limits
+measured here (as `real_model_speed.py` measures them): the compute limit, this machine's
+float32 matmul rate over 2 x the parameters per token, and the weight-read limit, `batch`
+tokens per read of every float32 weight at this machine's memory read rate. A decode step
+reads every weight once for the whole batch, so at small batches the weight-read limit is
+the lower one (the roofline).
+
+  python bench/decode_rate.py [--batch 8 --new-tokens 64 --repeats 3 --torch-threads 2
+      --cache N]
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from tunix_ppo_ext.data import checkpoint_directory
 from tunix_ppo_ext.models import load_checkpoint
 
 PROMPT = "Count from 1 to 200, separated by spaces."
+PROMPT_SLOTS = 64  # the prompt's width in tunix's sampler (left-padded), as the presets' prompts
 
 
 def tunix_decoder(directory: str, tokenizer, args):
@@ -40,15 +49,15 @@ def tunix_decoder(directory: str, tokenizer, args):
   model = load_checkpoint(directory)
   config = model.config
   cache = tunix_sampler.CacheConfig(
-    cache_size=256, num_layers=config.num_layers, num_kv_heads=config.num_kv_heads,
-    head_dim=config.head_dim,
+    cache_size=args.cache or PROMPT_SLOTS + args.new_tokens, num_layers=config.num_layers,
+    num_kv_heads=config.num_kv_heads, head_dim=config.head_dim,
   )  # fmt: skip
   sampler = tunix_sampler.Sampler(model, tokenizer, cache)
   prompts = [chat_prompt(tokenizer)] * args.batch
 
-  def decode() -> int:
+  def decode(new_tokens: int) -> int:
     out = sampler(
-      prompts, max_generation_steps=args.new_tokens, max_prompt_length=64,
+      prompts, max_generation_steps=new_tokens, max_prompt_length=PROMPT_SLOTS,
       forbidden_tokens=[tokenizer.eos_token_id], temperature=0.0,
     )  # fmt: skip
     jax.block_until_ready(out.tokens)
@@ -67,10 +76,10 @@ def torch_decoder(directory: str, tokenizer, args):
   model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
   ids = tokenizer([chat_prompt(tokenizer)] * args.batch, return_tensors="pt").input_ids
 
-  def decode() -> int:
+  def decode(new_tokens: int) -> int:
     with torch.no_grad():
       out = model.generate(
-        ids, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
+        ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
         pad_token_id=tokenizer.pad_token_id,
       )  # fmt: skip
     return int(np.prod(out[:, ids.shape[1] :].shape))
@@ -89,6 +98,7 @@ def main() -> None:
   parser.add_argument("--new-tokens", type=int, default=64)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--torch-threads", type=int, default=2)
+  parser.add_argument("--cache", type=int, default=0, help="KV cache slots (0: 64 + new)")
   args = parser.parse_args()
   import transformers
 
@@ -100,14 +110,16 @@ def main() -> None:
     "tunix sampler": ours,
     "transformers generate": torch_decoder(directory, tokenizer, args),
   }
-  rates: dict[str, list[float]] = {name: [] for name in decoders}
+  whole: dict[str, list[float]] = {name: [] for name in decoders}
+  steps: dict[str, list[float]] = {name: [] for name in decoders}
   for decode in decoders.values():
-    decode()  # warm-up (tunix: compilation)
+    decode(args.new_tokens), decode(1)  # warm-up (tunix: compilation)
   for _ in range(args.repeats):
     for name, decode in decoders.items():
-      start = time.perf_counter()
-      tokens = decode()
-      rates[name].append(tokens / (time.perf_counter() - start))
+      full, tokens = seconds(decode, args.new_tokens)
+      first, _ = seconds(decode, 1)
+      whole[name].append(tokens / full)
+      steps[name].append(args.batch * (args.new_tokens - 1) / (full - first))
   limit = gflops * 1e9 / (2 * params)
   read_limit = args.batch * gbps * 1e9 / (4 * params)
   print(
@@ -117,14 +129,22 @@ def main() -> None:
     f"{args.new_tokens} new tokens, medians of {args.repeats}, torch threads "
     f"{args.torch_threads}"
   )
-  for name, values in rates.items():
-    rate = statistics.median(values)
-    print(
-      f"{name:22s} {rate:7.1f} tokens/s  {rate / limit:.3f} of the compute limit, "
-      f"{rate / min(limit, read_limit):.3f} of the lower limit"
-    )
-  first, second = (statistics.median(v) for v in rates.values())
-  print(f"RATIO tunix/transformers: {first / second:.2f}")
+  for label, rates in (("whole call", whole), ("decode steps", steps)):
+    for name, values in rates.items():
+      rate = statistics.median(values)
+      print(
+        f"{label:13s} {name:22s} {rate:7.1f} tokens/s  {rate / limit:.3f} of the compute "
+        f"limit, {rate / min(limit, read_limit):.3f} of the lower limit"
+      )
+    first, second = (statistics.median(v) for v in rates.values())
+    print(f"RATIO {label} tunix/transformers: {first / second:.2f}")
+
+
+def seconds(decode, new_tokens: int) -> tuple[float, int]:
+  """`(seconds, tokens)` of one call of `decode(new_tokens)`."""
+  start = time.perf_counter()
+  tokens = decode(new_tokens)
+  return time.perf_counter() - start, tokens
 
 
 if __name__ == "__main__":

@@ -227,3 +227,27 @@ def test_critic_scores_and_their_gradient_equal_the_padded_ones(family):
   np.testing.assert_allclose(shared * real, padded * real, atol=2e-5, rtol=1e-5)
   grads = [nnx.grad(objective)(critic, s) for s in (False, True)]
   assert_trees_close(grads[0], grads[1], atol=5e-5, rtol=1e-5)
+
+
+@pytest.mark.tunix_facing
+def test_a_cluster_subclass_s_own_pass_is_called_where_tunix_calls_it():
+  """A tunix user's `RLCluster` subclass overriding `get_values`: with rows sharing
+  prompts, tunix's learner calls that method for the values, and so does this one (the
+  critic's pass then runs padded, through it); the reference's pass still shares."""
+  config = PpoExtConfig(
+    advantage_estimator="gae", num_generations=2, kl_penalty="loss", kl_loss_coef=0.1
+  )
+  cluster, learner, data = setup(config, num_generations=2, learner_cls=Recording)
+  calls = []
+
+  class OwnValues(type(cluster)):
+    def get_values(self, prompt, *args, **kwargs):
+      calls.append(prompt.shape)
+      return super().get_values(prompt, *args, **kwargs)
+
+  cluster.__class__ = OwnValues
+  learner.train(data)
+  assert cluster.critic_trainer.train_steps == 2
+  assert len(calls) == 2, calls  # one a step, on the whole batch of 4 rows
+  shared = {role for role, layout in learner.layouts if isinstance(layout, passes.SharedPrompts)}
+  assert Role.REFERENCE in shared and Role.CRITIC not in shared, shared

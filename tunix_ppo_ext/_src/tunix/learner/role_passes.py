@@ -18,7 +18,9 @@ sharded on the data axis, the model loaded from host memory and offloaded after
 - Where rows of a micro-batch share a prompt (a GRPO group's) and the model takes a KV cache,
   the pass is also this package's, and runs each distinct prompt once
   (`passes.SharedPrompts`: the same outputs to float32 rounding, `U x P + B x T`
-  positions instead of `B x (P + T)`); `RolePasses.share_prompts` turns it off.
+  positions instead of `B x (P + T)`); `RolePasses.share_prompts` turns it off. A role
+  whose `RLCluster` method a subclass of tunix's overrides keeps that method
+  (`CLUSTER_PASSES`): tunix's learner calls it, so this one does too.
 
 All passes return `[B, T]` for the completion (values and scores: `[B, P+T]`, as tunix).
 """
@@ -42,6 +44,13 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import passes
 
 Role = rl_cluster_lib.Role
+# each role's pass on tunix's `RLCluster`: a subclass's own method is called, never replaced
+CLUSTER_PASSES = {
+  Role.ROLLOUT: "get_old_per_token_logps",
+  Role.REFERENCE: "get_ref_per_token_logps",
+  Role.CRITIC: "get_values",
+  Role.REWARD: "get_rewards",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,12 +222,17 @@ class RolePasses:
   def _shares(self, inputs: ModelInputs, model: Any, role: Any) -> bool:
     """Whether `model` (it takes a KV cache, `compat.kv_cache_dtype`) runs a shared prompt
     once in some micro-batch of `inputs` (`_layout`, as the pass will)."""
-    if not self.share_prompts or compat.kv_cache_dtype(model) is None:
+    if not self.share_prompts or self._users_pass(role) or compat.kv_cache_dtype(model) is None:
       return False
     size = inputs.prompt.shape[0]
     chunks = rl_utils.chunk_slices_by_size(stop=size, step=self.micro_batch_size or size)
     prompt = np.asarray(inputs.prompt)
     return any(self._layout(prompt[piece], None, inputs.pad_id, role) for piece in chunks)
+
+  def _users_pass(self, role: Any) -> bool:
+    """Whether the cluster's method for `role`'s pass is a subclass's own, not tunix's."""
+    name = CLUSTER_PASSES[role]
+    return getattr(type(self.cluster), name) is not getattr(rl_cluster_lib.RLCluster, name)
 
   def _layout(self, prompt: Any, mask: Any, pad_id: int, role: Any) -> Any:
     """One chunk's rows' layout in `role`'s pass: packed (`model.packing`), each distinct
