@@ -45,6 +45,7 @@ from tunix_ppo_ext._src.run.run_config import (
   lora_section,
   toy_config,
 )
+from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
 from tunix_ppo_ext._src.tunix.learner import loss_fns
@@ -286,7 +287,7 @@ PACKING_NOTE = (
 SHARED_PROMPTS_NOTE = (
   "note: passes are planned on padded rows; where a micro-batch's rows share a prompt "
   "(ppo.num_generations={g}), a pass runs each distinct prompt once and holds less "
-  "(Qwen2, Qwen3 and Llama 3 with dense attention): the figures are an upper bound"
+  "({families} with dense attention): the figures are an upper bound"
 )
 
 
@@ -295,7 +296,8 @@ def _notes(run: RunConfig, num_generations: int) -> tuple[str, ...]:
   if run.model.packing:
     return (PACKING_NOTE.format(k=PACK_EPISODES),)
   if num_generations > 1 and run.model.attention == "dense":
-    return (SHARED_PROMPTS_NOTE.format(g=num_generations),)
+    families = ", ".join(family.__name__ for family in compat.CACHE_FAMILIES)
+    return (SHARED_PROMPTS_NOTE.format(g=num_generations, families=families),)
   return ()
 
 
