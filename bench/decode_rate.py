@@ -115,6 +115,9 @@ def main() -> None:
   parser.add_argument("--torch-threads", type=int, default=2)
   parser.add_argument("--cache", type=int, default=0, help="KV cache slots (0: 64 + new)")
   args = parser.parse_args()
+  if args.cache and args.cache < PROMPT_SLOTS + args.new_tokens:
+    parser.error(f"--cache {args.cache} holds fewer slots than the prompt's {PROMPT_SLOTS} and "
+                 f"--new-tokens {args.new_tokens}")  # fmt: skip
   import transformers
 
   directory = str(checkpoint_directory("smollm2", weights=True))
@@ -129,7 +132,8 @@ def main() -> None:
   whole: dict[str, list[float]] = {name: [] for name in decoders}
   steps: dict[str, list[float]] = {name: [] for name in decoders}
   for decode in decoders.values():
-    decode(args.new_tokens), decode(1)  # warm-up (tunix: compilation)
+    for new_tokens in (args.new_tokens, 1):  # warm-up (tunix: compilation of each shape)
+      decode(new_tokens)
   for _ in range(args.repeats):
     for name, decode in decoders.items():
       full, tokens = seconds(decode, args.new_tokens)
