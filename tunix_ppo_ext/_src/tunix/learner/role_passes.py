@@ -20,7 +20,8 @@ sharded on the data axis, the model loaded from host memory and offloaded after
   (`passes.SharedPrompts`: the same outputs to float32 rounding, `U x P + B x T`
   positions instead of `B x (P + T)`); `RolePasses.share_prompts` turns it off. A role
   whose `RLCluster` method a subclass of tunix's overrides keeps that method
-  (`CLUSTER_PASSES`): tunix's learner calls it, so this one does too.
+  (`CLUSTER_PASSES`): tunix's learner calls it, so this one does too, unless the run asks
+  for what only this package's pass does (the fused head, packing).
 
 All passes return `[B, T]` for the completion (values and scores: `[B, P+T]`, as tunix).
 """
@@ -221,7 +222,8 @@ class RolePasses:
 
   def _shares(self, inputs: ModelInputs, model: Any, role: Any) -> bool:
     """Whether `model` (it takes a KV cache, `compat.kv_cache_dtype`) runs a shared prompt
-    once in some micro-batch of `inputs` (`_layout`, as the pass will)."""
+    once in some micro-batch of `inputs` (`_layout`, as the pass will); never where the
+    cluster's method for `role` is a subclass's own (`_users_pass`)."""
     if not self.share_prompts or self._users_pass(role) or compat.kv_cache_dtype(model) is None:
       return False
     size = inputs.prompt.shape[0]
