@@ -2,7 +2,8 @@
 value function that sees the conversation, for scripted policies, computed exactly.
 
   python bench/critic_ceiling.py [--high 10] [--max-turns 4] [--turn-penalty 0.2]
-                                 [--valid-reward 0.1]
+                                 [--valid-reward 0.1] [--noise] [--lambdas 0 0.5 0.95 1]
+                                 [--group 4]
 
 A critic sees the conversation so far (the guesses and the "Higher"/"Lower" answers), never
 the secret. The best it can do at a turn is the mean return-to-go over every secret and
@@ -19,6 +20,20 @@ through `GuessEnv` (the game's own rewards), and prints per policy:
   where the run weighs a turn by its 2-6 agent tokens);
 - `told the secret`: the same for a value function that also knows the secret (what a
   GRPO group of one secret shares), for comparison.
+
+With `--noise`, a second table: the advantages' noise per agent turn, `E[A^2]` over every
+turn of every episode (each turn weighing the same, as `actor/advantage_sq_mean_turn`
+weighs them), in the rewards' units:
+- `critic, lambda L`: turn-level GAE (gamma 1) over the perfect critic's values
+  `V(history) = E[G | history]`, `A_t = sum_k L^k delta_{t+k}`, `delta_t = r_t +
+  V(h_{t+1}) - V(h_t)` with 0 after the last turn; lambda 1 is `G_t - V(h_t)`;
+- `grpo, n`: every turn of an episode takes the episode's `G - mean(G of its group)`, the
+  group being `--group` episodes of the same secret (`norm_adv_by_std: false`): `E[(G -
+  mean)^2 | G] = ((n-1)/n)^2 ((G - mu_s)^2 + sigma_s^2 / (n-1))` for the secret's mean
+  `mu_s` and variance `sigma_s^2`;
+- `rloo, n`: the leave-one-out baseline, `(G - mu_s)^2 + sigma_s^2 / (n-1)`.
+Enumeration grows as `high^max_turns` for the policies that ignore the feedback; 10 and 4
+take seconds, 32 and 5 only for `consistent` and `bisect` (`--policies`).
 
 The policies, each answering a number in range every turn:
 - `uniform`: any number, ignoring the feedback (the issue's 34% baseline);
@@ -138,17 +153,66 @@ def describe(env: GuessEnv, policy: Policy) -> dict[str, float]:
   }
 
 
+def noise(env: GuessEnv, policy: Policy, lambdas: list[float], group: int) -> dict[str, float]:
+  """Per-turn `E[A^2]`: the perfect critic's turn-level GAE at each lambda, GRPO's and
+  RLOO's over `group` episodes of one secret (the module's docstring has the formulas)."""
+  episodes = list(_episodes(env, policy))
+  sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])  # history -> (w, w * G)
+  secrets: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])  # w, wG, wG^2
+  for secret, prob, turns, _ in episodes:
+    to_go = np.cumsum([r for _, r in turns][::-1])[::-1]
+    for (history, _), g in zip(turns, to_go, strict=True):
+      sums[history][0] += prob
+      sums[history][1] += prob * g
+    moments = secrets[secret]
+    for k, value in enumerate((prob, prob * to_go[0], prob * to_go[0] ** 2)):
+      moments[k] += value
+  value = {h: wg / w for h, (w, wg) in sums.items()}
+  totals = defaultdict(float)
+  weight = 0.0
+  for secret, prob, turns, _ in episodes:
+    rewards = [r for _, r in turns]
+    values = [value[h] for h, _ in turns] + [0.0]
+    deltas = [r + values[t + 1] - values[t] for t, r in enumerate(rewards)]
+    w, wg, wg2 = secrets[secret]
+    mu, var = wg / w, max(wg2 / w - (wg / w) ** 2, 0.0)
+    spread = (sum(rewards) - mu) ** 2 + var / max(group - 1, 1)
+    for t in range(len(rewards)):
+      for lam in lambdas:
+        advantage = sum(lam**k * d for k, d in enumerate(deltas[t:]))
+        totals[f"critic, lambda {lam:g}"] += prob * advantage**2
+      totals[f"grpo, {group}"] += prob * ((group - 1) / group) ** 2 * spread
+      totals[f"rloo, {group}"] += prob * spread
+    weight += prob * len(rewards)
+  return {name: total / weight for name, total in totals.items()}
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--high", type=int, default=10)
   parser.add_argument("--max-turns", type=int, default=4)
   parser.add_argument("--turn-penalty", type=float, default=0.2)
   parser.add_argument("--valid-reward", type=float, default=0.1)
+  parser.add_argument("--noise", action="store_true", help="the advantages' noise table")
+  parser.add_argument("--lambdas", type=float, nargs="+", default=[0.0, 0.5, 0.95, 1.0])
+  parser.add_argument("--group", type=int, default=4, help="GRPO's samples of one secret")
+  parser.add_argument("--policies", nargs="+", choices=sorted(POLICIES), default=list(POLICIES))
   args = parser.parse_args()
+  if args.group < 2:
+    parser.error(f"--group {args.group}: a group baseline needs at least 2 samples")
   env = GuessEnv(1, args.high, args.max_turns, args.turn_penalty, args.valid_reward)
+  if args.noise:
+    rows = {name: noise(env, POLICIES[name], args.lambdas, args.group) for name in args.policies}
+    columns = list(next(iter(rows.values())))
+    print("| policy | " + " | ".join(columns) + " |")
+    print("| --- |" + " --- |" * len(columns))
+    for name, row in rows.items():
+      print(f"| {name} | " + " | ".join(f"{row[c]:.4f}" for c in columns) + " |")
+    return
   print("| policy | success | mean return | ceiling | told the secret |")
   print("| --- | --- | --- | --- | --- |")
-  for name, policy in POLICIES.items():
+  for name in args.policies:
+    policy = POLICIES[name]
     row = describe(env, policy)
     print(
       f"| {name} | {row['success']:.3f} | {row['return']:.3f} | {row['ceiling']:.3f} "

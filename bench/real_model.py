@@ -46,6 +46,9 @@ RETURN = "train/episode_return/mean"
 LENGTH = "train/response_length/mean"
 STEP_TIMES = ("timing_s/rollout", "timing_s/step")
 EXPLAINED = "critic/explained_variance"
+# the advantages' noise in the rewards' units, per agent token and per agent turn
+NOISE = {"advantage_sq_mean": "actor/advantage_sq_mean"}
+NOISE["advantage_sq_mean_turn"] = "actor/advantage_sq_mean_turn"
 # the baseline: the same run with Adam steps of about this size (the config refuses lr 0)
 FROZEN_LR = 1e-12
 
@@ -78,7 +81,9 @@ def summarize(rows: list[dict[str, Any]], tail: float, batch: int) -> dict[str, 
   rollout_s, step_s = (_series(rows, key) for key in STEP_TIMES)
   tokens = sum(lengths) * batch
   explained = _series(rows, EXPLAINED)
+  noise = {name: _series(rows, key)[-keep:] for name, key in NOISE.items()}
   return {
+    **{name: statistics.fmean(v) if v else None for name, v in noise.items()},
     "batches": len(returns),
     "explained_variance": statistics.fmean(explained[-keep:]) if explained else None,
     "explained_variance_curve": explained,
@@ -141,14 +146,25 @@ def _spread(values: list[float]) -> str:
   return f"{mean:.3f} ± {sd:.3f} [{min(values):.3f}, {max(values):.3f}]"
 
 
+def _noise(done: list[dict[str, Any]]) -> str:
+  """The seeds' mean advantage noise per token (per turn), over each seed's last quarter;
+  `-` for runs from before it was logged."""
+  token = [d["advantage_sq_mean"] for d in done if d.get("advantage_sq_mean") is not None]
+  turn = [d["advantage_sq_mean_turn"] for d in done if d.get("advantage_sq_mean_turn") is not None]
+  if not token:
+    return "-"
+  return f"{statistics.fmean(token):.4f} ({statistics.fmean(turn):.4f})"
+
+
 def report(runs: list[dict[str, Any]]) -> str:
   """One row per run: baseline success over all its sampled batches (every seed), trained
   success over seeds (each seed's last quarter), returns and the critic's explained
   variance likewise, step time and tokens/s."""
   lines = [
     "| run | seeds | baseline success (batches) | trained success (seeds) | baseline return | "
-    "trained return | critic explained variance | step s (median) | rollout tok/s | step tok/s |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    "trained return | critic explained variance | advantage noise, token (turn) | "
+    "step s (median) | rollout tok/s | step tok/s |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
   ]
   for results in runs:
     rows = list(results["seeds"].values())
@@ -161,7 +177,7 @@ def report(runs: list[dict[str, Any]]) -> str:
       f"| {_label(results)} | {len(rows)} | {_spread(base)} | "
       f"{_spread([d['success'] for d in done])} | {_spread(base_return)} | "
       f"{_spread([d['return'] for d in done])} | {_spread(explained) if explained else '-'} | "
-      f"{median:.1f} | "
+      f"{_noise(done)} | {median:.1f} | "
       f"{statistics.fmean(d['rollout_tokens_per_s'] for d in done):.1f} | "
       f"{statistics.fmean(d['step_tokens_per_s'] for d in done):.1f} |"
     )

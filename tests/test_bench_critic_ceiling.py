@@ -36,3 +36,35 @@ def test_one_random_guess_leaves_everything_unexplained():
   assert row["success"] == pytest.approx(0.5)
   assert row["ceiling"] == pytest.approx(0.0, abs=1e-12)
   assert row["told the secret"] == pytest.approx(0.0, abs=1e-12)
+
+
+def _noise(policy: str, high: int, max_turns: int, lambdas, group: int = 4):
+  bench = load_bench("critic_ceiling")
+  env = GuessEnv(1, high, max_turns, turn_penalty=0.2, valid_reward=0.1)
+  return bench.noise(env, bench.POLICIES[policy], lambdas, group)
+
+
+def test_the_perfect_critic_s_advantage_noise_of_a_two_number_bisect_by_hand():
+  # V(start) = (1.1 + 1.0) / 2; after "1, Higher": 0.9. Secret 1: one turn, A = 0.05;
+  # secret 2: A = 0.1 + 0.9 - 1.05 = -0.05, then 0.9 - 0.9 = 0. Turns weigh 0.5, 0.5, 0.5.
+  row = _noise("bisect", 2, 2, [0.0, 1.0])
+  expected = (0.5 * 0.05**2 + 0.5 * 0.05**2) / 1.5
+  assert row["critic, lambda 0"] == pytest.approx(expected)
+  assert row["critic, lambda 1"] == pytest.approx(expected)
+  assert row["grpo, 4"] == pytest.approx(0.0) and row["rloo, 4"] == pytest.approx(0.0)
+
+
+def test_the_group_baselines_noise_against_every_group_enumerated():
+  # one uniform guess of 2: G is 1.1 or 0.1 with 1/2 each, whatever the secret; enumerate
+  # every group of 4 and average each member's squared advantage
+  import itertools  # noqa: PLC0415
+
+  grpo = rloo = 0.0
+  for group in itertools.product([1.1, 0.1], repeat=4):
+    for i, g in enumerate(group):
+      others = [x for j, x in enumerate(group) if j != i]
+      grpo += (g - sum(group) / 4) ** 2 / 16 / 4
+      rloo += (g - sum(others) / 3) ** 2 / 16 / 4
+  row = _noise("uniform", 2, 1, [0.5])
+  assert row["grpo, 4"] == pytest.approx(grpo) and row["rloo, 4"] == pytest.approx(rloo)
+  assert row["critic, lambda 0.5"] == pytest.approx(0.25)  # G - 0.6 = +-0.5

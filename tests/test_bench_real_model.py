@@ -63,7 +63,21 @@ def test_report_pools_the_baseline_batches_and_spreads_the_trained_seeds():
   assert cells[:4] == ["smoke: rloo", "3", spread(pooled), spread(trained)]
   assert cells[4:6] == [spread(pooled), spread(trained)]  # returns: the same values here
   assert cells[6] == "-"  # no critic: no explained variance
-  assert cells[7] == f"{statistics.median([4.5, 4.5, 4.5]):.1f}"
+  assert cells[7] == "-"  # rows without the advantage noise (runs from before it was logged)
+  assert cells[8] == f"{statistics.median([4.5, 4.5, 4.5]):.1f}"
+
+
+def test_the_advantage_noise_is_the_seeds_mean_over_their_last_quarter():
+  bench = _bench()
+  done = []
+  for token in ([1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 8.0]):
+    rows = _rows([0.0] * 4, [0.0] * 4)
+    for row, value in zip(rows, token, strict=True):
+      row["actor/advantage_sq_mean"] = value
+      row["actor/advantage_sq_mean_turn"] = value / 2
+    done.append(bench.summarize(rows, 0.25, batch=8))
+  assert [d["advantage_sq_mean"] for d in done] == [4.0, 8.0]
+  assert bench._noise(done) == "6.0000 (3.0000)"
 
 
 def test_the_critic_s_explained_variance_is_summarized_and_seeds_gather_from_their_files(

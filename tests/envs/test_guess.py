@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -138,3 +140,86 @@ def test_a_bad_shaping_reward_is_refused_naming_it():
     with pytest.raises(ValueError, match="consistent_reward=") as raised:
       GuessEnv(consistent_reward=value)
     assert "\n" not in str(raised.value)
+
+
+def _reference_info_gain(low: int, high: int, secret: int, guesses: list[int]) -> list[float]:
+  """From the definition, over explicit sets: each guess's share of the numbers still
+  possible that its answer removes (a guess outside them, or made before: 0)."""
+  possible, shares = set(range(low, high + 1)), []
+  for guess in guesses:
+    if guess not in possible:
+      shares.append(0.0)
+      continue
+    if guess == secret:
+      left = set()
+    elif guess < secret:
+      left = {n for n in possible if n > guess}
+    else:
+      left = {n for n in possible if n < guess}
+    shares.append((len(possible) - len(left)) / len(possible))
+    possible = left or possible
+  return shares
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_information_gain_reward_pays_the_share_of_allowed_numbers_ruled_out(seed):
+  rng = np.random.default_rng(seed)
+  env = GuessEnv(low=3, high=32, max_turns=6, turn_penalty=0.1, info_gain_reward=0.5)
+  env.reset(seed)
+  secret = int(env.optimal_action())
+  guesses = [int(g) for g in rng.integers(1, 35, size=5)] + [secret]  # some out of range
+  guesses = guesses[: guesses.index(secret) + 1]
+  steps = _play(env, seed, [str(g) for g in guesses])
+  expected = [0.5 * share for share in _reference_info_gain(3, 32, secret, guesses)]
+  expected[-1] += 1.0 - 0.1 * (len(guesses) - 1) if guesses[-1] == secret else 0.0
+  assert [s[1] for s in steps] == pytest.approx(expected)
+
+
+def test_halving_earns_half_the_information_gain_reward_and_it_is_off_by_default():
+  env = GuessEnv(high=10, max_turns=4, info_gain_reward=1.0)
+  seed = next(s for s in range(200) if env.reset(s) and env.optimal_action() == "8")
+  steps = _play(env, seed, ["5", "8"])  # 5: "Higher", rules out 1..5 of 1..10
+  assert [s[1] for s in steps] == pytest.approx([0.5, 0.8 + 1.0])
+  plain = GuessEnv(high=10, max_turns=4)
+  plain.reset(seed)
+  assert plain.step("5")[1] == 0.0 and plain.info_gain_reward == 0.0
+
+
+def test_a_bad_information_gain_reward_is_refused_naming_it():
+  for value in (-0.1, float("nan"), float("inf"), "x"):
+    with pytest.raises(ValueError, match="info_gain_reward=") as raised:
+      GuessEnv(info_gain_reward=value)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+  "kwargs",
+  [
+    {"high": 6, "max_turns": 4, "info_gain_reward": 1.0},
+    {"high": 5, "max_turns": 3, "info_gain_reward": 0.3, "valid_reward": 0.1},
+    {"low": 2, "high": 7, "max_turns": 4, "consistent_reward": 0.2, "turn_penalty": 0.1},
+    {"high": 3, "max_turns": 5, "valid_reward": 0.2, "turn_penalty": 0.1},  # repeats pay
+  ],
+)
+def test_max_return_is_the_best_of_every_episode_played_out(kwargs):
+  """Brute force: every secret (every seed until each was drawn) and every guess
+  sequence in the range, played through the environment."""
+  env = GuessEnv(**kwargs)
+  numbers = range(env.low, env.high + 1)
+  seeds = {}
+  for seed in range(500):
+    env.reset(seed)
+    seeds.setdefault(int(env.optimal_action()), seed)
+  assert len(seeds) == len(numbers)
+  best = 0.0
+  for seed in seeds.values():
+    for guesses in itertools.product(numbers, repeat=env.max_turns):
+      env.reset(seed)
+      total = 0.0
+      for guess in guesses:
+        _, reward, done, _, _ = env.step(str(guess))
+        total += reward
+        if done:
+          break
+      best = max(best, total)
+  assert env.max_return == pytest.approx(best)

@@ -42,3 +42,36 @@ def test_rollout_statistics(has_critic):
     assert variance is None and "learner/explained_variance" not in ours
     assert not [k for k in (*ours, *tunix) if "old_value" in k]
   assert tunix  # tunix's own names, as stock PPO logs them
+
+
+def _reference_noise(advantages: np.ndarray, mask: np.ndarray) -> tuple[float, float]:
+  """Token mean of A^2, and the mean over turns (runs of mask 1, walked token by token) of
+  the square of each turn's mean advantage."""
+  tokens, turns = [], []
+  for row, row_mask in zip(advantages, mask, strict=True):
+    current: list[float] = []
+    for value, agent in zip(row, row_mask, strict=True):
+      if agent:
+        tokens.append(value**2)
+        current.append(value)
+      elif current:
+        turns.append(np.mean(current) ** 2)
+        current = []
+    if current:
+      turns.append(np.mean(current) ** 2)
+  return float(np.mean(tokens)), float(np.mean(turns))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_advantage_noise_matches_token_and_turn_means(seed):
+  rng = np.random.default_rng(seed)
+  mask = (rng.random((4, 9)) < 0.6).astype(np.float32)
+  mask[1] = 0.0  # a row with no agent token
+  mask[2, -1] = 1.0  # a turn that runs to the row's end, joined to nothing in the next row
+  mask[3, 0] = 1.0
+  advantages = rng.normal(scale=3.0, size=(4, 9)).astype(np.float32)
+  noise = stats.advantage_noise(advantages, mask)
+  token, turn = _reference_noise(advantages, mask)
+  assert noise["learner/advantage_sq_mean"] == pytest.approx(token, rel=1e-6)
+  assert noise["learner/advantage_sq_mean_turn"] == pytest.approx(turn, rel=1e-6)
+  assert stats.advantage_noise(advantages, np.zeros_like(mask)) == {}

@@ -50,3 +50,23 @@ def test_group_ids_are_the_sources_else_runs_of_num_generations():
   np.testing.assert_array_equal(advantage_step.group_ids(Batch(), 3), contiguous_group_ids(6, 3))
   Batch.group_ids = [4, 4, 1, 1, 0, 0]
   np.testing.assert_array_equal(advantage_step.group_ids(Batch(), 3), [4, 4, 1, 1, 0, 0])
+
+
+def test_unnormalized_advantages_are_in_the_rewards_units_for_every_estimator():
+  """GRPO (norm_adv_by_std on) and GAE (whitening on) give, unnormalized, the score minus
+  its group's mean and GAE as defined; the configured advantages stay normalized."""
+  rng = np.random.default_rng(0)
+  rewards = np.zeros((4, 3), np.float32)
+  rewards[:, -1] = [1.0, 0.0, 0.5, 0.5]
+  mask = np.ones((4, 3), np.float32)
+  groups = contiguous_group_ids(4, 2)
+  grpo = PpoExtConfig(advantage_estimator="grpo", num_generations=2)
+  raw = advantage_step.unnormalized_advantages(grpo, rewards, np.zeros_like(rewards), mask, groups)
+  np.testing.assert_allclose(np.asarray(raw)[:, 0], [0.5, -0.5, 0.0, 0.0], atol=1e-6)
+  values = rng.normal(size=(4, 3)).astype(np.float32)
+  ppo = PpoExtConfig(advantage_estimator="gae", gamma=1.0, gae_lambda=0.5)
+  raw = advantage_step.unnormalized_advantages(ppo, rewards, values, mask, groups)
+  np.testing.assert_allclose(raw, gae(rewards, values, 1.0, 0.5), rtol=1e-5, atol=1e-5)
+  noise = advantage_step.noise_metrics(ppo, rewards, values, mask, groups)
+  expected = np.mean(gae(rewards, values, 1.0, 0.5) ** 2)
+  assert noise["learner/advantage_sq_mean"] == pytest.approx(expected, rel=1e-5)

@@ -30,11 +30,17 @@ class GuessEnv:
   every reply whose guess is in range (a format reward: an instruct model at temperature 1
   mostly answers out of range or with words, and a group estimator needs some spread), plus
   `consistent_reward` for every guess the feedback so far allows and not guessed before (a
-  shaping reward for using the feedback; a hit always earns it). `info["allowed_share"]`:
+  shaping reward for using the feedback; a hit always earns it), plus `info_gain_reward`
+  times the share of the numbers the feedback still allowed that the guess rules out (an
+  information-gain reward, so halving is paid directly: a guess in the middle of 10
+  allowed numbers earns 0.5 or 0.6 of it, one at an end 0.1, a hit 1, a guess outside
+  them 0). `info["allowed_share"]`:
   the share of the episode's replies so far that were such guesses (1 for a binary
   search; logged as `train/env/allowed_share`). `max_return` is the best
-  episode's return: `1.0 + valid_reward + consistent_reward` (a first-turn hit) unless
-  the per-guess rewards outweigh `turn_penalty`, when a hit on the last turn pays more;
+  episode's return: `1.0 + valid_reward + consistent_reward + info_gain_reward` (a
+  first-turn hit) unless the per-guess rewards outweigh `turn_penalty`, when a hit on the
+  last turn pays more (with `info_gain_reward`, the best run of misses that each rule out
+  a share before the hit);
   guessing uniformly at random, ignoring the feedback, succeeds in about
   `1 - (1 - 1/high) ** max_turns` of episodes (34% for 10 and 4).
   """
@@ -49,6 +55,7 @@ class GuessEnv:
     turn_penalty: float = 0.2,
     valid_reward: float = 0.0,
     consistent_reward: float = 0.0,
+    info_gain_reward: float = 0.0,
   ) -> None:
     self.low = check_integer("low", low, low=0)  # whole numbers
     self.high = check_integer("high", high, low=self.low + 1)
@@ -60,15 +67,33 @@ class GuessEnv:
     )
     self.valid_reward = check_number("valid_reward", valid_reward, low=0.0)
     self.consistent_reward = check_number("consistent_reward", consistent_reward, low=0.0)
-    per_guess = self.valid_reward + self.consistent_reward  # a hit after n - 1 allowed misses
-    self.max_return = max(
-      1.0 - self.turn_penalty * (n - 1) + per_guess * n for n in range(1, self.max_turns + 1)
-    )
+    self.info_gain_reward = check_number("info_gain_reward", info_gain_reward, low=0.0)
+    self.max_return = self._best_return()
     self._secret: int | None = None
     self._turn = 0
     self._allowed = (self.low, self.high)  # what the feedback so far leaves
     self._guessed: set[int] = set()
     self._allowed_count = 0  # guesses the feedback allowed, this episode
+
+  def _best_return(self) -> float:
+    """The best episode's return, by dynamic programming over how many numbers are still
+    allowed (a secret at one end of the range lets a miss leave any smaller count)."""
+    per_guess = self.valid_reward + self.consistent_reward
+    best: dict[int, float] = {}  # allowed count -> best return from the current turn on
+    for turn in range(self.max_turns, 0, -1):
+      hit = 1.0 - self.turn_penalty * (turn - 1) + per_guess + self.info_gain_reward
+      later = best
+      best = {}
+      for count in range(1, self.high - self.low + 2):
+        options = [hit]
+        if later:  # a miss the feedback allows (leaves 1..count-1), or one it does not
+          options += [
+            per_guess + self.info_gain_reward * (count - left) / count + later[left]
+            for left in range(1, count)
+          ]
+          options.append(self.valid_reward + later[count])
+        best[count] = max(options)
+    return best[self.high - self.low + 1]
 
   def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
     """Draws the secret from `seed`."""
@@ -94,8 +119,11 @@ class GuessEnv:
     reward = 1.0 - self.turn_penalty * (self._turn - 1) if hit else 0.0
     if guess is not None and self.low <= guess <= self.high:
       reward += self.valid_reward
+    before = self._allowed
     allowed = guess is not None and self._note_feedback(guess)
     reward += self.consistent_reward * allowed
+    if allowed and self.info_gain_reward:
+      reward += self.info_gain_reward * ruled_out_share(before, self._allowed, hit)
     self._allowed_count += allowed
     info["allowed_share"] = self._allowed_count / self._turn  # `train/env/allowed_share`
     if last:
@@ -125,3 +153,13 @@ class GuessEnv:
     if self._secret is None:
       raise RuntimeError("no episode in progress")
     return str(self._secret)
+
+
+def ruled_out_share(before: tuple[int, int], after: tuple[int, int], hit: bool) -> float:
+  """The share of the numbers `before` allowed (`(low, high)`, inclusive) that a guess's
+  answer rules out, `after` being what it leaves: 1 on a hit."""
+  if hit:
+    return 1.0
+  count = before[1] - before[0] + 1
+  left = max(0, after[1] - after[0] + 1)
+  return (count - left) / count

@@ -44,7 +44,7 @@ TUNIX_LOSS_KEYS = frozenset({"actor/loss/entropy"})  # tunix's own `ppo` policy 
 _CRITIC = ("vf_loss", "vf_clipfrac", "vpred_mean", "grad_norm", "loss")
 TRAINER_PREFIXES = ("actor", "critic")
 # ... the learner buffers the rest at tunix's global step, which counts from 0.
-_LEARNER_ACTOR = ("kl", "kl_coef", "entropy_coef")
+_LEARNER_ACTOR = ("kl", "kl_coef", "entropy_coef", "advantage_sq_mean", "advantage_sq_mean_turn")
 _TIMING = (
   "rollout",
   "old_logp",

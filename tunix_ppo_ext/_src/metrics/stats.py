@@ -45,6 +45,30 @@ def explained_variance(values: Any, returns: Any, mask: Any) -> float | None:
   return float(1.0 - np.var(residual) / np.var(ret))
 
 
+def advantage_noise(advantages: Any, mask: Any) -> dict[str, float]:
+  """`learner/advantage_sq_mean` (the mean over agent tokens of `A^2`) and
+  `learner/advantage_sq_mean_turn` (the mean over agent turns, maximal runs of `mask == 1`,
+  of the square of the turn's mean advantage); {} without agent tokens.
+
+  Fed advantages in the rewards' units (`advantage_step.unnormalized_advantages`), this is
+  how noisy the policy-gradient's weights are: the gradient's variance grows with
+  `E[A^2] E[|grad log pi|^2]` (Greensmith et al. 2004), so a baseline (a critic, a group's
+  mean) pays by how far it lowers `E[A^2]` on the same batch.
+  """
+  advantages = np.asarray(advantages, np.float64)
+  agent = np.asarray(mask) > 0
+  if not agent.any():
+    return {}
+  before = np.pad(agent[:, :-1], ((0, 0), (1, 0)))
+  turn = np.cumsum(agent & ~before).reshape(agent.shape)[agent] - 1  # batch-wide turn index
+  sums = np.bincount(turn, weights=advantages[agent])
+  means = sums / np.bincount(turn)
+  return {
+    "learner/advantage_sq_mean": float(np.mean(advantages[agent] ** 2)),
+    "learner/advantage_sq_mean_turn": float(np.mean(means**2)),
+  }
+
+
 def batch_statistics(
   *,
   loss_mask: Any,

@@ -17,6 +17,7 @@ from tunix.rl import function_registry
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch, contiguous_group_ids
 from tunix_ppo_ext._src.math.advantages import length_adaptive_lambda
+from tunix_ppo_ext._src.metrics.stats import advantage_noise
 from tunix_ppo_ext._src.plugins import protocols, registry
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 
@@ -29,10 +30,18 @@ def group_ids(batch: TrajectoryBatch, num_generations: int) -> np.ndarray:
 
 
 def estimate(
-  config: PpoExtConfig, rewards: Any, values: Any, loss_mask: Any, groups: np.ndarray, gae_lambda
+  config: PpoExtConfig,
+  rewards: Any,
+  values: Any,
+  loss_mask: Any,
+  groups: np.ndarray,
+  gae_lambda,
+  *,
+  normalize: bool = True,
 ) -> tuple[Any, Any]:
   """`(advantages [B, T], returns [B, T])` of the configured estimator with `gae_lambda`
-  (a float, or one per row)."""
+  (a float, or one per row); `normalize=False` turns the config's `whiten_advantages` and
+  `norm_adv_by_std` off."""
   name = config.advantage_estimator
   if registry.has(registry.ADVANTAGE_ESTIMATORS, name):
     return protocols.call_estimator(
@@ -45,8 +54,8 @@ def estimate(
       gamma=config.gamma,
       gae_lambda=gae_lambda,
       gamma_turn=config.turn_discount,
-      whiten=config.whiten_advantages,
-      norm_by_std=config.norm_adv_by_std,
+      whiten=normalize and config.whiten_advantages,
+      norm_by_std=normalize and config.norm_adv_by_std,
     )
   estimator = function_registry.get_advantage_estimator(name)
   return estimator(
@@ -72,11 +81,38 @@ def advantages_and_returns(
   (`gae_lambda`, or per row `adaptive_lambda_alpha`'s), the returns with the value
   targets' (`critic_warmup_lambda` on warm-up steps, else `target_lambda`; estimated again
   only for a critic, and only where that lambda differs)."""
-  actor_lambda = config.gae_lambda
-  if config.adaptive_lambda_alpha is not None:
-    actor_lambda = length_adaptive_lambda(loss_mask, config.adaptive_lambda_alpha)
+  actor_lambda = policy_lambda(config, loss_mask)
   advantages, returns = estimate(config, rewards, values, loss_mask, groups, actor_lambda)
   target = config.critic_warmup_lambda if warming_up else config.target_lambda
   if has_critic and not (isinstance(actor_lambda, float) and target == actor_lambda):
     _, returns = estimate(config, rewards, values, loss_mask, groups, target)
   return advantages, returns
+
+
+def policy_lambda(config: PpoExtConfig, loss_mask: Any) -> Any:
+  """The advantages' lambda: `gae_lambda`, or one per row from `adaptive_lambda_alpha`."""
+  if config.adaptive_lambda_alpha is not None:
+    return length_adaptive_lambda(loss_mask, config.adaptive_lambda_alpha)
+  return config.gae_lambda
+
+
+def unnormalized_advantages(
+  config: PpoExtConfig, rewards: Any, values: Any, loss_mask: Any, groups: np.ndarray
+) -> Any:
+  """`[B, T]` the configured estimator's advantages with the policy's lambda, in the
+  rewards' units: neither whitened (`whiten_advantages`) nor divided by the group's std
+  (`norm_adv_by_std`), so every estimator's are on one scale (`metrics.stats.
+  advantage_noise`). An estimator that normalizes regardless (REINFORCE++ whitens over
+  the batch) gives its normalized ones."""
+  lam = policy_lambda(config, loss_mask)
+  advantages, _ = estimate(config, rewards, values, loss_mask, groups, lam, normalize=False)
+  return advantages
+
+
+def noise_metrics(
+  config: PpoExtConfig, rewards: Any, values: Any, loss_mask: Any, groups: np.ndarray
+) -> dict[str, float]:
+  """`metrics.stats.advantage_noise` of `unnormalized_advantages` (published as
+  `actor/advantage_sq_mean` and `actor/advantage_sq_mean_turn`)."""
+  raw = unnormalized_advantages(config, rewards, values, loss_mask, groups)
+  return advantage_noise(raw, loss_mask)

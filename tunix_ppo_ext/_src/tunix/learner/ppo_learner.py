@@ -415,6 +415,10 @@ class PpoExtLearner(compat.LearnerHooks):
         has_critic=self.has_critic,
       )
       timer.ready((advantages, returns))
+    noise = advantage_step.noise_metrics(
+      self.algo_config, rewards, values, inputs.loss_mask, self._group_ids(batch)
+    )
+    self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in noise.items()}, mode=mode)
     variance = self._buffer_rollout_metrics(
       batch, rewards, values, advantages, returns, per_token_kl, timer, mode
     )
