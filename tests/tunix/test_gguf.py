@@ -243,10 +243,11 @@ def test_broken_gguf_files_are_one_line_and_leave_no_temporary(tmp_path):
   write_gguf(good, _tiny_llama())
   data = good.read_bytes()
   (tmp_path / "cut.gguf").write_bytes(data[: len(data) // 2])
-  (tmp_path / "head.gguf").write_bytes(data[:100])
-  for name in ("cut", "head"):
-    message = _one_line_refusal(tmp_path / f"{name}.gguf")
-    assert f"{name}.gguf' is not a readable GGUF file (cut short, or not GGUF" in message
+  (tmp_path / "head.gguf").write_bytes(data[:100])  # cut inside the header: no sizes known
+  message = _one_line_refusal(tmp_path / "head.gguf")
+  assert "head.gguf' is not a readable GGUF file (cut short, or not GGUF" in message
+  message = _one_line_refusal(tmp_path / "cut.gguf")
+  assert f"cut.gguf' is cut short: its tensors need {len(data)} bytes, the file has " in message
   eos = _rewritten(good, tmp_path / "eos.gguf", values={"tokenizer.ggml.eos_token_id": 999})
   message = _one_line_refusal(eos)
   assert "tokenizer.ggml.eos_token_id=999 is outside the vocabulary of 32" in message
@@ -258,6 +259,23 @@ def test_broken_gguf_files_are_one_line_and_leave_no_temporary(tmp_path):
   )
   cache = gguf_files.cache_root()
   assert not [p.name for p in cache.iterdir() if p.name.startswith(".")] if cache.exists() else True
+
+
+def test_a_file_cut_at_three_quarters_says_so_with_both_sizes_in_one_line(tmp_path):
+  good = tmp_path / "good.gguf"
+  write_gguf(good, _tiny_llama())
+  data = good.read_bytes()
+  cut = tmp_path / "model.gguf"
+  cut.write_bytes(data[: len(data) * 3 // 4])
+  message = _one_line_refusal(cut)
+  assert message == (
+    f"config key 'model.checkpoint': {str(cut)!r} is cut short: its tensors need {len(data)} "
+    f"bytes, the file has {len(data) * 3 // 4} (download it again)"
+  )
+  assert "reshape" not in message and "ValueError" not in message
+  assert gguf_files.tensor_bytes_needed(good) == len(data)  # the header's sizes: the whole file
+  cache = gguf_files.cache_root()
+  assert not list(cache.iterdir()) if cache.exists() else True  # nothing converted
 
 
 def test_an_upper_case_suffix_is_a_gguf_file_and_a_new_conversion_prunes_the_old(tmp_path):

@@ -161,16 +161,49 @@ def _source(directory: pathlib.Path) -> str | None:
 
 
 def _reader(file: pathlib.Path) -> Any:
-  """`gguf.GGUFReader` of `file`; ConfigError naming the file when it cannot be read."""
+  """`gguf.GGUFReader` of `file`; ConfigError naming the file when it cannot be read: a
+  file whose header is whole but whose tensors end past its end is said to be cut short,
+  with the bytes its tensors need and the bytes it has (`tensor_bytes_needed`)."""
   import gguf  # noqa: PLC0415 (only GGUF checkpoints need it)
 
   try:
     return gguf.GGUFReader(str(file))
   except Exception as err:  # noqa: BLE001 (numpy's and gguf's errors name neither file nor cause)
+    needed, size = tensor_bytes_needed(file), file.stat().st_size
+    if needed is not None and needed > size:
+      raise ConfigError(
+        f"model.checkpoint: {str(file)!r} is cut short: its tensors need {needed} bytes, the "
+        f"file has {size} (download it again)"
+      ) from None
     raise ConfigError(
       f"model.checkpoint: {str(file)!r} is not a readable GGUF file (cut short, or not GGUF: "
       f"{type(err).__name__}: {err})"
     ) from None
+
+
+def tensor_bytes_needed(file: pathlib.Path) -> int | None:
+  """The size a GGUF file must have to hold its tensors, from its header alone: the data
+  section's start (after the header, aligned) plus the furthest end of a tensor's bytes
+  (its offset plus its size, from its shape and type). None when the header itself cannot
+  be read (not GGUF, or cut inside the header)."""
+  import gguf  # noqa: PLC0415
+
+  class HeaderReader(gguf.GGUFReader):
+    """`GGUFReader` that reads the header and the tensor infos, never the tensors' data."""
+
+    def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
+      ends = [start_offs]
+      for field in fields:  # parts: name length, name, n_dims, dims, type, offset
+        dims, kind, offset = field.parts[3], field.parts[4][0], field.parts[5][0]
+        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(kind))]
+        n_bytes = int(np.prod(dims, dtype=np.int64)) * type_size // block
+        ends.append(start_offs + int(offset) + n_bytes)
+      self.needed = max(ends)
+
+  try:
+    return HeaderReader(str(file)).needed
+  except Exception:  # noqa: BLE001 (a header gguf cannot read: the caller's generic refusal)
+    return None
 
 
 def metadata(reader: Any) -> dict[str, Any]:
