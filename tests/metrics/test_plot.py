@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import pathlib
+import shlex
+import shutil
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 from matplotlib import image
 
 from tunix_ppo_ext._src.metrics import plot
@@ -62,6 +68,83 @@ def test_bad_run_files_are_one_line_naming_the_file_or_key(tmp_path, capsys):
       (run / "config.json").write_text(config)
     assert message in _plot_error(run, capsys), name
     assert not (run / plot.FILENAME).exists()
+
+
+def _run_dir(path: pathlib.Path) -> pathlib.Path:
+  path.mkdir()
+  rows = [{"step": s, "actor/entropy": 1.0 / s, "actor/kl": 0.01 * s} for s in range(1, 31)]
+  (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  return path
+
+
+# the CLI's `main`, twice: into RUN_DIR, then with `--out`; each exit code printed
+TWO_PLOTS = (
+  "import sys; from tunix_ppo_ext._src.run import cli; "
+  "print(cli.main(['plot', sys.argv[1]]), flush=True); "
+  "print(cli.main(['plot', sys.argv[1], '--out', sys.argv[2]]))"
+)
+
+
+def _plot_read_only(run: pathlib.Path, out: pathlib.Path) -> subprocess.CompletedProcess:
+  """`TWO_PLOTS` in a fresh process that cannot write `run`: mode 0o555 where that stops
+  writes (not root), else a read-only bind mount of it in a user namespace (`unshare`)."""
+  command = [sys.executable, "-c", TWO_PLOTS, str(run), str(out)]
+  run.chmod(0o555)
+  try:
+    (run / ".probe").touch()  # root writes through the mode
+  except PermissionError:
+    pass
+  else:
+    (run / ".probe").unlink()
+    run.chmod(0o755)
+    if shutil.which("unshare") is None:
+      pytest.skip("running as root without unshare: no read-only directory to be had")
+    where = shlex.quote(str(run))
+    mount = f'mount --bind {where} {where} && mount -o remount,bind,ro {where} && exec "$@"'
+    command = ["unshare", "-rm", "sh", "-c", mount, "sh", *command]
+  cwd = pathlib.Path(__file__).resolve().parents[2]  # this checkout's package first
+  result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=300)
+  run.chmod(0o755)
+  if result.returncode and "mount" in result.stderr and "Traceback" not in result.stderr:
+    pytest.skip(f"no read-only bind mount here: {result.stderr.strip()}")
+  return result
+
+
+def test_a_read_only_run_directory_is_one_line_naming_the_png_and_out(tmp_path):
+  run, out = _run_dir(tmp_path / "run"), tmp_path / "elsewhere.png"
+  result = _plot_read_only(run, out)
+  assert result.stdout.splitlines() == ["2", str(out), "0"], result
+  (line,) = result.stderr.strip().splitlines()  # one line, no traceback
+  target = repr(str(run / plot.FILENAME))
+  assert line in [
+    f"tunix-ppo-ext: error: cannot write {target} ({reason}); pass --out PATH to write it elsewhere"
+    for reason in ("read-only file system", "permission denied")
+  ], line
+  assert not (run / plot.FILENAME).exists()
+  assert image.imread(out).shape[:2] == (280, 2 * 450)  # entropy and KL, written elsewhere
+
+
+def test_any_write_failure_is_the_same_one_line_and_out_takes_a_directory(tmp_path, capsys):
+  from tunix_ppo_ext._src.run import cli  # noqa: PLC0415
+
+  run = _run_dir(tmp_path / "run")
+  (run / plot.FILENAME).mkdir()  # a directory where the PNG goes
+  (tmp_path / "file").write_text("a regular file")
+  cases = {
+    (): (run / plot.FILENAME, "is a directory"),
+    ("--out", str(tmp_path / "file" / "c.png")): (tmp_path / "file" / "c.png", "not a directory"),
+  }
+  for extra, (target, reason) in cases.items():
+    assert cli.main(["plot", str(run), *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+      f"tunix-ppo-ext: error: cannot write {str(target)!r} ({reason}); pass --out PATH to "
+      "write it elsewhere\n"
+    )
+    assert not captured.out
+  assert cli.main(["plot", str(run), "--out", str(tmp_path)]) == 0  # a directory: DIR/curves.png
+  assert capsys.readouterr().out == f"{tmp_path / plot.FILENAME}\n"
+  assert image.imread(tmp_path / plot.FILENAME).shape[:2] == (280, 2 * 450)
 
 
 def test_the_collapse_signals_have_panels_and_the_echo_trap_a_line_on_each(tmp_path, monkeypatch):

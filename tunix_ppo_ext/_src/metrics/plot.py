@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from typing import Any
 
@@ -28,6 +29,20 @@ PANELS: dict[str, tuple[str, ...]] = {
 FILENAME = "curves.png"
 ECHO_TRAP_KEY = "train/echo_trap"  # a dashed line on every panel where the warning fired
 WARMUP_KEY = "critic/warmup"  # the critic warm-up's steps shaded on every panel
+
+
+class UnwritablePlot(ValueError):
+  """The PNG could not be written (a read-only file system or directory, a path under a
+  file, a full disk): one line naming the path and the reason."""
+
+
+def output_path(run_dir: pathlib.Path, out: str | os.PathLike | None) -> pathlib.Path:
+  """Where `plot_run` writes: `RUN_DIR/curves.png`, else `out` (`out/curves.png` when `out`
+  is a directory)."""
+  if out is None:
+    return run_dir / FILENAME
+  out = pathlib.Path(out)
+  return out / FILENAME if out.is_dir() else out
 
 
 def run_keys(run_dir: pathlib.Path) -> MetricKeys:
@@ -104,15 +119,18 @@ def warmup_span(rows: list[dict[str, Any]], keys: MetricKeys) -> tuple[float, fl
   return (min(warm) - 0.5, max(warm) + 0.5) if warm else None
 
 
-def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
-  """Draws the `PANELS` a run logged from `RUN_DIR/metrics.jsonl` into `RUN_DIR/curves.png`.
+def plot_run(
+  run_dir: str | pathlib.Path, columns: int = 3, out: str | os.PathLike | None = None
+) -> pathlib.Path:
+  """Draws the `PANELS` a run logged from `RUN_DIR/metrics.jsonl` into `RUN_DIR/curves.png`
+  (or `out`: `output_path`).
 
   Panels whose keys the run never logged (no critic, no success rate, dropped keys) are
   left out; all panels share one step axis (the number of updates done); y-limits are
   robust to a few spikes (`robust_limits`), and a panel says how many points lie outside.
   Where the Echo Trap warning fired (`train/echo_trap`), every panel has a dashed line;
   the critic warm-up's steps (`critic/warmup`) are shaded on every panel.
-  Returns the PNG's path.
+  Returns the PNG's path; `UnwritablePlot` when it cannot be written there.
   """
   import matplotlib  # noqa: PLC0415 (only this command needs it)
 
@@ -164,10 +182,15 @@ def plot_run(run_dir: str | pathlib.Path, columns: int = 3) -> pathlib.Path:
       axis.tick_params(labelbottom=True)
   figure.suptitle(str(run_dir.resolve().name))
   figure.tight_layout()
-  out = run_dir / FILENAME
-  figure.savefig(out, dpi=100)
-  plt.close(figure)
-  return out
+  target = output_path(run_dir, out)
+  try:
+    figure.savefig(target, dpi=100)
+  except OSError as err:  # EROFS, EACCES, ENOSPC...: the path and the reason, no traceback
+    reason = os.strerror(err.errno).lower() if err.errno else str(err)
+    raise UnwritablePlot(f"cannot write {str(target)!r} ({reason})") from None
+  finally:
+    plt.close(figure)
+  return target
 
 
 def spread_band(runs: list[list[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

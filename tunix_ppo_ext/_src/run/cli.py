@@ -2,7 +2,7 @@
 
   tunix-ppo-ext train [--config PATH] [--output-dir DIR] [KEY=VALUE ...]
   tunix-ppo-ext plan [--config PATH] [--topology v5e:2x4] [KEY=VALUE ...]
-  tunix-ppo-ext plot RUN_DIR
+  tunix-ppo-ext plot RUN_DIR [--out PATH]
   tunix-ppo-ext sweep --seeds N [--jobs J] [--config PATH] [--output-dir DIR] [KEY=VALUE[,...] ...]
   tunix-ppo-ext export RUN_DIR OUT_DIR
   tunix-ppo-ext plugins
@@ -88,6 +88,11 @@ def _parser() -> argparse.ArgumentParser:
   plan_parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
   plot_parser = commands.add_parser("plot", help="draw a run's main curves into RUN_DIR")
   plot_parser.add_argument("run_dir", metavar="RUN_DIR", help="a train command's output dir")
+  plot_parser.add_argument(
+    "--out",
+    metavar="PATH",
+    help="write the PNG here, not into RUN_DIR (a directory: PATH/curves.png)",
+  )
   export_parser = commands.add_parser(
     "export", help="write a run's trained policy as a Hugging Face checkpoint into OUT_DIR"
   )
@@ -122,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.command == "plugins":
     return _plugins_command()
   if args.command == "plot":
-    return _plot_command(args.run_dir)
+    return _plot_command(args.run_dir, args.out)
   if args.command == "export":
     return _export_command(args.run_dir, args.out_dir, args.debug)
   try:
@@ -217,14 +222,17 @@ def _sweep_command(args: argparse.Namespace, overrides: list[str]) -> int:
   return 0
 
 
-def _plot_command(run_dir: str) -> int:
-  """`tunix-ppo-ext plot RUN_DIR`: writes and prints the path of `RUN_DIR/curves.png`."""
-  from tunix_ppo_ext._src.metrics.plot import plot_run  # noqa: PLC0415 (matplotlib only here)
+def _plot_command(run_dir: str, out: str | None) -> int:
+  """`tunix-ppo-ext plot RUN_DIR [--out PATH]`: writes and prints the path of
+  `RUN_DIR/curves.png` (or of `--out`'s); a path it cannot write is one line (exit 2)
+  that points at `--out`."""
+  from tunix_ppo_ext._src.metrics.plot import UnwritablePlot, plot_run  # noqa: PLC0415 (matplotlib)
 
   try:
-    print(plot_run(run_dir))
+    print(plot_run(run_dir, out=out))
   except ValueError as err:
-    print(f"tunix-ppo-ext: error: {err}", file=sys.stderr)
+    hint = "; pass --out PATH to write it elsewhere" if isinstance(err, UnwritablePlot) else ""
+    print(f"tunix-ppo-ext: error: {err}{hint}", file=sys.stderr)
     return 2
   return 0
 
