@@ -26,6 +26,41 @@ def test_robust_limits_keep_the_bulk_and_clip_spikes_only():
   assert plot.robust_limits([]) is None and plot.robust_limits([2.0, 2.0])[0] < 2.0
 
 
+def test_a_block_of_early_outliers_does_not_set_the_scale_but_a_rising_curve_is_whole():
+  bulk = [0.1 + 0.01 * (i % 7) for i in range(192)]
+  low, high = plot.robust_limits([1000.0] * 8 + bulk)  # 4% of the points, past the 99th
+  assert 0.09 < low < 0.1 and 0.16 < high < 0.17
+  assert plot.robust_limits(list(np.linspace(0.0, 1.0, 200))) == (-0.1, 1.1)
+  noisy = [min(1.0, s / 50) + 0.05 * (s % 3) for s in range(200)]  # learns, then a plateau
+  assert plot.robust_limits(noisy)[0] < 0.0
+  low, high = plot.robust_limits([-100.0] * 30 + bulk, bounds=(-1.0, 1.0))  # 13.5%: bounds
+  assert 0.09 < low < 0.1 and 0.16 < high < 0.17
+  assert plot.robust_limits([-5.0, -4.0], bounds=(-1.0, 1.0)) == (-5.1, -3.9)  # none inside
+
+
+def test_explained_variance_is_scaled_to_its_later_values_and_says_what_it_leaves_off(tmp_path):
+  from matplotlib import pyplot as plt  # noqa: PLC0415
+
+  rows = [{"step": s, "critic/explained_variance": -100.0 + s} for s in range(1, 11)]
+  rows += [{"step": s, "critic/explained_variance": 0.05 * (s % 11)} for s in range(11, 101)]
+  rows += [
+    {"step": s, "critic/vf_loss": 1e3 if s <= 5 else 0.01 * (1 + s % 5)} for s in range(1, 101)
+  ]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  figure = plot.draw_run(tmp_path)
+  panels = {axis.get_title(): axis for axis in figure.axes}
+  explained = panels["explained variance"]
+  assert explained.get_ylim() == pytest.approx((-0.05, 0.55))  # the later values fill it
+  notes = [text.get_text() for text in explained.texts]
+  assert notes == ["off-scale: 10 points below -1 (steps 1-10)"]
+  loss = panels["value loss"]  # no bounds: the first updates' 1e3 dwarf the rest
+  assert loss.get_ylim() == pytest.approx((0.006, 0.054))
+  assert [text.get_text() for text in loss.texts] == [
+    "off-scale: 5 points above the axis (steps 1-5)"
+  ]
+  plt.close(figure)
+
+
 def test_a_run_without_critic_or_success_keys_plots_only_its_panels(tmp_path):
   rows = [
     {"step": s, "train/episode_return/mean": s / 10, "actor/entropy": 1.0 / s, "actor/kl": 0.1}

@@ -29,6 +29,11 @@ PANELS: dict[str, tuple[str, ...]] = {
 FILENAME = "curves.png"
 ECHO_TRAP_KEY = "train/echo_trap"  # a dashed line on every panel where the warning fired
 WARMUP_KEY = "critic/warmup"  # the critic warm-up's steps shaded on every panel
+# panel title -> the range its values can meaningfully take; values outside are drawn
+# off-scale (explained variance is at most 1, and below -1 a critic is worse than the
+# mean by more than the returns' own variance: its first updates can give -100)
+BOUNDS: dict[str, tuple[float, float]] = {"explained variance": (-1.0, 1.0)}
+FENCE = 10.0  # `bulk_range`: points this many 10th-90th percentile bands away are off-scale
 
 
 class UnwritablePlot(ValueError):
@@ -70,25 +75,72 @@ def curves(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]
   return [s for s, _ in points], [v for _, v in points]
 
 
-def robust_limits(values: list[float], tail: float = 1.0) -> tuple[float, float] | None:
-  """y-limits that keep a few spikes from flattening a curve: the `tail`-th and
-  `(100 - tail)`-th percentiles, widened by a tenth of their span (`None` for no values).
+def robust_limits(
+  values: list[float], tail: float = 1.0, bounds: tuple[float, float] | None = None
+) -> tuple[float, float] | None:
+  """y-limits that keep spikes and a block of early outliers from flattening a curve: the
+  range of `bulk_range`, widened by a tenth of its span (`None` for no values).
 
-  With fewer than 20 values, or when nothing lies outside that band, the full range is
-  kept (still padded): a short run shows every point.
+  `bounds`: the range the values can meaningfully take (`BOUNDS`); values outside it are
+  left off-scale, unless no value lies inside. With fewer than 20 values the full range
+  (within `bounds`) is kept, still padded: a short run shows every point.
   """
   data = np.asarray([v for v in values if np.isfinite(v)], np.float64)
+  if bounds is not None:
+    inside = data[(data >= bounds[0]) & (data <= bounds[1])]
+    data = inside if inside.size else data
   if not data.size:
     return None
-  low, high = float(data.min()), float(data.max())
-  if data.size >= 20:
-    low_p, high_p = np.percentile(data, [tail, 100.0 - tail])
-    span_p = float(high_p - low_p)
-    # clip only when the outliers stretch the range well beyond the bulk of the curve
-    if span_p > 0 and (high - low) > 2.0 * span_p:
-      low, high = float(low_p), float(high_p)
+  low, high = bulk_range(data, tail) if data.size >= 20 else (float(data.min()), float(data.max()))
   pad = 0.1 * (high - low) if high > low else max(abs(high) * 0.1, 1e-3)
   return low - pad, high + pad
+
+
+def bulk_range(data: np.ndarray, tail: float = 1.0) -> tuple[float, float]:
+  """The `(low, high)` of the points a person reads a curve by (at least 20 finite values).
+
+  - A few spikes: the `tail`-th to `(100 - tail)`-th percentiles, once the spikes stretch
+    the range to more than twice that band.
+  - A block of outliers, more than `tail` percent of the points (the first updates'
+    explained variance near -100, the rest in [0, 0.5]): the points within `FENCE` times
+    the 10th-to-90th percentile band of it.
+  Nothing outside either: the full range (a curve that rises steadily is kept whole).
+  """
+  low, high = float(data.min()), float(data.max())
+  low_p, high_p = np.percentile(data, [tail, 100.0 - tail])
+  if high_p > low_p and (high - low) > 2.0 * float(high_p - low_p):
+    low, high = float(low_p), float(high_p)
+  low_q, high_q = np.percentile(data, [10.0, 90.0])
+  reach = FENCE * float(high_q - low_q)
+  if reach > 0:
+    kept = data[(data >= low_q - reach) & (data <= high_q + reach)]
+    low, high = max(low, float(kept.min())), min(high, float(kept.max()))
+  return low, high
+
+
+def offscale_note(
+  points: list[tuple[int, float]],
+  limits: tuple[float, float],
+  bounds: tuple[float, float] | None = None,
+) -> str | None:
+  """The panel's note on its points `(step, value)` outside the y-`limits`: per side, how
+  many, past what (the panel's bound when they all pass it, else the axis) and over which
+  steps, e.g. `off-scale: 10 points below -1 (steps 1-10)`; None when there are none."""
+  sides = (
+    ("below", [(s, v) for s, v in points if v < limits[0]], bounds and bounds[0], -1.0),
+    ("above", [(s, v) for s, v in points if v > limits[1]], bounds and bounds[1], 1.0),
+  )
+  parts = []
+  for side, outside, bound, sign in sides:
+    if not outside:
+      continue
+    steps = [s for s, _ in outside]
+    past_bound = bound is not None and all(sign * (v - bound) > 0 for _, v in outside)
+    edge = f"{bound:g}" if past_bound else "the axis"
+    span = f"step {steps[0]}" if min(steps) == max(steps) else f"steps {min(steps)}-{max(steps)}"
+    count = f"{len(outside)} point{'s' if len(outside) > 1 else ''}"
+    parts.append(f"{count} {side} {edge} ({span})")
+  return f"off-scale: {'; '.join(parts)}" if parts else None
 
 
 Panel = tuple[str, list[tuple[str, list[int], list[float]]]]  # title, (key, steps, values)
@@ -119,18 +171,15 @@ def warmup_span(rows: list[dict[str, Any]], keys: MetricKeys) -> tuple[float, fl
   return (min(warm) - 0.5, max(warm) + 0.5) if warm else None
 
 
-def plot_run(
-  run_dir: str | pathlib.Path, columns: int = 3, out: str | os.PathLike | None = None
-) -> pathlib.Path:
-  """Draws the `PANELS` a run logged from `RUN_DIR/metrics.jsonl` into `RUN_DIR/curves.png`
-  (or `out`: `output_path`).
+def draw_run(run_dir: str | pathlib.Path, columns: int = 3) -> Any:
+  """The matplotlib figure of the `PANELS` a run logged in `RUN_DIR/metrics.jsonl`.
 
   Panels whose keys the run never logged (no critic, no success rate, dropped keys) are
   left out; all panels share one step axis (the number of updates done); y-limits are
-  robust to a few spikes (`robust_limits`), and a panel says how many points lie outside.
-  Where the Echo Trap warning fired (`train/echo_trap`), every panel has a dashed line;
-  the critic warm-up's steps (`critic/warmup`) are shaded on every panel.
-  Returns the PNG's path; `UnwritablePlot` when it cannot be written there.
+  robust to spikes and early outliers (`robust_limits`, within a panel's `BOUNDS`), and a
+  panel notes the points it leaves off-scale (`offscale_note`). Where the Echo Trap
+  warning fired (`train/echo_trap`), every panel has a dashed line; the critic warm-up's
+  steps (`critic/warmup`) are shaded on every panel.
   """
   import matplotlib  # noqa: PLC0415 (only this command needs it)
 
@@ -154,26 +203,8 @@ def plot_run(
     rows_needed, columns, figsize=(4.5 * columns, 2.8 * rows_needed), sharex=True, squeeze=False
   )
   flat = list(axes.ravel())
-  for axis, (title, lines) in zip(flat, panels, strict=False):
-    every: list[float] = []
-    for key, steps, values in lines:
-      axis.plot(steps, values, label=key, marker="." if len(steps) < 20 else None)
-      every += values
-    for step in echo_steps:
-      axis.axvline(step, color="tab:red", linestyle="--", linewidth=0.8, label="echo trap")
-    if warmup is not None:
-      axis.axvspan(*warmup, color="tab:gray", alpha=0.15, label="critic warm-up")
-    limits = robust_limits(every)
-    outside = 0
-    if limits is not None:
-      axis.set_ylim(*limits)
-      outside = sum(1 for v in every if np.isfinite(v) and not limits[0] <= v <= limits[1])
-    axis.set_title(title if not outside else f"{title} ({outside} points off-scale)", fontsize=10)
-    axis.grid(alpha=0.3)
-    if len(lines) > 1 or echo_steps or warmup is not None:
-      axis.legend(fontsize="x-small")
-    else:
-      axis.set_ylabel(lines[0][0], fontsize=7)
+  for axis, panel in zip(flat, panels, strict=False):
+    draw_panel(axis, panel, echo_steps, warmup)
   for axis in flat[len(panels) :]:
     axis.remove()  # the last row's unused cells: no empty frames
   for axis in flat[: len(panels)]:
@@ -182,7 +213,49 @@ def plot_run(
       axis.tick_params(labelbottom=True)
   figure.suptitle(str(run_dir.resolve().name))
   figure.tight_layout()
-  target = output_path(run_dir, out)
+  return figure
+
+
+def draw_panel(
+  axis: Any, panel: Panel, echo_steps: list[int], warmup: tuple[float, float] | None
+) -> None:
+  """One panel's lines, Echo Trap lines and warm-up shading, its y-limits and the note on
+  the points they leave off-scale."""
+  title, lines = panel
+  points: list[tuple[int, float]] = []
+  for key, steps, values in lines:
+    axis.plot(steps, values, label=key, marker="." if len(steps) < 20 else None)
+    points += [(s, v) for s, v in zip(steps, values, strict=True) if np.isfinite(v)]
+  for step in echo_steps:
+    axis.axvline(step, color="tab:red", linestyle="--", linewidth=0.8, label="echo trap")
+  if warmup is not None:
+    axis.axvspan(*warmup, color="tab:gray", alpha=0.15, label="critic warm-up")
+  limits = robust_limits([v for _, v in points], bounds=BOUNDS.get(title))
+  note = None
+  if limits is not None:
+    axis.set_ylim(*limits)
+    note = offscale_note(points, limits, BOUNDS.get(title))
+  if note:
+    box = {"facecolor": "white", "alpha": 0.7, "edgecolor": "none"}
+    axis.text(0.01, 0.97, note, transform=axis.transAxes, va="top", fontsize=7, bbox=box)
+  axis.set_title(title, fontsize=10)
+  axis.grid(alpha=0.3)
+  if len(lines) > 1 or echo_steps or warmup is not None:
+    axis.legend(fontsize="x-small")
+  else:
+    axis.set_ylabel(lines[0][0], fontsize=7)
+
+
+def plot_run(
+  run_dir: str | pathlib.Path, columns: int = 3, out: str | os.PathLike | None = None
+) -> pathlib.Path:
+  """Draws the `PANELS` a run logged from `RUN_DIR/metrics.jsonl` (`draw_run`) into
+  `RUN_DIR/curves.png`, or `out` (`output_path`). Returns the PNG's path;
+  `UnwritablePlot` when it cannot be written there."""
+  figure = draw_run(run_dir, columns)  # selects matplotlib's Agg backend first
+  from matplotlib import pyplot as plt  # noqa: PLC0415 (only this command needs it)
+
+  target = output_path(pathlib.Path(run_dir), out)
   try:
     figure.savefig(target, dpi=100)
   except OSError as err:  # EROFS, EACCES, ENOSPC...: the path and the reason, no traceback
