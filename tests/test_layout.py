@@ -6,6 +6,9 @@ import ast
 import importlib
 import subprocess
 import sys
+import tomllib
+
+import pytest
 
 from tests.import_graph import PACKAGE, imports, imports_tunix, module_name
 
@@ -188,6 +191,41 @@ def test_the_math_and_the_package_import_no_tunix():
     loaded = _loaded_after(statement)
     leaked = sorted(m for m in loaded if m.split(".")[0] in ("tunix", "orbax", "flax"))
     assert not leaked, (statement, leaked[:5])
+
+
+def _console_script() -> tuple[str, str]:
+  """(module, function) of the installed `tunix-ppo-ext` script, as pyproject.toml declares it."""
+  scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+  module, function = scripts["tunix-ppo-ext"].split(":")
+  return module, function
+
+
+HEAVY = ("jax", "jaxlib", "tunix", "flax", "orbax", "optax", "numpy")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["sweep", "--help"]])
+def test_the_command_s_help_imports_no_jax_nor_tunix(argv):
+  """`tunix-ppo-ext --help` prints at once: the console script's module, the package and the
+  parser load none of jax, tunix, flax or NumPy (seconds of imports before a line)."""
+  module, function = _console_script()
+  code = (
+    f"import sys\nfrom {module} import {function}\nsys.argv = ['tunix-ppo-ext', *{argv!r}]\n"
+    f"try:\n  {function}()\nexcept SystemExit as done:\n  assert done.code == 0, done.code\n"
+    "print('\\n'.join(sorted(sys.modules)), file=sys.stderr)"
+  )
+  out = subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+  )
+  assert out.stdout.startswith(f"usage: tunix-ppo-ext {argv[0].removeprefix('--help')}".strip())
+  leaked = sorted(m for m in out.stderr.split() if m.split(".")[0] in HEAVY)
+  assert not leaked, leaked[:5]
+
+
+def test_the_package_imports_no_jax():
+  """`import tunix_ppo_ext` (what the console script imports first) loads no JAX: its
+  names that need JAX load on first use."""
+  loaded = _loaded_after("import tunix_ppo_ext")
+  assert not sorted(m for m in loaded if m.split(".")[0] in ("jax", "jaxlib")), "jax"
 
 
 def test_the_math_imports_only_jax_numpy_chex():

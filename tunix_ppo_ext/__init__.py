@@ -13,7 +13,7 @@ The public API is this module and the modules beside it, each re-exporting a cur
 - `tunix_ppo_ext.config`, `.data`, `.metrics`, `.plugins`: configured names, trajectory
   containers, metric readers and the plot, the plugin registry.
 
-`import tunix_ppo_ext` imports no tunix: the names that need it load on first use.
+`import tunix_ppo_ext` imports no JAX nor tunix: the names that need them load on first use.
 Importing registers nothing anywhere; `PpoExtLearner` puts its configured names into
 tunix's `function_registry` when it is built.
 """
@@ -24,13 +24,12 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.math.kl_methods import compute_kl_divergence
-
 __version__ = "0.2.0"
 
-# name -> module that defines it; imported on first access (these import tunix).
+# name -> module that defines it; imported on first access (these import NumPy, JAX, tunix).
 _LAZY = {
+  "TrajectoryBatch": "tunix_ppo_ext._src.data.trajectory",
+  "compute_kl_divergence": "tunix_ppo_ext._src.math.kl_methods",
   "PpoExtConfig": "tunix_ppo_ext._src.tunix.learner.ppo_config",
   "PpoExtLearner": "tunix_ppo_ext._src.tunix.learner.ppo_learner",
   "MultiTurnRollout": "tunix_ppo_ext._src.tunix.rollout.multi_turn",

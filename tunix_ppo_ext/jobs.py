@@ -14,14 +14,36 @@
   `seed_result(run_dir)`: what the table takes from one seed (curves, final success, ...).
 - `export_run(run_dir, out_dir)`: a trained run's policy as a Hugging Face checkpoint.
 
-Every name here loads tunix.
+Every name here but `main` and `console_main` loads tunix, on first use: importing this
+module (what the installed script does) loads neither JAX nor tunix, so `--help` is
+immediate; a job loads them when it runs.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tunix_ppo_ext import _lazy_attributes
 from tunix_ppo_ext._src.run.cli import console_main, main
-from tunix_ppo_ext._src.run.export_cmd import export_run
-from tunix_ppo_ext._src.run.job import build_run, train
-from tunix_ppo_ext._src.run.plan import format_plan, plan
-from tunix_ppo_ext._src.run.sweep import seed_result, sweep
+
+if TYPE_CHECKING:
+  from tunix_ppo_ext._src.run.export_cmd import export_run
+  from tunix_ppo_ext._src.run.job import build_run, train
+  from tunix_ppo_ext._src.run.plan import format_plan, plan
+  from tunix_ppo_ext._src.run.sweep import seed_result, sweep
+
+# name -> module that defines it; imported on first access (these import tunix).
+_LAZY = {
+  "build_run": "tunix_ppo_ext._src.run.job",
+  "export_run": "tunix_ppo_ext._src.run.export_cmd",
+  "format_plan": "tunix_ppo_ext._src.run.plan",
+  "plan": "tunix_ppo_ext._src.run.plan",
+  "seed_result": "tunix_ppo_ext._src.run.sweep",
+  "sweep": "tunix_ppo_ext._src.run.sweep",
+  "train": "tunix_ppo_ext._src.run.job",
+}
+
+__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)
 
 __all__ = [
   "build_run",

@@ -11,7 +11,7 @@ import sys
 
 import jax
 
-from tunix_ppo_ext._src.run import cli, compile_cache
+from tunix_ppo_ext._src.run import cli, compile_cache, job
 
 # In a fresh interpreter (JAX reads its cache settings from the environment once):
 # `use_compile_cache()`, then one compilation; prints what JAX was left with.
@@ -96,7 +96,7 @@ def test_train_turns_the_cache_on_before_it_builds_and_names_the_directory(
     built.append(jax.config.jax_compilation_cache_dir)
     raise KeyboardInterrupt
 
-  monkeypatch.setattr(cli, "train", stop_before_building)
+  monkeypatch.setattr(job, "train", stop_before_building)
   # --debug: no process-wide quieting of absl and sys.unraisablehook in this test worker
   code = cli.main(["train", "--debug", "--output-dir", str(tmp_path / "run"), "wandb=disabled"])
   assert code == cli.EXIT_INTERRUPTED

@@ -3,6 +3,7 @@ clear line."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -23,10 +24,17 @@ pytestmark = pytest.mark.slow  # each test runs a Python program that trains (no
 
 
 def run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess:
+  """`code` as a user's program in `tmp_path`, importing this checkout's package."""
   script = tmp_path / "program.py"
   script.write_text(code)
+  path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
   return subprocess.run(
-    [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    [sys.executable, str(script)],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    cwd=tmp_path,
+    env={**os.environ, "PYTHONPATH": path},
   )
 
 
@@ -38,6 +46,9 @@ def test_readme_program_is_the_example_and_trains(tmp_path):
   assert done.returncode == 0, done.stderr[-3000:]
   assert "trained steps: 3" in done.stdout
   assert "apply_if_finite" not in done.stderr  # the example's optimizers are guarded
+  # tunix's TPU notices, which a CPU user takes for errors (the mesh of CPUs drops them)
+  assert "Skipping non-TPU device" not in done.stderr, done.stderr[-3000:]
+  assert "Resharding model from None" not in done.stderr, done.stderr[-3000:]
 
 
 def test_a_python_list_of_prompts_is_refused_with_the_expected_format(tmp_path):

@@ -8,14 +8,17 @@ CPU devices standing in for TPU cores).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import jax
 import numpy as np
 import pytest
+from absl import logging as absl_logging
 
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, job
@@ -185,3 +188,48 @@ def test_indivisible_parameter_is_named_before_placement():
   one_kv_head = models.make_policy(dataclasses.replace(config, num_kv_heads=1))
   with pytest.raises(ValueError, match=r"'k_proj'.*dimension of 1 sharded on mesh axes \('tp',\)"):
     cluster.check_shardable(one_kv_head, tp2)
+
+
+def _tunix_warnings(mesh: jax.sharding.Mesh) -> None:
+  """tunix's two CPU notices, as tunix logs them (absl), between warnings that must pass."""
+  absl_logging.warning("checkpoint %d is kept", 1)
+  absl_logging.warning(
+    "Skipping non-TPU device: %s. You might be missing jax[tpu] dependency.", "cpu"
+  )
+  absl_logging.warning("Resharding model from %s to %s", None, mesh)
+  absl_logging.warning("Resharding model from %s to %s", mesh, "Mesh('fsdp': 2)")
+  logging.getLogger("absl").warning("Skipping non-TPU devices is not this message")
+
+
+def test_a_cpu_mesh_drops_only_tunix_s_tpu_notices(caplog):
+  """A user on a CPU takes tunix's "Skipping non-TPU device: cpu ... missing jax[tpu]" and
+  "Resharding model from None to Mesh(...)" for errors: a mesh of CPUs drops those two
+  from absl's logger, and every other record still passes."""
+  absl = logging.getLogger("absl")
+  absl.removeFilter(cluster.drop_cpu_notices)  # another test's mesh may have installed it
+  try:
+    with caplog.at_level(logging.WARNING):
+      _tunix_warnings(jax.make_mesh((1,), ("fsdp",)))
+      assert len(caplog.records) == 5  # without the filter every record passes
+      caplog.clear()
+      mesh = cluster.make_mesh()
+      assert cluster.drop_cpu_notices in absl.filters
+      _tunix_warnings(mesh)
+    assert [r.getMessage() for r in caplog.records] == [
+      "checkpoint 1 is kept",
+      f"Resharding model from {mesh} to Mesh('fsdp': 2)",
+      "Skipping non-TPU devices is not this message",
+    ]
+  finally:
+    absl.removeFilter(cluster.drop_cpu_notices)
+
+
+def test_the_notices_pass_where_a_device_is_not_a_cpu():
+  absl = logging.getLogger("absl")
+  absl.removeFilter(cluster.drop_cpu_notices)
+  tpu = types.SimpleNamespace(platform="tpu")
+  assert not cluster.quiet_cpu_notices([*jax.devices(), tpu])
+  assert cluster.drop_cpu_notices not in absl.filters
+  assert cluster.quiet_cpu_notices() and cluster.quiet_cpu_notices()  # CPUs here: on, once
+  assert absl.filters.count(cluster.drop_cpu_notices) == 1
+  absl.removeFilter(cluster.drop_cpu_notices)

@@ -25,20 +25,10 @@ import time
 import traceback
 from collections.abc import Sequence
 
+# Only what parsing needs is imported here (no JAX, tunix or NumPy): `--help` prints at once,
+# and each command imports its own modules when it runs.
 from tunix_ppo_ext._src.checks import ConfigError
-from tunix_ppo_ext._src.metrics import sinks as metrics
-from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError
 from tunix_ppo_ext._src.plugins import registry
-from tunix_ppo_ext._src.run import distributed
-from tunix_ppo_ext._src.run.compile_cache import use_compile_cache
-from tunix_ppo_ext._src.run.job import run_meshes, train
-from tunix_ppo_ext._src.run.run_config import load_resolved
-from tunix_ppo_ext._src.tunix.cluster.disk_space import (
-  OutOfSpaceError,
-  quiet_write_failures,
-  write_failure,
-)
-from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes
 
 EXIT_BAD_INPUT, EXIT_NAN_GUARD, EXIT_INTERRUPTED, EXIT_FAILED = 2, 3, 130, 1
 # After a failed or interrupted run, how long the command waits for the threads still
@@ -130,12 +120,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _plot_command(args.run_dir, args.out)
   if args.command == "export":
     return _export_command(args.run_dir, args.out_dir, args.debug)
+  return _job_command(args, [*args.overrides, *extra])
+
+
+def _job_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  """`train`, `plan` or `sweep`, each failure one line with its exit code (see `main`)."""
+  # JAX and tunix load here, once a job runs: parsing (`--help`) needs neither
+  from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.cluster.disk_space import (  # noqa: PLC0415
+    OutOfSpaceError,
+    write_failure,
+  )
+
   try:
     if args.command == "plan":
-      return _plan_command(args, [*args.overrides, *extra])
+      return _plan_command(args, overrides)
     if args.command == "sweep":
-      return _sweep_command(args, [*args.overrides, *extra])
-    return _train_command(args, [*args.overrides, *extra])
+      return _sweep_command(args, overrides)
+    return _train_command(args, overrides)
   except KeyboardInterrupt:
     if args.debug:
       traceback.print_exc()
@@ -161,7 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _error(message: str, debug: bool = False) -> None:
-  metrics.ProgressBackend.close_all()
+  from tunix_ppo_ext._src.metrics.sinks import ProgressBackend  # noqa: PLC0415 (NumPy)
+
+  ProgressBackend.close_all()
   if debug:
     traceback.print_exc()
   first = message.strip().splitlines()[0] if message.strip() else "failed"
@@ -169,20 +173,29 @@ def _error(message: str, debug: bool = False) -> None:
 
 
 def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  """`tunix-ppo-ext train`: resolves the config, joins the other hosts, trains (`job`)."""
+  # JAX and tunix load here, when a job runs, not when the command is parsed
+  from tunix_ppo_ext._src.metrics import sinks as metrics  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import distributed, job  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.compile_cache import use_compile_cache  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.cluster import cluster_setup, disk_space  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes  # noqa: PLC0415
+
   cache, uncached = use_compile_cache()  # before anything compiles
   if args.output_dir is not None:
     overrides.append(f"output_dir={args.output_dir}")
   resolved = load_resolved(args.config, overrides)  # the one resolution of this command
   run = resolved.run
   if not args.debug:  # a refused write is this command's one error line
-    quiet_write_failures()
+    disk_space.quiet_write_failures()
   distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ), os.environ)
-  meshes = run_meshes(run)  # device counts are known only now (after joining other hosts)
+  meshes = job.run_meshes(run)  # device counts are known only now (after joining other hosts)
   for line in describe_meshes(meshes).splitlines():
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)
   if run.wandb == "online" and not metrics.has_wandb_key():
     print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
-  logging.getLogger("absl").addFilter(_drop_tunix_cpu_notice)
+  cluster_setup.quiet_cpu_notices()  # tunix's TPU notices, on a CPU-only run
   kept = f"; kept in {cache} for the next run" if cache else ""
   kept = f"; not kept: {uncached}" if uncached else kept
   print(
@@ -190,19 +203,15 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
     f"(minutes for a real model on a CPU{kept}) before the bar moves",
     file=sys.stderr,
   )
-  train(resolved, meshes)  # the meshes built once, here
+  job.train(resolved, meshes)  # the meshes built once, here
   return 0
-
-
-def _drop_tunix_cpu_notice(record: logging.LogRecord) -> bool:
-  """Drops tunix's "Skipping non-TPU device: cpu. You might be missing jax[tpu]" (its
-  memory report on every step), which asks nothing of a user training on a CPU."""
-  return not record.getMessage().startswith("Skipping non-TPU device")
 
 
 def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext plan`: compiles the config's step for a TPU topology, prints memory."""
-  from tunix_ppo_ext._src.run import plan  # noqa: PLC0415 (compiler setup only here
+  from tunix_ppo_ext._src.metrics import sinks as metrics  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import plan  # noqa: PLC0415 (compiler setup only here)
+  from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
 
   resolved = load_resolved(args.config, overrides, need_files=False)
   pieces = [p for p in (args.pieces or "").split(",") if p]
@@ -290,6 +299,8 @@ def _join_quietly(thread: threading.Thread, timeout: float) -> None:
   """Waits for `thread` after the run failed. orbax's save futures re-raise their thread's
   error from `join` (another role's save refused by the same full disk, say): a refused
   write is the failure the error line already named; any other is one more line."""
+  from tunix_ppo_ext._src.tunix.cluster.disk_space import write_failure  # noqa: PLC0415
+
   try:
     thread.join(timeout)
   except Exception as err:  # noqa: BLE001 (the thread's own error, whatever it is)

@@ -6,6 +6,7 @@ rollout engine is tunix's "vanilla" sampler, and both trainers use optax Adam.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +28,10 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 
 Role = rl_cluster_lib.Role
+# tunix's absl warnings that every CPU-only run prints and that ask nothing of its user:
+# its memory report's (tunix/sft/utils.py, each learner's start) and RLCluster's note that
+# it moved a model built without a mesh onto its role's mesh (tunix/rl/rl_cluster.py).
+CPU_NOTICES = ("Skipping non-TPU device: cpu. ", "Resharding model from None to Mesh(")
 
 
 def make_mesh(
@@ -39,7 +44,7 @@ def make_mesh(
   It takes the first `prod(shape)` of `devices` (default `jax.devices()`); on all of them,
   `jax.make_mesh` orders devices by the physical topology. Axis types must be Auto:
   `jax.make_mesh` defaults to Explicit, under which tunix's embedding lookup fails with a
-  `ShardingTypeError`.
+  `ShardingTypeError`. A mesh of CPUs also quiets tunix's TPU notices (`quiet_cpu_notices`).
   """
   devices = list(jax.devices() if devices is None else devices)
   size = math.prod(shape)
@@ -47,7 +52,26 @@ def make_mesh(
     raise ConfigError(f"mesh shape {tuple(shape)} needs {size} devices, got {len(devices)}")
   auto = (jax.sharding.AxisType.Auto,) * len(shape)
   chosen = None if size == len(jax.devices()) == len(devices) else devices[:size]
+  quiet_cpu_notices(devices[:size])
   return jax.make_mesh(tuple(shape), tuple(axis_names), axis_types=auto, devices=chosen)
+
+
+def quiet_cpu_notices(devices: Sequence[jax.Device] | None = None) -> bool:
+  """On CPU only (`devices`, default `jax.devices()`, all CPUs), drops tunix's `CPU_NOTICES`
+  from the `absl` logger for the rest of the process (`drop_cpu_notices`); every other
+  record passes. Returns whether the filter is on. Called where a run's meshes are made
+  (`make_mesh`) and by `PpoExtLearner`; installing it twice installs it once."""
+  devices = jax.devices() if devices is None else devices
+  if not devices or any(device.platform != "cpu" for device in devices):
+    return False
+  logging.getLogger("absl").addFilter(drop_cpu_notices)
+  return True
+
+
+def drop_cpu_notices(record: logging.LogRecord) -> bool:
+  """A logging filter: False (drop) for a record whose message begins with one of
+  `CPU_NOTICES`, True for any other."""
+  return not record.getMessage().startswith(CPU_NOTICES)
 
 
 def shard_to_mesh(

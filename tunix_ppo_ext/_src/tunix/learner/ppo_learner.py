@@ -42,7 +42,7 @@ from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import stats as batch_stats
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.tunix import compat
-from tunix_ppo_ext._src.tunix.cluster import disk_space, nan_guard, timing
+from tunix_ppo_ext._src.tunix.cluster import cluster_setup, disk_space, nan_guard, timing
 from tunix_ppo_ext._src.tunix.learner import advantage_step, passes
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
@@ -102,6 +102,7 @@ class PpoExtLearner(compat.LearnerHooks):
     reward_fns = self._checked_reward_fns(reward_fns, trajectory_source)
     tunix_losses.register_configured(ppo_config)  # tunix's constructor looks them up
     compat.install_lora_product()  # LoRA adapters made elsewhere: their products' lean VJP
+    cluster_setup.quiet_cpu_notices()  # tunix's TPU notices, on a CPU-only process
     engine = compat.vanilla_sampler(rl_cluster.rollout)
     if engine is not None:  # `model.remat` and splash are for the trainers' passes
       compat.sample_without_training_options(engine)
