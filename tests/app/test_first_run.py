@@ -1,0 +1,70 @@
+"""A newcomer's first hour (#61): what `tunix-ppo-ext train` says while it compiles, trains
+and ends, and what a rerun does to a finished, a resumed and a damaged run directory.
+
+One smoke run in a subprocess (3 steps, checkpoints at 2 and 3, W&B offline) is shared:
+its stdout and stderr are what a person sees; the tests that change a run work on a copy.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import subprocess_env, train_command
+from tunix_ppo_ext._src.metrics import sinks
+
+STEPS = 3  # orbax keeps steps 2 and 3: an older checkpoint to fall back on
+OVERRIDES = (f"train.steps={STEPS}", "train.checkpoint_every=2", "train.eval_every=2")
+OFFLINE = "wandb=offline"  # a newcomer without a W&B key gets an offline run
+
+
+def _train(out: pathlib.Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+  return subprocess.run(
+    train_command(out, *overrides),
+    env=subprocess_env(out),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory) -> tuple[pathlib.Path, subprocess.CompletedProcess[str]]:
+  out = tmp_path_factory.mktemp("first") / "run"
+  done = _train(out, *OVERRIDES, OFFLINE)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return out, done
+
+
+def _copy(first_run, tmp_path: pathlib.Path) -> pathlib.Path:
+  out = tmp_path / "run"
+  shutil.copytree(first_run[0], out)
+  return out
+
+
+def _renders(stream: str) -> list[str]:
+  """Every line and progress-bar render of `stream` (tqdm redraws after a carriage return)."""
+  return [r for r in re.split(r"[\r\n]", stream) if r.strip()]
+
+
+def _snapshot(out: pathlib.Path) -> dict[str, tuple[int, int]]:
+  return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in [out, *out.rglob("*")]}
+
+
+def test_a_resume_after_a_damaged_checkpoint_leaves_no_bar_or_sink_open(first_run, tmp_path):
+  """The failed restore's sinks had stayed registered: its bar moved beside the new one,
+  its TensorBoard file got every scalar again, and tqdm's `__del__` raised at exit."""
+  out = _copy(first_run, tmp_path)
+  for file in (out / "checkpoints" / "actor" / str(STEPS)).rglob("*"):
+    if file.is_file():  # every file of the actor's newest step cut in half
+      file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+  done = _train(out, *OVERRIDES[1:], f"train.steps={STEPS + 1}", OFFLINE)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert f"checkpoint step {STEPS} cannot be restored" in done.stderr
+  assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+  losses = sinks.read_tensorboard(out / "tensorboard")["actor/loss"]
+  assert [step for step, _ in losses].count(STEPS + 1) == 1  # one sink logged the new step
