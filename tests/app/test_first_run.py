@@ -7,10 +7,12 @@ its stdout and stderr are what a person sees; the tests that change a run work o
 
 from __future__ import annotations
 
+import io
 import pathlib
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -53,6 +55,36 @@ def _renders(stream: str) -> list[str]:
 
 def _snapshot(out: pathlib.Path) -> dict[str, tuple[int, int]]:
   return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in [out, *out.rglob("*")]}
+
+
+def test_the_bar_says_it_compiles_then_counts_updates_without_the_compile_s_eta(first_run):
+  renders = _renders(first_run[1].stderr)
+  compiling = [r for r in renders if r.startswith("compiling:")]
+  assert compiling and all("<?, ?update/s" in r for r in compiling), compiling
+  training = [r for r in renders if r.startswith("training (first step ")]
+  assert training and f"/{STEPS} [00:00<?, ?update/s" in training[0], training[0]
+  assert renders.index(compiling[-1]) < renders.index(training[0])
+
+
+def test_the_bar_s_eta_comes_from_the_steps_after_the_compiling_one():
+  """The real bar, fed as a run feeds it: 2 s before the first step ends, then 0.1 s
+  steps. The ETA of the other 95 updates is the steps' own, ~10 s (timed with the first
+  step, 45 s by the average and 60 s by tqdm's smoothed rate)."""
+  file = io.StringIO()
+  bar = sinks.ProgressBackend(100, {"timing_s/step": "step_s"}, "timing_s/step", file=file)
+  bar.log_scalar("train/episode_return/mean", 0.0, step=1)  # the first rollout's metrics
+  time.sleep(2.0)  # the first updates compile
+  bar.log_scalar("timing_s/step", 2.0, step=1)  # the first step ends
+  for step in range(2, 6):
+    time.sleep(0.1)
+    bar.log_scalar("actor/loss", 0.0, step=step)
+  bar.close()
+  renders = _renders(file.getvalue())
+  assert renders[0].startswith("compiling:") and "<?" in renders[0]
+  last = renders[-1]
+  assert re.match(r"training \(first step 2 s\): +5%.* 5/100 \[", last), last
+  minutes, seconds = re.search(r"<(\d+):(\d+),", last).groups()
+  assert 60 * int(minutes) + int(seconds) < 30, last
 
 
 def test_a_resume_after_a_damaged_checkpoint_leaves_no_bar_or_sink_open(first_run, tmp_path):

@@ -182,7 +182,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   kept = f"; not kept: {uncached}" if uncached else kept
   print(
     "tunix-ppo-ext: building the models; the first step compiles the rollout and the updates "
-    f"(minutes for a real model on a CPU{kept}) before the bar moves",
+    f"(minutes for a real model on a CPU{kept}) while the bar says compiling",
     file=sys.stderr,
   )
   train(resolved, meshes)  # the meshes built once, here

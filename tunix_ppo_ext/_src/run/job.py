@@ -57,11 +57,12 @@ from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
 from tunix_ppo_ext._src.tunix.rollout.sources import ObservationsInLoss
 
 RETURN_KEY = metric_keys.SUMMARY_KEY
+STEP_TIME_KEY = "timing_s/step"  # logged as each step ends
 SHOWN_METRICS = {  # published key -> progress-bar label
   RETURN_KEY: "return",
   "actor/entropy": "entropy",
   "actor/kl": "kl",
-  "timing_s/step": "step_s",
+  STEP_TIME_KEY: "step_s",
 }
 
 
@@ -117,9 +118,10 @@ def _metric_backends(
   watch against `max_return`, W&B unless disabled, which lands in `wandb_sinks` when built,
   and the configured plugin sinks)."""
   shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
+  step_done = keys.final(STEP_TIME_KEY)  # the bar compiles until the first one
   backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
     lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
-    lambda: metrics.ProgressBackend(run.train.steps, shown),
+    lambda: metrics.ProgressBackend(run.train.steps, shown, step_done),
     lambda: collapse.EchoTrapWatch(keys, run.metrics.echo_trap, max_return),
   ]
   if run.wandb != "disabled":
