@@ -8,6 +8,7 @@ its stdout and stderr are what a person sees; the tests that change a run work o
 from __future__ import annotations
 
 import io
+import json
 import pathlib
 import re
 import shutil
@@ -16,8 +17,9 @@ import time
 
 import pytest
 
-from tests.conftest import subprocess_env, train_command
+from tests.conftest import smoke_args, subprocess_env, train_command
 from tunix_ppo_ext._src.metrics import sinks
+from tunix_ppo_ext._src.run import cli
 
 STEPS = 3  # orbax keeps steps 2 and 3: an older checkpoint to fall back on
 OVERRIDES = (f"train.steps={STEPS}", "train.checkpoint_every=2", "train.eval_every=2")
@@ -57,6 +59,22 @@ def _snapshot(out: pathlib.Path) -> dict[str, tuple[int, int]]:
   return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in [out, *out.rglob("*")]}
 
 
+def test_the_end_of_a_run_is_a_few_lines_with_its_figures_and_the_next_command(first_run):
+  out, done = first_run
+  summary = json.loads((out / "summary.json").read_text())
+  lines = done.stdout.splitlines()
+  done_in = f"{STEPS} updates ({STEPS} batches) in {summary['wall_s']} s"
+  assert lines[0] == f"tunix-ppo-ext: {out}: {done_in}"
+  final, best = summary["final_return"], summary["best_return"]
+  assert lines[1].startswith(f"  episode return {final:.3f} at the end (mean of the last batch)")
+  assert lines[1].endswith(f"best {best:.3f}, of 1.25 possible")
+  assert lines[2].startswith("  success rate ") and ", best " in lines[2]
+  assert lines[3].startswith("  last evaluation, after 2 updates: episode return ")
+  assert lines[-1] == f"  next: tunix-ppo-ext plot {out}"
+  assert len(lines) == 5 and not any("{" in line for line in lines)  # no JSON of byte counts
+  assert summary["updates"] == STEPS and summary["memory"]["model_bytes"] > 0  # kept there
+
+
 def test_the_bar_says_it_compiles_then_counts_updates_without_the_compile_s_eta(first_run):
   renders = _renders(first_run[1].stderr)
   compiling = [r for r in renders if r.startswith("compiling:")]
@@ -85,6 +103,17 @@ def test_the_bar_s_eta_comes_from_the_steps_after_the_compiling_one():
   assert re.match(r"training \(first step 2 s\): +5%.* 5/100 \[", last), last
   minutes, seconds = re.search(r"<(\d+):(\d+),", last).groups()
   assert 60 * int(minutes) + int(seconds) < 30, last
+
+
+def test_a_resumed_run_s_summary_keeps_every_part_s_wall_time_and_its_resumes(first_run, tmp_path):
+  out = _copy(first_run, tmp_path)
+  first = json.loads((out / "summary.json").read_text())
+  assert cli.main(smoke_args(out, *OVERRIDES[1:], f"train.steps={STEPS + 1}")) == 0
+  summary = json.loads((out / "summary.json").read_text())
+  assert summary["resumes"] == [STEPS] and summary["updates"] == STEPS + 1
+  (before, after) = summary["parts"]
+  assert before == {"from_step": 0, "wall_s": first["wall_s"]} and after["from_step"] == STEPS
+  assert summary["wall_s"] == pytest.approx(first["wall_s"] + after["wall_s"], abs=0.11)
 
 
 def test_a_resume_after_a_damaged_checkpoint_leaves_no_bar_or_sink_open(first_run, tmp_path):

@@ -11,6 +11,9 @@
   it): the differences are listed in one error. Others (steps, learning rates, logging,
   `COMPUTE_ONLY`, ...) may: they are applied and appended to `config_history.jsonl`. A
   checkpoint beyond `train.steps` is an error too.
+- `earlier_parts` / `write_parts`: `parts.json` records each `train` command that trained
+  into the directory (the step it started from, its wall time), so a resumed run's summary
+  counts the whole run's time.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ COMPUTE_ONLY = (
 ACCUMULATION = ("batch.train_micro_batch_size", "batch.gradient_accumulation_steps")
 LOCK = ".lock"
 HISTORY = "config_history.jsonl"
+SUMMARY = "summary.json"
+PARTS = "parts.json"  # one entry per `train` command that trained into the directory
 
 
 def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -122,6 +127,40 @@ def check_rerun(out: pathlib.Path, config: dict[str, Any], checkpoint_step: int 
       with (out / HISTORY).open("a") as history:
         history.write(json.dumps(record) + "\n")
   write_atomically(saved_file, json.dumps(config, indent=2))
+
+
+def earlier_parts(out: pathlib.Path, resuming: bool) -> list[dict[str, Any]]:
+  """The parts of the run in `out` that earlier `train` commands trained (`parts.json`),
+  each `{"from_step", "started", "wall_s"}`; [] unless `resuming` (a run that starts from
+  scratch starts a new record).
+
+  A part killed before it recorded its wall time (SIGKILL) counts until `metrics.jsonl`
+  was last written: call this before that file is truncated. A run from before
+  `parts.json` counts as one part, its summary's `wall_s`.
+  """
+  if not resuming:
+    return []
+  try:
+    parts = json.loads((out / PARTS).read_text())
+  except (OSError, ValueError):
+    parts = _summary_part(out)
+  last_write = (out / "metrics.jsonl").stat().st_mtime if (out / "metrics.jsonl").is_file() else 0
+  for part in parts:
+    if part.get("wall_s") is None:  # killed: until its last metric
+      part["wall_s"] = round(max(0.0, last_write - part.get("started", last_write)), 1)
+  return parts
+
+
+def _summary_part(out: pathlib.Path) -> list[dict[str, Any]]:
+  try:
+    return [{"from_step": 0, "wall_s": float(json.loads((out / SUMMARY).read_text())["wall_s"])}]
+  except (OSError, ValueError, KeyError, TypeError):
+    return []
+
+
+def write_parts(out: pathlib.Path, parts: list[dict[str, Any]]) -> None:
+  """Writes `parts.json` (`earlier_parts`' record, the running part last)."""
+  write_atomically(out / PARTS, json.dumps(parts, indent=2))
 
 
 def _alive(pid: int) -> bool:
