@@ -105,6 +105,20 @@ def test_the_bar_s_eta_comes_from_the_steps_after_the_compiling_one():
   assert 60 * int(minutes) + int(seconds) < 30, last
 
 
+def test_a_rerun_of_a_finished_run_says_so_in_one_line_and_changes_nothing(first_run):
+  out = first_run[0]
+  before, summary = _snapshot(out), (out / "summary.json").read_bytes()
+  done = _train(out, *OVERRIDES, OFFLINE)
+  assert done.returncode == 0, done.stderr[-3000:]
+  (line,) = (done.stdout + done.stderr).splitlines()
+  assert line.startswith(f"tunix-ppo-ext: {out} is already complete ({STEPS} updates in ")
+  assert f"train.steps={2 * STEPS}" in line and "--output-dir" in line
+  assert (out / "summary.json").read_bytes() == summary
+  assert len(list((out / "wandb").glob("offline-run-*"))) == 1
+  assert len(list((out / "tensorboard").iterdir())) == 1
+  assert _snapshot(out) == before  # no checkpoint, lock, history or config written either
+
+
 def test_a_resumed_run_s_summary_keeps_every_part_s_wall_time_and_its_resumes(first_run, tmp_path):
   out = _copy(first_run, tmp_path)
   first = json.loads((out / "summary.json").read_text())

@@ -31,7 +31,7 @@ from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import distributed
 from tunix_ppo_ext._src.run.compile_cache import use_compile_cache
-from tunix_ppo_ext._src.run.job import run_meshes, train
+from tunix_ppo_ext._src.run.job import finished_run, run_meshes, train
 from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix.cluster.disk_space import (
   OutOfSpaceError,
@@ -172,6 +172,8 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   if not args.debug:  # a refused write is this command's one error line
     quiet_write_failures()
   distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ), os.environ)
+  if finished_run(resolved) is not None:  # already complete: its one line, nothing opened
+    return 0
   meshes = run_meshes(run)  # device counts are known only now (after joining other hosts)
   for line in describe_meshes(meshes).splitlines():
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)

@@ -3,7 +3,7 @@
 `build_run` builds the learner (tunix's cluster, the models, the multi-turn rollout) and
 the batches; `train` runs it, resuming from the output directory's checkpoints, writes
 `summary.json` (`summarize`, over every part of a resumed run) and prints the run's end
-(`report.end_lines`).
+(`report.end_lines`); `finished_run` says when there is nothing left to train.
 """
 
 from __future__ import annotations
@@ -379,9 +379,10 @@ def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict
 
   With checkpoints in the output directory it resumes from the latest step that both actor
   and critic saved (after `run_dir.check_rerun` accepted the requested config), and
-  `metrics.jsonl` drops the rows an interrupted run wrote after it. One run at a time per
-  directory (`run_dir.RunLock`). Other processes of a multi-host run write no files and
-  return `{}`.
+  `metrics.jsonl` drops the rows an interrupted run wrote after it. A run that is already
+  complete (`run_dir.finished_summary`) is left as it is: one line says so and its summary
+  is returned. One run at a time per directory (`run_dir.RunLock`). Other processes of a
+  multi-host run write no files and return `{}`.
   """
   resolved = as_resolved(resolved)
   out = pathlib.Path(resolved.run.output_dir).resolve()  # orbax wants absolute paths
@@ -389,7 +390,34 @@ def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict
   primary = distributed.is_primary(jax.process_index())
   lock = run_dir.RunLock(out) if primary else contextlib.nullcontext()
   with lock:
-    return _train_in(out, resolved, primary, meshes)
+    finished = _finished(out, resolved) if primary else None
+    return finished if finished is not None else _train_in(out, resolved, primary, meshes)
+
+
+def finished_run(resolved: ResolvedRun) -> dict[str, Any] | None:
+  """The summary of the run in `output_dir` when it is already complete (after printing the
+  line that says so), else None. Reads only, not even taking the directory's lock (a run
+  holding it is refused as `train` refuses it): the command asks before it opens anything."""
+  out = pathlib.Path(resolved.run.output_dir).resolve()
+  if not (out / run_dir.SUMMARY).is_file():
+    return None
+  run_dir.RunLock(out).check_free()
+  return _finished(out, resolved)
+
+
+def _finished(out: pathlib.Path, resolved: ResolvedRun) -> dict[str, Any] | None:
+  """`finished_run`'s check (`train` makes it holding the directory's lock). A multi-host
+  run is never taken for finished (the processes would have to agree): it resumes at its
+  last step and trains none."""
+  if jax.process_count() > 1:
+    return None
+  run = resolved.run
+  saved = resume.common_step(out / "checkpoints", resolved.checkpoint_roles)
+  run_dir.rerun_changes(out, dataclasses.asdict(run), saved)  # a refused change says so
+  summary = run_dir.finished_summary(out, saved, run.train.steps)
+  if summary is not None:
+    print(report.finished_line(run.output_dir, summary, run.train.steps))
+  return summary
 
 
 def _build_restoring(resolved: ResolvedRun, out: pathlib.Path, primary: bool, meshes: dict):

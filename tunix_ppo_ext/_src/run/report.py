@@ -1,10 +1,12 @@
-"""What `train` tells a person when a run ends.
+"""What `train` tells a person when a run ends, or when there is nothing left to train.
 
 `end_lines`: after the progress bar closes, a few lines on stdout: the output directory,
 the updates (and batches) done and the wall time of every part of the run, the episode
 return and success rate at the end and at best (against the best possible return), the
 last evaluation's figures, and the next command (`tunix-ppo-ext plot DIR`). The figures
 are `summary.json`'s and `metrics.jsonl`'s; `summary.json` is the machine-readable record.
+
+`finished_line`: the one line of a rerun into a run that is already complete.
 """
 
 from __future__ import annotations
@@ -17,6 +19,16 @@ from tunix_ppo_ext._src.metrics.keys import MetricKeys
 
 SUCCESS_KEY = "train/success_rate"
 EVAL_KEYS = {"episode return": "eval/episode_return/mean", "success rate": "eval/success_rate"}
+
+
+def finished_line(output_dir: str, summary: dict[str, Any], steps: int) -> str:
+  """The rerun's one line: the run is complete, and how to train further."""
+  done = f"{summary.get('updates', steps)} updates in {summary.get('wall_s', 0.0)} s"
+  return (
+    f"tunix-ppo-ext: {output_dir} is already complete ({done}; summary.json); nothing was "
+    f"changed. To train further, rerun with more steps (e.g. train.steps={2 * steps}), or "
+    "train a new run with --output-dir DIR"
+  )
 
 
 def end_lines(
