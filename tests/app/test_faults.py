@@ -66,6 +66,11 @@ def test_kill_right_after_a_checkpoint_that_coincides_with_an_evaluation(tmp_pat
   for section in SECTIONS:  # on disk before the checkpoint: nothing to lose
     assert any(k.startswith(section) for k in rows.get(EVERY, {})), section
   rerun_and_check(out)
+  # the killed part's wall time counts (until its last metric), beside the rerun's
+  summary = json.loads((out / "summary.json").read_text())
+  killed, rerun = summary["parts"]
+  assert killed["from_step"] == 0 and killed["wall_s"] > 0 and summary["resumes"] == [EVERY]
+  assert summary["wall_s"] == pytest.approx(killed["wall_s"] + rerun["wall_s"], abs=0.11)
 
 
 def test_kill_after_the_final_checkpoint(tmp_path):

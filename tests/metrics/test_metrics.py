@@ -342,7 +342,10 @@ def test_jsonl_holds_the_taxonomy_at_every_step(smoke_run):
   out, run = smoke_run
   _check_taxonomy(_series_of_rows(read_jsonl(out / "metrics.jsonl")), run.train.steps, "jsonl")
   summary = json.loads((out / "summary.json").read_text())
-  assert set(summary) == {"first_return", "final_return", "max_return", "steps", "wall_s", "memory"}
+  returns = ("first_return", "final_return", "best_return", "max_return")
+  counts = ("steps", "updates", "wall_s", "parts", "resumes", "memory")
+  assert set(summary) == {*returns, *counts}
+  assert summary["updates"] == run.train.steps and summary["resumes"] == []
   assert summary["steps"] == run.train.steps
   memory = summary["memory"]  # full fine-tuning: all trained, the reference a separate copy
   assert memory["actor"]["params"]["trainable"] == memory["actor"]["params"]["total"]

@@ -66,25 +66,64 @@ def jsonl_sink(output_dir: pathlib.Path, config: dict[str, Any]) -> JsonlBackend
 
 
 class ProgressBackend:
-  """A tqdm bar over training steps showing the chosen metrics' latest values."""
+  """A tqdm bar over the run's optimizer updates (`train.steps`, unit `update`) showing the
+  chosen metrics' latest values.
+
+  Until the first step ends the bar says `compiling` and gives no rate or ETA: that step
+  compiles the rollout and the updates (minutes for a real model), and timed with the
+  others it made the first ETA hours long. The first step ends when `step_done` (the
+  published `timing_s/step`, logged after each step) arrives, or, with it dropped, when a
+  later step's metrics do. From then on the bar says `training (first step N s)` and its
+  elapsed time, rates and ETA are those of the steps after the first.
+  `file`: where the bar goes (default stderr).
+  """
 
   _open: weakref.WeakSet[ProgressBackend] = weakref.WeakSet()
+  COMPILING, TRAINING = "compiling", "training"
 
-  def __init__(self, total: int, shown: dict[str, str]):
-    self._bar = tqdm.tqdm(total=total, unit="step", dynamic_ncols=True)
+  def __init__(
+    self, total: int, shown: dict[str, str], step_done: str | None = None, file: Any = None
+  ):
+    self._bar = tqdm.tqdm(
+      total=total, unit="update", desc=self.COMPILING, dynamic_ncols=True, file=file
+    )
     ProgressBackend._open.add(self)
     self._shown = shown  # event name -> short label
     self._values: dict[str, float] = {}
-    self._step = 0
+    self._step_done = step_done
+    self._compiling = True
+    self._first: int | None = None  # the first step seen while compiling
 
   def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
     if event in self._shown:
       self._values[self._shown[event]] = _scalar(value)
       self._bar.set_postfix({k: f"{v:.3f}" for k, v in self._values.items()}, refresh=False)
     step = int(kwargs.get("step", 0))
-    if step > self._step:
-      self._bar.update(step - self._step)
-      self._step = step
+    if self._compiling:
+      self._while_compiling(event, step)
+    elif step > self._bar.n:
+      self._bar.update(step - self._bar.n)
+
+  def _while_compiling(self, event: str, step: int) -> None:
+    """Moves the count untimed (`initial` follows it: no rate); ends the compiling at the
+    first step's end."""
+    bar = self._bar
+    if self._first is None and step > 0:
+      self._first = step
+    if self._step_done is not None:
+      ended = event == self._step_done
+    else:
+      ended = self._first is not None and step > self._first
+    if step > bar.n:
+      bar.n = bar.initial = step
+      bar.refresh()
+    if ended:  # timed from here: rates, ETA and the final average are the steps' own
+      now = time.time()
+      first = now - bar.start_t
+      bar.start_t = bar.last_print_t = now
+      bar.last_print_n = bar.n
+      bar.set_description_str(f"{self.TRAINING} (first step {first:.0f} s)")
+      self._compiling = False
 
   def close(self) -> None:
     self._bar.close()

@@ -190,6 +190,8 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   if not args.debug:  # a refused write is this command's one error line
     disk_space.quiet_write_failures()
   distributed.initialize(distributed.multi_host_reason(args.multi_host, os.environ), os.environ)
+  if job.finished_run(resolved) is not None:  # already complete: its one line, nothing opened
+    return 0
   meshes = job.run_meshes(run)  # device counts are known only now (after joining other hosts)
   for line in describe_meshes(meshes).splitlines():
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)
@@ -200,7 +202,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   kept = f"; not kept: {uncached}" if uncached else kept
   print(
     "tunix-ppo-ext: building the models; the first step compiles the rollout and the updates "
-    f"(minutes for a real model on a CPU{kept}) before the bar moves",
+    f"(minutes for a real model on a CPU{kept}) while the bar says compiling",
     file=sys.stderr,
   )
   job.train(resolved, meshes)  # the meshes built once, here

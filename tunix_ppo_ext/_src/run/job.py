@@ -1,8 +1,9 @@
 """The main job: a validated run config to a trained run directory.
 
 `build_run` builds the learner (tunix's cluster, the models, the multi-turn rollout) and
-the batches; `train` runs it, resuming from the output directory's checkpoints, and writes
-`summary.json` (`summarize`).
+the batches; `train` runs it, resuming from the output directory's checkpoints, writes
+`summary.json` (`summarize`, over every part of a resumed run) and prints the run's end
+(`report.end_lines`); `finished_run` says when there is nothing left to train.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tunix_ppo_ext._src.metrics import samples as sample_log
 from tunix_ppo_ext._src.metrics import sinks as metrics
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.plugins import registry as plugin_registry
-from tunix_ppo_ext._src.run import distributed, recipe, resume, run_dir
+from tunix_ppo_ext._src.run import distributed, recipe, report, resume, run_dir
 from tunix_ppo_ext._src.run.dapo_section import dapo_source
 from tunix_ppo_ext._src.run.run_config import (
   ResolvedRun,
@@ -57,11 +58,12 @@ from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
 from tunix_ppo_ext._src.tunix.rollout.sources import ObservationsInLoss
 
 RETURN_KEY = metric_keys.SUMMARY_KEY
+STEP_TIME_KEY = "timing_s/step"  # logged as each step ends
 SHOWN_METRICS = {  # published key -> progress-bar label
   RETURN_KEY: "return",
   "actor/entropy": "entropy",
   "actor/kl": "kl",
-  "timing_s/step": "step_s",
+  STEP_TIME_KEY: "step_s",
 }
 
 
@@ -117,9 +119,10 @@ def _metric_backends(
   watch against `max_return`, W&B unless disabled, which lands in `wandb_sinks` when built,
   and the configured plugin sinks)."""
   shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
+  step_done = keys.final(STEP_TIME_KEY)  # the bar compiles until the first one
   backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
     lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
-    lambda: metrics.ProgressBackend(run.train.steps, shown),
+    lambda: metrics.ProgressBackend(run.train.steps, shown, step_done),
     lambda: collapse.EchoTrapWatch(keys, run.metrics.echo_trap, max_return),
   ]
   if run.wandb != "disabled":
@@ -349,7 +352,8 @@ def _stored_policy(run: RunConfig, tokenizer, mesh=None):
 def summarize(
   metrics_path: pathlib.Path, max_return: float, wall_s: float, return_key: str = RETURN_KEY
 ) -> dict[str, Any]:
-  """`first_return`, `final_return` (mean of the last tenth of steps), `max_return`, ...
+  """`first_return`, `final_return` (mean of the last tenth of steps), `best_return` (the
+  best step's), `max_return` (the best possible), `steps` (batches) and `wall_s`.
 
   `return_key`: where `metrics.jsonl` holds the mean episode return (after renames).
   """
@@ -360,6 +364,7 @@ def summarize(
   return {
     "first_return": float(returns[0]),
     "final_return": float(np.mean(returns[-tail:])),
+    "best_return": float(max(returns)),
     "max_return": float(max_return),
     "steps": len(returns),
     "wall_s": round(wall_s, 1),
@@ -374,9 +379,10 @@ def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict
 
   With checkpoints in the output directory it resumes from the latest step that both actor
   and critic saved (after `run_dir.check_rerun` accepted the requested config), and
-  `metrics.jsonl` drops the rows an interrupted run wrote after it. One run at a time per
-  directory (`run_dir.RunLock`). Other processes of a multi-host run write no files and
-  return `{}`.
+  `metrics.jsonl` drops the rows an interrupted run wrote after it. A run that is already
+  complete (`run_dir.finished_summary`) is left as it is: one line says so and its summary
+  is returned. One run at a time per directory (`run_dir.RunLock`). Other processes of a
+  multi-host run write no files and return `{}`.
   """
   resolved = as_resolved(resolved)
   out = pathlib.Path(resolved.run.output_dir).resolve()  # orbax wants absolute paths
@@ -384,7 +390,34 @@ def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict
   primary = distributed.is_primary(jax.process_index())
   lock = run_dir.RunLock(out) if primary else contextlib.nullcontext()
   with lock:
-    return _train_in(out, resolved, primary, meshes)
+    finished = _finished(out, resolved) if primary else None
+    return finished if finished is not None else _train_in(out, resolved, primary, meshes)
+
+
+def finished_run(resolved: ResolvedRun) -> dict[str, Any] | None:
+  """The summary of the run in `output_dir` when it is already complete (after printing the
+  line that says so), else None. Reads only, not even taking the directory's lock (a run
+  holding it is refused as `train` refuses it): the command asks before it opens anything."""
+  out = pathlib.Path(resolved.run.output_dir).resolve()
+  if not (out / run_dir.SUMMARY).is_file():
+    return None
+  run_dir.RunLock(out).check_free()
+  return _finished(out, resolved)
+
+
+def _finished(out: pathlib.Path, resolved: ResolvedRun) -> dict[str, Any] | None:
+  """`finished_run`'s check (`train` makes it holding the directory's lock). A multi-host
+  run is never taken for finished (the processes would have to agree): it resumes at its
+  last step and trains none."""
+  if jax.process_count() > 1:
+    return None
+  run = resolved.run
+  saved = resume.common_step(out / "checkpoints", resolved.checkpoint_roles)
+  run_dir.rerun_changes(out, dataclasses.asdict(run), saved)  # a refused change says so
+  summary = run_dir.finished_summary(out, saved, run.train.steps)
+  if summary is not None:
+    print(report.finished_line(run.output_dir, summary, run.train.steps))
+  return summary
 
 
 def _build_restoring(resolved: ResolvedRun, out: pathlib.Path, primary: bool, meshes: dict):
@@ -423,35 +456,72 @@ def raised_in_orbax(err: BaseException) -> bool:
 def _train_in(
   out: pathlib.Path, resolved: ResolvedRun, primary: bool, meshes: dict | None
 ) -> dict[str, Any]:
-  run = resolved.run
-  meshes = run_meshes(run) if meshes is None else meshes
-  if primary:
-    saved = resume.align_role_checkpoints(out / "checkpoints", resolved.checkpoint_roles)
-    run_dir.check_rerun(out, dataclasses.asdict(run), saved)
-    if saved and not (out / "metrics.jsonl").is_file():
-      print(
-        f"tunix-ppo-ext: warning: {out / 'metrics.jsonl'} is missing: resuming at step "
-        f"{saved}, the steps before it have no metrics",
-        file=sys.stderr,
-      )
-    # before the sink opens the file: rows an interrupted run logged after `saved` go
-    metrics.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
-    metrics.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
+  meshes = run_meshes(resolved.run) if meshes is None else meshes
+  parts = _prepare(out, resolved) if primary else []
   distributed.barrier("tunix-ppo-ext:checkpoints-aligned")
-  start = time.perf_counter()
+  start, started = time.perf_counter(), time.time()
   learner, train_batches, eval_batches, max_return = _build_restoring(
     resolved, out, primary, meshes
   )
   restored = learner.rl_cluster.actor_trainer.train_steps  # tunix restored it while building
   if restored:
     print(f"tunix-ppo-ext: resuming from step {restored} ({out / 'checkpoints'})", file=sys.stderr)
-  learner.train(train_batches, eval_ds=eval_batches)
+  part = {"from_step": int(restored), "started": started, "wall_s": None}
+  if primary:
+    run_dir.write_parts(out, [*parts, part])
+  try:
+    learner.train(train_batches, eval_ds=eval_batches)
+  finally:  # a failed or interrupted part counts too (a killed one: `earlier_parts`)
+    part["wall_s"] = round(time.perf_counter() - start, 1)
+    if primary:
+      with contextlib.suppress(OSError):  # a full disk: the error that stopped it is the one
+        run_dir.write_parts(out, [*parts, part])
   if not primary:
     return {}
+  return _summarize_run(out, resolved, learner, max_return, [*parts, part])
+
+
+def _prepare(out: pathlib.Path, resolved: ResolvedRun) -> list[dict[str, Any]]:
+  """Before anything opens the run's files: the checkpoints aligned, the rerun's config
+  checked and saved, `metrics.jsonl` and the samples cut back to the checkpoint; returns
+  the run's earlier parts (`run_dir.earlier_parts`)."""
+  saved = resume.align_role_checkpoints(out / "checkpoints", resolved.checkpoint_roles)
+  run_dir.check_rerun(out, dataclasses.asdict(resolved.run), saved)
+  if saved and not (out / "metrics.jsonl").is_file():
+    print(
+      f"tunix-ppo-ext: warning: {out / 'metrics.jsonl'} is missing: resuming at step "
+      f"{saved}, the steps before it have no metrics",
+      file=sys.stderr,
+    )
+  parts = run_dir.earlier_parts(out, resuming=saved is not None)  # before the truncation
+  # before the sink opens the file: rows an interrupted run logged after `saved` go
+  metrics.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
+  metrics.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
+  return parts
+
+
+def _summarize_run(
+  out: pathlib.Path,
+  resolved: ResolvedRun,
+  learner: PpoExtLearner,
+  max_return: float,
+  parts: list[dict[str, Any]],
+) -> dict[str, Any]:
+  """Writes `summary.json`: `summarize`'s figures over every part of the run (`wall_s` their
+  sum; `parts` each one's first step and wall time; `resumes` the steps it resumed at), the
+  optimizer `updates` done and the memory report; then prints `report.end_lines`."""
+  run = resolved.run
   metrics.compact_jsonl(out / "metrics.jsonl")  # one line per step, also after a resume
-  return_key = run.metrics.keys().final(RETURN_KEY)  # never dropped: the config check says so
-  summary = summarize(out / "metrics.jsonl", max_return, time.perf_counter() - start, return_key)
+  keys = run.metrics.keys()
+  return_key = keys.final(RETURN_KEY)  # never dropped: the config check says so
+  wall_s = sum(part["wall_s"] for part in parts)
+  summary = summarize(out / "metrics.jsonl", max_return, wall_s, return_key)
+  summary["updates"] = int(learner.rl_cluster.actor_trainer.train_steps)
+  summary["parts"] = [{"from_step": p["from_step"], "wall_s": p["wall_s"]} for p in parts]
+  summary["resumes"] = [part["from_step"] for part in parts[1:]]
   summary["memory"] = lora.memory_report(learner.rl_cluster)
-  metrics.write_atomically(out / "summary.json", json.dumps(summary, indent=2))
-  print(json.dumps(summary))
+  metrics.write_atomically(out / run_dir.SUMMARY, json.dumps(summary, indent=2))
+  metrics.ProgressBackend.close_all()  # the bar's last line before the report
+  rows = read_jsonl(out / "metrics.jsonl")
+  print("\n".join(report.end_lines(run.output_dir, summary, rows, keys)), flush=True)
   return summary

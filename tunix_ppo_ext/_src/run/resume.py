@@ -37,6 +37,14 @@ def align_role_checkpoints(
   return max(common) if common else None
 
 
+def common_step(checkpoint_dir: str | pathlib.Path, roles: Sequence[str] = ROLES) -> int | None:
+  """The latest step every role in `roles` has, or None; moves nothing (what
+  `align_role_checkpoints` would return)."""
+  root = pathlib.Path(checkpoint_dir)
+  common = set.intersection(*(finalized_steps(root / role) for role in roles)) if roles else set()
+  return max(common) if common else None
+
+
 def set_aside(checkpoint_dir: str | pathlib.Path, step: int, roles: Sequence[str] = ROLES) -> None:
   """Moves every role's `step` to `<checkpoint_dir>/damaged/<role>/<step>` (nothing deleted)."""
   root = pathlib.Path(checkpoint_dir)

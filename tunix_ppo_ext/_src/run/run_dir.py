@@ -11,6 +11,11 @@
   it): the differences are listed in one error. Others (steps, learning rates, logging,
   `COMPUTE_ONLY`, ...) may: they are applied and appended to `config_history.jsonl`. A
   checkpoint beyond `train.steps` is an error too.
+- `finished_summary`: a run whose last step is checkpointed and summarized has nothing
+  left to train; its rerun changes nothing.
+- `earlier_parts` / `write_parts`: `parts.json` records each `train` command that trained
+  into the directory (the step it started from, its wall time), so a resumed run's summary
+  counts the whole run's time.
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ COMPUTE_ONLY = (
 ACCUMULATION = ("batch.train_micro_batch_size", "batch.gradient_accumulation_steps")
 LOCK = ".lock"
 HISTORY = "config_history.jsonl"
+CONFIG = "config.json"
+SUMMARY = "summary.json"
+PARTS = "parts.json"  # one entry per `train` command that trained into the directory
 
 
 def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -84,44 +92,116 @@ def _restructuring(changed: dict[str, Any], saved: dict, requested: dict) -> set
 
 
 def check_rerun(out: pathlib.Path, config: dict[str, Any], checkpoint_step: int | None) -> None:
-  """Refuses a rerun that changes a `FIXED` setting or asks for fewer steps than are done;
-  records the other changes in `config_history.jsonl`. Writes `config.json` last.
+  """Refuses a rerun that changes a `FIXED` setting or asks for fewer steps than are done
+  (`rerun_changes`); records the other changes in `config_history.jsonl`. Writes
+  `config.json` last.
 
   Raises:
     ValueError: one line listing every refused difference (`key: saved -> requested`).
   """
-  saved_file = out / "config.json"
-  if checkpoint_step is not None and saved_file.is_file():
-    saved, requested = _flat(json.loads(saved_file.read_text())), _flat(config)
-    changed = {
-      k: (saved.get(k), requested.get(k))
-      for k in sorted(saved.keys() | requested.keys())
-      if saved.get(k) != requested.get(k)
-    }
-    saved_config = json.loads(saved_file.read_text())
-    optimizer = _restructuring(changed, saved_config, config)
-    refused = {k: v for k, v in changed.items() if _fixed(k) or k in optimizer}
-    if refused:
-      listed = "; ".join(
-        f"{k}: {a!r} -> {b!r}" + (" changes the optimizer state's structure" * (k in optimizer))
-        for k, (a, b) in refused.items()
-      )
-      raise ConfigError(
-        f"output dir {str(out)!r} holds checkpoints of another run ({listed}); use another "
-        "--output-dir, or the saved settings to resume"
-      )
-    steps = config["train"]["steps"]
-    if checkpoint_step > steps:
-      raise ConfigError(
-        f"config key 'train.steps'={steps} is below the checkpoint in {str(out)!r} (step "
-        f"{checkpoint_step}); raise it to continue that run, or use another --output-dir"
-      )
-    if changed:
-      record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_step": checkpoint_step}
-      record["changed"] = {k: {"from": a, "to": b} for k, (a, b) in changed.items()}
-      with (out / HISTORY).open("a") as history:
-        history.write(json.dumps(record) + "\n")
-  write_atomically(saved_file, json.dumps(config, indent=2))
+  changed = rerun_changes(out, config, checkpoint_step)
+  if changed:
+    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_step": checkpoint_step}
+    record["changed"] = {k: {"from": a, "to": b} for k, (a, b) in changed.items()}
+    with (out / HISTORY).open("a") as history:
+      history.write(json.dumps(record) + "\n")
+  write_atomically(out / CONFIG, json.dumps(config, indent=2))
+
+
+def rerun_changes(
+  out: pathlib.Path, config: dict[str, Any], checkpoint_step: int | None
+) -> dict[str, tuple[Any, Any]]:
+  """The settings `config` changes from the saved `config.json` of a run with checkpoints,
+  `{key: (saved, requested)}` ({} for a new run); writes nothing.
+
+  Raises:
+    ValueError: one line listing every refused difference (`key: saved -> requested`).
+  """
+  saved_file = out / CONFIG
+  if checkpoint_step is None or not saved_file.is_file():
+    return {}
+  saved_config = json.loads(saved_file.read_text())
+  saved, requested = _flat(saved_config), _flat(config)
+  changed = {
+    k: (saved.get(k), requested.get(k))
+    for k in sorted(saved.keys() | requested.keys())
+    if saved.get(k) != requested.get(k)
+  }
+  optimizer = _restructuring(changed, saved_config, config)
+  refused = {k: v for k, v in changed.items() if _fixed(k) or k in optimizer}
+  if refused:
+    listed = "; ".join(
+      f"{k}: {a!r} -> {b!r}" + (" changes the optimizer state's structure" * (k in optimizer))
+      for k, (a, b) in refused.items()
+    )
+    raise ConfigError(
+      f"output dir {str(out)!r} holds checkpoints of another run ({listed}); use another "
+      "--output-dir, or the saved settings to resume"
+    )
+  steps = config["train"]["steps"]
+  if checkpoint_step > steps:
+    raise ConfigError(
+      f"config key 'train.steps'={steps} is below the checkpoint in {str(out)!r} (step "
+      f"{checkpoint_step}); raise it to continue that run, or use another --output-dir"
+    )
+  return changed
+
+
+def finished_summary(
+  out: pathlib.Path, checkpoint_step: int | None, steps: int
+) -> dict[str, Any] | None:
+  """The `summary.json` of a run with nothing left to train, else None: its newest
+  checkpoint is the last step, `steps`, and the summary was written after it (its
+  `updates` are that step; a summary from before `updates` was recorded must be newer than
+  the actor's checkpoint). A run killed after its last checkpoint, before its summary, is
+  not finished: its rerun writes the summary."""
+  if checkpoint_step is None or checkpoint_step != steps:
+    return None
+  try:
+    summary = json.loads((out / SUMMARY).read_text())
+  except (OSError, ValueError):
+    return None
+  if not isinstance(summary, dict):
+    return None
+  if "updates" in summary:
+    return summary if summary["updates"] == steps else None
+  newest = out / "checkpoints" / "actor" / str(steps)
+  written = (out / SUMMARY).stat().st_mtime
+  return summary if newest.is_dir() and written >= newest.stat().st_mtime else None
+
+
+def earlier_parts(out: pathlib.Path, resuming: bool) -> list[dict[str, Any]]:
+  """The parts of the run in `out` that earlier `train` commands trained (`parts.json`),
+  each `{"from_step", "started", "wall_s"}`; [] unless `resuming` (a run that starts from
+  scratch starts a new record).
+
+  A part killed before it recorded its wall time (SIGKILL) counts until `metrics.jsonl`
+  was last written: call this before that file is truncated. A run from before
+  `parts.json` counts as one part, its summary's `wall_s`.
+  """
+  if not resuming:
+    return []
+  try:
+    parts = json.loads((out / PARTS).read_text())
+  except (OSError, ValueError):
+    parts = _summary_part(out)
+  last_write = (out / "metrics.jsonl").stat().st_mtime if (out / "metrics.jsonl").is_file() else 0
+  for part in parts:
+    if part.get("wall_s") is None:  # killed: until its last metric
+      part["wall_s"] = round(max(0.0, last_write - part.get("started", last_write)), 1)
+  return parts
+
+
+def _summary_part(out: pathlib.Path) -> list[dict[str, Any]]:
+  try:
+    return [{"from_step": 0, "wall_s": float(json.loads((out / SUMMARY).read_text())["wall_s"])}]
+  except (OSError, ValueError, KeyError, TypeError):
+    return []
+
+
+def write_parts(out: pathlib.Path, parts: list[dict[str, Any]]) -> None:
+  """Writes `parts.json` (`earlier_parts`' record, the running part last)."""
+  write_atomically(out / PARTS, json.dumps(parts, indent=2))
 
 
 def _alive(pid: int) -> bool:
@@ -145,17 +225,21 @@ class RunLock:
       try:
         descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
       except FileExistsError:
-        holder = self._holder()
-        if holder is not None and holder != os.getpid() and _alive(holder):
-          raise ConfigError(
-            f"output dir {str(self.path.parent)!r} is in use by another run (pid {holder}); "
-            "wait for it or choose another --output-dir"
-          ) from None
+        self.check_free()
         self.path.unlink(missing_ok=True)  # a killed run's stale lock
         continue
       with os.fdopen(descriptor, "w") as handle:
         handle.write(str(os.getpid()))
       return self
+
+  def check_free(self) -> None:
+    """ConfigError when another live process holds the lock; takes nothing, writes nothing."""
+    holder = self._holder()
+    if holder is not None and holder != os.getpid() and _alive(holder):
+      raise ConfigError(
+        f"output dir {str(self.path.parent)!r} is in use by another run (pid {holder}); "
+        "wait for it or choose another --output-dir"
+      )
 
   def _holder(self) -> int | None:
     try:

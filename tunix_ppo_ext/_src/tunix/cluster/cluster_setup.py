@@ -6,6 +6,7 @@ rollout engine is tunix's "vanilla" sampler, and both trainers use optax Adam.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -154,11 +155,13 @@ def _metrics_options(
   metrics_dir: str | None,
   extra_backends: Sequence[Callable[[], Any]] = (),
   keys: MetricKeys | None = None,
+  opened: list[KeyedBackend] | None = None,
 ) -> metrics_logger.MetricsLoggerOptions | None:
   """TensorBoard event files in `metrics_dir` plus `extra_backends` (metrax backend factories).
 
   Every backend sits behind the metrics taxonomy (`keys`, default: the standard keys).
-  tunix's default set would also start W&B; here every backend is chosen explicitly.
+  tunix's default set would also start W&B; here every backend is chosen explicitly. Each
+  one built is appended to `opened` (when given).
   """
   if metrics_dir is None:
     return None
@@ -168,7 +171,13 @@ def _metrics_options(
     return TensorboardBackend(metrics_dir if jax.process_index() == 0 else None)
 
   def keyed(factory: Callable[[], Any]) -> Callable[[], KeyedBackend]:
-    return lambda: KeyedBackend(factory(), keys)
+    def build() -> KeyedBackend:
+      backend = KeyedBackend(factory(), keys)
+      if opened is not None:
+        opened.append(backend)
+      return backend
+
+    return build
 
   return metrics_logger.MetricsLoggerOptions(
     log_dir=metrics_dir,
@@ -287,6 +296,17 @@ def _place_on_meshes(
   return meshes
 
 
+def _close_sinks(backends: Sequence[Any]) -> None:
+  """Stops and closes the metric sinks of a cluster that failed to build: tunix's metrics
+  logger had registered them as JAX listeners, so they went on receiving the next cluster's
+  metrics (a second bar, a second TensorBoard file, a second W&B run), and a bar left open
+  raised from tqdm's `__del__` at interpreter exit."""
+  for backend in backends:
+    with contextlib.suppress(AssertionError, ValueError):  # not registered (other processes)
+      jax.monitoring.unregister_scalar_listener(backend.log_scalar)
+    backend.close()
+
+
 def build_cluster(
   policy: nnx.Module,
   critic: nnx.Module | None,
@@ -314,9 +334,11 @@ def build_cluster(
   `spec.lr` / `spec.critic_lr`). Checkpoints go to `checkpoint_dir` (none when None), metrics
   to TensorBoard files in `metrics_dir` and to `metric_backends` (sink factories, keyed by
   `metric_keys`). tunix's trainers open no tqdm bars of their own (the actor's and critic's
-  would interleave with the run's: `metrics.sinks.ProgressBackend`).
+  would interleave with the run's: `metrics.sinks.ProgressBackend`). When tunix's cluster
+  fails to build (a checkpoint it cannot restore), the sinks it opened are closed.
   """
   meshes = _place_on_meshes(policy, critic, reference, mesh or make_mesh(), role_meshes)
+  opened: list[KeyedBackend] = []
   cluster_config = rl_cluster_lib.ClusterConfig(
     role_to_mesh=meshes,
     rollout_engine="vanilla",
@@ -325,17 +347,21 @@ def build_cluster(
       spec,
       optimizers=optimizers,
       checkpoint_dir=checkpoint_dir,
-      metrics_options=_metrics_options(metrics_dir, metric_backends, metric_keys),
+      metrics_options=_metrics_options(metrics_dir, metric_backends, metric_keys, opened),
     ),
     rollout_config=_mode_rollout_configs(spec),
   )
-  cluster = rl_cluster_lib.RLCluster(
-    actor=policy,
-    critic=critic,
-    reference=reference,
-    tokenizer=tokenizer,
-    cluster_config=cluster_config,
-  )
+  try:
+    cluster = rl_cluster_lib.RLCluster(
+      actor=policy,
+      critic=critic,
+      reference=reference,
+      tokenizer=tokenizer,
+      cluster_config=cluster_config,
+    )
+  except BaseException:
+    _close_sinks(opened)  # e.g. a checkpoint that cannot be restored, and the run retries
+    raise
   for trainer in (cluster.actor_trainer, getattr(cluster, "critic_trainer", None)):
     if trainer is not None:  # no critic trainer without a critic
       compat.silence_progress_bar(trainer)
