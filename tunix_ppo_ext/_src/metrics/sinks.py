@@ -107,22 +107,21 @@ class ProgressBackend:
   def _while_compiling(self, event: str, step: int) -> None:
     """Moves the count untimed (`initial` follows it: no rate); ends the compiling at the
     first step's end."""
-    bar = self._bar
     if self._first is None and step > 0:
       self._first = step
     if self._step_done is not None:
       ended = event == self._step_done
     else:
       ended = self._first is not None and step > self._first
-    if step > bar.n:
-      bar.n = bar.initial = step
-      bar.refresh()
+    if step > self._bar.n:
+      self._bar.n = self._bar.initial = step
+      self._bar.refresh()
     if ended:  # timed from here: rates, ETA and the final average are the steps' own
       now = time.time()
-      first = now - bar.start_t
-      bar.start_t = bar.last_print_t = now
-      bar.last_print_n = bar.n
-      bar.set_description_str(f"{self.TRAINING} (first step {first:.0f} s)")
+      first = now - self._bar.start_t
+      self._bar.start_t = self._bar.last_print_t = now
+      self._bar.last_print_n = self._bar.n
+      self._bar.set_description_str(f"{self.TRAINING} (first step {first:.0f} s)")
       self._compiling = False
 
   def close(self) -> None:
