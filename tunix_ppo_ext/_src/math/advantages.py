@@ -149,7 +149,7 @@ def length_adaptive_lambda(mask: jax.Array, alpha: float | jax.Array) -> jax.Arr
   return jnp.clip(jnp.where(scaled > 0, lam, 0.0), 0.0, 1.0)
 
 
-def _turn_ids(mask: jax.Array) -> jax.Array:
+def turn_ids(mask: jax.Array) -> jax.Array:
   """`[B, T]` int32: the agent turn of each agent token (0, 1, ...: maximal runs of
   `mask == 1`), `T` (out of range) at masked positions."""
   agent = mask > 0
@@ -164,7 +164,7 @@ def _turn_gae(rewards, values, mask, gamma_turn, gae_lambda, whiten):
   chex.assert_equal_shape([rewards, values, mask])
   rewards, values, mask = _f32(rewards), _f32(values), _f32(mask)
   batch, width = mask.shape
-  turn = _turn_ids(mask)
+  turn = turn_ids(mask)
   rows = jnp.arange(batch)[:, None]
   agent = mask > 0
   first = agent & (turn != jnp.pad(turn[:, :-1], ((0, 0), (1, 0)), constant_values=-1))

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.math.advantages import turn_ids
 from tunix_ppo_ext._src.metrics.keys import STATS
 
 _REDUCERS = {"min": np.min, "mean": np.mean, "max": np.max}
@@ -59,10 +61,11 @@ def advantage_noise(advantages: Any, mask: Any) -> dict[str, float]:
   agent = np.asarray(mask) > 0
   if not agent.any():
     return {}
-  before = np.pad(agent[:, :-1], ((0, 0), (1, 0)))
-  turn = np.cumsum(agent & ~before).reshape(agent.shape)[agent] - 1  # batch-wide turn index
-  sums = np.bincount(turn, weights=advantages[agent])
-  means = sums / np.bincount(turn)
+  per_row = np.asarray(turn_ids(jnp.asarray(agent, jnp.float32)))  # the turn GAE's turns
+  turn = (np.arange(agent.shape[0])[:, None] * (agent.shape[1] + 1) + per_row)[agent]
+  counts = np.bincount(turn)
+  sums = np.bincount(turn, weights=advantages[agent])[counts > 0]
+  means = sums / counts[counts > 0]
   return {
     "learner/advantage_sq_mean": float(np.mean(advantages[agent] ** 2)),
     "learner/advantage_sq_mean_turn": float(np.mean(means**2)),

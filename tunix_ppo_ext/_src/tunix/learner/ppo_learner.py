@@ -405,19 +405,20 @@ class PpoExtLearner(compat.LearnerHooks):
     old_logps, values = self._old_logps_and_values(batch, inputs, timer, mode)
     rewards, ref_logps, per_token_kl = self._kl_penalty(batch, inputs, old_logps, timer, mode)
     warming_up = self.critic_warmup.active(self.rl_cluster.global_steps)
+    groups = self._group_ids(batch)
     with timer("advantages"):
       advantages, returns = advantage_step.advantages_and_returns(
         self.algo_config,
         rewards,
         values,
         inputs.loss_mask,
-        self._group_ids(batch),
+        groups,
         warming_up=warming_up,
         has_critic=self.has_critic,
       )
       timer.ready((advantages, returns))
     noise = advantage_step.noise_metrics(
-      self.algo_config, rewards, values, inputs.loss_mask, self._group_ids(batch)
+      self.algo_config, rewards, values, inputs.loss_mask, groups
     )
     self.rl_cluster.buffer_metrics({k: (v, np.mean) for k, v in noise.items()}, mode=mode)
     variance = self._buffer_rollout_metrics(
