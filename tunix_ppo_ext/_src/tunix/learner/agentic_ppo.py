@@ -90,18 +90,8 @@ class AgenticPpoLearner(compat.AgenticHooks):
     engine = ppo_ext.one_of("rl_engine", rl_engine, "rl_cluster", rl_cluster)
     if not isinstance(algo_config, AgenticPpoConfig):
       raise TypeError(f"algo_config must be an AgenticPpoConfig, got {type(algo_config).__name__}")
-    if engine.cluster_config.training_config.max_seq_token_per_tpu is not None:
-      raise ValueError("AgenticPpoLearner trains padded rows: set max_seq_token_per_tpu=None")
     self.ppo_config = algo_config.ppo_ext_config()  # what the losses and estimators read
-    with warnings.catch_warnings():  # the warning names the caller's line: raised below
-      warnings.simplefilter("ignore")
-      ppo_ext.check_critic(self.ppo_config, ppo_ext.critic_trainer(engine))
-    tunix_losses.register_configured(self.ppo_config)
-    sampler = compat.vanilla_sampler(engine.rollout)
-    if sampler is not None:  # as PpoExtLearner: `model.remat` and splash are the trainers'
-      compat.sample_without_training_options(sampler)
-      compat.keep_prompt_width_static(sampler)
-    super().__init__(
+    super().__init__(  # first: tunix's checks of the rollout config
       rl_engine=engine,
       algo_config=algo_config,
       reward_fns=reward_fns,
@@ -112,6 +102,16 @@ class AgenticPpoLearner(compat.AgenticHooks):
       env_class=env_class,
       env_kwargs=env_kwargs,
     )
+    if engine.cluster_config.training_config.max_seq_token_per_tpu is not None:
+      raise ValueError("AgenticPpoLearner trains padded rows: set max_seq_token_per_tpu=None")
+    with warnings.catch_warnings():  # the warning names the caller's line: `_set_up` warns
+      warnings.simplefilter("ignore")
+      ppo_ext.check_critic(self.ppo_config, ppo_ext.critic_trainer(engine))
+    tunix_losses.register_configured(self.ppo_config)
+    sampler = compat.vanilla_sampler(engine.rollout)
+    if sampler is not None:  # as PpoExtLearner: `model.remat` and splash are the trainers'
+      compat.sample_without_training_options(sampler)
+      compat.keep_prompt_width_static(sampler)
     self._set_up(engine)
 
   def _set_up(self, engine: rl_cluster_lib.RLCluster) -> None:
@@ -127,8 +127,6 @@ class AgenticPpoLearner(compat.AgenticHooks):
       config.kl_ctrl, config.kl_coef, config.kl_target, config.kl_horizon
     )
     self._kl_method = names.resolve_kl_method(config.kl_method)
-    train = engine.get_rollout_config(Mode.TRAIN)
-    self.temperature = float(config.logps_temperature or train.temperature or 1.0)
     logps_rows = engine.cluster_config.training_config.compute_logps_micro_batch_size
     rows = None if logps_rows is None else logps_rows * config.num_generations
     self._passes = RolePasses(engine, rows, chunk_size=config.logits_chunk_size)
@@ -168,6 +166,14 @@ class AgenticPpoLearner(compat.AgenticHooks):
       critic.with_rl_metrics_to_log(compat.tunix_loss_metrics(config)[1])
       return
     critic.with_rl_metrics_to_log(dict.fromkeys(("vf_loss", "vpred_mean", "vf_clipfrac"), np.mean))
+
+  @property
+  def temperature(self) -> float:
+    """The temperature of the trainer's log-probs: `logps_temperature`, else the train
+    rollout's (the sampler's log-probs were taken at it), else 1."""
+    if self.ppo_config.logps_temperature:
+      return float(self.ppo_config.logps_temperature)
+    return float(self.rl_engine.get_rollout_config(Mode.TRAIN).temperature or 1.0)
 
   @property
   def has_critic(self) -> bool:

@@ -65,6 +65,11 @@ def group_indices(group_ids: Sequence[Any]) -> np.ndarray:
   return np.array([seen.setdefault(g, len(seen)) for g in group_ids], np.int32)
 
 
+def group_of(item: Any) -> Any:
+  """An episode's group: its `TrajectoryItem`'s `group_id`, else its trajectory's."""
+  return item.group_id if hasattr(item, "group_id") else item.traj.get("group_id")
+
+
 def turn_counts(loss_mask: np.ndarray) -> np.ndarray:
   """`[B]` agent turns: the maximal runs of 1 in each row of the loss mask."""
   agent = np.asarray(loss_mask) > 0
@@ -112,7 +117,7 @@ def agentic_rows(
     attention_mask=stack("attention"),
     loss_mask=loss,
     token_rewards=np.zeros(loss.shape, np.float32),
-    group_ids=group_indices([item.group_id for item in items]),
+    group_ids=group_indices([group_of(item) for item in items]),
     texts=[first_assistant_text(traj) for traj in trajs],
     num_turns=turn_counts(loss),
     truncated=stack("truncated"),
