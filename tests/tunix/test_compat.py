@@ -197,3 +197,18 @@ def test_needs_main_reads_tunix_main_s_api(monkeypatch):
     RuntimeError, match=r"^X needs tunix main \(google-tunix >= 0\.1\.8, .*c7d8950f"
   ):
     compat.needs_main("X")
+
+
+def test_cli_hooks_pins_tunix_main_s_ppo_pipeline():
+  """`compat.cli_hooks` (imported by the `tunix-agentic` command alone, not checked with
+  `PINNED`): its names are on tunix main's `PpoPipeline`, whose `run_trainer` calls the
+  `_run(mode=...)` it overrides; tunix 0.1.7 has no such pipeline and it pins nothing."""
+  from tunix_ppo_ext._src.tunix.compat import cli_hooks  # noqa: PLC0415
+
+  if cli_hooks.ppo_main is None:
+    assert not hasattr(rl_cluster, "RLEngine") and cli_hooks.PINNED == {}
+    return
+  [(obj, names)] = cli_hooks.PINNED.values()
+  assert [name for name in names if not hasattr(obj, name)] == []
+  assert "self._run(mode=mode)" in inspect.getsource(obj.run_trainer)
+  assert "Agentic PPO is not yet supported" in inspect.getsource(obj._run)

@@ -19,6 +19,9 @@ with the reason for each private name it uses and its own pins (`PINNED`,
 - `agentic_hooks`: tunix's agentic learner (`tunix.rl.agentic.agentic_rl_learner`): its
   results hook, its reward manager, and the probe for tunix main that `AgenticPpoLearner`
   needs.
+- `cli_hooks`: tunix main's command-line PPO pipeline (`tunix.cli.ppo_main`), for
+  `tunix-ppo-ext tunix-agentic`; imported by that command alone (tunix 0.1.7 has no such
+  pipeline), its pins checked on tunix main (`tests/tunix/test_compat.py`).
 - `tunix_versions`: the tested tunix versions, the parts' pins merged (`PINNED`) and
   `check_tunix()`, which runs as this package is imported.
 
