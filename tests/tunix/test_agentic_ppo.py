@@ -250,14 +250,18 @@ def masked_whiten(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
   return (x - mean) / np.sqrt(var + 1e-8) * mask
 
 
-def gae_reference(rewards, values, mask, gamma: float, lam: float) -> tuple[np.ndarray, ...]:
-  """Multi-turn GAE over agent tokens (observations skipped), in NumPy: `(raw, returns)`."""
+def gae_reference(rewards, values, mask, gamma, lam, gamma_turn) -> tuple[np.ndarray, ...]:
+  """Multi-turn GAE over agent tokens (observations skipped; `gamma_turn` across one), in
+  NumPy: `(raw advantages, returns)`."""
   raw = np.zeros_like(rewards)
   for row in range(len(rewards)):
     next_value = last = 0.0
-    for t in reversed(np.flatnonzero(mask[row])):
-      delta = rewards[row, t] + gamma * next_value - values[row, t]
-      last = delta + gamma * lam * last
+    agent = np.flatnonzero(mask[row])
+    for n, t in reversed(list(enumerate(agent))):
+      crossed = n + 1 < len(agent) and agent[n + 1] != t + 1
+      g = gamma_turn if crossed else gamma
+      delta = rewards[row, t] + g * next_value - values[row, t]
+      last = delta + g * lam * last
       raw[row, t], next_value = last, values[row, t]
   return raw, (raw + values) * mask
 
@@ -267,10 +271,14 @@ PPO_KEYS |= {"num_generations": 2, "gamma": 0.9, "gae_lambda": 0.8, "entropy_coe
 
 
 @needs_main
-def test_the_rollout_phase_matches_ppo_ext_learner_s_on_the_same_rows():
+@pytest.mark.parametrize("estimator", ["gae", "turn_gae"])
+def test_the_rollout_phase_matches_ppo_ext_learner_s_on_the_same_rows(estimator):
+  """Per token (`gae`, also against NumPy) and per turn (`turn_gae`, a turn's value at its
+  first agent token, `gamma_turn` between turns)."""
   tok = tokenizer()
   items = [episode(tok, n % 2, g, turns, r, "ab") for n, (g, turns, r) in enumerate(EPISODES)]
-  agentic = agentic_learner(agentic_cluster(), use_rollout_logps=False, **PPO_KEYS)
+  keys = {**PPO_KEYS, "advantage_estimator": estimator, "gamma_turn": 0.7}
+  agentic = agentic_learner(agentic_cluster(), use_rollout_logps=False, **keys)
   rows = agentic_rows(items, max_prompt_length=P, width=T, pad_id=0)
   expected = expected_rows(tok, items)
   for name in ("prompt_ids", "completion_ids", "attention_mask", "loss_mask", "group_ids"):
@@ -279,7 +287,7 @@ def test_the_rollout_phase_matches_ppo_ext_learner_s_on_the_same_rows():
   [ours] = agentic.process_results(items, Mode.TRAIN, 0)
 
   source = lambda context, training_input, mode: expected  # noqa: E731
-  ppo = PpoExtLearner(agentic_cluster(), PpoExtConfig(**PPO_KEYS), trajectory_source=source)
+  ppo = PpoExtLearner(agentic_cluster(), PpoExtConfig(**keys), trajectory_source=source)
   theirs = ppo.generate_and_compute_advantage({"prompts": np.array(["ab"] * 4)}, Mode.TRAIN)
   for name in ("old_per_token_logps", "ref_per_token_logps", "old_values", "advantages"):
     np.testing.assert_allclose(getattr(ours, name), getattr(theirs, name), atol=1e-5, err_msg=name)
@@ -287,9 +295,10 @@ def test_the_rollout_phase_matches_ppo_ext_learner_s_on_the_same_rows():
 
   mask, values = expected.loss_mask, np.asarray(ours.old_values)
   assert np.all(values[mask > 0] != 0) and np.all(values[mask == 0] == 0)
-  raw, returns = gae_reference(expected.token_rewards, values, mask, 0.9, 0.8)
-  np.testing.assert_allclose(ours.returns, returns, atol=1e-5)
-  np.testing.assert_allclose(ours.advantages, masked_whiten(raw, mask), atol=1e-4)
+  if estimator == "gae":
+    raw, returns = gae_reference(expected.token_rewards, values, mask, 0.9, 0.8, 0.7)
+    np.testing.assert_allclose(ours.returns, returns, atol=1e-5)
+    np.testing.assert_allclose(ours.advantages, masked_whiten(raw, mask), atol=1e-4)
   assert_the_losses_match(agentic, ppo, ours, theirs)
 
 
