@@ -4,7 +4,9 @@ The public API is this module and the modules beside it, each re-exporting a cur
 `__all__` from the private implementation under `tunix_ppo_ext._src` (as optax does):
 
 - `tunix_ppo_ext`: `PpoExtConfig` and `PpoExtLearner` (drop-in for tunix's `PPOConfig`
-  and `PPOLearner`), `MultiTurnRollout`, and tunix's `rl/common.py` functions it extends,
+  and `PPOLearner`), `AgenticPpoConfig` and `AgenticPpoLearner` (PPO with a critic over
+  tunix main's own agentic stack: its orchestrator, agents, environments and tools),
+  `MultiTurnRollout`, and tunix's `rl/common.py` functions it extends,
   in tunix's signatures: `compute_kl_divergence(logp, ref, method=...)`, `process_ids`
   (with `completion_mask=`), `compute_per_token_logps`, `compute_score`.
 - `tunix_ppo_ext.ops`: the pure JAX math (no tunix).
@@ -28,6 +30,8 @@ __version__ = "0.2.0"
 
 # name -> module that defines it; imported on first access (these import NumPy, JAX, tunix).
 _LAZY = {
+  "AgenticPpoConfig": "tunix_ppo_ext._src.tunix.learner.agentic_ppo_config",
+  "AgenticPpoLearner": "tunix_ppo_ext._src.tunix.learner.agentic_ppo",
   "TrajectoryBatch": "tunix_ppo_ext._src.data.trajectory",
   "compute_kl_divergence": "tunix_ppo_ext._src.math.kl_methods",
   "PpoExtConfig": "tunix_ppo_ext._src.tunix.learner.ppo_config",
@@ -64,6 +68,8 @@ __getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)
 
 
 __all__ = [
+  "AgenticPpoConfig",
+  "AgenticPpoLearner",
   "MultiTurnRollout",
   "PpoExtConfig",
   "PpoExtLearner",

@@ -14,6 +14,7 @@ import pytest
 import tunix
 from tunix.generate import sampler as sampler_lib
 from tunix.rl import rl_cluster
+from tunix.rl.agentic import agentic_rl_learner
 from tunix.rl.ppo import ppo_learner
 from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import peft_trainer
@@ -172,3 +173,42 @@ def test_tunix_opens_its_progress_bar_only_where_none_is_in_place():
   trainer = peft_trainer.PeftTrainer.__new__(peft_trainer.PeftTrainer)
   compat.silence_progress_bar(trainer)
   trainer._pbar.update_metrics(["loss"], "train", ndigits=3)  # as tunix calls it
+
+
+def test_tunix_s_agentic_learner_calls_its_hooks_as_agentic_hooks_takes_them():
+  """`AgenticHooks._process_results` takes tunix's three keywords; `agentic_rewards` passes
+  `_compute_rewards` its keywords (both tested versions)."""
+  source = inspect.getsource(agentic_rl_learner.AgenticRLLearner)
+  call = r"self\._process_results\(\s*trajectories=\w+,\s*mode=mode,\s*expected_step=\w+,?\s*\)"
+  assert len(re.findall(r"self\._process_results\(", source)) == 1 and re.search(call, source)
+  hook = inspect.signature(compat.AgenticHooks._process_results).parameters
+  assert list(hook) == ["self", "trajectories", "mode", "expected_step"]
+  rewards = inspect.signature(agentic_rl_learner.AgenticRLLearner._compute_rewards).parameters
+  assert list(rewards)[:5] == ["self", "prompts", "completions", "mode", "expected_step"]
+  assert "kwargs" in rewards
+
+
+def test_needs_main_reads_tunix_main_s_api(monkeypatch):
+  """`AgenticPpoLearner` runs on tunix main only: the probe is main's `RLEngine`."""
+  if hasattr(rl_cluster, "RLEngine"):
+    compat.needs_main("X")  # silent on main
+    monkeypatch.delattr(rl_cluster, "RLEngine")
+  with pytest.raises(
+    RuntimeError, match=r"^X needs tunix main \(google-tunix >= 0\.1\.8, .*c7d8950f"
+  ):
+    compat.needs_main("X")
+
+
+def test_cli_hooks_pins_tunix_main_s_ppo_pipeline():
+  """`compat.cli_hooks` (imported by the `tunix-agentic` command alone, not checked with
+  `PINNED`): its names are on tunix main's `PpoPipeline`, whose `run_trainer` calls the
+  `_run(mode=...)` it overrides; tunix 0.1.7 has no such pipeline and it pins nothing."""
+  from tunix_ppo_ext._src.tunix.compat import cli_hooks  # noqa: PLC0415
+
+  if cli_hooks.ppo_main is None:
+    assert not hasattr(rl_cluster, "RLEngine") and cli_hooks.PINNED == {}
+    return
+  [(obj, names)] = cli_hooks.PINNED.values()
+  assert [name for name in names if not hasattr(obj, name)] == []
+  assert "self._run(mode=mode)" in inspect.getsource(obj.run_trainer)
+  assert "Agentic PPO is not yet supported" in inspect.getsource(obj._run)

@@ -6,6 +6,7 @@
   tunix-ppo-ext sweep --seeds N [--jobs J] [--config PATH] [--output-dir DIR] [KEY=VALUE[,...] ...]
   tunix-ppo-ext export RUN_DIR OUT_DIR
   tunix-ppo-ext plugins
+  tunix-ppo-ext tunix-agentic CONFIG.yaml [KEY=VALUE ...]
 
 With no arguments `train` runs the embedded default: a toy tunix Qwen3 (random init)
 with the built-in character tokenizer on the embedded multi-turn `memory` environment,
@@ -39,6 +40,7 @@ INTERRUPTED = {  # the line of a command stopped by Ctrl-C: what was kept
   "train": _RESUMABLE,
   "sweep": _RESUMABLE,
   "plan": "interrupted; nothing was written (plan writes its --json file only once done)",
+  "tunix-agentic": "interrupted; tunix's trainers keep what they checkpointed",
 }
 
 
@@ -90,7 +92,23 @@ def _parser() -> argparse.ArgumentParser:
   export_parser.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty directory")
   commands.add_parser("plugins", help="list the plugins of every group and whether they load")
   _add_sweep_parser(commands)
+  _add_tunix_agentic_parser(commands)
   return parser
+
+
+def _add_tunix_agentic_parser(commands) -> None:
+  agentic = commands.add_parser(
+    "tunix-agentic",
+    help="tunix main's PPO pipeline (tunix.cli.ppo_main) with training_mode: agentic_ppo "
+    "trained by AgenticPpoLearner (tunix main only)",
+  )
+  agentic.add_argument("config", metavar="CONFIG", help="tunix's pipeline YAML config")
+  agentic.add_argument(
+    "overrides",
+    nargs="*",
+    metavar="KEY=VALUE",
+    help="tunix's overrides, e.g. agentic_ppo_config.gae_lambda=0.9",
+  )
 
 
 def _add_sweep_parser(commands) -> None:
@@ -108,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   stderr (with `--debug`, the traceback too)."""
   parser = _parser()
   args, extra = parser.parse_known_args(argv)
-  if args.command in ("train", "plan", "sweep"):  # KEY=VALUE overrides may follow options
+  if args.command in ("train", "plan", "sweep", "tunix-agentic"):  # KEY=VALUE may follow
     misplaced = [a for a in extra if a.startswith("-") or "=" not in a]
     if misplaced:
       parser.error(f"unrecognized arguments: {' '.join(misplaced)}")
@@ -137,6 +155,8 @@ def _job_command(args: argparse.Namespace, overrides: list[str]) -> int:
       return _plan_command(args, overrides)
     if args.command == "sweep":
       return _sweep_command(args, overrides)
+    if args.command == "tunix-agentic":
+      return _tunix_agentic_command(args, overrides)
     return _train_command(args, overrides)
   except KeyboardInterrupt:
     if args.debug:
@@ -230,6 +250,21 @@ def _sweep_command(args: argparse.Namespace, overrides: list[str]) -> int:
 
   rows = sweep.sweep(args.seeds, args.output_dir, overrides, args.config, args.jobs)
   print(sweep.markdown_table(rows), end="")
+  return 0
+
+
+def _tunix_agentic_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  """`tunix-ppo-ext tunix-agentic`: tunix main's PPO pipeline, `agentic_ppo` trained by
+  `AgenticPpoLearner` (`learner.agentic_ppo_pipeline`); one line on tunix 0.1.7."""
+  from tunix_ppo_ext._src.tunix import compat  # noqa: PLC0415
+
+  try:
+    compat.needs_main("tunix-ppo-ext tunix-agentic")
+  except RuntimeError as err:  # the tunix installed: the user's to change
+    raise ConfigError(str(err)) from None
+  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline  # noqa: PLC0415
+
+  agentic_ppo_pipeline.run([args.config, *overrides])
   return 0
 
 

@@ -16,6 +16,12 @@ with the reason for each private name it uses and its own pins (`PINNED`,
 - `model_internals`: tunix's transformers (`tunix.models.*`): RoPE, Qwen3's activation
   sharding, the fused LM head.
 - `qwix_adapters`: qwix's LoRA product (the adapters of tunix's LoRA models).
+- `agentic_hooks`: tunix's agentic learner (`tunix.rl.agentic.agentic_rl_learner`): its
+  results hook, its reward manager, and the probe for tunix main that `AgenticPpoLearner`
+  needs.
+- `cli_hooks`: tunix main's command-line PPO pipeline (`tunix.cli.ppo_main`), for
+  `tunix-ppo-ext tunix-agentic`; imported by that command alone (tunix 0.1.7 has no such
+  pipeline), its pins checked on tunix main (`tests/tunix/test_compat.py`).
 - `tunix_versions`: the tested tunix versions, the parts' pins merged (`PINNED`) and
   `check_tunix()`, which runs as this package is imported.
 
@@ -24,6 +30,11 @@ The names the rest of the package uses are re-exported here (`compat.NAME`).
 
 from __future__ import annotations
 
+from tunix_ppo_ext._src.tunix.compat.agentic_hooks import (
+  AgenticHooks,
+  agentic_rewards,
+  needs_main,
+)
 from tunix_ppo_ext._src.tunix.compat.cluster_hooks import (
   log_step_metrics_now,
   on_role,
@@ -137,6 +148,10 @@ __all__ = [
   "rollout_micro_batch_size",
   "tunix_loss_metrics",
   "uses_reward_model",
+  # agentic_hooks
+  "AgenticHooks",
+  "agentic_rewards",
+  "needs_main",
   # cluster_hooks
   "log_step_metrics_now",
   "on_role",

@@ -5,8 +5,9 @@ Two tunix versions are tested (`TESTED_TUNIX`): 0.1.7 (PyPI) and tunix main at c
 whose version string is 0.1.8 (`tunix_api()` tells them apart by the API: main has
 `RLEngine`). Every pinned name is on both. What differs between them is handled where it is
 used (`learner_hooks`: the learner's constructor keywords, `compute_entropy_from_logits`,
-the loss metrics' reducer; `trainer_hooks.loss_and_aux`; `model_internals.final_hidden_states`);
-the rest (`LossOutput`, configs moved to `tunix.common`, `TrainExample`'s packing fields,
+the loss metrics' reducer; `trainer_hooks.loss_and_aux`; `model_internals.final_hidden_states`;
+`agentic_hooks.needs_main`: `AgenticPpoLearner` runs on main only); the rest (`LossOutput`,
+configs moved to `tunix.common`, `TrainExample`'s packing fields,
 `compute_per_token_logps(return_entropy, chunk_size)`) needs no code: tuples are still
 accepted, the old module paths re-export, the new fields default to None, and this
 package's own log-prob path runs on both (docs/compatibility.md).
@@ -28,6 +29,7 @@ from typing import Any
 from tunix.rl import rl_cluster as rl_cluster_lib
 
 from tunix_ppo_ext._src.tunix.compat import (
+  agentic_hooks,
   cluster_hooks,
   learner_hooks,
   model_internals,
@@ -44,6 +46,7 @@ API_0_1_7, API_MAIN = "0.1.7", "main"
 EXPECTED_API = {TUNIX_0_1_7: API_0_1_7, TUNIX_MAIN: API_MAIN}
 
 PARTS = (learner_hooks, cluster_hooks, trainer_hooks, sampler_internals, model_internals)
+PARTS += (agentic_hooks,)
 
 
 def _merged_pins(parts: Sequence[ModuleType]) -> dict[str, tuple[Any, tuple[str, ...]]]:

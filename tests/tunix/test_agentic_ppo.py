@@ -1,0 +1,361 @@
+"""`AgenticPpoLearner`: PPO with a critic over tunix main's own agentic stack (its
+orchestrator, `ModelAgent`, a user's `BaseTaskEnv`), its rollout phase against
+`PpoExtLearner`'s on the same rows, and each advantage estimator for a step. On tunix 0.1.7
+building the learner fails in one line (the rest is skipped there)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.agentic.agents import agent_types
+from tunix.rl.agentic.environments import base_environment
+from tunix.rl.agentic.parser.chat_template_parser import parser as chat_parser_lib
+
+from tests.conftest import toy_cluster
+from tunix_ppo_ext import AgenticPpoConfig, AgenticPpoLearner, PpoExtConfig, PpoExtLearner
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
+from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.tunix.learner import loss_fns
+from tunix_ppo_ext._src.tunix.rollout.agentic_rows import agentic_rows
+
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+MAIN = hasattr(rl_cluster_lib, "RLEngine")
+needs_main = pytest.mark.skipif(not MAIN, reason="AgenticPpoLearner needs tunix main")
+Mode = rl_cluster_lib.Mode
+
+# A vocabulary of 9 (pad 0, bos 1, eos 2): the random toy policy ends its turns early.
+ALPHABET = "ab:UA\n"
+P, T = 24, 32  # prompt slots, episode width (the rollout's max_tokens_to_generate)
+
+
+def tokenizer() -> CharTokenizer:
+  return CharTokenizer(ALPHABET)
+
+
+class PlainChat(chat_parser_lib.BaseChatTemplateParser):
+  """Role markers `U:` and `A:` and nothing else: a conversation's text is its tokens."""
+
+  def _init_tokens(self):
+    return chat_parser_lib.TokenConfig(user_token="U:", assistant_token="A:")
+
+  def _init_generation_prompt(self):
+    return self.tokens.assistant_token
+
+
+class CountTheAs(base_environment.BaseTaskEnv):
+  """A user's three-turn tunix environment: each reply earns its count of `a`; the first
+  observation is the prompt and the pair's own letter, each later one `b`."""
+
+  def __init__(self, single_example, **kwargs):
+    super().__init__(task=single_example, max_steps=3, **kwargs)
+
+  def _initial_observation(self):
+    prompt = str(np.asarray(self.task["prompts"]).reshape(-1)[0])
+    return {"prompts": prompt + "ab"[self.extra_kwargs["pair_index"] % 2]}
+
+  def _step_impl(self, action):
+    reward = float(str(action).count("a"))
+    return base_environment.EnvStepResult(observation="b", reward=reward, done=False, info={})
+
+
+def agentic_cluster(seed: int = 0, *, critic: bool = True, max_steps: int = 2):
+  return toy_cluster(
+    tokenizer(),
+    seed,
+    prompt_len=P,
+    tokens_per_call=T,
+    return_logprobs=True,
+    max_steps=max_steps,
+    batch=2,
+    with_critic=critic,
+    lr=1e-4,
+  )
+
+
+def agentic_learner(cluster, **config) -> AgenticPpoLearner:
+  config = {"num_generations": 2, "max_response_length": T, **config}
+  return AgenticPpoLearner(
+    cluster,
+    AgenticPpoConfig(**config),
+    chat_parser=PlainChat(cluster.tokenizer),
+    env_class=CountTheAs,
+  )
+
+
+def prompts(steps: int) -> list[dict[str, np.ndarray]]:
+  return [{"prompts": np.array(["ab", "ba"])}] * steps
+
+
+def params(model) -> list[np.ndarray]:
+  return [np.array(x) for x in jax.tree.leaves(nnx.state(model, nnx.Param))]
+
+
+def moved(before: list[np.ndarray], model) -> bool:
+  return any(not np.allclose(a, b) for a, b in zip(before, params(model), strict=True))
+
+
+def history(cluster, prefix: str, name: str) -> np.ndarray:
+  return np.asarray(cluster._rl_metrics_logger.get_metric_history(prefix, name, "train"))
+
+
+def trainer_history(trainer, prefix: str, name: str) -> np.ndarray:
+  return np.asarray(trainer.metrics_logger.get_metric_history(prefix, name, "train"))
+
+
+@pytest.mark.skipif(MAIN, reason="tunix main builds it")
+def test_on_tunix_0_1_7_building_it_fails_in_one_line():
+  config = AgenticPpoConfig(max_response_length=T)
+  with pytest.raises(RuntimeError, match=r"needs tunix main \(google-tunix >= 0\.1\.8") as info:
+    AgenticPpoLearner(None, config)
+  assert "\n" not in str(info.value) and "0.1.7" in str(info.value)
+
+
+def test_the_ppo_keys_are_checked_as_ppo_ext_config_s():
+  config = AgenticPpoConfig(loss_agg_mode="seq-mean-token-mean", entropy_coef=None)
+  assert (config.epsilon_low, config.epsilon_high, config.entropy_coef) == (0.2, 0.2, 0.0)
+  assert config.ppo_ext_config().loss_agg_mode == "seq-mean-token-mean"
+  with pytest.raises(ValueError, match=r"AgenticPpoConfig\.gae_lambda=2 is invalid"):
+    AgenticPpoConfig(gae_lambda=2)
+  with pytest.raises(ValueError, match=r"AgenticPpoConfig\.critic_lambda=1\.0 .*uses no critic"):
+    AgenticPpoConfig(advantage_estimator="rloo", critic_lambda=1.0)
+  with pytest.raises(ValueError, match=r"kl_method='full' is invalid"):
+    AgenticPpoConfig(kl_method="full", kl_penalty="loss")
+
+
+class Recording(AgenticPpoLearner):
+  """Keeps every example the rollout phase hands tunix's trainers."""
+
+  examples: list
+
+  def process_results(self, trajectories, mode, expected_step):
+    examples = super().process_results(trajectories, mode, expected_step)
+    self.examples.extend(examples)
+    return examples
+
+
+@needs_main
+def test_a_tiny_model_trains_multi_turn_episodes_with_a_critic():
+  cluster = agentic_cluster()
+  learner = Recording(
+    cluster,
+    AgenticPpoConfig(num_generations=2, max_response_length=T, beta=0.01),
+    chat_parser=PlainChat(cluster.tokenizer),
+    env_class=CountTheAs,
+  )
+  learner.examples = []
+  policy, critic = params(cluster.actor_trainer.model), params(cluster.critic_trainer.model)
+  learner.train(prompts(3))
+  assert cluster.actor_trainer.train_steps == 2
+  assert moved(policy, cluster.actor_trainer.model) and moved(critic, cluster.critic_trainer.model)
+  for trainer, prefix, name in [
+    (cluster.actor_trainer, "actor", "pg_loss"),
+    (cluster.actor_trainer, "actor", "pg_clipfrac"),
+    (cluster.critic_trainer, "critic", "vf_loss"),
+    (cluster.critic_trainer, "critic", "vpred_mean"),
+  ]:
+    values = trainer_history(trainer, prefix, name)
+    assert len(values) == 2 and np.all(np.isfinite(values)), (prefix, name, values)
+  for prefix, name in [
+    ("batch", "advantage/mean"),
+    ("batch", "return/mean"),
+    ("learner", "explained_variance"),
+    ("learner", "kl"),
+    ("learner", "advantage_sq_mean_turn"),
+  ]:
+    values = history(cluster, prefix, name)
+    assert len(values) >= 2 and np.all(np.isfinite(values)), (prefix, name, values)
+  assert history(cluster, "batch", "num_turns/max").max() >= 2  # multi-turn episodes
+  assert_observations_are_never_trained(learner.examples, tokenizer())
+
+
+def assert_observations_are_never_trained(examples, tok) -> None:
+  """Every attended run outside the loss mask is an observation as the chat renders it
+  (`U:b` and the next turn's `A:`): never in the loss, never with an advantage."""
+  observations = 0
+  for example in examples:
+    loss = np.asarray(example.loss_mask)
+    attended = np.asarray(example.attention_mask) > 0
+    np.testing.assert_array_equal(np.asarray(example.completion_mask), loss)
+    assert not np.any(np.asarray(example.advantages)[loss == 0])
+    for row, ids in enumerate(np.asarray(example.completion_ids)):
+      observed = attended[row] & (loss[row] == 0)
+      starts = np.flatnonzero(observed & ~np.pad(observed[:-1], (1, 0)))
+      for start in starts:
+        end = start + np.argmin(observed[start:]) if not observed[start:].all() else len(ids)
+        assert tok.decode(ids[start:end].tolist()) == "U:bA:"
+        observations += 1
+  assert observations > 0
+
+
+# ----- the rollout phase against PpoExtLearner's -----
+
+
+def episode(tok, pair: int, group: int, turns: list[str], reward: float, prompt: str):
+  """tunix's trajectory engine's "Token" episode of agent `turns` with a `U:bA:` between
+  them, as a `TrajectoryItem`."""
+  tokens, masks = [], []
+  for n, turn in enumerate(turns):
+    agent = tok.encode(turn)
+    tokens += agent
+    masks += [1] * len(agent)
+    if n < len(turns) - 1:
+      observed = tok.encode("U:bA:")
+      tokens += observed
+      masks += [0] * len(observed)
+  traj = {
+    "conversation_text": [{"role": "assistant", "content": turns[0]}],
+    "prompt_tokens": [tok.bos_id(), *tok.encode(f"U:{prompt}A:")],
+    "conversation_tokens": np.array(tokens),
+    "conversation_masks": np.array(masks),
+    "old_logprobs": -0.5 - 0.01 * np.arange(len(tokens)) * np.array(masks),
+    "trajectory_reward": reward,
+    "status": "SUCCEEDED",
+    "policy_version": 0,
+    "original_input": {"prompts": prompt},
+  }
+  return agent_types.TrajectoryItem(pair_index=pair, group_id=group, start_step=0, traj=traj)
+
+
+EPISODES = [  # (group, agent turns, reward); T = 32 cuts the last one
+  (0, ["ab", "aab"], 1.0),
+  (0, ["b", "a", "ba"], 0.0),
+  (1, ["aaa"], 2.0),
+  (1, ["ab", "ba", "ab", "abababab", "aaaaaaaa"], 3.0),
+]
+
+
+def expected_rows(tok, items) -> TrajectoryBatch:
+  """The padded rows by hand: prompts left-padded to P, episodes right-padded (or cut) to
+  T, the reward on the last agent token."""
+  b = len(items)
+  prompt, completion = np.zeros((b, P), np.int32), np.zeros((b, T), np.int32)
+  attention, loss, rewards = (np.zeros((b, T)) for _ in range(3))
+  for row, item in enumerate(items):
+    ids, mask = item.traj["prompt_tokens"], item.traj["conversation_masks"][:T]
+    prompt[row, P - len(ids) :] = ids
+    n = len(mask)
+    completion[row, :n] = item.traj["conversation_tokens"][:T]
+    attention[row, :n], loss[row, :n] = 1, mask
+    rewards[row, np.flatnonzero(mask)[-1]] = item.traj["trajectory_reward"]
+  groups = np.array([item.group_id for item in items])
+  return TrajectoryBatch(prompt, completion, attention, loss, rewards, group_ids=groups)
+
+
+def masked_whiten(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+  on = mask > 0
+  mean, var = x[on].mean(), x[on].var(ddof=1)
+  return (x - mean) / np.sqrt(var + 1e-8) * mask
+
+
+def gae_reference(rewards, values, mask, gamma, lam, gamma_turn) -> tuple[np.ndarray, ...]:
+  """Multi-turn GAE over agent tokens (observations skipped; `gamma_turn` across one), in
+  NumPy: `(raw advantages, returns)`."""
+  raw = np.zeros_like(rewards)
+  for row in range(len(rewards)):
+    next_value = last = 0.0
+    agent = np.flatnonzero(mask[row])
+    for n, t in reversed(list(enumerate(agent))):
+      crossed = n + 1 < len(agent) and agent[n + 1] != t + 1
+      g = gamma_turn if crossed else gamma
+      delta = rewards[row, t] + g * next_value - values[row, t]
+      last = delta + g * lam * last
+      raw[row, t], next_value = last, values[row, t]
+  return raw, (raw + values) * mask
+
+
+PPO_KEYS = {"kl_penalty": "loss", "kl_loss_coef": 0.1, "logps_temperature": 1.0}
+PPO_KEYS |= {"num_generations": 2, "gamma": 0.9, "gae_lambda": 0.8, "entropy_coef": 0.01}
+
+
+@needs_main
+@pytest.mark.parametrize("estimator", ["gae", "turn_gae"])
+def test_the_rollout_phase_matches_ppo_ext_learner_s_on_the_same_rows(estimator):
+  """Per token (`gae`, also against NumPy) and per turn (`turn_gae`, a turn's value at its
+  first agent token, `gamma_turn` between turns)."""
+  tok = tokenizer()
+  items = [episode(tok, n % 2, g, turns, r, "ab") for n, (g, turns, r) in enumerate(EPISODES)]
+  keys = {**PPO_KEYS, "advantage_estimator": estimator, "gamma_turn": 0.7}
+  agentic = agentic_learner(agentic_cluster(), use_rollout_logps=False, **keys)
+  rows = agentic_rows(items, max_prompt_length=P, width=T, pad_id=0)
+  expected = expected_rows(tok, items)
+  for name in ("prompt_ids", "completion_ids", "attention_mask", "loss_mask", "group_ids"):
+    np.testing.assert_array_equal(getattr(rows.batch, name), getattr(expected, name), name)
+  np.testing.assert_array_equal(rows.batch.num_turns, [2, 3, 1, 4])  # the last one cut at T
+  [ours] = agentic.process_results(items, Mode.TRAIN, 0)
+
+  source = lambda context, training_input, mode: expected  # noqa: E731
+  ppo = PpoExtLearner(agentic_cluster(), PpoExtConfig(**keys), trajectory_source=source)
+  theirs = ppo.generate_and_compute_advantage({"prompts": np.array(["ab"] * 4)}, Mode.TRAIN)
+  for name in ("old_per_token_logps", "ref_per_token_logps", "old_values", "advantages"):
+    np.testing.assert_allclose(getattr(ours, name), getattr(theirs, name), atol=1e-5, err_msg=name)
+  np.testing.assert_allclose(ours.returns, theirs.returns, atol=1e-5)
+
+  mask, values = expected.loss_mask, np.asarray(ours.old_values)
+  assert np.all(values[mask > 0] != 0) and np.all(values[mask == 0] == 0)
+  if estimator == "gae":
+    raw, returns = gae_reference(expected.token_rewards, values, mask, 0.9, 0.8, 0.7)
+    np.testing.assert_allclose(ours.returns, returns, atol=1e-5)
+    np.testing.assert_allclose(ours.advantages, masked_whiten(raw, mask), atol=1e-4)
+  assert_the_losses_match(agentic, ppo, ours, theirs)
+
+
+def assert_the_losses_match(agentic, ppo, ours, theirs) -> None:
+  """The policy and value losses (and their terms) tunix's trainers would compute on each
+  learner's example, with each learner's trainer inputs, on one actor and one critic."""
+  actor = agentic.rl_engine.actor_trainer.model
+  critic = agentic.rl_engine.critic_trainer.model
+  for loss, model, inputs in [
+    (loss_fns.ppo_ext_policy_loss_fn, actor, "_actor_inputs"),
+    (loss_fns.ppo_ext_value_loss_fn, critic, "_critic_inputs"),
+  ]:
+    value, terms = loss(model, **getattr(agentic, inputs)(ours))
+    expected, expected_terms = loss(model, **getattr(ppo, inputs)(theirs))
+    np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6)
+    for key in expected_terms:
+      np.testing.assert_allclose(terms[key], expected_terms[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    assert np.isfinite(value)
+
+
+@needs_main
+def test_off_policy_rows_keep_the_log_probs_they_were_sampled_with():
+  tok = tokenizer()
+  items = [episode(tok, n % 2, g, turns, r, "ab") for n, (g, turns, r) in enumerate(EPISODES)]
+  learner = agentic_learner(agentic_cluster(critic=False), advantage_estimator="grpo", beta=0.0)
+  [example] = learner.process_results(items, Mode.TRAIN, 0)
+  mask = np.asarray(example.loss_mask)
+  sampled = [np.pad(i.traj["old_logprobs"], (0, T))[:T] for i in items]
+  np.testing.assert_allclose(example.old_per_token_logps, np.stack(sampled) * mask, atol=1e-6)
+  np.testing.assert_array_equal(example.policy_version, [0, 0, 0, 0])
+
+
+ESTIMATORS = [
+  ("gae", {}),
+  ("turn_gae", {}),
+  ("grpo", {}),
+  ("grpo", {"norm_adv_by_std": False}),  # Dr. GRPO
+  ("rloo", {}),
+  ("reinforce_plus_plus", {}),
+]
+
+
+@needs_main
+@pytest.mark.parametrize(
+  ("estimator", "keys"),
+  ESTIMATORS,
+  ids=["gae", "turn_gae", "grpo", "dr_grpo", "rloo", "reinforce_plus_plus"],
+)
+def test_each_estimator_trains_a_step(estimator, keys):
+  critic = estimator in ("gae", "turn_gae")
+  cluster = agentic_cluster(critic=critic, max_steps=1)
+  keys = {"advantage_estimator": estimator, "beta": 0.0, "entropy_coef": 0.001, **keys}
+  learner = agentic_learner(cluster, **keys)
+  policy = params(cluster.actor_trainer.model)
+  learner.train(prompts(2))
+  assert cluster.actor_trainer.train_steps == 1 and moved(policy, cluster.actor_trainer.model)
+  assert np.all(np.isfinite(trainer_history(cluster.actor_trainer, "actor", "pg_loss")))
+  assert np.all(np.isfinite(history(cluster, "batch", "advantage/mean")))
+  if critic:
+    assert np.all(np.isfinite(trainer_history(cluster.critic_trainer, "critic", "vf_loss")))

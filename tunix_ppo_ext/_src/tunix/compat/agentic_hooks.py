@@ -1,0 +1,71 @@
+"""tunix's agentic learner (`tunix.rl.agentic.agentic_rl_learner`).
+
+What tunix offers no public way to do, each with its reason:
+
+- `AgenticHooks`: `AgenticRLLearner` whose abstract hook `_process_results` (the one method
+  an algorithm must implement: a group of collected trajectories to `TrainExample`s, called
+  by tunix's producer) is forwarded to the public `process_results` of a subclass.
+- `agentic_rewards`: the learner's `_compute_rewards` (tunix's reward manager on the
+  episodes: the environment's trajectory rewards plus the reward functions; it logs
+  `rewards/...` and keeps the step's reward window that tunix's per-step log line reads).
+
+Both names are on the two tested tunix versions. What differs between them is the
+learner's API itself (0.1.7: `rl_cluster`, main: `rl_engine`, with main's `update_critic`
+path tested): `needs_main` is the version probe, `AgenticPpoLearner` runs on tunix main only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.agentic import agentic_rl_learner
+
+PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
+  # object the names live on -> (the object, private names used here)
+  "tunix.rl.agentic.agentic_rl_learner.AgenticRLLearner": (
+    agentic_rl_learner.AgenticRLLearner,
+    ("_process_results", "_compute_rewards"),
+  ),
+}
+# Instance attributes set in constructors (checked on live objects by the tests).
+PINNED_INSTANCE_ATTRIBUTES: dict[str, tuple[str, ...]] = {}
+
+MAIN_COMMIT = "c7d8950f"  # the tunix main commit the agentic learner is tested at
+
+
+class AgenticHooks(agentic_rl_learner.AgenticRLLearner):
+  """`AgenticRLLearner` whose private hook calls a public method a subclass defines:
+  `process_results(trajectories, mode, expected_step)`, one group's (or, with
+  `compute_logps_micro_batch_size > 1`, several groups') trajectories to a list of
+  `TrainExample`s."""
+
+  def _process_results(
+    self,
+    trajectories: list[Any],
+    mode: Any = rl_cluster_lib.Mode.TRAIN,
+    expected_step: int | None = None,
+  ) -> list[Any]:
+    return self.process_results(trajectories, mode, expected_step)
+
+  def process_results(self, trajectories: list[Any], mode: Any, expected_step: int | None):
+    raise NotImplementedError
+
+
+def agentic_rewards(learner: Any, **kwargs: Any) -> Any:
+  """tunix's agentic reward manager on the episodes (`AgenticRLLearner._compute_rewards`):
+  `[B]` scores; it logs the rewards' metrics at `expected_step`."""
+  return learner._compute_rewards(**kwargs)
+
+
+def needs_main(what: str) -> None:
+  """RuntimeError (one line) unless the installed tunix has tunix main's API (`RLEngine`)."""
+  if hasattr(rl_cluster_lib, "RLEngine"):
+    return
+  import importlib.metadata  # noqa: PLC0415
+
+  version = importlib.metadata.version("google-tunix")
+  raise RuntimeError(
+    f"{what} needs tunix main (google-tunix >= 0.1.8, tested at commit {MAIN_COMMIT}: its "
+    f"RLEngine and agentic critic path); the installed google-tunix {version} lacks them"
+  )

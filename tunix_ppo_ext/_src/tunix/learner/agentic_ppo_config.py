@@ -1,0 +1,126 @@
+"""`AgenticPpoConfig`: tunix's agentic config plus the PPO keys of `PpoExtConfig`.
+
+The PPO keys (`PPO_FIELDS`) keep `PpoExtConfig`'s names, defaults and meaning; they are
+validated by building the `PpoExtConfig` they describe (`ppo_ext_config`), so every check
+and error message is that config's (naming `AgenticPpoConfig`). tunix's agentic keys
+(`max_response_length`, `num_generations`, `off_policy_steps`, `use_rollout_logps`, ...)
+are `AgenticRLConfig`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tunix.rl.agentic import agentic_rl_learner
+
+from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.math import kl_methods as names
+from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
+
+# the keys shared with `PpoExtConfig` (same names, defaults and checks)
+PPO_FIELDS = (
+  "advantage_estimator",
+  "policy_loss_fn",
+  "value_loss_fn",
+  "gamma",
+  "gae_lambda",
+  "critic_lambda",
+  "gamma_turn",
+  "adaptive_lambda_alpha",
+  "norm_adv_by_std",
+  "whiten_advantages",
+  "epsilon",
+  "epsilon_low",
+  "epsilon_high",
+  "epsilon_c",
+  "entropy_coef",
+  "beta",
+  "kl_method",
+  "kl_penalty",
+  "kl_loss_coef",
+  "kl_ctrl",
+  "kl_target",
+  "kl_horizon",
+  "kl_clamp_value",
+  "loss_agg_mode",
+  "value_loss_agg_mode",
+  "clip_range_value",
+  "logits_chunk_size",
+  "logps_temperature",
+  "num_generations",
+  "num_iterations",
+)
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
+  """tunix's `AgenticRLConfig` with PPO: a critic's values, the project's advantage
+  estimators and PPO losses over tunix's agentic episodes (`AgenticPpoLearner`).
+
+  The PPO keys are `PpoExtConfig`'s (same names, defaults and checks; `PPO_FIELDS`):
+  `advantage_estimator` (`gae`, `turn_gae`, `grpo`, `rloo`, `reinforce_plus_plus`, a
+  plugin's; Dr. GRPO is `grpo` with `norm_adv_by_std=False`), `gamma`, `gae_lambda`,
+  `critic_lambda`, `gamma_turn`, `adaptive_lambda_alpha`, `whiten_advantages`, the clip
+  ranges `epsilon`, `epsilon_low`, `epsilon_high`, `epsilon_c`, `entropy_coef`, the KL
+  (`beta`, `kl_method`, `kl_penalty`, `kl_loss_coef`, `kl_ctrl`, `kl_target`,
+  `kl_horizon`, `kl_clamp_value`), `loss_agg_mode`, `value_loss_agg_mode`,
+  `clip_range_value`, the losses `policy_loss_fn` / `value_loss_fn` (default `ppo_ext`),
+  `logits_chunk_size` and `logps_temperature` (None: the train rollout's temperature, at
+  which the sampler's log-probs were taken). Not here: the exact KL (`kl_method="full"`),
+  the fused head, packing, critic warm-up and rollout correction.
+
+  tunix's keys keep their meaning: `num_generations` episodes per prompt form a group,
+  `max_response_length` is the width of an episode's tokens (it must equal the rollout's
+  `max_tokens_to_generate`), `use_rollout_logps` makes the sampler's log-probs the
+  old (behaviour) log-probs, so an off-policy batch (`off_policy_steps`) is corrected
+  with the policy it was sampled with.
+  """
+
+  algo_variant: str = "agentic_ppo"
+  advantage_estimator: str = "gae"
+  policy_loss_fn: str = "ppo_ext"
+  value_loss_fn: str = "ppo_ext"
+  gamma: float = 1.0
+  gae_lambda: float = 0.95
+  critic_lambda: float | None = None
+  gamma_turn: float | None = None
+  adaptive_lambda_alpha: float | None = None
+  norm_adv_by_std: bool = True
+  whiten_advantages: bool = True
+  epsilon: float = 0.2
+  epsilon_low: float | None = None
+  epsilon_high: float | None = None
+  epsilon_c: float | None = None
+  entropy_coef: float | None = None
+  beta: float = 0.04
+  kl_method: str = "low_var_kl"
+  kl_penalty: str = "reward"
+  kl_loss_coef: float = 0.0
+  kl_ctrl: str = "fixed"
+  kl_target: float = 0.1
+  kl_horizon: float = 10000.0
+  loss_agg_mode: str = "token-mean"
+  value_loss_agg_mode: str = "token-mean"
+  clip_range_value: float | None = 0.2
+  logits_chunk_size: int = 0
+  logps_temperature: float | None = None
+
+  def __post_init__(self):
+    # AlgorithmConfig's own check allows tunix's estimator and loss names only: replaced
+    ppo = self.ppo_ext_config()
+    for name in PPO_FIELDS:  # defaults filled in and names made canonical, as PpoExtConfig's
+      setattr(self, name, getattr(ppo, name))
+    if self.kl_method == names.FULL_KL:
+      raise ConfigError(
+        "AgenticPpoConfig.kl_method='full' is invalid: must be a per-token estimator "
+        "(the exact KL is PpoExtLearner's)."
+      )
+
+  def ppo_ext_config(self) -> PpoExtConfig:
+    """The `PpoExtConfig` of the PPO keys (validated as it is built): what the project's
+    losses and estimators read. A bad key raises ConfigError naming `AgenticPpoConfig`."""
+    values = {name: getattr(self, name) for name in PPO_FIELDS}
+    try:
+      return PpoExtConfig(**values)
+    except ConfigError as e:
+      raise ConfigError(str(e).replace("PpoExtConfig.", "AgenticPpoConfig.")) from None

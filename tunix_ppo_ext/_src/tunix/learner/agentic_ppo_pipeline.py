@@ -1,0 +1,113 @@
+"""tunix main's command-line PPO pipeline with `training_mode: agentic_ppo` (tunix main only).
+
+`AgenticPpoPipeline` is tunix's `PpoPipeline`: the same YAML config (`model_config`,
+`*_model_config`, `tokenizer_config`, `rollout_config`, `rl_training_config`, the data
+keys, `reward_functions`, `key=value` overrides, `T_` environment variables), tunix's
+models, meshes, rollout engine and dataset; `training_mode: ppo` is tunix's own PPO.
+`training_mode: agentic_ppo`, which tunix's pipeline refuses, trains `AgenticPpoLearner`
+with the keys tunix's agentic GRPO pipeline reads (`chat_parser_config`,
+`agent_class_path` / `agent_kwargs`, `env_class_path` / `env_kwargs`; `reward_functions`
+optional) and the section `agentic_ppo_config`: `AgenticPpoConfig`'s fields (the PPO keys
+of `PpoExtConfig` and tunix's agentic ones), `max_response_length` defaulting to
+`rollout_config.total_generation_steps` as in tunix's agentic GRPO pipeline. A critic
+needs `critic_model_config` (and `rl_training_config.critic_optimizer_config`).
+
+`run(argv)` is the `tunix-ppo-ext tunix-agentic CONFIG.yaml [KEY=VALUE ...]` command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tunix.cli.utils import data as data_lib
+
+from tunix_ppo_ext._src.checks import ConfigError, did_you_mean
+from tunix_ppo_ext._src.tunix.compat import cli_hooks
+from tunix_ppo_ext._src.tunix.learner.agentic_ppo import AgenticPpoLearner
+from tunix_ppo_ext._src.tunix.learner.agentic_ppo_config import AgenticPpoConfig
+
+SECTION = "agentic_ppo_config"
+
+
+def agentic_ppo_config(section: Mapping[str, Any], rollout: Mapping[str, Any]) -> AgenticPpoConfig:
+  """The `AgenticPpoConfig` of the `agentic_ppo_config` section; `max_response_length`
+  defaults to the rollout's `total_generation_steps`. An unknown key is a ConfigError."""
+  keys = dict(section)
+  fields = sorted(f.name for f in dataclasses.fields(AgenticPpoConfig))
+  unknown = sorted(set(keys) - set(fields))
+  if unknown:
+    raise ConfigError(
+      f"{SECTION}.{unknown[0]} is not an AgenticPpoConfig key{did_you_mean(unknown[0], fields)}"
+    )
+  if "max_response_length" not in keys and "total_generation_steps" in rollout:
+    keys["max_response_length"] = int(rollout["total_generation_steps"])
+  return AgenticPpoConfig(**keys)
+
+
+class AgenticPpoPipeline(cli_hooks.PipelineHooks):
+  """tunix main's `PpoPipeline` that also trains `training_mode: agentic_ppo` with
+  `AgenticPpoLearner` (the module docstring); `run_trainer()` runs the configured mode."""
+
+  def run_agentic_ppo(self) -> None:
+    """Builds the learner and trains it on the configured dataset."""
+    learner, dataset = self.agentic_ppo_learner()
+    learner.train(dataset)
+
+  def agentic_ppo_config(self) -> AgenticPpoConfig:
+    """The `agentic_ppo_config` section as an `AgenticPpoConfig`."""
+    rollout = cli_hooks.config_mapping(self, "rollout_config")
+    return agentic_ppo_config(cli_hooks.config_mapping(self, SECTION), rollout)
+
+  def agentic_ppo_learner(self) -> tuple[AgenticPpoLearner, Any]:
+    """`(learner, dataset)`: tunix's engine, tokenizer, chat parser and dataset, the
+    configured agent and environment classes, `AgenticPpoLearner` on them."""
+    config = self.agentic_ppo_config()  # a bad key fails before any model loads
+    cli_hooks.setup_kubernetes(self)
+    tokenizer = cli_hooks.tokenizer(self)
+    dataset = self.agentic_dataset(tokenizer)
+    engine = self.create_rl_engine(tokenizer)
+    reward_fns = self.obtain_reward_fn() if self.config.get("reward_functions") else None
+    learner = AgenticPpoLearner(
+      rl_engine=engine,
+      algo_config=config,
+      reward_fns=reward_fns,
+      chat_parser=cli_hooks.chat_parser(self, tokenizer),
+      **self.agent_and_env(),
+    )
+    return learner, dataset
+
+  def agentic_dataset(self, tokenizer: Any) -> Any:
+    """The batched training dataset, as tunix's pipelines batch it."""
+    raw, batch_fn = cli_hooks.raw_dataset(self, tokenizer)
+    self.compute_params(raw)
+    dataset, _ = data_lib.post_init_dataset(
+      raw,
+      tokenizer,
+      batch_size=self.config.get("batch_size", 1),
+      num_batches=self.config.get("num_batches"),
+      max_prompt_length=cli_hooks.config_mapping(self, "rollout_config").get("max_prompt_length"),
+      fraction=self.config.get("train_fraction", 1.0),
+      num_epochs=self.config.get("num_train_epochs", 1),
+      prompt_key=self.config.get("prompt_key", "prompts"),
+      custom_batch_fn=batch_fn,
+    )
+    return dataset
+
+  def agent_and_env(self) -> dict[str, Any]:
+    """`agent_class`/`agent_kwargs` and `env_class`/`env_kwargs` of the dotted paths
+    `agent_class_path` and `env_class_path` (tunix's defaults where not set)."""
+    kwargs: dict[str, Any] = {}
+    for role in ("agent", "env"):
+      path = cli_hooks.config_string(self, f"{role}_class_path")
+      if path:
+        kwargs[f"{role}_class"] = cli_hooks.load_class(self, path)
+        kwargs[f"{role}_kwargs"] = dict(self.config.get(f"{role}_kwargs") or {})
+    return kwargs
+
+
+def run(argv: Sequence[str]) -> None:
+  """tunix's `PpoPipeline` command line (`CONFIG.yaml [KEY=VALUE ...]`, as tunix's
+  `python -m tunix.cli.ppo_main`) with `training_mode: agentic_ppo` trained here."""
+  AgenticPpoPipeline(["tunix-agentic", *argv]).run_trainer()
