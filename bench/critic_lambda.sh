@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Issue 58's actor-lambda study on SmolLM2-135M-Instruct: `guess` 1..10 with 4 turns,
+# configs/smollm2_ppo.yaml (turn-level GAE, the critic's lambda 1, 8 critic-only + 64
+# updates) with the actor's lambda at 0 and 0.5, and a row with lambda 0.5 and `guess`'s
+# information-gain reward (`env.kwargs.info_gain_reward=0.2`: a guess earns 0.2 times the
+# share of the still-allowed numbers it rules out; success is still the share of episodes
+# that hit). The preset's lambda 0.95 is bench/results/real_model_ppo_recipe (the same
+# config, an earlier commit). The rows are interleaved seed by seed so that an interrupted
+# study still has paired seeds. Resumable: a rerun skips every finished seed
+# (`seed<N>/result.json`) and tunix resumes an unfinished one from its newest checkpoint.
+# The untrained baseline batches are the preset's.
+#
+#   bash bench/critic_lambda.sh [SEEDS...]        # default: 0 1 2
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+OUT=bench/results/critic_lambda
+SEEDS=("${@:-0 1 2}")
+run() {  # run ROW KEY=VALUE...: one seed of one row
+  local row=$1
+  shift
+  "$PY" bench/real_model.py --config configs/smollm2_ppo.yaml --steps 72 \
+    --baseline-from bench/results/real_model_ppo_recipe --seed-ids "$seed" \
+    --out "$OUT/$row" train.checkpoint_every=8 "$@"
+}
+for seed in ${SEEDS[@]}; do
+  run guess10_lambda0 ppo.gae_lambda=0
+  run guess10_lambda0.5 ppo.gae_lambda=0.5
+  run guess10_lambda0.5_info_gain ppo.gae_lambda=0.5 env.kwargs.info_gain_reward=0.2
+done
