@@ -5,8 +5,8 @@
 # information-gain reward (`env.kwargs.info_gain_reward=0.2`: a guess earns 0.2 times the
 # share of the still-allowed numbers it rules out; success is still the share of episodes
 # that hit). The preset's lambda 0.95 is bench/results/real_model_ppo_recipe (the same
-# config, an earlier commit). The rows are interleaved seed by seed so that an interrupted
-# study still has paired seeds. Resumable: a rerun skips every finished seed
+# config, an earlier commit). The two lambda rows are interleaved seed by seed so that an
+# interrupted study still has paired seeds; the information-gain row runs after them. Resumable: a rerun skips every finished seed
 # (`seed<N>/result.json`) and tunix resumes an unfinished one from its newest checkpoint.
 # The untrained baseline batches are the preset's.
 #
@@ -26,5 +26,7 @@ run() {  # run ROW KEY=VALUE...: one seed of one row
 for seed in ${SEEDS[@]}; do
   run guess10_lambda0 ppo.gae_lambda=0
   run guess10_lambda0.5 ppo.gae_lambda=0.5
+done
+for seed in ${SEEDS[@]}; do
   run guess10_lambda0.5_info_gain ppo.gae_lambda=0.5 env.kwargs.info_gain_reward=0.2
 done
