@@ -112,6 +112,16 @@ def plan_packing(
   Returns:
     `slots` (see `Packing`, with `rows` and `width = k W`), `segment` the batch-width
     segment (`0 .. R k - 1`, row by row) where each episode starts, and `k`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> real = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 0]])  # three runs, W=4
+    >>> slots, segment, k = ops.plan_packing(real)
+    >>> packing = ops.Packing(jnp.asarray(slots), rows=1, width=k * real.shape[1])
+    >>> slots.tolist(), segment.tolist(), k
+    ([[8, 0, 1, 8], [2, 3, 8, 8], [8, 8, 4, 8]], [0, 0, 1], 2)
   """
   real = np.asarray(real) != 0
   batch, columns = real.shape
@@ -135,7 +145,25 @@ def plan_packing(
 
 
 def pack(x: jax.Array, packing: Packing) -> jax.Array:
-  """`x` `[B, W, ...]` in the packed layout `[R, L, ...]` (zeros in empty slots)."""
+  """`x` `[B, W, ...]` in the packed layout `[R, L, ...]` (zeros in empty slots).
+
+  Args:
+    x: `[B, W, ...]` a per-token array in the padded layout, any dtype.
+    packing: where each token goes (`plan_packing`), for `R` rows of `L` slots.
+
+  Returns:
+    `[R, L, ...]` in `x`'s dtype; padding tokens are dropped.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> real = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 0]])  # three runs, W=4
+    >>> slots, segment, k = ops.plan_packing(real)
+    >>> packing = ops.Packing(jnp.asarray(slots), rows=1, width=k * real.shape[1])
+    >>> ops.pack(jnp.arange(1, 13).reshape(3, 4), packing).tolist()
+    [[2, 3, 5, 6, 11, 0, 0, 0]]
+  """
   batch, columns = packing.slots.shape
   chex.assert_shape(x, (batch, columns, ...))
   tail = x.shape[2:]
@@ -145,7 +173,26 @@ def pack(x: jax.Array, packing: Packing) -> jax.Array:
 
 
 def unpack(y: jax.Array, packing: Packing) -> jax.Array:
-  """`y` `[R, L, ...]` back in the padded layout `[B, W, ...]` (zeros at padding)."""
+  """`y` `[R, L, ...]` back in the padded layout `[B, W, ...]` (zeros at padding).
+
+  Args:
+    y: `[R, L, ...]` a per-token array in the packed layout, any dtype.
+    packing: the `Packing` that `y` was packed with.
+
+  Returns:
+    `[B, W, ...]` in `y`'s dtype.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> real = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 0]])  # three runs, W=4
+    >>> slots, segment, k = ops.plan_packing(real)
+    >>> packing = ops.Packing(jnp.asarray(slots), rows=1, width=k * real.shape[1])
+    >>> x = jnp.arange(1, 13).reshape(3, 4) * jnp.asarray(real)
+    >>> bool((ops.unpack(ops.pack(x, packing), packing) == x).all())
+    True
+  """
   chex.assert_shape(y, (packing.rows, packing.width, ...))
   flat = y.reshape(-1, *y.shape[2:])
   flat = jnp.concatenate([flat, jnp.zeros((1, *y.shape[2:]), y.dtype)])
@@ -157,7 +204,31 @@ def packed_model_inputs(
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """The model inputs of the padded `[B, W]` layout packed: `(input_ids [R, L], positions
   [R, L], causal mask [R, L, L] bool, segment ids [R, L] int32)`. A token attends to the
-  tokens of its own episode at or before it; an empty slot to nothing."""
+  tokens of its own episode at or before it; an empty slot to nothing.
+
+  Args:
+    input_ids: `[B, W]` int token ids in the padded layout.
+    positions: `[B, W]` int positions (counted over each episode's real tokens).
+    real: `[B, W]` nonzero on real tokens (each row one run).
+    packing: the chunk's `Packing` (`plan_packing`).
+
+  Returns:
+    `(input_ids, positions, mask, segment_ids)`: `[R, L]`, `[R, L]`, bool `[R, L, L]`
+    and int32 `[R, L]` (episode `b` is segment `b + 1`, 0 an empty slot).
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> real = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 0]])  # three runs, W=4
+    >>> slots, segment, k = ops.plan_packing(real)
+    >>> packing = ops.Packing(jnp.asarray(slots), rows=1, width=k * real.shape[1])
+    >>> ids, pos, mask, seg = ops.packed_model_inputs(
+    ...   jnp.asarray(real) * 7, jnp.zeros((3, 4), jnp.int32), jnp.asarray(real), packing
+    ... )
+    >>> seg.tolist(), mask.shape
+    ([[1, 1, 2, 2, 3, 0, 0, 0]], (1, 8, 8))
+  """
   episode = (jnp.arange(real.shape[0], dtype=jnp.int32) + 1)[:, None] * (real != 0)
   segments = pack(episode.astype(jnp.int32), packing)
   columns = jnp.arange(segments.shape[1])
