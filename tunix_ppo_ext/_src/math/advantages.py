@@ -124,6 +124,17 @@ def compute_gae_advantages(
   Returns:
     `(advantages, returns)`, float32 `[B, T]`. Both are exactly 0 where `mask == 0`
     (verl leaves whatever the carry/whitening produced there; we zero it so nothing leaks).
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> rewards = jnp.array([[0.0, 0.0, 0.0, 1.0]])
+    >>> values = jnp.array([[0.5, 9.0, 0.5, 0.5]])  # token 1 is an observation: skipped
+    >>> mask = jnp.array([[1, 0, 1, 1]])
+    >>> adv, ret = ops.compute_gae_advantages(rewards, values, mask, 1.0, 1.0, whiten=False)
+    >>> print(np.round(adv, 4), np.round(ret, 4))
+    [[0.5 0.  0.5 0.5]] [[1. 0. 1. 1.]]
   """
   _check_unit_interval("gamma", gamma)
   _check_unit_interval("gae_lambda", gae_lambda)
@@ -142,6 +153,12 @@ def length_adaptive_lambda(mask: jax.Array, alpha: float | jax.Array) -> jax.Arr
 
   Returns:
     float32 `[B]`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> ops.length_adaptive_lambda(jnp.array([[1, 1, 1, 1], [1, 1, 0, 0]]), 0.5).tolist()
+    [0.5, 0.0]
   """
   length = jnp.sum(_f32(mask) > 0, axis=-1).astype(jnp.float32)
   scaled = jnp.asarray(alpha, jnp.float32) * length
@@ -211,6 +228,17 @@ def compute_turn_gae_advantages(
 
   Returns:
     `(advantages, returns)`, float32 `[B, T]`, both 0 where `mask == 0`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> rewards = jnp.array([[0.0, 0.0, 0.0, 0.0, 1.0]])  # two turns: tokens 0-1 and 3-4
+    >>> values = jnp.array([[0.25, 0.0, 0.0, 0.5, 0.0]])  # read at each turn's first token
+    >>> mask = jnp.array([[1, 1, 0, 1, 1]])
+    >>> adv, ret = ops.compute_turn_gae_advantages(rewards, values, mask, 0.5, 1.0, whiten=False)
+    >>> print(np.round(adv, 4), np.round(ret, 4))
+    [[0.25 0.25 0.   0.5  0.5 ]] [[0.5 0.5 0.  1.  1. ]]
   """
   _check_unit_interval("gamma_turn", gamma_turn)
   _check_unit_interval("gae_lambda", gae_lambda)
@@ -272,6 +300,18 @@ def compute_grpo_advantages(
 
   Returns:
     float32 `[B, T]`: `a[:, None] * mask`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> scores, group_ids = jnp.array([1.0, 0.0, 0.0, 1.0]), jnp.array([0, 0, 0, 7])
+    >>> mask = jnp.array([[1, 1], [1, 1], [1, 0], [1, 1]])
+    >>> print(np.round(np.asarray(ops.compute_grpo_advantages(scores, group_ids, mask)), 4))
+    [[ 1.1547  1.1547]
+     [-0.5773 -0.5773]
+     [-0.5773 -0.    ]
+     [ 1.      1.    ]]
   """
   _check_group_inputs(scores, group_ids, mask)
   scores = _f32(scores)
@@ -299,6 +339,18 @@ def compute_rloo_advantages(scores: jax.Array, group_ids: jax.Array, mask: jax.A
 
   Returns:
     float32 `[B, T]`: `a[:, None] * mask`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> scores, group_ids = jnp.array([1.0, 0.0, 0.0, 1.0]), jnp.array([0, 0, 0, 7])
+    >>> mask = jnp.ones((4, 1))
+    >>> print(np.round(ops.compute_rloo_advantages(scores, group_ids, mask), 4))
+    [[ 1. ]
+     [-0.5]
+     [-0.5]
+     [ 1. ]]
   """
   _check_group_inputs(scores, group_ids, mask)
   scores = _f32(scores)
@@ -353,6 +405,17 @@ def compute_reinforce_plus_plus_advantages(
 
   Returns:
     `(advantages, returns)`, float32 `[B, T]`, both 0 where `mask == 0`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> rewards = jnp.array([[0.0, 5.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    >>> mask = jnp.array([[1, 0, 1, 1], [1, 1, 0, 0]])  # row 0's reward 5 is off the mask
+    >>> adv, ret = ops.compute_reinforce_plus_plus_advantages(rewards, mask, 0.5)
+    >>> print(np.round(ret, 4))
+    [[0.25 0.   0.5  1.  ]
+     [0.   0.   0.   0.  ]]
   """
   _check_unit_interval("gamma", gamma)
   return _reinforce_plus_plus(rewards, mask, gamma)
