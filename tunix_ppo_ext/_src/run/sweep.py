@@ -357,14 +357,14 @@ def sweep(
   have stopped.
 
   Args:
-    seeds: seeds per variant.
-    output_dir: the sweep's directory (one subdirectory per variant and seed).
-    overrides: `KEY=VALUE` overrides; `KEY=A,B` values span the variants.
+    seeds: seeds per variant, `0 .. seeds-1` (a `seed=3,4` override lists them instead).
+    output_dir: the sweep's directory (`DIR/<variant>/seed<k>` per seed).
+    overrides: `KEY=VALUE` overrides; each `KEY=V1,V2` makes one variant per value.
     config: the YAML config file; None: the embedded default.
     jobs: seeds run at a time.
 
   Returns:
-    One `seed_result` per finished seed.
+    The table's rows: one per variant whose seeds all finished (`variant_row`).
 
   Raises:
     ValueError: a bad override, or a seed directory holding a run of another config.
