@@ -12,7 +12,7 @@ and the README and the docs name nothing that does not exist.
 - `test_docs_name_only_metric_keys_that_exist`: metric keys and families the text names.
 - `test_marked_code_examples_run`: the Python blocks marked `% test: run` in the docs run.
 - `test_every_public_function_documents_its_arguments`: every function of a public module's
-  `__all__` that takes parameters has a Google-style `Args:` section.
+  `__all__` that takes parameters has a Google-style `Args:` section naming each of them.
 - `test_math_examples_run`: every public function of `tunix_ppo_ext.ops` has a doctest
   example (`>>>`) in its docstring, and they all print what they show.
 """
@@ -371,16 +371,31 @@ def _public_functions(module_names) -> dict[str, object]:
   return found
 
 
+def _documented_arguments(doc: str) -> set[str] | None:
+  """The parameter names of a Google-style `Args:` section (`name:`, `*args:`, `a, b:`
+  entries at its first indentation); None without one."""
+  found = re.search(r"^Args:\n((?:[ ]+\S.*\n|\n)*)", doc + "\n", flags=re.M)
+  if found is None:
+    return None
+  names = set()
+  for entry in re.findall(r"^  (\*{0,2}\w+(?:, \*{0,2}\w+)*):", found.group(1), flags=re.M):
+    names |= {name.lstrip("*") for name in entry.split(", ")}
+  return names
+
+
 def test_every_public_function_documents_its_arguments():
   functions = _public_functions(reference.PUBLIC_MODULES)
   assert len(functions) > 100, len(functions)
-  missing = [
-    name
-    for name, fn in functions.items()
-    if inspect.signature(fn).parameters
-    and not re.search(r"^Args:$", inspect.getdoc(fn) or "", flags=re.M)
-  ]
-  assert not missing, f"public functions without an Args: section: {missing}"
+  without, undocumented = [], []
+  for name, fn in functions.items():
+    parameters = list(inspect.signature(fn).parameters)
+    documented = _documented_arguments(inspect.getdoc(fn) or "")
+    if parameters and documented is None:
+      without.append(name)
+    elif parameters:
+      undocumented += [f"{name}({p})" for p in parameters if p not in documented]
+  assert not without, f"public functions without an Args: section: {without}"
+  assert not undocumented, f"parameters missing from their function's Args: {undocumented}"
 
 
 def test_math_examples_run():

@@ -116,10 +116,15 @@ def compute_gae_advantages(
   Ref: Schulman et al. 2015 (arXiv:1506.02438); verl core_algos (multi-turn masking).
 
   Args:
-    rewards, values, mask: `[B, T]`, any float dtype (mask 0/1, any dtype).
-    gamma, gae_lambda, gamma_turn: in [0, 1] (ValueError for python numbers out of range);
-      `gae_lambda` may also be one value per row, `[B]` (`length_adaptive_lambda`).
+    rewards: `[B, T]` token-level rewards, any float dtype.
+    values: `[B, T]` the critic's values, any float dtype.
+    mask: `[B, T]` 0/1 loss mask, any dtype.
+    gamma: the discount inside a turn, in [0, 1] (ValueError for python numbers out of
+      range).
+    gae_lambda: GAE's lambda, in [0, 1], or one value per row, `[B]`
+      (`length_adaptive_lambda`).
     whiten: whiten the advantages (static).
+    gamma_turn: the discount across an observation, in [0, 1]; None: `gamma`.
 
   Returns:
     `(advantages, returns)`, float32 `[B, T]`. Both are exactly 0 where `mask == 0`
@@ -149,7 +154,8 @@ def length_adaptive_lambda(mask: jax.Array, alpha: float | jax.Array) -> jax.Arr
   clipped to [0, 1] (a row shorter than `1 / alpha` tokens gets 0, an empty row 0).
 
   Args:
-    mask: `[B, T]` 0/1 loss mask; alpha: > 0 (VAPO: 0.05).
+    mask: `[B, T]` 0/1 loss mask.
+    alpha: the length scale, > 0 (VAPO: 0.05).
 
   Returns:
     float32 `[B]`.
@@ -222,8 +228,11 @@ def compute_turn_gae_advantages(
   (arXiv:2512.17008) and RAGEN (arXiv:2504.20073); GAE from Schulman et al. 2015.
 
   Args:
-    rewards, values, mask: `[B, T]` (mask 0/1); rewards and values off the mask are ignored.
-    gamma_turn: discount per turn; gae_lambda: lambda per turn (or one per row, `[B]`).
+    rewards: `[B, T]` token-level rewards; those off the mask are ignored.
+    values: `[B, T]` the critic's values; only each turn's first agent token's is read.
+    mask: `[B, T]` 0/1 loss mask.
+    gamma_turn: the discount per turn, in [0, 1].
+    gae_lambda: lambda per turn, in [0, 1] (or one per row, `[B]`).
     whiten: whiten the advantages (static).
 
   Returns:
@@ -334,8 +343,9 @@ def compute_rloo_advantages(scores: jax.Array, group_ids: jax.Array, mask: jax.A
   mean of the other `n - 1` scores; a group of one keeps its score (`a_i = s_i`).
 
   Args:
-    scores: `[B]` per-sequence scores; group_ids: `[B]` integer ids (arbitrary, need not be
-      contiguous); mask: `[B, T]` 0/1 response mask.
+    scores: `[B]` per-sequence scores (any float dtype).
+    group_ids: `[B]` integer ids (arbitrary, need not be contiguous).
+    mask: `[B, T]` 0/1 response mask.
 
   Returns:
     float32 `[B, T]`: `a[:, None] * mask`.
@@ -400,7 +410,8 @@ def compute_reinforce_plus_plus_advantages(
   at that turn, so no reward would reach an earlier turn.
 
   Args:
-    rewards: `[B, T]` token-level rewards (any float dtype); mask: `[B, T]` 0/1.
+    rewards: `[B, T]` token-level rewards (any float dtype).
+    mask: `[B, T]` 0/1 loss mask.
     gamma: discount per agent token, in [0, 1] (ValueError for python numbers out of range).
 
   Returns:

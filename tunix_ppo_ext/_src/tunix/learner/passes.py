@@ -52,13 +52,19 @@ def process_ids(
   Builds the model inputs for `[B, P]` prompts and `[B, T]` completions.
 
   Args:
-    segment_ids, segment_positions: tunix's packed-sequence inputs; with them the call is
-      tunix's own (no mask is derived; a mask given beside them is refused).
+    prompt_tokens: `[B, P]` int prompt ids, left-padded with `pad_id`.
+    completion_tokens: `[B, T]` int completion ids, right-padded with `pad_id`.
+    pad_id: the padding token's id.
+    eos_id: the end-of-sequence token's id.
+    segment_ids: tunix's packed-sequence input; with it the call is tunix's own (no mask
+      is derived; a mask given beside it is refused).
+    segment_positions: tunix's packed-sequence positions, likewise.
     completion_mask: optional `[B, T]` mask over the completion, 1 for every real token
       (agent and observation tokens alike): the attention mask. This is the seed's (and
       GRL's) name; `attention_mask` is the same argument under this package's name. Used
       as is (ValueError unless shaped as `completion_tokens`); `None` derives
       `completion_tokens != pad_id` as tunix does.
+    attention_mask: the same as `completion_mask` (give one of them, not both).
 
   Returns:
     `(input_ids [B, P+T], positions [B, P+T], causal_mask [B, P+T, P+T],
