@@ -133,7 +133,7 @@ def kl_divergence(
     per_token_logps: log pi(a_t) of the trained policy, any shape and float dtype.
     ref_per_token_logps: log pi_ref(a_t), same shape.
     estimator: `fn(logp, ref_logp) -> [...]` per token, e.g. `kl_k1`, `kl_k2`, `kl_k3`
-      (Schulman 2020) or a plugin's (`tunix_ppo_ext._src.math.resolve_kl_method` turns a
+      (Schulman 2020) or a plugin's (`tunix_ppo_ext.config.resolve_kl_method` turns a
       configured name into this callable and the `straight_through` flag).
     straight_through: forward value of `estimator`, gradient of k2:
       `k2 - stop_gradient(k2) + stop_gradient(value)`.
