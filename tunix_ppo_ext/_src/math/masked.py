@@ -39,23 +39,20 @@ def masked_mean(x: jax.Array, mask: jax.Array, axis: int | None = None) -> jax.A
   """Mean of `x` over mask entries; 0 where the mask is empty.
 
   Args:
-    x: values, any shape and numeric dtype, e.g. `[B, T]`.
-    mask: 0/1 entries (bool, int or float), the shape of `x` or broadcastable to it.
-    axis: the axis to reduce; `None` reduces over all entries.
+    x: `[B, T]` (or any shape) values, any numeric dtype.
+    mask: 0/1 weights, bool, int or float, broadcastable to `x.shape`.
+    axis: the reduced axis (None: every axis).
 
   Returns:
     float32 array: `sum(x * mask) / max(sum(mask), 1)` over `axis` (a scalar for
     `axis=None`).
 
   Examples:
-    >>> import jax.numpy as jnp
-    >>> from tunix_ppo_ext import ops
-    >>> x = jnp.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
-    >>> mask = jnp.array([[1, 1, 0], [0, 0, 0]])
-    >>> ops.masked_mean(x, mask).item()
-    1.5
-    >>> ops.masked_mean(x, mask, axis=-1).tolist()
-    [1.5, 0.0]
+    >>> from jax import numpy as jnp
+    >>> from tunix_ppo_ext.ops import masked_mean
+    >>> rows = jnp.arange(6.0).reshape(2, 3)  # [[0, 1, 2], [3, 4, 5]]
+    >>> masked_mean(rows, jnp.array([[1, 0, 1], [0, 0, 0]]), axis=1).tolist()  # row 1: empty
+    [1.0, 0.0]
   """
   count = jnp.sum(jnp.broadcast_to(mask, x.shape).astype(jnp.float32), axis=axis)
   return masked_sum(x, mask, axis) / jnp.maximum(count, 1.0)

@@ -156,13 +156,11 @@ def pack(x: jax.Array, packing: Packing) -> jax.Array:
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> import numpy as np
     >>> from tunix_ppo_ext import ops
-    >>> real = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 0]])  # three runs, W=4
-    >>> slots, segment, k = ops.plan_packing(real)
-    >>> packing = ops.Packing(jnp.asarray(slots), rows=1, width=k * real.shape[1])
-    >>> ops.pack(jnp.arange(1, 13).reshape(3, 4), packing).tolist()
-    [[2, 3, 5, 6, 11, 0, 0, 0]]
+    >>> # two rows of W=3: tokens 1-2 of row 0 and token 0 of row 1, in 1 row of 3 slots
+    >>> packing = ops.Packing(jnp.array([[3, 0, 1], [2, 3, 3]]), rows=1, width=3)
+    >>> ops.pack(jnp.array([[0, 7, 8], [9, 0, 0]]), packing).tolist()
+    [[7, 8, 9]]
   """
   batch, columns = packing.slots.shape
   chex.assert_shape(x, (batch, columns, ...))
@@ -184,14 +182,10 @@ def unpack(y: jax.Array, packing: Packing) -> jax.Array:
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> import numpy as np
     >>> from tunix_ppo_ext import ops
-    >>> real = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 0]])  # three runs, W=4
-    >>> slots, segment, k = ops.plan_packing(real)
-    >>> packing = ops.Packing(jnp.asarray(slots), rows=1, width=k * real.shape[1])
-    >>> x = jnp.arange(1, 13).reshape(3, 4) * jnp.asarray(real)
-    >>> bool((ops.unpack(ops.pack(x, packing), packing) == x).all())
-    True
+    >>> slots = jnp.array([[3, 0, 1], [2, 3, 3]])  # slot 3 (= rows * width): padding
+    >>> ops.unpack(jnp.array([[7, 8, 9]]), ops.Packing(slots, rows=1, width=3)).tolist()
+    [[0, 7, 8], [9, 0, 0]]
   """
   chex.assert_shape(y, (packing.rows, packing.width, ...))
   flat = y.reshape(-1, *y.shape[2:])
@@ -218,16 +212,15 @@ def packed_model_inputs(
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> import numpy as np
     >>> from tunix_ppo_ext import ops
-    >>> real = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 0]])  # three runs, W=4
-    >>> slots, segment, k = ops.plan_packing(real)
-    >>> packing = ops.Packing(jnp.asarray(slots), rows=1, width=k * real.shape[1])
-    >>> ids, pos, mask, seg = ops.packed_model_inputs(
-    ...   jnp.asarray(real) * 7, jnp.zeros((3, 4), jnp.int32), jnp.asarray(real), packing
-    ... )
-    >>> seg.tolist(), mask.shape
-    ([[1, 1, 2, 2, 3, 0, 0, 0]], (1, 8, 8))
+    >>> input_ids, real = jnp.array([[0, 11, 12], [13, 0, 0]]), jnp.array([[0, 1, 1], [1, 0, 0]])
+    >>> positions = jnp.array([[0, 0, 1], [0, 0, 0]])
+    >>> packing = ops.Packing(jnp.array([[3, 0, 1], [2, 3, 3]]), rows=1, width=3)
+    >>> ids, pos, mask, seg = ops.packed_model_inputs(input_ids, positions, real, packing)
+    >>> ids.tolist(), pos.tolist(), seg.tolist()
+    ([[11, 12, 13]], [[0, 1, 0]], [[1, 1, 2]])
+    >>> mask[0].astype(int).tolist()  # token 2 (episode 1) sees only itself
+    [[1, 0, 0], [1, 1, 0], [0, 0, 1]]
   """
   episode = (jnp.arange(real.shape[0], dtype=jnp.int32) + 1)[:, None] * (real != 0)
   segments = pack(episode.astype(jnp.int32), packing)
