@@ -151,7 +151,7 @@ def read_jsonl(path: str | pathlib.Path) -> list[dict[str, Any]]:
     path: the `metrics.jsonl` file.
 
   Returns:
-    One dict per step, `{"step": ..., key: value, ...}`.
+    One dict per step, `{"step": ..., key: value, ...}`, in step order.
   """
   rows: dict[int, dict[str, Any]] = {}
   for _, row in _parse_jsonl(read_text(path), path):

@@ -247,7 +247,7 @@ def plan(
 
   Args:
     resolved: the run, resolved (`config.load_resolved`) or as a `RunConfig`.
-    topology: the target TPU topology's name.
+    topology: the target TPU topology, e.g. `v5e:2x4` (the default).
     pieces: which pieces to compile (`PIECES` names); empty: all.
     compiler: `"auto"`, `"tpu"` or `"cpu"`.
 
