@@ -11,14 +11,20 @@ and the README and the docs name nothing that does not exist.
 - `test_every_config_file_key_is_in_the_reference`: the keys of `configs/*.yaml`.
 - `test_docs_name_only_metric_keys_that_exist`: metric keys and families the text names.
 - `test_marked_code_examples_run`: the Python blocks marked `% test: run` in the docs run.
+- `test_every_public_function_documents_its_arguments`: every function of a public module's
+  `__all__` that takes parameters has a Google-style `Args:` section naming each of them.
+- `test_math_examples_run`: every public function of `tunix_ppo_ext.ops` has a doctest
+  example (`>>>`) in its docstring, and they all print what they show.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import doctest
 import functools
 import importlib
+import inspect
 import pathlib
 import re
 import subprocess
@@ -350,3 +356,61 @@ def test_readme_is_a_front_page(path):
   # the fast lane's command works after the first command, which installs no pytest
   fast_lane = [line for line in text.splitlines() if "pytest -m fast" in line]
   assert fast_lane and all("pip install -e '.[dev]'" in line for line in fast_lane), fast_lane
+
+
+def _public_functions(module_names) -> dict[str, object]:
+  """`module.name` -> function (jitted ones too), over the `__all__` of `module_names`
+  (classes and constants left out)."""
+  found = {}
+  for module_name in module_names:
+    module = importlib.import_module(module_name)
+    for name in module.__all__:
+      obj = getattr(module, name)
+      if inspect.isfunction(inspect.unwrap(obj)):
+        found[f"{module_name}.{name}"] = obj
+  return found
+
+
+def _documented_arguments(doc: str) -> set[str] | None:
+  """The parameter names of a Google-style `Args:` section (`name:`, `*args:`, `a, b:`
+  entries at its first indentation); None without one."""
+  found = re.search(r"^Args:\n((?:[ ]+\S.*\n|\n)*)", doc + "\n", flags=re.M)
+  if found is None:
+    return None
+  names = set()
+  for entry in re.findall(r"^  (\*{0,2}\w+(?:, \*{0,2}\w+)*):", found.group(1), flags=re.M):
+    names |= {name.lstrip("*") for name in entry.split(", ")}
+  return names
+
+
+def test_every_public_function_documents_its_arguments():
+  functions = _public_functions(reference.PUBLIC_MODULES)
+  assert len(functions) > 100, len(functions)
+  without, undocumented = [], []
+  for name, fn in functions.items():
+    parameters = list(inspect.signature(fn).parameters)
+    documented = _documented_arguments(inspect.getdoc(fn) or "")
+    if parameters and documented is None:
+      without.append(name)
+    elif parameters:
+      undocumented += [f"{name}({p})" for p in parameters if p not in documented]
+  assert not without, f"public functions without an Args: section: {without}"
+  assert not undocumented, f"parameters missing from their function's Args: {undocumented}"
+
+
+def test_math_examples_run():
+  functions = _public_functions(["tunix_ppo_ext.ops"])
+  assert len(functions) > 40, len(functions)
+  finder = doctest.DocTestFinder(recurse=False)
+  flags = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
+  runner = doctest.DocTestRunner(optionflags=flags)
+  without, failed = [], []
+  for name, fn in functions.items():
+    tests = [t for t in finder.find(fn, name, globs={}) if t.examples]
+    if not tests:
+      without.append(name)
+    for test in tests:
+      if runner.run(test, out=failed.append).failed:
+        failed.append(f"^ {name}")
+  assert not without, f"public ops functions without a doctest example: {without}"
+  assert not failed, "".join(failed)[-8000:]

@@ -1,6 +1,6 @@
 """DAPO's reward shaping and dynamic sampling on trajectory batches (Yu et al. 2025, "DAPO:
 An Open-Source LLM Reinforcement Learning System at Scale", arXiv:2503.14476); the math is
-`ops.dapo`.
+`ops.overlong_penalty` and `ops.informative_groups`.
 
 - `overlong_shaped`: soft overlong punishment (DAPO eq. 13, verl's
   `reward_model.overlong_buffer`) added to each episode's reward. An episode's length is its
@@ -99,7 +99,7 @@ def fill_with_informative_groups(
 ) -> tuple[TrajectoryBatch, dict[str, float]]:
   """DAPO's dynamic sampling: calls `generate(round)` (rounds 0, 1, ...; each a batch of
   `B` episodes in groups of equal size `g`) until `B` episodes of informative groups
-  (`ops.dapo.informative_groups` of `episode_scores(batch, metric)`) are gathered or
+  (`ops.informative_groups` of `episode_scores(batch, metric)`) are gathered or
   `max_rounds` rounds are done; the batch is the first `B` such episodes in order. When
   the rounds run out first, it is completed with dropped groups whose loss masks are zeroed
   (`mask_episodes`), so its shape stays the same for tunix.

@@ -131,7 +131,15 @@ def cache_directory(file: pathlib.Path) -> pathlib.Path:
 def resolve(ref: str | os.PathLike, *, weights: bool = False) -> str:
   """The Hugging Face checkpoint directory for `ref`: `ref` itself unless it names a GGUF
   file, else its converted cache directory (config and tokenizer; `weights`: also
-  `model.safetensors`, dequantized on first use)."""
+  `model.safetensors`, dequantized on first use).
+
+  Args:
+    ref: a Hugging Face checkpoint directory or a `.gguf` file path.
+    weights: for a GGUF file, also write the dequantized weights (`model.safetensors`).
+
+  Returns:
+    The directory's path, as a string.
+  """
   file = gguf_file(ref)
   if file is None:
     return str(ref)

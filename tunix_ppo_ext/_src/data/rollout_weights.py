@@ -8,7 +8,8 @@ to tokens whose sampler log-prob is known (`MultiTurnBatch.sampler_logp_mask`; t
 tokens put back after the sampler stripped them have none and keep weight 1). The weights
 go on the example as `rollout_is_weights`, which every policy loss multiplies in; rejected
 tokens leave the example's loss mask (for the actor and the critic, as verl's modified
-response mask). The metrics, under `rollout/`, are described in `ops.rollout_correction`.
+response mask). The metrics, under `rollout/`, are described in `ops.rollout_is_weights` and
+`ops.rollout_rejection_mask`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Score normalization applied to a rollout's trajectories before any estimator (GAE
-included), as GRL / RAGEN do for multi-turn agents (`ops.shaping` holds the math).
+included), as GRL / RAGEN do for multi-turn agents (`ops.normalize_scores` holds the math).
 
 An episode's score is the sum of its token rewards. It is normalized within its segment:
 `group` (the samples of one prompt, `group_ids`), `batch` (all episodes) or `state` (all

@@ -162,6 +162,15 @@ def episode_batches(
   of a row then form one group playing the same episode). Deterministic given `seed`.
   `env_ids` (`[batch_size]` ints, a mixed run's `spread_env_ids`) adds `"env"`: which
   environment each row plays.
+
+  Args:
+    num_batches: how many batches to yield.
+    batch_size: episode seeds per batch.
+    seed: seeds the generator that draws the episode seeds.
+    env_ids: optional `[batch_size]` int environment index of each row.
+
+  Yields:
+    `{"prompts", "seed"}` (and `"env"`) dicts of `[batch_size]` NumPy arrays.
   """
   rng = np.random.default_rng(seed)
   for _ in range(num_batches):
@@ -203,7 +212,15 @@ def episode_env_ids(training_input: dict[str, Any], num_envs: int) -> np.ndarray
 
 
 def episode_seeds(training_input: dict[str, Any]) -> np.ndarray:
-  """`[B]` int64 episode seeds: `training_input["seed"]`, else the `"prompts"` parsed as ints."""
+  """`[B]` int64 episode seeds: `training_input["seed"]`, else the `"prompts"` parsed as ints.
+
+  Args:
+    training_input: one batch of `episode_batches` (after tunix's repeat), a dict with a
+      `"seed"` or a `"prompts"` entry of `[B]` values.
+
+  Returns:
+    int64 `[B]`.
+  """
   if SEED_KEY in training_input:
     return np.asarray(training_input[SEED_KEY]).astype(np.int64).reshape(-1)
   prompts = np.asarray(training_input["prompts"]).reshape(-1)
@@ -243,5 +260,12 @@ def contiguous_group_ids(num_rows: int, group_size: int) -> np.ndarray:
   """`[num_rows]` group ids `0, 0, ..., 1, 1, ...`: consecutive runs of `group_size` rows.
 
   tunix repeats each prompt `num_generations` times in a row, so its copies form a group.
+
+  Args:
+    num_rows: `B`, the rows of the batch.
+    group_size: rows per group (tunix's `num_generations`), >= 1.
+
+  Returns:
+    int `[num_rows]`, row `i` in group `i // group_size`.
   """
   return np.arange(num_rows) // group_size

@@ -57,7 +57,18 @@ def _check_info(env_name: str, turn: int, info: Any) -> dict[str, Any]:
 
 
 def validate_reset_output(env_name: str, output: Any) -> tuple[str, dict[str, Any]]:
-  """Checks `reset`'s `(observation: str, info: dict)`; errors name the env and turn 0."""
+  """Checks `reset`'s `(observation: str, info: dict)`; errors name the env and turn 0.
+
+  Args:
+    env_name: the environment's name, for the error message.
+    output: what `reset` returned.
+
+  Returns:
+    `(observation, info)`, checked.
+
+  Raises:
+    ValueError: when `output` is not a `(str, dict)` pair.
+  """
   if not isinstance(output, tuple | list) or len(output) != 2:
     raise _fail(env_name, 0, f"reset must return (observation, info), got {output!r}")
   observation, info = output
@@ -72,6 +83,15 @@ def validate_step_output(
   Raises ValueError naming `env_name` and `turn` (1-based agent turn) on a wrong tuple
   length, a non-str observation, a non-number or non-finite reward (NaN/inf pass with
   `allow_nonfinite_reward`, for the learner to drop), non-bool flags or a non-dict info.
+
+  Args:
+    env_name: the environment's name, for the error message.
+    turn: the 1-based agent turn, for the error message.
+    output: what `step` returned: `(observation, reward, terminated, truncated, info)`.
+    allow_nonfinite_reward: let NaN and inf rewards through.
+
+  Returns:
+    The `StepOutput`, reward as float and flags as bool.
   """
   if not isinstance(output, tuple | list) or len(output) != 5:
     length = len(output) if isinstance(output, tuple | list) else "not a tuple"
@@ -96,6 +116,14 @@ def make_env(env: str | Callable[..., Environment], **kwargs: Any) -> Environmen
   Names are the `tunix_ppo_ext.environments` entry points (`name@distribution` picks one
   of two); a named one must satisfy `Environment`. `gym:<id>` is Gymnasium's `<id>`
   through `tunix_ppo_ext._src.envs.gym_adapter.GymEnv` (needs the `gym` extra).
+
+  Args:
+    env: a registered name (`name`, `name@distribution`, `gym:<id>`) or a callable that
+      builds the environment.
+    **kwargs: passed to the factory.
+
+  Returns:
+    The environment.
   """
   if isinstance(env, str) and env.startswith("gym:"):
     from tunix_ppo_ext._src.envs.gym_adapter import GymEnv  # noqa: PLC0415 (gymnasium is optional)
@@ -107,7 +135,14 @@ def make_env(env: str | Callable[..., Environment], **kwargs: Any) -> Environmen
 
 
 def env_name(env: Any) -> str:
-  """`env.name`, else its class name (for error messages and metrics)."""
+  """`env.name`, else its class name (for error messages and metrics).
+
+  Args:
+    env: an environment (any object).
+
+  Returns:
+    The name.
+  """
   return str(getattr(env, "name", type(env).__name__))
 
 
@@ -116,7 +151,14 @@ MALFORMED_KEY = "invalid_action"  # a step's `info` flag: the reply was not a va
 
 def is_malformed(info: dict[str, Any]) -> bool:
   """Whether a step's `info` says the agent's reply was malformed (`info["invalid_action"]`
-  true; the games report it, `gym.GymEnv` for every Gymnasium environment)."""
+  true; the games report it, `gym.GymEnv` for every Gymnasium environment).
+
+  Args:
+    info: the `info` dict a step returned.
+
+  Returns:
+    True when the reply was malformed.
+  """
   return bool(info.get(MALFORMED_KEY, False))
 
 

@@ -25,7 +25,15 @@ MAP_CELLS = ("S", "F", "H", "G")  # a `desc` map's cells: start, frozen, hole, g
 
 
 def render_board(env: Any, observation: Any) -> str:
-  """The board as one line, `p` where the player stands (`observation` = row * ncol + col)."""
+  """The board as one line, `p` where the player stands (`observation` = row * ncol + col).
+
+  Args:
+    env: a Gymnasium FrozenLake environment (its `unwrapped.desc` is the map).
+    observation: the player's cell, `row * ncol + col`.
+
+  Returns:
+    The rows of lower-case cells (`s`, `f`, `h`, `g`, and `p`), joined by spaces.
+  """
   desc = env.unwrapped.desc
   cells = [[c.decode().lower() for c in row] for row in desc]
   row, col = divmod(int(observation), len(cells[0]))

@@ -116,14 +116,30 @@ def compute_gae_advantages(
   Ref: Schulman et al. 2015 (arXiv:1506.02438); verl core_algos (multi-turn masking).
 
   Args:
-    rewards, values, mask: `[B, T]`, any float dtype (mask 0/1, any dtype).
-    gamma, gae_lambda, gamma_turn: in [0, 1] (ValueError for python numbers out of range);
-      `gae_lambda` may also be one value per row, `[B]` (`length_adaptive_lambda`).
+    rewards: `[B, T]` token-level rewards, any float dtype.
+    values: `[B, T]` the critic's values, any float dtype.
+    mask: `[B, T]` 0/1 loss mask, any dtype.
+    gamma: the discount inside a turn, in [0, 1] (ValueError for python numbers out of
+      range).
+    gae_lambda: GAE's lambda, in [0, 1], or one value per row, `[B]`
+      (`length_adaptive_lambda`).
     whiten: whiten the advantages (static).
+    gamma_turn: the discount across an observation, in [0, 1]; None: `gamma`.
 
   Returns:
     `(advantages, returns)`, float32 `[B, T]`. Both are exactly 0 where `mask == 0`
     (verl leaves whatever the carry/whitening produced there; we zero it so nothing leaks).
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> rewards = jnp.array([[0.0, 0.0, 0.0, 1.0]])
+    >>> values = jnp.array([[0.5, 9.0, 0.5, 0.5]])  # token 1 is an observation: skipped
+    >>> mask = jnp.array([[1, 0, 1, 1]])
+    >>> adv, ret = ops.compute_gae_advantages(rewards, values, mask, 1.0, 1.0, whiten=False)
+    >>> print(np.round(adv, 4), np.round(ret, 4))
+    [[0.5 0.  0.5 0.5]] [[1. 0. 1. 1.]]
   """
   _check_unit_interval("gamma", gamma)
   _check_unit_interval("gae_lambda", gae_lambda)
@@ -138,10 +154,17 @@ def length_adaptive_lambda(mask: jax.Array, alpha: float | jax.Array) -> jax.Arr
   clipped to [0, 1] (a row shorter than `1 / alpha` tokens gets 0, an empty row 0).
 
   Args:
-    mask: `[B, T]` 0/1 loss mask; alpha: > 0 (VAPO: 0.05).
+    mask: `[B, T]` 0/1 loss mask.
+    alpha: the length scale, > 0 (VAPO: 0.05).
 
   Returns:
     float32 `[B]`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> ops.length_adaptive_lambda(jnp.array([[1, 1, 1, 1], [1, 1, 0, 0]]), 0.5).tolist()
+    [0.5, 0.0]
   """
   length = jnp.sum(_f32(mask) > 0, axis=-1).astype(jnp.float32)
   scaled = jnp.asarray(alpha, jnp.float32) * length
@@ -205,12 +228,26 @@ def compute_turn_gae_advantages(
   (arXiv:2512.17008) and RAGEN (arXiv:2504.20073); GAE from Schulman et al. 2015.
 
   Args:
-    rewards, values, mask: `[B, T]` (mask 0/1); rewards and values off the mask are ignored.
-    gamma_turn: discount per turn; gae_lambda: lambda per turn (or one per row, `[B]`).
+    rewards: `[B, T]` token-level rewards; those off the mask are ignored.
+    values: `[B, T]` the critic's values; only each turn's first agent token's is read.
+    mask: `[B, T]` 0/1 loss mask.
+    gamma_turn: the discount per turn, in [0, 1].
+    gae_lambda: lambda per turn, in [0, 1] (or one per row, `[B]`).
     whiten: whiten the advantages (static).
 
   Returns:
     `(advantages, returns)`, float32 `[B, T]`, both 0 where `mask == 0`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> rewards = jnp.array([[0.0, 0.0, 0.0, 0.0, 1.0]])  # two turns: tokens 0-1 and 3-4
+    >>> values = jnp.array([[0.25, 0.0, 0.0, 0.5, 0.0]])  # read at each turn's first token
+    >>> mask = jnp.array([[1, 1, 0, 1, 1]])
+    >>> adv, ret = ops.compute_turn_gae_advantages(rewards, values, mask, 0.5, 1.0, whiten=False)
+    >>> print(np.round(adv, 4), np.round(ret, 4))
+    [[0.25 0.25 0.   0.5  0.5 ]] [[0.5 0.5 0.  1.  1. ]]
   """
   _check_unit_interval("gamma_turn", gamma_turn)
   _check_unit_interval("gae_lambda", gae_lambda)
@@ -272,6 +309,18 @@ def compute_grpo_advantages(
 
   Returns:
     float32 `[B, T]`: `a[:, None] * mask`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> scores, group_ids = jnp.array([1.0, 0.0, 0.0, 1.0]), jnp.array([0, 0, 0, 7])
+    >>> mask = jnp.array([[1, 1], [1, 1], [1, 0], [1, 1]])
+    >>> print(np.round(np.asarray(ops.compute_grpo_advantages(scores, group_ids, mask)), 4))
+    [[ 1.1547  1.1547]
+     [-0.5773 -0.5773]
+     [-0.5773 -0.    ]
+     [ 1.      1.    ]]
   """
   _check_group_inputs(scores, group_ids, mask)
   scores = _f32(scores)
@@ -294,11 +343,24 @@ def compute_rloo_advantages(scores: jax.Array, group_ids: jax.Array, mask: jax.A
   mean of the other `n - 1` scores; a group of one keeps its score (`a_i = s_i`).
 
   Args:
-    scores: `[B]` per-sequence scores; group_ids: `[B]` integer ids (arbitrary, need not be
-      contiguous); mask: `[B, T]` 0/1 response mask.
+    scores: `[B]` per-sequence scores (any float dtype).
+    group_ids: `[B]` integer ids (arbitrary, need not be contiguous).
+    mask: `[B, T]` 0/1 response mask.
 
   Returns:
     float32 `[B, T]`: `a[:, None] * mask`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> scores, group_ids = jnp.array([1.0, 0.0, 0.0, 1.0]), jnp.array([0, 0, 0, 7])
+    >>> mask = jnp.ones((4, 1))
+    >>> print(np.round(ops.compute_rloo_advantages(scores, group_ids, mask), 4))
+    [[ 1. ]
+     [-0.5]
+     [-0.5]
+     [ 1. ]]
   """
   _check_group_inputs(scores, group_ids, mask)
   scores = _f32(scores)
@@ -348,11 +410,23 @@ def compute_reinforce_plus_plus_advantages(
   at that turn, so no reward would reach an earlier turn.
 
   Args:
-    rewards: `[B, T]` token-level rewards (any float dtype); mask: `[B, T]` 0/1.
+    rewards: `[B, T]` token-level rewards (any float dtype).
+    mask: `[B, T]` 0/1 loss mask.
     gamma: discount per agent token, in [0, 1] (ValueError for python numbers out of range).
 
   Returns:
     `(advantages, returns)`, float32 `[B, T]`, both 0 where `mask == 0`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> rewards = jnp.array([[0.0, 5.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    >>> mask = jnp.array([[1, 0, 1, 1], [1, 1, 0, 0]])  # row 0's reward 5 is off the mask
+    >>> adv, ret = ops.compute_reinforce_plus_plus_advantages(rewards, mask, 0.5)
+    >>> print(np.round(ret, 4))
+    [[0.25 0.   0.5  1.  ]
+     [0.   0.   0.   0.  ]]
   """
   _check_unit_interval("gamma", gamma)
   return _reinforce_plus_plus(rewards, mask, gamma)

@@ -277,18 +277,31 @@ def segment_attention(
   mode (`jax.jvp`) is not defined (a custom VJP).
 
   Args:
-    q: `[B, T, Hq, D]` float. k, v: `[B, S, Hkv, D]` float, `Hq % Hkv == 0`.
+    q: `[B, T, Hq, D]` float queries.
+    k: `[B, S, Hkv, D]` float keys, `Hq % Hkv == 0`.
+    v: `[B, S, Hkv, D]` float values.
     segment_ids: `[B, T]` int, the queries' segments (0: padding); also the keys' when
       `kv_segment_ids` is None (then `S == T`).
     causal: mask keys after the query (by position).
     block_size: queries and keys per block (static, >= 1).
     scale: the scores' factor; None: `D ** -0.5`.
     kv_segment_ids: `[B, S]` int, the keys' segments.
-    q_positions, kv_positions: `[B, T]`, `[B, S]` int positions for the causal mask;
-      None: `0, 1, ...` (with `causal`, giving one needs both when `T != S`).
+    q_positions: `[B, T]` int positions of the queries for the causal mask; None: `0, 1,
+      ...` (with `causal`, giving one needs both when `T != S`).
+    kv_positions: `[B, S]` int positions of the keys, likewise.
 
   Returns:
     `[B, T, Hq, D]` in q's dtype.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> q = k = jnp.zeros((1, 3, 1, 2))  # equal scores: the mean of the visible values
+    >>> v = jnp.arange(1.0, 4.0).reshape(1, 3, 1, 1) * jnp.ones((1, 3, 1, 2))
+    >>> out = ops.segment_attention(q, k, v, jnp.array([[1, 1, 2]]), block_size=2)
+    >>> print(np.round(out[0, :, 0, 0], 4))  # token 2 sees itself only: a new segment
+    [1.  1.5 3. ]
   """
   _check_shapes(q, k, v)
   _check_int("block_size", block_size, 1)
@@ -344,6 +357,15 @@ def segment_ids_from_mask(attention_mask: jax.Array) -> jax.Array:
 
   Args:
     attention_mask: `[B, T]`, any dtype (nonzero: a real token).
+
+  Returns:
+    int32 `[B, T]`: 1 on real tokens, 0 on padding.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> ops.segment_ids_from_mask(jnp.array([[0, 1, 1, 0], [1, 1, 1, 1]])).tolist()
+    [[0, 1, 1, 0], [1, 1, 1, 1]]
   """
   attention_mask = jnp.asarray(attention_mask)
   chex.assert_rank(attention_mask, 2)
@@ -360,6 +382,15 @@ def packed_segment_ids(lengths: jax.Array, num_tokens: int) -> jax.Array:
   Args:
     lengths: `[B, K]` non-negative ints, the episodes' token counts.
     num_tokens: T, the row width (static).
+
+  Returns:
+    int32 `[B, num_tokens]`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> ops.packed_segment_ids(jnp.array([[2, 0, 3], [4, 2, 0]]), 6).tolist()
+    [[1, 1, 3, 3, 3, 0], [1, 1, 1, 1, 2, 2]]
   """
   lengths = jnp.asarray(lengths, jnp.int32)
   chex.assert_rank(lengths, 2)

@@ -36,22 +36,81 @@ KlEstimator = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 def kl_k1(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
-  """k1: `logp - ref_logp` (unbiased, high variance)."""
+  """k1: `logp - ref_logp` (unbiased, high variance).
+
+  Args:
+    logp: log pi(a_t) of the trained policy, any shape (e.g. `[B, T]`), float.
+    ref_logp: log pi_ref(a_t) of the reference policy, the same shape.
+
+  Returns:
+    `logp - ref_logp`, the shape of `logp`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> ops.kl_k1(jnp.array([-1.0, -2.0]), jnp.array([-1.5, -1.0])).tolist()
+    [0.5, -1.0]
+  """
   return logp - ref_logp
 
 
 def kl_abs(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
-  """`|logp - ref_logp|`."""
+  """`|logp - ref_logp|`.
+
+  Args:
+    logp: the trained policy's per-token log-probs, any shape and float dtype.
+    ref_logp: the reference policy's, shaped as `logp`.
+
+  Returns:
+    `|logp - ref_logp|`, >= 0, the shape of `logp`.
+
+  Examples:
+    >>> from jax import numpy as jnp
+    >>> from tunix_ppo_ext.ops import kl_abs
+    >>> kl_abs(jnp.array([-1.0, -2.0]), jnp.array([-1.5, -1.0])).tolist()
+    [0.5, 1.0]
+  """
   return jnp.abs(logp - ref_logp)
 
 
 def kl_k2(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
-  """k2: `0.5 * (logp - ref_logp)^2`; its gradient is the unbiased KL gradient."""
+  """k2: `0.5 * (logp - ref_logp)^2`; its gradient is the unbiased KL gradient.
+
+  Args:
+    logp: `[...]` log-probs of the sampled tokens under the trained policy.
+    ref_logp: `[...]` their log-probs under the reference policy.
+
+  Returns:
+    `[...]`, >= 0.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> logp = jnp.array([[-1.0, -2.0]])
+    >>> ops.kl_k2(logp, ref_logp=jnp.array([[-1.5, -1.0]])).tolist()
+    [[0.125, 0.5]]
+  """
   return 0.5 * jnp.square(logp - ref_logp)
 
 
 def kl_k3(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
-  """k3 (low-variance): `exp(x) - x - 1`, `x = clip(ref_logp - logp, -20, 20)`; always finite."""
+  """k3 (low-variance): `exp(x) - x - 1`, `x = clip(ref_logp - logp, -20, 20)`; always finite.
+
+  Args:
+    logp: per-token log pi(a_t), any shape, float (computed in its dtype).
+    ref_logp: per-token log pi_ref(a_t), the same shape.
+
+  Returns:
+    The estimate, >= 0 and finite, shaped as `logp`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> logp, ref_logp = jnp.array([-1.0, -2.0, -0.5]), jnp.array([-1.5, -1.0, -0.5])
+    >>> print(np.round(ops.kl_k3(logp, ref_logp), 4))
+    [0.1065 0.7183 0.    ]
+  """
   x = jnp.clip(ref_logp - logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
   return jnp.expm1(x) - x
 
@@ -69,12 +128,26 @@ def kl_divergence(
     per_token_logps: log pi(a_t) of the trained policy, any shape and float dtype.
     ref_per_token_logps: log pi_ref(a_t), same shape.
     estimator: `fn(logp, ref_logp) -> [...]` per token, e.g. `kl_k1`, `kl_k2`, `kl_k3`
-      (Schulman 2020) or a plugin's (`tunix_ppo_ext._src.math.resolve_kl_method` turns a
+      (Schulman 2020) or a plugin's (`tunix_ppo_ext.config.resolve_kl_method` turns a
       configured name into this callable and the `straight_through` flag).
     straight_through: forward value of `estimator`, gradient of k2:
       `k2 - stop_gradient(k2) + stop_gradient(value)`.
     clamp_value: when set, the value is clipped to `[-clamp_value, clamp_value]`; the
       straight-through form keeps its k2 gradient under the clamp.
+
+  Returns:
+    float32 array of `per_token_logps`' shape: the per-token estimate (its value; with
+    `straight_through`, the gradient of k2).
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> logp, ref_logp = jnp.array([[-1.0, -2.0]]), jnp.array([[-1.5, -1.0]])
+    >>> print(np.round(ops.kl_divergence(logp, ref_logp), 4))
+    [[0.1065 0.7183]]
+    >>> print(np.round(ops.kl_divergence(logp, ref_logp, ops.kl_k1, clamp_value=0.75), 4))
+    [[ 0.5  -0.75]]
   """
   if clamp_value is not None:
     check_number("clamp_value", clamp_value, low=0.0, low_open=True)
@@ -155,7 +228,27 @@ class AdaptiveKLController:
 def make_kl_controller(
   kind: str, kl_coef: float, target_kl: float | None = None, horizon: float | None = None
 ) -> FixedKLController | AdaptiveKLController:
-  """`"fixed"` -> `FixedKLController(kl_coef)`; `"adaptive"` -> `AdaptiveKLController`."""
+  """`"fixed"` -> `FixedKLController(kl_coef)`; `"adaptive"` -> `AdaptiveKLController`.
+
+  Args:
+    kind: `"fixed"` or `"adaptive"` (ValueError otherwise).
+    kl_coef: the (initial) KL coefficient, >= 0.
+    target_kl: the adaptive controller's target KL per step, > 0 (unused by `"fixed"`).
+    horizon: the adaptive controller's horizon in samples, > 0 (unused by `"fixed"`).
+
+  Returns:
+    The controller: `value` is the current coefficient, `update(current_kl, n_steps)`
+    adapts it.
+
+  Examples:
+    >>> from tunix_ppo_ext import ops
+    >>> ctrl = ops.make_kl_controller("adaptive", 0.1, target_kl=0.05, horizon=100)
+    >>> ctrl.update(current_kl=0.1, n_steps=10)  # KL above target: err clipped to 0.2
+    >>> round(ctrl.value, 6)
+    0.102
+    >>> ops.make_kl_controller("fixed", 0.05).value
+    0.05
+  """
   if kind == "fixed":
     return FixedKLController(kl_coef)
   if kind == "adaptive":

@@ -48,7 +48,14 @@ class KlMethod:
 
 
 def kl_method_names(include_full: bool = False) -> list[str]:
-  """Every accepted per-token method name (registered, aliases, and their `"+"` forms)."""
+  """Every accepted per-token method name (registered, aliases, and their `"+"` forms).
+
+  Args:
+    include_full: also list `"full"`, the exact full-vocabulary KL.
+
+  Returns:
+    The names: the registered estimators, then the aliases (sorted), then each with `"+"`.
+  """
   base = registry.names(registry.KL_ESTIMATORS) + sorted(KL_METHOD_ALIASES)
   names = base + [name + STRAIGHT_THROUGH for name in base]
   return names + [FULL_KL] if include_full else names
@@ -65,6 +72,13 @@ def _split_method(method: str) -> tuple[str, bool]:
 
 def canonical_kl_method(method: str, include_full: bool = False) -> str:
   """Maps an accepted name or alias to its canonical spelling (`"k3+"` -> `"low_var_kl+"`).
+
+  Args:
+    method: a KL method name, alias or `name@distribution`, with an optional `"+"`.
+    include_full: also accept `"full"` (returned as is).
+
+  Returns:
+    The canonical name.
 
   Raises:
     ValueError: naming the method, listing the accepted ones and the closest match; or a
@@ -92,6 +106,12 @@ def _resolve(method: str) -> KlMethod:
 
 def resolve_kl_method(method: str) -> KlMethod:
   """The estimator and straight-through flag a per-token KL method name selects.
+
+  Args:
+    method: a KL method name, alias or `name@distribution`, with an optional `"+"`.
+
+  Returns:
+    A `KlMethod`: the canonical `spec`, the `estimator` and `straight_through`.
 
   Raises:
     ValueError: unknown name (with the accepted ones), or `FULL_KL`, which is no estimator.

@@ -265,6 +265,26 @@ def logps_and_entropy(
   logits `[B, T, V]` (any float dtype), target_ids int `[B, T]`. Returns float32
   `(logps [B, T], entropy [B, T] or None if not return_entropy)`. `chunk_size > 0`
   chunks along T (any T) with a custom VJP; 0 is unchunked. `temperature` is static.
+
+  Args:
+    logits: `[B, T, V]` unnormalized logits, any float dtype.
+    target_ids: `[B, T]` int token ids in `[0, V)` whose log-probability is read.
+    temperature: the sampling temperature the logits are divided by, > 0 (static).
+    chunk_size: tokens per chunk along T (less memory); 0 computes all at once.
+    return_entropy: also compute the entropy (else `None` is returned in its place).
+
+  Returns:
+    `(logps, entropy)`: float32 `[B, T]` log-probabilities (nats, <= 0) and float32
+    `[B, T]` entropies (nats), or `None` for the entropy when `return_entropy=False`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> logits = jnp.array([[[0.0, 0.0], [2.0, 0.0]]])
+    >>> logps, entropy = ops.logps_and_entropy(logits, jnp.array([[0, 1]]))
+    >>> print(np.round(logps, 4), np.round(entropy, 4))
+    [[-0.6931 -2.1269]] [[0.6931 0.3653]]
   """
   _check_common(logits, temperature, chunk_size)
   _check_targets(target_ids, jnp.shape(logits)[:2], "logits")
@@ -356,6 +376,24 @@ def full_kl_divergence(
   `pi = softmax(logits / temperature)`, `pi_ref` likewise from `ref_logits` (same
   `[B, T, V]`, held constant: no gradient flows into it). `chunk_size` as in
   `logps_and_entropy`.
+
+  Args:
+    logits: `[B, T, V]` logits of the trained policy, any float dtype.
+    ref_logits: `[B, T, V]` logits of the reference policy.
+    temperature: both logits are divided by it, > 0.
+    chunk_size: tokens per chunk along T (less memory); 0 computes all at once.
+
+  Returns:
+    float32 `[B, T]`, the exact KL in nats (>= 0).
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> logits = jnp.array([[[0.0, 0.0], [1.0, 0.0]]])
+    >>> ref_logits = jnp.zeros((1, 2, 2))
+    >>> print(np.round(ops.full_kl_divergence(logits, ref_logits), 4))
+    [[0.     0.1109]]
   """
   _check_common(logits, temperature, chunk_size)
   if jnp.shape(ref_logits) != jnp.shape(logits):
@@ -487,6 +525,28 @@ def fused_logps_and_entropy(
   weight's accumulated in float32). Returns float32 `(logps [B, T], entropy [B, T] or
   None)`, equal to the unfused `logps_and_entropy` of float32 logits `hidden @ weight`.
   `chunk_size=0` is the unfused autodiff path (the reference).
+
+  Args:
+    hidden: `[B, T, D]` final hidden states (after the final norm), any float dtype.
+    weight: `[D, V]` the LM head's weights.
+    target_ids: `[B, T]` int token ids in `[0, V)` whose log-probability is read.
+    temperature: the logits are divided by it, > 0.
+    chunk_size: positions per chunk through the head; 0 is the unfused path.
+    return_entropy: also compute the entropy (else `None` is returned in its place).
+
+  Returns:
+    `(logps, entropy)`: float32 `[B, T]` log-probabilities and entropies (nats), the
+    entropy `None` when `return_entropy=False`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> hidden = jnp.array([[[1.0, 0.0], [0.0, 1.0]]])  # [B=1, T=2, D=2]
+    >>> weight = jnp.array([[2.0, 0.0], [0.0, 0.0]])  # [D=2, V=2]
+    >>> logps, entropy = ops.fused_logps_and_entropy(hidden, weight, jnp.array([[0, 1]]))
+    >>> print(np.round(logps, 4), np.round(entropy, 4))
+    [[-0.1269 -0.6931]] [[0.3653 0.6931]]
   """
   _check_head(hidden, weight)
   _check_common(hidden, temperature, chunk_size)
@@ -591,6 +651,27 @@ def fused_full_kl_divergence(
   logits' gradient `pi (log pi - log pi_ref - KL) / temperature` goes back through the
   policy's head to `hidden` and `weight`. `chunk_size=0` is the unfused path (the
   reference).
+
+  Args:
+    hidden: `[B, T, D]` the trained policy's final hidden states, any float dtype.
+    weight: `[D, V]` the trained policy's LM head.
+    ref_hidden: `[B, T, D']` the reference policy's final hidden states.
+    ref_weight: `[D', V]` the reference policy's LM head.
+    temperature: both logits are divided by it, > 0.
+    chunk_size: positions per chunk through the heads; 0 is the unfused path.
+
+  Returns:
+    float32 `[B, T]`, the exact KL in nats (>= 0).
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> hidden = jnp.array([[[1.0, 0.0], [0.0, 1.0]]])  # [B=1, T=2, D=2]
+    >>> weight = jnp.array([[1.0, 0.0], [0.0, 0.0]])  # [D=2, V=2]
+    >>> kl = ops.fused_full_kl_divergence(hidden, weight, hidden, jnp.zeros((2, 2)))
+    >>> print(np.round(kl, 4))
+    [[0.1109 0.    ]]
   """
   _check_head(hidden, weight)
   _check_head(ref_hidden, ref_weight, "ref_hidden")

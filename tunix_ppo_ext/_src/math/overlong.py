@@ -24,6 +24,22 @@ def overlong_penalty(
   `0` for `len <= max_len - cache_len`, `-penalty_factor (len - (max_len - cache_len)) /
   cache_len` inside the last `cache_len` tokens, `-penalty_factor` beyond `max_len` (the
   paper's -1; verl's formula continues linearly there, which its truncation never reaches).
+
+  Args:
+    lengths: `[B]` response lengths in tokens (any numeric dtype).
+    max_len: the length budget in tokens.
+    cache_len: the soft-penalty window at the end of the budget, in `(0, max_len]`
+      (ValueError otherwise).
+    penalty_factor: the penalty at and beyond `max_len` (a positive number).
+
+  Returns:
+    float32 `[B]`, in `[-penalty_factor, 0]`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> ops.overlong_penalty(jnp.array([10, 16, 18, 25]), max_len=20, cache_len=4).tolist()
+    [-0.0, -0.0, -0.5, -1.0]
   """
   if not 0 < cache_len <= max_len:
     raise ValueError(f"cache_len must be in (0, max_len={max_len}]; got {cache_len!r}")
@@ -36,6 +52,20 @@ def informative_groups(scores: jax.Array, group_ids: jax.Array) -> jax.Array:
   has scores that are not all equal, or has a single sample (verl keeps those too).
 
   DAPO's dynamic sampling drops the other groups and samples more until the batch is full.
+
+  Args:
+    scores: `[B]` per-sample scores (any numeric dtype).
+    group_ids: `[B]` integer group ids in `[0, B)`.
+
+  Returns:
+    bool `[B]`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> scores = jnp.array([1.0, 1.0, 0.0, 1.0, 0.5])
+    >>> ops.informative_groups(scores, jnp.array([0, 0, 1, 1, 2])).tolist()
+    [False, False, True, True, True]
   """
   scores = jnp.asarray(scores, jnp.float32)
   ids = jnp.asarray(group_ids, jnp.int32)

@@ -112,6 +112,16 @@ def plan_packing(
   Returns:
     `slots` (see `Packing`, with `rows` and `width = k W`), `segment` the batch-width
     segment (`0 .. R k - 1`, row by row) where each episode starts, and `k`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> real = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 0]])  # three runs, W=4
+    >>> slots, segment, k = ops.plan_packing(real)
+    >>> packing = ops.Packing(jnp.asarray(slots), rows=1, width=k * real.shape[1])
+    >>> slots.tolist(), segment.tolist(), k
+    ([[8, 0, 1, 8], [2, 3, 8, 8], [8, 8, 4, 8]], [0, 0, 1], 2)
   """
   real = np.asarray(real) != 0
   batch, columns = real.shape
@@ -135,7 +145,23 @@ def plan_packing(
 
 
 def pack(x: jax.Array, packing: Packing) -> jax.Array:
-  """`x` `[B, W, ...]` in the packed layout `[R, L, ...]` (zeros in empty slots)."""
+  """`x` `[B, W, ...]` in the packed layout `[R, L, ...]` (zeros in empty slots).
+
+  Args:
+    x: `[B, W, ...]` a per-token array in the padded layout, any dtype.
+    packing: where each token goes (`plan_packing`), for `R` rows of `L` slots.
+
+  Returns:
+    `[R, L, ...]` in `x`'s dtype; padding tokens are dropped.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> # two rows of W=3: tokens 1-2 of row 0 and token 0 of row 1, in 1 row of 3 slots
+    >>> packing = ops.Packing(jnp.array([[3, 0, 1], [2, 3, 3]]), rows=1, width=3)
+    >>> ops.pack(jnp.array([[0, 7, 8], [9, 0, 0]]), packing).tolist()
+    [[7, 8, 9]]
+  """
   batch, columns = packing.slots.shape
   chex.assert_shape(x, (batch, columns, ...))
   tail = x.shape[2:]
@@ -145,7 +171,22 @@ def pack(x: jax.Array, packing: Packing) -> jax.Array:
 
 
 def unpack(y: jax.Array, packing: Packing) -> jax.Array:
-  """`y` `[R, L, ...]` back in the padded layout `[B, W, ...]` (zeros at padding)."""
+  """`y` `[R, L, ...]` back in the padded layout `[B, W, ...]` (zeros at padding).
+
+  Args:
+    y: `[R, L, ...]` a per-token array in the packed layout, any dtype.
+    packing: the `Packing` that `y` was packed with.
+
+  Returns:
+    `[B, W, ...]` in `y`'s dtype.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> slots = jnp.array([[3, 0, 1], [2, 3, 3]])  # slot 3 (= rows * width): padding
+    >>> ops.unpack(jnp.array([[7, 8, 9]]), ops.Packing(slots, rows=1, width=3)).tolist()
+    [[0, 7, 8], [9, 0, 0]]
+  """
   chex.assert_shape(y, (packing.rows, packing.width, ...))
   flat = y.reshape(-1, *y.shape[2:])
   flat = jnp.concatenate([flat, jnp.zeros((1, *y.shape[2:]), y.dtype)])
@@ -157,7 +198,30 @@ def packed_model_inputs(
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """The model inputs of the padded `[B, W]` layout packed: `(input_ids [R, L], positions
   [R, L], causal mask [R, L, L] bool, segment ids [R, L] int32)`. A token attends to the
-  tokens of its own episode at or before it; an empty slot to nothing."""
+  tokens of its own episode at or before it; an empty slot to nothing.
+
+  Args:
+    input_ids: `[B, W]` int token ids in the padded layout.
+    positions: `[B, W]` int positions (counted over each episode's real tokens).
+    real: `[B, W]` nonzero on real tokens (each row one run).
+    packing: the chunk's `Packing` (`plan_packing`).
+
+  Returns:
+    `(input_ids, positions, mask, segment_ids)`: `[R, L]`, `[R, L]`, bool `[R, L, L]`
+    and int32 `[R, L]` (episode `b` is segment `b + 1`, 0 an empty slot).
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> input_ids, real = jnp.array([[0, 11, 12], [13, 0, 0]]), jnp.array([[0, 1, 1], [1, 0, 0]])
+    >>> positions = jnp.array([[0, 0, 1], [0, 0, 0]])
+    >>> packing = ops.Packing(jnp.array([[3, 0, 1], [2, 3, 3]]), rows=1, width=3)
+    >>> ids, pos, mask, seg = ops.packed_model_inputs(input_ids, positions, real, packing)
+    >>> ids.tolist(), pos.tolist(), seg.tolist()
+    ([[11, 12, 13]], [[0, 1, 0]], [[1, 1, 2]])
+    >>> mask[0].astype(int).tolist()  # token 2 (episode 1) sees only itself
+    [[1, 0, 0], [1, 1, 0], [0, 0, 1]]
+  """
   episode = (jnp.arange(real.shape[0], dtype=jnp.int32) + 1)[:, None] * (real != 0)
   segments = pack(episode.astype(jnp.int32), packing)
   columns = jnp.arange(segments.shape[1])

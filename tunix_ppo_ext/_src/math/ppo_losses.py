@@ -56,6 +56,27 @@ def aggregate_loss(per_token_loss: jax.Array, mask: jax.Array, loss_agg_mode: st
   - `seq-mean-token-mean`: mean over non-empty rows of the per-row masked mean.
   - `seq-mean-token-sum-norm`: masked sum / `T` (Dr. GRPO's constant normaliser).
   An all-zero mask gives 0.
+
+  Args:
+    per_token_loss: `[B, T]` per-token loss, any float dtype.
+    mask: `[B, T]` 0/1 loss mask (1 on the agent's own tokens).
+    loss_agg_mode: one of `LOSS_AGG_MODES` above (or tunix's `sequence-mean-token-mean`);
+      ValueError naming the closest mode otherwise.
+
+  Returns:
+    float32 scalar.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> loss = jnp.array([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    >>> mask = jnp.array([[1, 1, 1], [1, 0, 0]])
+    >>> ops.aggregate_loss(loss, mask, "token-mean").item()
+    2.5
+    >>> ops.aggregate_loss(loss, mask, "seq-mean-token-mean").item()
+    3.0
+    >>> ops.aggregate_loss(loss, mask, "seq-mean-token-sum").item()
+    5.0
   """
   mode = canonical_loss_agg_mode(loss_agg_mode)
   chex.assert_rank([per_token_loss, mask], 2)
@@ -129,19 +150,43 @@ def policy_loss(
   `loss = agg(pg) - entropy_coef * agg(entropy) + kl_loss_coef * agg(kl)`.
 
   Args:
-    per_token_logps, old_per_token_logps, mask: `[B, T]`.
+    per_token_logps: `[B, T]` log pi(a_t) of the policy being trained, any float dtype.
+    old_per_token_logps: `[B, T]` log-probs of the policy that sampled the rollout.
     advantages: `[B, T]` per token or `[B]` per sequence.
+    mask: `[B, T]` 0/1 loss mask (1 on the agent's own tokens).
+    epsilon_low: lower clip range, in (0, 1): the ratio is clipped at `1 - epsilon_low`.
+    epsilon_high: upper clip range, > 0 (DAPO's clip-higher when above `epsilon_low`).
+    epsilon_c: dual-clip constant, > 1, applied where `A < 0`; `None` disables it.
+    loss_agg_mode: how `[B, T]` terms become scalars (`aggregate_loss`).
     entropy: optional per-token entropy `[B, T]` of the current policy.
+    entropy_coef: weight of the entropy bonus (subtracted from the loss).
     ref_per_token_logps: optional `[B, T]`; adds the KL loss term with `kl_estimator`
-      (`kl_straight_through`: its value with the k2 gradient; see `ops.kl`).
+      (`kl_straight_through`: its value with the k2 gradient; see `ops.kl_divergence`).
+    kl_loss_coef: weight of the KL loss term.
+    kl_estimator: `fn(logp, ref_logp) -> [B, T]`, e.g. `ops.kl_k3`.
+    kl_straight_through: the estimator's value with the gradient of k2.
+    kl_clamp_value: when set, the per-token KL is clipped to `[-kl_clamp_value, kl_clamp_value]`.
     per_token_kl: optional precomputed per-token KL `[B, T]` (e.g. the exact full-vocabulary
       KL); used instead of `ref_per_token_logps` when given.
-    is_weights: optional `[B, T]` rollout-correction weights (`ops.rollout_correction`),
+    is_weights: optional `[B, T]` rollout-correction weights (`ops.rollout_is_weights`),
       stop-gradient'ed, multiplying the per-token policy loss before aggregation (verl).
 
   Returns:
     `(loss, metrics)` with `pg_loss`, `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`, and
-    `entropy` / `kl_loss` when those terms are present.
+    `entropy` / `kl_loss` when those terms are present; all float32 scalars.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> old_logp = jnp.log(jnp.array([[0.5, 0.5, 0.5]]))
+    >>> logp = jnp.log(jnp.array([[0.75, 0.5, 0.25]]))  # ratios 1.5, 1, 0.5
+    >>> advantages, mask = jnp.array([1.0]), jnp.ones((1, 3))
+    >>> loss, metrics = ops.policy_loss(logp, old_logp, advantages, mask)
+    >>> round(loss.item(), 4)  # -(1.2 + 1 + 0.5) / 3
+    -0.9
+    >>> round(metrics["pg_clipfrac"].item(), 4)
+    0.3333
   """
   _check_clip_args(epsilon_low, epsilon_high, epsilon_c)
   loss_agg_mode = canonical_loss_agg_mode(loss_agg_mode)
@@ -214,8 +259,26 @@ def value_loss(
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Clipped value loss: `0.5 * agg(max((v - R)^2, (clip(v, old - c, old + c) - R)^2))`.
 
-  All inputs `[B, T]`. `clip_range_value=None` disables the clipped term.
-  Returns `(loss, metrics)` with `vf_loss`, `vf_clipfrac` and `vpred_mean`.
+  Args:
+    vpreds: `[B, T]` the critic's current values.
+    old_values: `[B, T]` the values at rollout time (the clip's centre).
+    returns: `[B, T]` value targets.
+    mask: `[B, T]` 0/1 loss mask.
+    clip_range_value: `c` > 0; `None` disables the clipped term.
+    loss_agg_mode: how the `[B, T]` loss becomes a scalar (`aggregate_loss`).
+
+  Returns:
+    `(loss, metrics)`: float32 scalar loss; metrics `vf_loss`, `vf_clipfrac` (the fraction
+    of masked tokens where the clipped term is larger) and `vpred_mean`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> vpreds, old = jnp.array([[1.0, 0.0]]), jnp.array([[0.0, 0.0]])
+    >>> returns, mask = jnp.array([[2.0, 1.0]]), jnp.ones((1, 2))
+    >>> loss, metrics = ops.value_loss(vpreds, old, returns, mask, clip_range_value=0.5)
+    >>> loss.item(), metrics["vf_clipfrac"].item()  # 0.5 * mean(max(1, 2.25), 1)
+    (0.8125, 0.5)
   """
   if clip_range_value is not None and not clip_range_value > 0:
     raise ValueError(f"clip_range_value must be > 0 or None; got {clip_range_value!r}")
@@ -237,7 +300,24 @@ def value_loss(
 
 
 def entropy_from_logits(logits: jax.Array, chunk_size: int = 0) -> jax.Array:
-  """Per-token entropy `[B, T]` in float32 of `[B, T, V]` logits of any float dtype."""
+  """Per-token entropy `[B, T]` in float32 of `[B, T, V]` logits of any float dtype.
+
+  Args:
+    logits: `[B, T, V]` unnormalized logits, any float dtype.
+    chunk_size: when > 0, the tokens are processed `chunk_size` at a time (less memory;
+      `logps_and_entropy`); 0 processes all at once.
+
+  Returns:
+    float32 `[B, T]`: `-sum_v p_v log p_v` in nats.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> logits = jnp.array([[[0.0, 0.0], [10.0, -10.0]]])  # uniform, then almost certain
+    >>> print(np.round(ops.entropy_from_logits(logits), 4))
+    [[0.6931 0.    ]]
+  """
   targets = jnp.zeros(logits.shape[:-1], jnp.int32)
   return logps_and_entropy(logits, targets, chunk_size=chunk_size)[1]
 

@@ -81,6 +81,29 @@ def rollout_is_weights(
   `threshold` / below `1 / threshold`. Deviation: sequence-level `is_max` and fractions are
   over the masked tokens (verl takes them over rows, empty rows included). An empty mask
   gives 0 for every metric.
+
+  Args:
+    trainer_logp: `[B, T]` log-probs of the sampled tokens under the trainer's old policy
+      (`pi_old`), any float dtype.
+    sampler_logp: `[B, T]` log-probs the sampler (e.g. vLLM) reported (`pi_sampler`).
+    mask: `[B, T]` 0/1 loss mask.
+    level: `"token"` or `"sequence"` (ValueError otherwise).
+    threshold: the truncation bound of the weights, > 0 (verl: 2).
+
+  Returns:
+    `(weights, metrics)`: float32 `[B, T]` truncated weights in `[0, threshold]`, 0 off
+    the mask; metrics `is_mean`, `is_max`, `is_std`, `is_ess`, `is_frac_high`,
+    `is_frac_low`, float32 scalars.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> trainer_logp = jnp.log(jnp.array([[0.5, 0.5, 0.9]]))
+    >>> sampler_logp = jnp.log(jnp.array([[0.5, 0.2, 0.3]]))
+    >>> weights, metrics = ops.rollout_is_weights(trainer_logp, sampler_logp, jnp.ones((1, 3)))
+    >>> print(np.round(weights, 4))
+    [[1. 2. 2.]]
   """
   if level not in ROLLOUT_IS_LEVELS:
     raise ValueError(f"rollout_is must be one of {ROLLOUT_IS_LEVELS}; got {level!r}")
@@ -160,6 +183,30 @@ def rollout_rejection_mask(
 
   Metrics: `rs_masked_frac`, the share of masked tokens rejected; `rs_seq_masked_frac`, the
   share of non-empty rows with a rejected token (0 for an empty mask).
+
+  Args:
+    trainer_logp: `[B, T]` log-probs of the sampled tokens under the trainer's old policy
+      (`p`, log `pi_old`), any float dtype.
+    sampler_logp: `[B, T]` log-probs the sampler reported (`q`, log `pi_sampler`).
+    mask: `[B, T]` 0/1 loss mask.
+    mode: one of `ROLLOUT_RS_MODES`, `<level>_<statistic>` (ValueError otherwise).
+    upper: the upper threshold, > 0: a ratio for k1 modes, a bound on the statistic for
+      k2 / k3.
+    lower: k1 modes only: the band's lower ratio, `< upper` (default `1 / upper`).
+
+  Returns:
+    `(keep, metrics)`: float32 `[B, T]`, 1 keep and 0 reject (1 off the mask); metrics
+    `rs_masked_frac`, `rs_seq_masked_frac`, float32 scalars.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> trainer_logp = jnp.log(jnp.array([[0.5, 0.5], [0.5, 0.5]]))
+    >>> sampler_logp = jnp.log(jnp.array([[0.5, 0.2], [0.4, 0.6]]))
+    >>> keep, metrics = ops.rollout_rejection_mask(trainer_logp, sampler_logp, jnp.ones((2, 2)))
+    >>> keep.tolist(), round(metrics["rs_masked_frac"].item(), 4)
+    ([[1.0, 0.0], [1.0, 1.0]], 0.25)
   """
   low, high = rs_bounds(mode, upper, lower)
   log_ratio, mask = _inputs(trainer_logp, sampler_logp, mask)

@@ -49,7 +49,28 @@ def normalize_scores(
   eps: float = 1e-6,
 ) -> jax.Array:
   """Episode scores `[B]` normalized within their segments by `method` (module
-  docstring). Returns float32 `[B]`."""
+  docstring). Returns float32 `[B]`.
+
+  Args:
+    scores: `[B]` episode scores (any float dtype).
+    segment_ids: `[B]` integer segment ids in `[0, num_segments)`.
+    num_segments: the number of segments (static).
+    method: `"identity"`, `"mean"`, `"mean_std"` or `"asym_clip"` (ValueError otherwise).
+    eps: added to the std; a segment whose std is at most `eps` normalizes to 0.
+
+  Returns:
+    float32 `[B]`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> scores, ids = jnp.array([1.0, 5.0, 4.0, 4.0]), jnp.array([0, 0, 1, 1])
+    >>> print(np.round(ops.normalize_scores(scores, ids, 2, "mean"), 4))
+    [-2.  2.  0.  0.]
+    >>> print(np.round(ops.normalize_scores(scores, ids, 2, "mean_std"), 4))
+    [-1.  1.  0.  0.]
+  """
   if method not in SCORE_NORMALIZATIONS:
     raise ValueError(f"normalization method {method!r} unknown (valid: {SCORE_NORMALIZATIONS})")
   x = scores.astype(jnp.float32)
@@ -77,6 +98,25 @@ def top_spread_groups(
 
   `scores`: `[B]`; `group_ids`: `[B]` ints in `[0, num_groups)`, every id used. Returns
   `(kept [B] bool, group_std [num_groups])` (population std; ties keep the lower id).
+
+  Args:
+    scores: `[B]` episode scores.
+    group_ids: `[B]` integer group ids in `[0, num_groups)`, every id used.
+    num_groups: the number of groups (static).
+    keep: how many groups to keep, in `[0, num_groups]` (static).
+    reverse: keep the groups with the smallest std instead.
+
+  Returns:
+    `(kept, group_std)`: bool `[B]`, whether a sample's group is kept; float32
+    `[num_groups]`, each group's population std.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> scores = jnp.array([0.0, 1.0, 1.0, 1.0, 0.0, 4.0])
+    >>> kept, std = ops.top_spread_groups(scores, jnp.array([0, 0, 1, 1, 2, 2]), 3, keep=2)
+    >>> kept.tolist(), std.tolist()
+    ([True, True, False, False, True, True], [0.5, 0.0, 2.0])
   """
   _, std = segment_mean_std(scores, group_ids, num_groups)
   group_std = jax.ops.segment_max(std, group_ids, num_groups)  # equal within a group

@@ -10,7 +10,7 @@ it; each docstring says where this module deviates. Every function returns the f
 dashboard keeps its curves when the loss changes.
 
 `is_weights` (optional `[B, T]`, stop-gradient'ed) are rollout-correction importance weights
-(`ops.rollout_correction`); they multiply the per-token loss before aggregation, as in verl.
+(`ops.rollout_is_weights`); they multiply the per-token loss before aggregation, as in verl.
 """
 
 from __future__ import annotations
@@ -71,6 +71,29 @@ def gspo_loss(
   1 + eps_high))`, always aggregated `seq-mean-token-mean` (verl forces it).
   `pg_clipfrac`: share of tokens where the clipped term is larger; `ppo_kl`: masked mean of
   `old_logp - logp`; `pg_clipfrac_lower` 0. An empty row has `s_i = 1` and no weight.
+
+  Args:
+    logp: `[B, T]` log pi(a_t) of the policy being trained, any float dtype.
+    old_logp: `[B, T]` log-probs of the policy that sampled the rollout.
+    advantages: `[B, T]` per token or `[B]` per sequence.
+    mask: `[B, T]` 0/1 loss mask (1 on the agent's own tokens).
+    epsilon_low: lower clip range: the ratio is clipped at `1 - epsilon_low`.
+    epsilon_high: upper clip range: the ratio is clipped at `1 + epsilon_high`.
+    is_weights: optional `[B, T]` rollout-correction weights (module docstring).
+
+  Returns:
+    `(pg_loss, metrics)`: float32 scalar loss; metrics `pg_loss`, `pg_clipfrac`,
+    `pg_clipfrac_lower`, `ppo_kl`, float32 scalars.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> old_logp = jnp.log(jnp.array([[0.5, 0.5, 0.5]]))
+    >>> logp = jnp.log(jnp.array([[0.75, 0.5, 0.25]]))
+    >>> advantages, mask = jnp.array([1.0]), jnp.ones((1, 3))
+    >>> loss, metrics = ops.gspo_loss(logp, old_logp, advantages, mask)
+    >>> round(loss.item(), 4), round(metrics["pg_clipfrac"].item(), 4)
+    (-0.9086, 0.0)
   """
   logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = logp - old_logp
@@ -101,6 +124,29 @@ def sapo_loss(
   at `r = 1`), `pg = -f(r) A`, always aggregated `seq-mean-token-mean` (verl forces it).
   No clip: `pg_clipfrac` and `pg_clipfrac_lower` are 0; `ppo_kl` as for PPO (the masked mean
   of the clamped `old_logp - logp`, as verl).
+
+  Args:
+    logp: `[B, T]` log pi(a_t) of the policy being trained, any float dtype.
+    old_logp: `[B, T]` log-probs of the policy that sampled the rollout.
+    advantages: `[B, T]` per token or `[B]` per sequence.
+    mask: `[B, T]` 0/1 loss mask (1 on the agent's own tokens).
+    tau_pos: the gate's temperature where `A > 0`.
+    tau_neg: the gate's temperature where `A <= 0`.
+    is_weights: optional `[B, T]` rollout-correction weights (module docstring).
+
+  Returns:
+    `(pg_loss, metrics)`: float32 scalar loss; metrics `pg_loss`, `pg_clipfrac`,
+    `pg_clipfrac_lower`, `ppo_kl`, float32 scalars.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> old_logp = jnp.log(jnp.array([[0.5, 0.5, 0.5]]))
+    >>> logp = jnp.log(jnp.array([[0.75, 0.5, 0.25]]))
+    >>> advantages, mask = jnp.array([1.0]), jnp.ones((1, 3))
+    >>> loss, metrics = ops.sapo_loss(logp, old_logp, advantages, mask)
+    >>> round(loss.item(), 4), round(metrics["pg_clipfrac"].item(), 4)
+    (-2.0, 0.0)
   """
   logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = jnp.clip(logp - old_logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)  # ppo_kl's too
@@ -134,6 +180,29 @@ def geo_mean_loss(
   before `exp` (verl leaves it unclamped; only log-ratios beyond 20 differ).
   `pg_clipfrac` / `pg_clipfrac_lower`: share of tokens where the clamp changed `l` and
   `A > 0` / `A < 0`; `ppo_kl` as for PPO.
+
+  Args:
+    logp: `[B, T]` log pi(a_t) of the policy being trained, any float dtype.
+    old_logp: `[B, T]` log-probs of the policy that sampled the rollout.
+    advantages: `[B, T]` per token or `[B]` per sequence.
+    mask: `[B, T]` 0/1 loss mask (1 on the agent's own tokens).
+    epsilon_low: lower clip range: the ratio is clipped at `1 - epsilon_low`.
+    epsilon_high: upper clip range: the ratio is clipped at `1 + epsilon_high`.
+    is_weights: optional `[B, T]` rollout-correction weights (module docstring).
+
+  Returns:
+    `(pg_loss, metrics)`: float32 scalar loss; metrics `pg_loss`, `pg_clipfrac`,
+    `pg_clipfrac_lower`, `ppo_kl`, float32 scalars.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> old_logp = jnp.log(jnp.array([[0.5, 0.5, 0.5]]))
+    >>> logp = jnp.log(jnp.array([[0.75, 0.5, 0.25]]))
+    >>> advantages, mask = jnp.array([1.0]), jnp.ones((1, 3))
+    >>> loss, metrics = ops.geo_mean_loss(logp, old_logp, advantages, mask)
+    >>> round(loss.item(), 4), round(metrics["pg_clipfrac"].item(), 4)
+    (-0.8484, 0.6667)
   """
   logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = logp - old_logp
@@ -173,6 +242,30 @@ def cispo_loss(
   weights it. Aggregated with `loss_agg_mode`. `pg_clipfrac`: share of tokens whose ratio
   the clip changed; `pg_clipfrac_lower` 0; `ppo_kl` as for PPO (of the clamped log-ratio,
   as verl).
+
+  Args:
+    logp: `[B, T]` log pi(a_t) of the policy being trained, any float dtype.
+    old_logp: `[B, T]` log-probs of the policy that sampled the rollout.
+    advantages: `[B, T]` per token or `[B]` per sequence.
+    mask: `[B, T]` 0/1 loss mask (1 on the agent's own tokens).
+    epsilon_low: lower clip range: the ratio is clipped at `1 - epsilon_low`.
+    epsilon_high: upper clip range: the ratio is clipped at `1 + epsilon_high`.
+    loss_agg_mode: how the `[B, T]` loss becomes a scalar (`ops.aggregate_loss`).
+    is_weights: optional `[B, T]` rollout-correction weights (module docstring).
+
+  Returns:
+    `(pg_loss, metrics)`: float32 scalar loss; metrics `pg_loss`, `pg_clipfrac`,
+    `pg_clipfrac_lower`, `ppo_kl`, float32 scalars.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> old_logp = jnp.log(jnp.array([[0.5, 0.5, 0.5]]))
+    >>> logp = jnp.log(jnp.array([[0.75, 0.5, 0.25]]))
+    >>> advantages, mask = jnp.array([1.0]), jnp.ones((1, 3))
+    >>> loss, metrics = ops.cispo_loss(logp, old_logp, advantages, mask)
+    >>> round(loss.item(), 4), round(metrics["pg_clipfrac"].item(), 4)
+    (0.7158, 0.6667)
   """
   logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = jnp.clip(logp - old_logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)  # ppo_kl's too
@@ -198,6 +291,28 @@ def gpg_loss(
   `pg = -A logp`, aggregated with `loss_agg_mode`; no ratio, no clip. verl reports no
   metric for it; here `pg_clipfrac` and `pg_clipfrac_lower` are 0 and `ppo_kl` is the
   masked mean of `old_logp - logp` as for every other loss.
+
+  Args:
+    logp: `[B, T]` log pi(a_t) of the policy being trained, any float dtype.
+    old_logp: `[B, T]` log-probs of the policy that sampled the rollout.
+    advantages: `[B, T]` per token or `[B]` per sequence.
+    mask: `[B, T]` 0/1 loss mask (1 on the agent's own tokens).
+    loss_agg_mode: how the `[B, T]` loss becomes a scalar (`ops.aggregate_loss`).
+    is_weights: optional `[B, T]` rollout-correction weights (module docstring).
+
+  Returns:
+    `(pg_loss, metrics)`: float32 scalar loss; metrics `pg_loss`, `pg_clipfrac`,
+    `pg_clipfrac_lower`, `ppo_kl`, float32 scalars.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> old_logp = jnp.log(jnp.array([[0.5, 0.5, 0.5]]))
+    >>> logp = jnp.log(jnp.array([[0.75, 0.5, 0.25]]))
+    >>> advantages, mask = jnp.array([1.0]), jnp.ones((1, 3))
+    >>> loss, metrics = ops.gpg_loss(logp, old_logp, advantages, mask)
+    >>> round(loss.item(), 4), round(metrics["pg_clipfrac"].item(), 4)
+    (0.789, 0.0)
   """
   logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   per_token = weighted(-adv * logp, is_weights)
@@ -244,6 +359,37 @@ def clip_cov_loss(
   Aggregated with `loss_agg_mode`. `pg_clipfrac`: share of tokens zeroed (verl's meaning);
   `ppo_kl` as for PPO. Deviation: `r` is computed from the log-ratio clamped to [-20, 20]
   (verl leaves it unclamped, which overflows beyond 88).
+
+  Args:
+    logp: `[B, T]` log pi(a_t) of the policy being trained, any float dtype.
+    old_logp: `[B, T]` log-probs of the policy that sampled the rollout.
+    advantages: `[B, T]` per token or `[B]` per sequence.
+    mask: `[B, T]` 0/1 loss mask (1 on the agent's own tokens).
+    key: a JAX PRNG key, draws the detached tokens among the candidates.
+    epsilon_low: lower clip range: the ratio is clipped at `1 - epsilon_low`.
+    epsilon_high: upper clip range: the ratio is clipped at `1 + epsilon_high`.
+    loss_agg_mode: how the `[B, T]` loss becomes a scalar (`ops.aggregate_loss`).
+    clip_cov_ratio: the share of all masked tokens to detach (at least one token).
+    clip_cov_lb: candidates' covariance lower bound (exclusive).
+    clip_cov_ub: candidates' covariance upper bound (exclusive).
+    is_weights: optional `[B, T]` rollout-correction weights (module docstring).
+
+  Returns:
+    `(pg_loss, metrics)`: float32 scalar loss; metrics `pg_loss`, `pg_clipfrac`,
+    `pg_clipfrac_lower`, `ppo_kl`, float32 scalars.
+
+  Examples:
+    >>> import jax
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> old_logp = jnp.log(jnp.array([[0.5, 0.5, 0.5]]))
+    >>> logp = jnp.log(jnp.array([[0.75, 0.5, 0.25]]))
+    >>> advantages, mask = jnp.array([1.0]), jnp.ones((1, 3))
+    >>> loss, metrics = ops.clip_cov_loss(
+    ...   logp, old_logp, advantages, mask, jax.random.key(0), clip_cov_lb=-1.0
+    ... )
+    >>> round(loss.item(), 4), round(metrics["pg_clipfrac"].item(), 4)
+    (-0.7333, 0.3333)
   """
   logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = logp - old_logp
@@ -281,6 +427,30 @@ def kl_cov_loss(
   `|logp - old_logp|` (verl's meaning for this loss); no clip, so `pg_clipfrac` and
   `pg_clipfrac_lower` are 0. Deviation: the ratio's log is clamped to [-20, 20] (verl does
   not clamp). Ties in the covariance go to the earlier token (row-major).
+
+  Args:
+    logp: `[B, T]` log pi(a_t) of the policy being trained, any float dtype.
+    old_logp: `[B, T]` log-probs of the policy that sampled the rollout.
+    advantages: `[B, T]` per token or `[B]` per sequence.
+    mask: `[B, T]` 0/1 loss mask (1 on the agent's own tokens).
+    loss_agg_mode: how the `[B, T]` loss becomes a scalar (`ops.aggregate_loss`).
+    kl_cov_ratio: the share of all masked tokens that get the KL penalty (at least one).
+    ppo_kl_coef: the penalty's weight on `|logp - old_logp|`.
+    is_weights: optional `[B, T]` rollout-correction weights (module docstring).
+
+  Returns:
+    `(pg_loss, metrics)`: float32 scalar loss; metrics `pg_loss`, `pg_clipfrac`,
+    `pg_clipfrac_lower`, `ppo_kl`, float32 scalars.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from tunix_ppo_ext import ops
+    >>> old_logp = jnp.log(jnp.array([[0.5, 0.5, 0.5]]))
+    >>> logp = jnp.log(jnp.array([[0.75, 0.5, 0.25]]))
+    >>> advantages, mask = jnp.array([1.0]), jnp.ones((1, 3))
+    >>> loss, metrics = ops.kl_cov_loss(logp, old_logp, advantages, mask)
+    >>> round(loss.item(), 4), round(metrics["pg_clipfrac"].item(), 4)
+    (-0.9865, 0.0)
   """
   logp, old_logp, adv, mask = policy_inputs(logp, old_logp, advantages, mask)
   log_ratio = logp - old_logp

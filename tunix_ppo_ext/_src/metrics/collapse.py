@@ -121,6 +121,14 @@ def echo_trap_step(
 
   The rule is checked at each row with a return spread (one per training batch), on the
   values logged up to that step; `max_return`: the environment's (a sweep's summary has it).
+
+  Args:
+    rows: a run's metric rows, each with a `"step"`.
+    rule: the rule to apply; None: `EchoTrapRule()`'s defaults.
+    max_return: the environment's best episode return, if known.
+
+  Returns:
+    The step, or None when the rule never fires.
   """
   rule, rows = rule or EchoTrapRule(), sorted(rows, key=lambda row: row["step"])
   keys = signal_keys(any(row.get(GROUP_STD_KEY) is not None for row in rows))

@@ -109,7 +109,15 @@ MODES = ("train", "eval")
 
 
 def published_key(internal: str, mode: str) -> str | None:
-  """The default key of internal name `prefix/name` in `mode` (None: dropped by default)."""
+  """The default key of internal name `prefix/name` in `mode` (None: dropped by default).
+
+  Args:
+    internal: the internal metric name, `prefix/name`.
+    mode: `"train"` or `"eval"`.
+
+  Returns:
+    The published key, or None when the metric is not published by default.
+  """
   if internal.startswith(ENV_INFO_PREFIX):  # open-ended: one key per `info` entry
     return f"{mode}/{internal}"
   template = TAXONOMY.get(internal, internal)

@@ -251,7 +251,16 @@ def plot_run(
 ) -> pathlib.Path:
   """Draws the `PANELS` a run logged from `RUN_DIR/metrics.jsonl` (`draw_run`) into
   `RUN_DIR/curves.png`, or `out` (`output_path`). Returns the PNG's path;
-  `UnwritablePlot` when it cannot be written there."""
+  `UnwritablePlot` when it cannot be written there.
+
+  Args:
+    run_dir: the run's output directory (holds `metrics.jsonl`).
+    columns: panels per row of the figure.
+    out: where to write the PNG; None: `RUN_DIR/curves.png`.
+
+  Returns:
+    The PNG's path.
+  """
   figure = draw_run(run_dir, columns)  # selects matplotlib's Agg backend first
   from matplotlib import pyplot as plt  # noqa: PLC0415 (only this command needs it)
 
@@ -288,6 +297,15 @@ def plot_spread(
   curves of unequal length are cut to the shortest. `reference = (label, values)` draws the
   values' min-max as a horizontal band and their mean as a dotted line (e.g. a baseline's
   batches). Writes the PNG at `out`.
+
+  Args:
+    curves_by_name: name -> one curve (a list of per-step values) per seed.
+    out: the PNG's path.
+    ylabel: the y axis' label.
+    reference: optional `(label, values)` drawn as a band and its mean.
+
+  Returns:
+    The PNG's path.
   """
   import matplotlib  # noqa: PLC0415 (only the plot commands need it)
 

@@ -60,7 +60,15 @@ class JsonlBackend:
 
 
 def jsonl_sink(output_dir: pathlib.Path, config: dict[str, Any]) -> JsonlBackend:
-  """The `jsonl` metric sink (registry protocol): `output_dir/metrics.jsonl`."""
+  """The `jsonl` metric sink (registry protocol): `output_dir/metrics.jsonl`.
+
+  Args:
+    output_dir: the run's output directory.
+    config: the sink's configuration (unused).
+
+  Returns:
+    The backend that appends to `output_dir/metrics.jsonl`.
+  """
   del config
   return JsonlBackend(pathlib.Path(output_dir) / "metrics.jsonl")
 
@@ -137,7 +145,14 @@ class ProgressBackend:
 
 def read_jsonl(path: str | pathlib.Path) -> list[dict[str, Any]]:
   """The rows of a `metrics.jsonl`, merged per step (a step may span several lines; a
-  later line's value wins). A cut-off last line (writer killed mid-write) is skipped."""
+  later line's value wins). A cut-off last line (writer killed mid-write) is skipped.
+
+  Args:
+    path: the `metrics.jsonl` file.
+
+  Returns:
+    One dict per step, `{"step": ..., key: value, ...}`, in step order.
+  """
   rows: dict[int, dict[str, Any]] = {}
   for _, row in _parse_jsonl(read_text(path), path):
     rows.setdefault(row["step"], {}).update(row)
@@ -379,6 +394,12 @@ def read_tensorboard(log_dir: str | pathlib.Path) -> dict[str, list[tuple[int, f
   """Every scalar in the TensorBoard event files under `log_dir`: `{tag: [(step, value)]}`.
 
   Reads the TFRecord framing (length, CRC, payload, CRC) and tensorboardX's `Event` proto.
+
+  Args:
+    log_dir: the directory searched for event files.
+
+  Returns:
+    tag -> `[(step, value)]`.
   """
   from tensorboardX.proto import event_pb2  # noqa: PLC0415
 

@@ -179,7 +179,14 @@ def tunix_statistics(
 
 def trailing_mean(values: Any) -> np.ndarray:
   """Trailing mean over `max(1, len // 20)` points (a shorter window at the start): how a
-  sweep smooths a run's per-step curve."""
+  sweep smooths a run's per-step curve.
+
+  Args:
+    values: a 1-D sequence of per-step values.
+
+  Returns:
+    float `[len(values)]`, the smoothed curve.
+  """
   x = np.asarray(values, np.float64)
   window = max(1, len(x) // 20)
   sums = np.cumsum(np.concatenate([[0.0], x]))

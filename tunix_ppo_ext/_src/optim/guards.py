@@ -93,7 +93,14 @@ def guarded(
 def guarded_adam(learning_rate: float) -> optax.GradientTransformation:
   """optax Adam behind the NaN guard (`guarded`): an update whose gradient or result is
   NaN or inf is skipped and counted (the learner's `actor/nonfinite_skips`), never applied.
-  Use it for tunix's `RLTrainingConfig(actor_optimizer=..., critic_optimizer=...)`."""
+  Use it for tunix's `RLTrainingConfig(actor_optimizer=..., critic_optimizer=...)`.
+
+  Args:
+    learning_rate: Adam's learning rate (or an optax schedule).
+
+  Returns:
+    The guarded optax transformation.
+  """
   return guarded(optax.adam, learning_rate)
 
 

@@ -108,7 +108,16 @@ def build_optimizer(
   spec: OptimizerSpec, lr: float, total_steps: int
 ) -> optax.GradientTransformation:
   """`spec`'s optimizer at peak `lr` over `total_steps` updates, behind the NaN guard:
-  clip (optional) then Adam/AdamW, skipped as a whole on a non-finite gradient or result."""
+  clip (optional) then Adam/AdamW, skipped as a whole on a non-finite gradient or result.
+
+  Args:
+    spec: the optimizer's settings (the run config's `optim.<role>`).
+    lr: the peak learning rate.
+    total_steps: the number of optimizer updates (the schedule's length).
+
+  Returns:
+    The guarded optax transformation.
+  """
 
   def make(learning_rate: float) -> optax.GradientTransformation:
     if spec.name == "adamw":

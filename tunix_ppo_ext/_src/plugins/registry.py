@@ -146,7 +146,14 @@ def entries(kind: str) -> tuple[Entry, ...]:
 
 
 def names(kind: str) -> list[str]:
-  """The sorted, distinct names of `kind`; imports nothing."""
+  """The sorted, distinct names of `kind`; imports nothing.
+
+  Args:
+    kind: a plugin kind (one of `KINDS`).
+
+  Returns:
+    The names, installed entry points and in-code registrations alike.
+  """
   return sorted({entry.name for entry in entries(kind)})
 
 
@@ -217,6 +224,13 @@ def _unknown_message(kind: str, name: str, dist: str | None) -> str:
 def get(kind: str, spec: str) -> Any:
   """The object `spec` names (`name` or `name@distribution`), loaded and checked once.
 
+  Args:
+    kind: a plugin kind (one of `KINDS`).
+    spec: `name`, or `name@distribution` to pick one distribution's entry.
+
+  Returns:
+    The loaded object.
+
   Raises:
     UnknownNameError: listing the available names and the closest one.
     PluginError: the name is offered twice, or its plugin fails to import or to conform.
@@ -280,6 +294,14 @@ def register(kind: str, name: str | None = None, *, replace: bool = False) -> Ca
   The object is checked against the kind's protocol at once; a name an installed
   distribution offers is refused, and so is another in-code object under a taken name
   unless `replace=True` (re-running the same notebook cell replaces its own function).
+
+  Args:
+    kind: a plugin kind (one of `KINDS`).
+    name: the name to register under; None: the object's `__name__`.
+    replace: replace an in-code object already registered under `name`.
+
+  Returns:
+    The decorator; it returns the object unchanged.
   """
   _check_kind(kind)
 
@@ -310,7 +332,15 @@ def register(kind: str, name: str | None = None, *, replace: bool = False) -> Ca
 
 
 def unregister(kind: str, name: str) -> None:
-  """Removes an in-code registration (installed entry points cannot be removed here)."""
+  """Removes an in-code registration (installed entry points cannot be removed here).
+
+  Args:
+    kind: a plugin kind (one of `KINDS`).
+    name: the registered name.
+
+  Raises:
+    UnknownNameError: when no in-code object is registered under `name`.
+  """
   _check_kind(kind)
   if name not in _IN_CODE[kind]:
     raise UnknownNameError(f"no {LABELS[kind]} {name!r} registered in code")
@@ -364,7 +394,14 @@ class Status:
 
 
 def report(kinds: tuple[str, ...] = KINDS) -> dict[str, list[Status]]:
-  """Loads every entry of every kind (plugin errors are caught and reported)."""
+  """Loads every entry of every kind (plugin errors are caught and reported).
+
+  Args:
+    kinds: the kinds to load.
+
+  Returns:
+    kind -> one `Status` per entry.
+  """
   rows: dict[str, list[Status]] = {}
   for kind in kinds:
     rows[kind] = []
@@ -382,7 +419,14 @@ def report(kinds: tuple[str, ...] = KINDS) -> dict[str, list[Status]]:
 
 
 def format_report(rows: dict[str, list[Status]]) -> str:
-  """The `tunix-ppo-ext plugins` table: per group, name, distribution, version, status."""
+  """The `tunix-ppo-ext plugins` table: per group, name, distribution, version, status.
+
+  Args:
+    rows: what `report` returned.
+
+  Returns:
+    The table as text.
+  """
   lines = []
   for kind, statuses in rows.items():
     lines.append(f"{group(kind)}:")

@@ -123,7 +123,14 @@ def _add_sweep_parser(commands) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
   """The `tunix-ppo-ext` command. Exit codes: 0 done, 2 bad input, 3 the NaN guard stopped
   the run, 130 interrupted (Ctrl-C), 1 any other failure; each failure is one line on
-  stderr (with `--debug`, the traceback too)."""
+  stderr (with `--debug`, the traceback too).
+
+  Args:
+    argv: the command-line arguments after the program name; None: `sys.argv[1:]`.
+
+  Returns:
+    The exit code.
+  """
   parser = _parser()
   args, extra = parser.parse_known_args(argv)
   if args.command in ("train", "plan", "sweep", "tunix-agentic"):  # KEY=VALUE may follow

@@ -138,7 +138,15 @@ def _staged(out_dir: pathlib.Path) -> Iterator[pathlib.Path]:
 
 
 def export_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path) -> pathlib.Path:
-  """Writes the run's trained policy (and tokenizer, if any) into `out_dir`; returns it."""
+  """Writes the run's trained policy (and tokenizer, if any) into `out_dir`; returns it.
+
+  Args:
+    run_dir: the run's output directory (its config and checkpoints).
+    out_dir: where the Hugging Face checkpoint is written.
+
+  Returns:
+    `out_dir`, resolved.
+  """
   run_dir, out_dir = pathlib.Path(run_dir).resolve(), pathlib.Path(out_dir).resolve()
   check_out_dir(out_dir)
   check_not_training(run_dir)

@@ -71,7 +71,16 @@ def build_run(
   resolved: ResolvedRun | RunConfig, output_dir: pathlib.Path, meshes: dict | None = None
 ):
   """`(learner, train_batches, eval_batches, env_max_return)` for a resolved run config (a
-  `RunConfig` is resolved first); `meshes`: the command's `run_meshes` (built here when None)."""
+  `RunConfig` is resolved first); `meshes`: the command's `run_meshes` (built here when None).
+
+  Args:
+    resolved: the run, resolved (`config.load_resolved`) or as a `RunConfig`.
+    output_dir: the run's output directory (checkpoints, metrics).
+    meshes: the meshes per role; None: built here.
+
+  Returns:
+    `(learner, train_batches, eval_batches, env_max_return)`.
+  """
   resolved = as_resolved(resolved)
   run, ppo, entries = resolved.run, resolved.ppo, list(resolved.env_entries)
   meshes = run_meshes(run) if meshes is None else meshes
@@ -374,8 +383,12 @@ def summarize(
 def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict[str, Any]:
   """Runs the main job; returns (and, on process 0, writes) the summary.
 
-  `resolved`: the command's `ResolvedRun` (a `RunConfig` is resolved here first);
-  `meshes`: its `run_meshes`, when the command built them already (else built here, once).
+  Args:
+    resolved: the command's `ResolvedRun` (a `RunConfig` is resolved here first).
+    meshes: its `run_meshes`, when the command built them already (else built here, once).
+
+  Returns:
+    The run's summary (`{}` on processes other than 0).
 
   With checkpoints in the output directory it resumes from the latest step that both actor
   and critic saved (after `run_dir.check_rerun` accepted the requested config), and

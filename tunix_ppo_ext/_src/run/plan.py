@@ -243,7 +243,17 @@ def plan(
 ) -> Plan:
   """Compiles the run's jitted pieces for `topology`; `pieces` limits which (names as in
   `PIECES`, e.g. `actor/train_step`; empty: all the run builds); `compiler`: `auto` (TPU
-  with `libtpu`, else CPU), `tpu` or `cpu`."""
+  with `libtpu`, else CPU), `tpu` or `cpu`.
+
+  Args:
+    resolved: the run, resolved (`config.load_resolved`) or as a `RunConfig`.
+    topology: the target TPU topology, e.g. `v5e:2x4` (the default).
+    pieces: which pieces to compile (`PIECES` names); empty: all.
+    compiler: `"auto"`, `"tpu"` or `"cpu"`.
+
+  Returns:
+    The `Plan`: per-device figures (bytes) of each piece.
+  """
   unknown = sorted(set(pieces) - set(PIECES))
   if unknown:
     raise ConfigError(f"--pieces {unknown}: unknown; valid: {list(PIECES)}")
@@ -512,7 +522,15 @@ PIECES = {
 
 def format_plan(p: Plan, config_path: str | None) -> str:
   """The report: per piece the compiler's figures (MiB per device), the resident state, the
-  peak against the chip's HBM with a verdict, and the biggest consumers."""
+  peak against the chip's HBM with a verdict, and the biggest consumers.
+
+  Args:
+    p: what `plan` returned.
+    config_path: the config file's path, named in the report's header (None: the default).
+
+  Returns:
+    The report as text.
+  """
   where = "TPU compiler" if p.compiler == "tpu" else CPU_CAVEAT
   mesh = " x ".join(f"{k}={v}" for k, v in p.mesh.items())
   lines = [

@@ -299,7 +299,16 @@ class ResolvedRun:
 def load_run_config(
   path: str | None = None, overrides: typing.Sequence[str] = (), *, need_files: bool = True
 ) -> RunConfig:
-  """`load_resolved(...).run`: the checked run config (see `load_resolved`)."""
+  """`load_resolved(...).run`: the checked run config (see `load_resolved`).
+
+  Args:
+    path: the YAML config file; None: the embedded default.
+    overrides: `KEY=VALUE` strings applied on top.
+    need_files: check that `model.checkpoint` and `model.tokenizer` exist.
+
+  Returns:
+    The `RunConfig`.
+  """
   return load_resolved(path, overrides, need_files=need_files).run
 
 
@@ -311,6 +320,14 @@ def load_resolved(
 
   `need_files=False` (`tunix-ppo-ext plan`) leaves `model.checkpoint` and `model.tokenizer`
   unchecked: planning needs no weights and no tokenizer.
+
+  Args:
+    path: the YAML config file; None: the embedded default.
+    overrides: `KEY=VALUE` strings applied on top, e.g. `train.steps=100`.
+    need_files: check that `model.checkpoint` and `model.tokenizer` exist.
+
+  Returns:
+    The `ResolvedRun`.
 
   Raises:
     ConfigError: naming the key, the value and what is allowed (PluginError: a broken
@@ -752,6 +769,12 @@ def _ppo_error_key(message: str) -> str:
 def resolve(run: RunConfig) -> ResolvedRun:
   """Works `run` out once: its `PpoExtConfig`, the batch arithmetic, the environment mix and
   the recipe sections checked against each other (`run.recipe`, `run.dapo_section`).
+
+  Args:
+    run: the checked run config.
+
+  Returns:
+    The `ResolvedRun`.
 
   Raises:
     ConfigError: naming the key, the value and what is allowed.

@@ -256,7 +256,14 @@ def seed_result(run_dir: pathlib.Path) -> dict[str, Any]:
   step; empty without successes), `steps_to_reach` (the first step where the smoothed
   return reaches 0.9 of `max_return`, or None), `final_success` (success over the last
   tenth of the steps, or None), `final_metrics` (every logged key's mean over its last
-  tenth), `peak_drop` and `echo_trap_step` (or None)."""
+  tenth), `peak_drop` and `echo_trap_step` (or None).
+
+  Args:
+    run_dir: the seed's run directory.
+
+  Returns:
+    The summary dict with the keys above added.
+  """
   summary = json.loads((run_dir / "summary.json").read_text())
   rows = read_jsonl(run_dir / "metrics.jsonl")
   key = metric_keys.SUMMARY_KEY
@@ -348,6 +355,16 @@ def sweep(
   further seed starts), after the table of the variants that finished every seed. SIGTERM
   or SIGINT is forwarded to the running seeds and raised as KeyboardInterrupt once they
   have stopped.
+
+  Args:
+    seeds: seeds per variant, `0 .. seeds-1` (a `seed=3,4` override lists them instead).
+    output_dir: the sweep's directory (`DIR/<variant>/seed<k>` per seed).
+    overrides: `KEY=VALUE` overrides; each `KEY=V1,V2` makes one variant per value.
+    config: the YAML config file; None: the embedded default.
+    jobs: seeds run at a time.
+
+  Returns:
+    The table's rows: one per variant whose seeds all finished (`variant_row`).
 
   Raises:
     ValueError: a bad override, or a seed directory holding a run of another config.

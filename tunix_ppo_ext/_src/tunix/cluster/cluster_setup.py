@@ -46,6 +46,14 @@ def make_mesh(
   `jax.make_mesh` orders devices by the physical topology. Axis types must be Auto:
   `jax.make_mesh` defaults to Explicit, under which tunix's embedding lookup fails with a
   `ShardingTypeError`. A mesh of CPUs also quiets tunix's TPU notices (`quiet_cpu_notices`).
+
+  Args:
+    shape: the mesh's shape.
+    axis_names: one name per axis of `shape`.
+    devices: the devices to take from; None: `jax.devices()`.
+
+  Returns:
+    The `jax.sharding.Mesh`.
   """
   devices = list(jax.devices() if devices is None else devices)
   size = math.prod(shape)
@@ -137,7 +145,17 @@ def make_models(
   tokenizer, seed: int = 0, num_layers: int = 1, embed_dim: int = 32
 ) -> tuple[nnx.Module, nnx.Module, nnx.Module]:
   """`(policy, critic, reference)` toy Qwen3s: the reference copies the policy and the
-  critic's backbone is initialised from it (common PPO practice)."""
+  critic's backbone is initialised from it (common PPO practice).
+
+  Args:
+    tokenizer: gives the vocabulary size (`vocab_size`).
+    seed: the initialisation seed.
+    num_layers: decoder layers.
+    embed_dim: the model width (the MLP is twice as wide).
+
+  Returns:
+    `(policy, critic, reference)`.
+  """
   config = models.tiny_qwen3_config(
     tokenizer.vocab_size,
     num_layers=num_layers,
@@ -336,6 +354,23 @@ def build_cluster(
   `metric_keys`). tunix's trainers open no tqdm bars of their own (the actor's and critic's
   would interleave with the run's: `metrics.sinks.ProgressBackend`). When tunix's cluster
   fails to build (a checkpoint it cannot restore), the sinks it opened are closed.
+
+  Args:
+    policy: the actor's model.
+    critic: the critic's model, or None (no critic: a group estimator).
+    tokenizer: the tokenizer the rollout decodes with.
+    spec: the cluster's settings.
+    reference: the reference model, or None.
+    mesh: the one mesh of every role; None: 1x1.
+    role_meshes: a mesh per role, overriding `mesh`.
+    optimizers: `(actor, critic)` optax transformations; None: guarded Adam.
+    checkpoint_dir: where checkpoints go; None: no checkpoints.
+    metrics_dir: where TensorBoard files go; None: none.
+    metric_backends: extra metric sink factories.
+    metric_keys: how metric names are published to `metric_backends`.
+
+  Returns:
+    The tunix `RLCluster`.
   """
   meshes = _place_on_meshes(policy, critic, reference, mesh or make_mesh(), role_meshes)
   opened: list[KeyedBackend] = []

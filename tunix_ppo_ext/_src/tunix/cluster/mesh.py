@@ -103,6 +103,13 @@ def role_meshes(section: Any, devices: Sequence[jax.Device] | None = None) -> di
 
   Each mesh takes the first `prod(shape)` devices; equal specs share one `Mesh` object.
   Raises ValueError naming the config key when a mesh needs more devices than there are.
+
+  Args:
+    section: the run config's `mesh` section.
+    devices: the devices to take from; None: all JAX devices.
+
+  Returns:
+    tunix's `Role` -> `jax.sharding.Mesh`.
   """
   devices = list(jax.devices() if devices is None else devices)
   built: dict[tuple[tuple[int, ...], tuple[str, ...]], Any] = {}

@@ -133,6 +133,21 @@ def ppo_ext_policy_loss_fn(
   `ref_model`, `(graphdef, pure state dict)` of the reference, enables the exact
   full-vocabulary KL (`kl_method="full"`): the reference runs here with no gradient.
   An `actor_scale` of 0 on the example (critic warm-up) zeroes the loss and its gradient.
+
+  Args:
+    model: the policy being trained (an `nnx.Module`).
+    train_example: tunix's `TrainExample` of the micro-batch (prompt and completion ids,
+      masks, advantages, old and reference log-probs; this package's extra fields).
+    algo_config: the learner's `PpoExtConfig` (clip ranges, loss options, KL settings).
+    pad_id: the padding token's id.
+    eos_id: the end-of-sequence token's id.
+    temperature: the sampling temperature the logits are divided by.
+    ref_model: `(graphdef, pure state dict)` of the reference model, for the exact
+      full-vocabulary KL; None otherwise.
+    **kwargs: further arguments tunix passes; ignored.
+
+  Returns:
+    `(loss, metrics)`: float32 scalar loss and `policy_loss`'s metrics.
   """
   del kwargs
   terms = policy_pass(model, train_example, algo_config, pad_id, eos_id, temperature, ref_model)
@@ -181,7 +196,21 @@ def ppo_ext_value_loss_fn(
   loss_agg_mode: str = "token-mean",
   **kwargs: Any,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """Clipped value loss of `tunix_ppo_ext._src.math.ppo_losses.value_loss` over one critic pass."""
+  """Clipped value loss of `tunix_ppo_ext._src.math.ppo_losses.value_loss` over one critic pass.
+
+  Args:
+    model: the critic (an `nnx.Module` whose output is `[B, P+T, 1]`).
+    train_example: tunix's `TrainExample` of the micro-batch (ids, masks, old values,
+      returns).
+    clip_range_value: the value clip range `c` > 0; None disables the clipped term.
+    pad_id: the padding token's id.
+    eos_id: the end-of-sequence token's id.
+    loss_agg_mode: how the `[B, T]` loss becomes a scalar (`ops.aggregate_loss`).
+    **kwargs: further arguments tunix passes; ignored.
+
+  Returns:
+    `(loss, metrics)`: float32 scalar loss and `value_loss`'s metrics.
+  """
   del kwargs
   attention_mask, loss_mask = _masks(train_example)
   scores = passes.compute_score(

@@ -52,13 +52,19 @@ def process_ids(
   Builds the model inputs for `[B, P]` prompts and `[B, T]` completions.
 
   Args:
-    segment_ids, segment_positions: tunix's packed-sequence inputs; with them the call is
-      tunix's own (no mask is derived; a mask given beside them is refused).
+    prompt_tokens: `[B, P]` int prompt ids, left-padded with `pad_id`.
+    completion_tokens: `[B, T]` int completion ids, right-padded with `pad_id`.
+    pad_id: the padding token's id.
+    eos_id: the end-of-sequence token's id.
+    segment_ids: tunix's packed-sequence input; with it the call is tunix's own (no mask
+      is derived; a mask given beside it is refused).
+    segment_positions: tunix's packed-sequence positions, likewise.
     completion_mask: optional `[B, T]` mask over the completion, 1 for every real token
       (agent and observation tokens alike): the attention mask. This is the seed's (and
       GRL's) name; `attention_mask` is the same argument under this package's name. Used
       as is (ValueError unless shaped as `completion_tokens`); `None` derives
       `completion_tokens != pad_id` as tunix does.
+    attention_mask: the same as `completion_mask` (give one of them, not both).
 
   Returns:
     `(input_ids [B, P+T], positions [B, P+T], causal_mask [B, P+T, P+T],
@@ -228,7 +234,23 @@ def compute_completion_logits(
   stop_gradient: bool = True,
   packing: Packing | SharedPrompts | None = None,
 ) -> jax.Array:
-  """Logits `[B, T, V]` that predict each completion token (one forward pass)."""
+  """Logits `[B, T, V]` that predict each completion token (one forward pass).
+
+  Args:
+    model: the tunix model (an `nnx.Module`).
+    prompt_tokens: `[B, P]` int prompt ids, left-padded with `pad_id`.
+    completion_tokens: `[B, T]` int completion ids, right-padded with `pad_id`.
+    pad_id: the padding token's id.
+    eos_id: the end-of-sequence token's id.
+    attention_mask: `[B, T]` 0/1, 1 on every real completion token (agent and
+      environment); None: `completion_tokens != pad_id`.
+    stop_gradient: stop the gradient at the output.
+    packing: run the pass on packed rows (`ops.Packing`) or once per shared prompt
+      (`SharedPrompts`); None: the padded rows as they are.
+
+  Returns:
+    `[B, T, V]` logits in the model's output dtype.
+  """
   logits = _completion_logits(
     model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask, packing
   )
@@ -372,6 +394,27 @@ def compute_per_token_logps(
   hidden states and the head's weight, `chunk_size` positions of logits at a time (the
   `[B, T, V]` logits never exist). `attention_mask` is the attention mask (all real tokens),
   not the loss mask. `packing` (`math.packing`): the pass runs on packed rows.
+
+  Args:
+    model: the tunix model (an `nnx.Module`).
+    prompt_tokens: `[B, P]` int prompt ids, left-padded with `pad_id`.
+    completion_tokens: `[B, T]` int completion ids, right-padded with `pad_id`.
+    pad_id: the padding token's id.
+    eos_id: the end-of-sequence token's id.
+    attention_mask: `[B, T]` 0/1, 1 on every real completion token (agent and
+      environment); None: `completion_tokens != pad_id`.
+    return_entropy: also return the entropy.
+    stop_gradient: stop the gradient at the outputs.
+    temperature: the logits are divided by it, > 0.
+    chunk_size: positions per chunk of logits (`ops.logps_and_entropy`); 0: all at once.
+    fused_head: compute from the hidden states and the head's weight
+      (`ops.fused_logps_and_entropy`).
+    packing: run the pass on packed rows (`ops.Packing`) or once per shared prompt
+      (`SharedPrompts`); None: the padded rows as they are.
+
+  Returns:
+    float32 `[B, T]` log-probs, or `(logps, entropy)`, both float32 `[B, T]`, with
+    `return_entropy`.
   """
   kw = dict(temperature=temperature, chunk_size=chunk_size, return_entropy=return_entropy)
   args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask, packing)
@@ -399,7 +442,23 @@ def compute_score(
   stop_gradient: bool = True,
   packing: Packing | SharedPrompts | None = None,
 ) -> jax.Array:
-  """Per-token scores `[B, P+T]` of a critic or reward model whose output is `[B, P+T, 1]`."""
+  """Per-token scores `[B, P+T]` of a critic or reward model whose output is `[B, P+T, 1]`.
+
+  Args:
+    model: the tunix model (an `nnx.Module`).
+    prompt_tokens: `[B, P]` int prompt ids, left-padded with `pad_id`.
+    completion_tokens: `[B, T]` int completion ids, right-padded with `pad_id`.
+    pad_id: the padding token's id.
+    eos_id: the end-of-sequence token's id.
+    attention_mask: `[B, T]` 0/1, 1 on every real completion token (agent and
+      environment); None: `completion_tokens != pad_id`.
+    stop_gradient: stop the gradient at the output.
+    packing: run the pass on packed rows (`ops.Packing`) or once per shared prompt
+      (`SharedPrompts`); None: the padded rows as they are.
+
+  Returns:
+    `[B, P+T]` scores, one per position (prompt and completion).
+  """
   args = (model, prompt_tokens, completion_tokens, pad_id, eos_id, attention_mask)
   scores = _forward(*args, packing=packing)
   scores = jnp.squeeze(scores, axis=-1)

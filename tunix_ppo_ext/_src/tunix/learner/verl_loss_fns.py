@@ -143,7 +143,24 @@ def _registered(name: str) -> Callable[..., tuple[jax.Array, dict[str, jax.Array
     ref_model: tuple[Any, Any] | None = None,
     **kwargs: Any,
   ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """verl's policy loss of this name over one policy pass (see `_policy_loss`)."""
+    """verl's policy loss of this name over one policy pass (see `_policy_loss`).
+
+    Args:
+      model: the policy being trained (an `nnx.Module`).
+      train_example: tunix's `TrainExample` of the micro-batch (prompt and completion ids,
+        masks, advantages, old and reference log-probs; this package's extra fields).
+      algo_config: the learner's `PpoExtConfig` (clip ranges, loss options, KL settings).
+      pad_id: the padding token's id.
+      eos_id: the end-of-sequence token's id.
+      temperature: the sampling temperature the logits are divided by.
+      ref_model: `(graphdef, pure state dict)` of the reference model, for the exact
+        full-vocabulary KL; None otherwise.
+      **kwargs: further arguments tunix passes; ignored.
+
+    Returns:
+      `(loss, metrics)`: float32 scalar loss and the loss's metrics (`pg_loss`,
+      `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`, `entropy` / `kl_loss` when present).
+    """
     del kwargs
     return _policy_loss(
       name, model, train_example, algo_config, pad_id, eos_id, temperature, ref_model

@@ -174,7 +174,17 @@ def hf_config(model: nnx.Module, source: dict[str, Any] | None) -> dict[str, Any
 def save_hf_checkpoint(
   model: nnx.Module, directory: str | pathlib.Path, source: dict[str, Any] | None
 ) -> pathlib.Path:
-  """Writes `config.json` and `model.safetensors` of `model` into `directory` (created)."""
+  """Writes `config.json` and `model.safetensors` of `model` into `directory` (created).
+
+  Args:
+    model: the tunix model to export.
+    directory: the output directory.
+    source: the source checkpoint's `config.json` (`read_hf_config`); None: a Qwen3
+      config from a tunix Qwen3's own (ValueError for any other model).
+
+  Returns:
+    `directory`.
+  """
   directory = pathlib.Path(directory)
   directory.mkdir(parents=True, exist_ok=True)
   config = hf_config(model, source)

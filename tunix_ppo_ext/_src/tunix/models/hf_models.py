@@ -85,7 +85,14 @@ class Family:
 
 def read_hf_config(directory: str | pathlib.Path) -> dict[str, Any] | None:
   """The checkpoint's `config.json` as a dict (a multimodal one's `text_config` merged in),
-  or None when the directory has none (a GGUF reference: its converted directory's)."""
+  or None when the directory has none (a GGUF reference: its converted directory's).
+
+  Args:
+    directory: a Hugging Face checkpoint directory or a `.gguf` file.
+
+  Returns:
+    The config dict, or None.
+  """
   file = pathlib.Path(gguf_files.resolve(directory)) / CONFIG_FILE
   if not file.is_file():
     return None
@@ -469,7 +476,16 @@ def with_dtype(config: Any, dtype: str | None) -> Any:
 
 def cast_params(model: nnx.Module, dtype: Any, kind: type = nnx.Param) -> nnx.Module:
   """`model` with every floating variable of `kind` (`nnx.Param`: every weight, adapters
-  included) cast to `dtype` in place; returns `model`."""
+  included) cast to `dtype` in place; returns `model`.
+
+  Args:
+    model: the model, changed in place.
+    dtype: the target dtype, e.g. `jnp.float32`.
+    kind: the variable type to cast (`nnx.Param`, or e.g. `nnx.LoRAParam`).
+
+  Returns:
+    `model`.
+  """
   weights = nnx.state(model, kind)
 
   def cast(x: Any) -> Any:
@@ -481,7 +497,11 @@ def cast_params(model: nnx.Module, dtype: Any, kind: type = nnx.Param) -> nnx.Mo
 
 def train_in_float32(*roles: nnx.Module | None) -> None:
   """What each trained role (actor, critic; None skipped) trains, in float32: its adapters
-  (`nnx.LoRAParam`, a LoRA critic's value head too) when it has any, else every weight."""
+  (`nnx.LoRAParam`, a LoRA critic's value head too) when it has any, else every weight.
+
+  Args:
+    *roles: the trained models, cast in place; None entries are skipped.
+  """
   for model in roles:
     if model is not None:
       adapted = bool(jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
@@ -513,7 +533,19 @@ def load_checkpoint(
   loader straight onto `mesh` (sharded; None: the first device), in `dtype`
   (`DTYPES`; None: the file's), with tunix's activation rematerialisation `remat`
   (`REMAT_CHOICES`) and attention `attention` (`ATTENTION_CHOICES`, blocks of
-  `block_size`)."""
+  `block_size`).
+
+  Args:
+    directory: a Hugging Face checkpoint directory (or a `.gguf` file).
+    mesh: the mesh the weights are sharded onto; None: the first device.
+    remat: the rematerialisation, one of `REMAT_CHOICES`.
+    attention: the attention implementation, one of `ATTENTION_CHOICES`.
+    block_size: the block size of blockwise and splash attention.
+    dtype: the weights' dtype (`"bfloat16"`, `"float32"`); None: the file's.
+
+  Returns:
+    The tunix model.
+  """
   directory = gguf_files.resolve(directory, weights=True)
   hf = read_hf_config(directory)
   if hf is None:

@@ -93,7 +93,16 @@ def _dummy_inputs(model: nnx.Module) -> dict[str, Any]:
 def apply_lora(model: nnx.Module, spec: LoraSpec, seed: int = 0) -> nnx.Module:
   """A clone of `model` with qwix LoRA adapters on the modules `spec.target_modules` matches;
   every other array is shared with `model` (not copied). A is He-uniform from `seed`, B zero.
-  ValueError naming `model.lora.target_modules` when no adapter was created."""
+  ValueError naming `model.lora.target_modules` when no adapter was created.
+
+  Args:
+    model: the tunix model to adapt (left unchanged).
+    spec: the adapters' rank, alpha and target-module regex.
+    seed: seeds the A matrices' initialisation.
+
+  Returns:
+    The adapted model.
+  """
   compat.install_lora_product()  # the adapters' products with a lean VJP (same values)
   provider = qwix.LoraProvider(module_path=spec.target_modules, rank=spec.rank, alpha=spec.alpha)
   adapted = qwix.apply_lora_to_model(model, provider, rngs=nnx.Rngs(seed), **_dummy_inputs(model))
@@ -129,7 +138,15 @@ def array_bytes(tree: Any) -> int:
 def merged(model: nnx.Module, spec: LoraSpec) -> nnx.Module:
   """A new model of `model`'s tunix class (qwix's interception undone) and config whose weights
   are `model`'s with each adapter folded in (`W + alpha/rank * A B`, laid out as the weight),
-  and no adapters: an ordinary tunix model computing what `model` computes."""
+  and no adapters: an ordinary tunix model computing what `model` computes.
+
+  Args:
+    model: a model with LoRA adapters (`apply_lora`).
+    spec: the `LoraSpec` the adapters were made with (its `alpha / rank` scale).
+
+  Returns:
+    The merged model.
+  """
   values = {path: v[...] for path, v in nnx.to_flat_state(nnx.state(model))}
   for path, module in model.iter_modules():
     for attr in [n for n in vars(module) if n.endswith("_lora_a")]:

@@ -34,7 +34,23 @@ def tiny_qwen3_config(
   norm_eps: float = 1e-6,
   use_tied_embedding: bool = False,
 ) -> qwen3.ModelConfig:
-  """A float32 `qwen3.ModelConfig` at toy size (default sharding axes `fsdp`/`tp`)."""
+  """A float32 `qwen3.ModelConfig` at toy size (default sharding axes `fsdp`/`tp`).
+
+  Args:
+    vocab_size: the vocabulary size (the tokenizer's).
+    num_layers: decoder layers.
+    embed_dim: the model width.
+    hidden_dim: the MLP's hidden width.
+    num_heads: query heads.
+    head_dim: the width of each head.
+    num_kv_heads: key/value heads (grouped-query attention), dividing `num_heads`.
+    rope_theta: the rotary embedding's base.
+    norm_eps: the RMS norms' epsilon.
+    use_tied_embedding: share the embedding with the LM head (no `lm_head`).
+
+  Returns:
+    The `qwen3.ModelConfig`.
+  """
   return qwen3.ModelConfig(
     num_layers=num_layers,
     vocab_size=vocab_size,
@@ -62,7 +78,15 @@ def named_qwen3_config(name: str) -> qwen3.ModelConfig:
 
 
 def make_policy(config: qwen3.ModelConfig, seed: int = 0) -> qwen3.Qwen3:
-  """Randomly initialised tunix `Qwen3`; the same `(config, seed)` gives identical weights."""
+  """Randomly initialised tunix `Qwen3`; the same `(config, seed)` gives identical weights.
+
+  Args:
+    config: the model config (e.g. `tiny_qwen3_config`).
+    seed: the initialisation seed.
+
+  Returns:
+    The `Qwen3` model.
+  """
   return qwen3.Qwen3(config, rngs=nnx.Rngs(seed))
 
 
@@ -198,7 +222,15 @@ BACKBONE_FAMILIES = (qwen2.Qwen2, qwen3.Qwen3, llama3.Llama3, gemma3.Gemma3)
 
 def make_critic(config: qwen3.ModelConfig, seed: int = 0) -> ValueModel:
   """Randomly initialised `ValueModel` with a Qwen3 backbone for a policy `config` (the
-  backbone built with tied embeddings, so it has no `lm_head`)."""
+  backbone built with tied embeddings, so it has no `lm_head`).
+
+  Args:
+    config: the policy's model config.
+    seed: the initialisation seed.
+
+  Returns:
+    The `ValueModel`, output `[B, L, 1]`.
+  """
   rngs = nnx.Rngs(seed)
   backbone = qwen3.Qwen3(dataclasses.replace(config, use_tied_embedding=True), rngs=rngs)
   return ValueModel(backbone, rngs=rngs)
@@ -217,7 +249,18 @@ def critic_from_policy(
   `lm_head`, if any, is not copied. `share_weights`: the backbone holds the policy's own
   arrays instead of copies (for a critic that trains only adapters, `lora_models`), and
   `trainable_head` makes the head `LoRAParam`s, what a LoRA-enabled tunix trainer trains;
-  `head_init` is `ValueModel`'s."""
+  `head_init` is `ValueModel`'s.
+
+  Args:
+    policy: the policy model whose backbone is copied (or shared).
+    seed: seeds the value head.
+    share_weights: share the policy's backbone arrays instead of copying them.
+    trainable_head: make the value head's weights `LoRAParam`s.
+    head_init: the value head's initialisation, `"normal"` or `"zero"`.
+
+  Returns:
+    The `ValueModel`.
+  """
   backbone = nnx.clone(policy) if share_weights else copy_model(policy)
   if hasattr(backbone, "lm_head"):
     del backbone.lm_head

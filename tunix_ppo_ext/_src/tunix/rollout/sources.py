@@ -63,7 +63,13 @@ FILTER_BY = ("std", "std_rev")
 
 def buffer_rollout_stats(context: RolloutContext, stats: dict[str, Any], mode: Any) -> None:
   """Buffers every entry of `stats` on the context's cluster as metric `rollout/<name>`,
-  a float averaged over the batches of a step: how a wrapper reports what it did."""
+  a float averaged over the batches of a step: how a wrapper reports what it did.
+
+  Args:
+    context: the rollout context (its `rl_cluster` buffers the metrics).
+    stats: name -> a number.
+    mode: tunix's metrics mode (train or eval).
+  """
   metrics = {f"rollout/{k}": (float(v), np.mean) for k, v in stats.items()}
   context.rl_cluster.buffer_metrics(metrics, mode=mode)
 
