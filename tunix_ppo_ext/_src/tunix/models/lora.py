@@ -94,7 +94,7 @@ def apply_lora(model: nnx.Module, spec: LoraSpec, seed: int = 0) -> nnx.Module:
   """A clone of `model` with qwix LoRA adapters on the modules `spec.target_modules` matches;
   every other array is shared with `model` (not copied). A is He-uniform from `seed`, B zero.
   ValueError naming `model.lora.target_modules` when no adapter was created."""
-  compat.install_lora_product()  # the adapters' products with a lean VJP (same values)
+  compat.install()  # qwix: the adapters' products with a lean VJP (same values)
   provider = qwix.LoraProvider(module_path=spec.target_modules, rank=spec.rank, alpha=spec.alpha)
   adapted = qwix.apply_lora_to_model(model, provider, rngs=nnx.Rngs(seed), **_dummy_inputs(model))
   if not jax.tree.leaves(nnx.state(adapted, nnx.LoRAParam)):
