@@ -77,7 +77,8 @@ class LearnerHooks(ppo_learner.PPOLearner):
 
   - `generate_and_compute_advantage(training_input, mode, chunk_sizes)`: the rollout
     phase; `chunk_sizes` are the rows of each micro-batch tunix slices its example into
-    (empty when tunix calls the phase directly: sizes unknown).
+    (`_process_accumulated_batches` passes them to tunix's hook, which takes them as a
+    keyword; empty when the hook is called without: sizes unknown).
   - `num_generations()`: samples per prompt.
   - `after_global_step(seconds)`: after each of tunix's global steps, with its wall time.
   """
@@ -85,21 +86,23 @@ class LearnerHooks(ppo_learner.PPOLearner):
   def _process_accumulated_batches(
     self, micro_batches: list[Any], micro_batch_sizes: list[int], mode: Any
   ) -> list[Any]:
-    # tunix's own body (0.1.7 and main alike), the sizes passed to the rollout phase
+    # tunix's own body (0.1.7 and main alike), the sizes passed to its rollout-phase hook
     if not micro_batches:
       return []
     sizes = tuple(int(n) for n in micro_batch_sizes)
     merged = rl_utils.merge_micro_batches(micro_batches)
-    example = self.generate_and_compute_advantage(merged, mode, sizes)
+    example = self._generate_and_compute_advantage(merged, mode, chunk_sizes=sizes)
     produced, offset = [], 0
     for n in sizes:
       produced.append(rl_utils.get_batch_slice(example, slice(offset, offset + n)))
       offset += n
     return produced
 
-  def _generate_and_compute_advantage(self, training_input: Any, mode: Any = None) -> Any:
+  def _generate_and_compute_advantage(
+    self, training_input: Any, mode: Any = None, chunk_sizes: tuple[int, ...] = ()
+  ) -> Any:
     mode = rl_cluster_lib.Mode.TRAIN if mode is None else mode
-    return self.generate_and_compute_advantage(training_input, mode, ())
+    return self.generate_and_compute_advantage(training_input, mode, chunk_sizes)
 
   def _num_generations(self) -> int:
     return self.num_generations()

@@ -39,7 +39,7 @@ from tunix.rl.agentic.environments import task_environment
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.math import kl as kl_lib
 from tunix_ppo_ext._src.math import kl_methods as names
-from tunix_ppo_ext._src.ppo import advantage_step, rollout_phase
+from tunix_ppo_ext._src.ppo import rollout_phase
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes, trainer_setup
@@ -188,31 +188,16 @@ class AgenticPpoLearner(compat.AgenticHooks):
     batch.validate()
     inputs = self._model_inputs(batch)
     model_passes = self._passes_of(inputs, behaviour_logps)
-    train = mode == Mode.TRAIN
-    rewards, kl, self.state = rollout_phase.kl_penalty(
-      config, self.state, batch.token_rewards, model_passes, inputs.loss_mask, train
-    )
-    groups = advantage_step.group_ids(batch, config.num_generations)
-    terms = (config, rewards, model_passes.values, inputs.loss_mask, groups)
-    fallback = tunix_losses.tunix_estimator(config.advantage_estimator)
-    advantages, returns = advantage_step.advantages_and_returns(
-      *terms, warming_up=False, has_critic=self.has_critic, fallback=fallback
-    )
-    beta = rollout_phase.kl_coef(config, self.state)
-    metrics, _ = rollout_phase.rollout_metrics(
-      config,
-      batch,
-      (rewards, model_passes.values, advantages, returns, kl),
-      groups,
-      kl_coef_now=beta,
+    where = rollout_phase.Step(
+      self.rl_engine.global_steps if step is None else step,
+      train=mode == Mode.TRAIN,
       has_critic=self.has_critic,
-    )
-    noise = advantage_step.noise_metrics(*terms, fallback)
-    self._buffer(metrics | {k: (v, np.mean) for k, v in noise.items()}, mode, step)
-    fields = rollout_phase.example_fields(
-      config, inputs, model_passes, advantages, returns, beta=beta
-    )
-    return AgenticTrainExample(**fields)
+      fallback=tunix_losses.tunix_estimator(config.advantage_estimator),
+    )  # no critic warm-up here (`PPO_FIELDS` has none): the actor always trains
+    result = rollout_phase.rollout_phase(config, self.state, where, batch, inputs, model_passes)
+    self.state = result.state
+    self._buffer(result.metrics, mode, step)
+    return AgenticTrainExample(**result.fields)
 
   def _model_inputs(self, batch: TrajectoryBatch) -> ModelInputs:
     return ModelInputs(
