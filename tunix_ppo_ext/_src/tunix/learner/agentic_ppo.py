@@ -120,10 +120,10 @@ class AgenticPpoLearner(compat.AgenticHooks):
     logps_rows = engine.cluster_config.training_config.compute_logps_micro_batch_size
     rows = None if logps_rows is None else logps_rows * config.num_generations
     self._passes = RolePasses(engine, rows, chunk_size=config.logits_chunk_size)
-    inputs = trainer_setup.TrainerInputs(engine, config, self.temperature)
-    trainer_setup.set_up_actor(engine.actor_trainer, inputs)
+    self._inputs = trainer_setup.TrainerInputs(engine, config, self.temperature)
+    trainer_setup.set_up_actor(engine.actor_trainer, self._inputs)
     if self.has_critic:  # tunix's loop updates it (`update_critic`) after the actor
-      trainer_setup.set_up_critic(engine.critic_trainer, inputs)
+      trainer_setup.set_up_critic(engine.critic_trainer, self._inputs)
 
   @property
   def temperature(self) -> float:
