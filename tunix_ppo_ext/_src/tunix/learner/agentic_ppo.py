@@ -120,7 +120,8 @@ class AgenticPpoLearner(compat.AgenticHooks):
     logps_rows = engine.cluster_config.training_config.compute_logps_micro_batch_size
     rows = None if logps_rows is None else logps_rows * config.num_generations
     self._passes = RolePasses(engine, rows, chunk_size=config.logits_chunk_size)
-    self._inputs = trainer_setup.TrainerInputs(engine, config, self.temperature)
+    # the temperature is read as an input is made: tunix's rollout config may come later
+    self._inputs = trainer_setup.TrainerInputs(engine, config, lambda: self.temperature)
     trainer_setup.set_up_actor(engine.actor_trainer, self._inputs)
     if self.has_critic:  # tunix's loop updates it (`update_critic`) after the actor
       trainer_setup.set_up_critic(engine.critic_trainer, self._inputs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,7 @@ class TrainerInputs:
 
   rl_cluster: Any
   config: Any  # the PpoExtConfig
-  temperature: float  # of the trainer's log-probs
+  temperature: float | Callable[[], float]  # of the trainer's log-probs (or read per call)
   ref_state: Any = None  # (graphdef, pure dict) of the reference model, or None
   tunix_own: Mapping[str, bool] = dataclasses.field(init=False)  # per loss kind
 
@@ -69,7 +69,8 @@ class TrainerInputs:
     inputs = {"train_example": example, "algo_config": self.config, **self._ids()}
     if self.tunix_own[registry.POLICY_LOSSES]:
       return inputs  # what tunix's PPOLearner gives its losses
-    inputs["temperature"] = self.temperature
+    temperature = self.temperature
+    inputs["temperature"] = temperature() if callable(temperature) else temperature
     if self.ref_state is not None:
       inputs["ref_model"] = self.ref_state
     return inputs
