@@ -16,7 +16,19 @@ REPO = PACKAGE.parent
 
 SRC = PACKAGE / "_src"
 # Lowest first; a module may import its own layer's modules and any lower layer's.
-LAYERS = ("checks", "plugins", "math", "data", "envs", "config", "metrics", "optim", "tunix", "run")
+LAYERS = (
+  "checks",
+  "plugins",
+  "math",
+  "data",
+  "envs",
+  "config",
+  "metrics",
+  "optim",
+  "ppo",
+  "tunix",
+  "run",
+)
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # Inside the tunix layer, the same rule between its parts.
 TUNIX_PARTS = ("compat", "models", "cluster", "rollout", "learner", "aot")

@@ -16,8 +16,10 @@ The public API is this module and the modules beside it, each re-exporting a cur
   containers, metric readers and the plot, the plugin registry.
 
 `import tunix_ppo_ext` imports no JAX nor tunix: the names that need them load on first use.
-Importing registers nothing anywhere; `PpoExtLearner` puts its configured names into
-tunix's `function_registry` when it is built.
+Importing the package or building a learner changes nothing in tunix or qwix:
+`install(rl_cluster=None)` does, explicitly (qwix's LoRA product, a cluster's sampler;
+`models.build_cluster` calls it), and `register_builtins()` puts this package's names into
+tunix's `function_registry` through it, for tunix's own learners.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ _LAZY = {
   "compute_per_token_logps": "tunix_ppo_ext._src.tunix.learner.passes",
   "compute_score": "tunix_ppo_ext._src.tunix.learner.passes",
   "process_ids": "tunix_ppo_ext._src.tunix.learner.passes",
+  "install": "tunix_ppo_ext._src.tunix.compat.patches",
   "register_builtins": "tunix_ppo_ext._src.tunix.learner.loss_fns",
 }
 
@@ -78,6 +81,7 @@ __all__ = [
   "compute_kl_divergence",
   "compute_per_token_logps",
   "compute_score",
+  "install",
   "process_ids",
   "register_builtins",
 ]

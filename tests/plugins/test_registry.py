@@ -220,7 +220,7 @@ def test_losses_resolved_here_reach_tunix_function_registry():
     )
     with pytest.raises(LookupError):  # validating a config registers nothing
       function_registry.get_policy_loss_fn("test_scaled_ppo_ext")
-    register_configured(PpoExtConfig(policy_loss_fn="test_scaled_ppo_ext"))  # as the learner
+    register_configured(PpoExtConfig(policy_loss_fn="test_scaled_ppo_ext"))  # for tunix's learners
     assert function_registry.get_policy_loss_fn("test_scaled_ppo_ext") is scaled
     with pytest.raises(
       ValueError, match=r"policy_loss_fn='ppo'.*tunix's function_registry already"
@@ -282,7 +282,7 @@ def test_example_plugin_names_work_everywhere(use_plugins):
   with pytest.raises(ValueError, match="(?i)did you mean 'huber_kl'"):
     PpoExtConfig(kl_method="huber_k")
   # tunix's registry gets the estimator behind its GRPO signature (it takes `scores`)
-  register_configured(config)  # what PpoExtLearner does when it is built
+  register_configured(config)  # for tunix's own learners (through compat.install)
   tunix_estimator = function_registry.get_advantage_estimator("batch_baseline")
   np.testing.assert_allclose(tunix_estimator(jnp.array([1.0, 2.0, 3.0, 6.0]), 2), [-2, -1, 0, 3])
   env = envs.make_env("echo", num_turns=3)

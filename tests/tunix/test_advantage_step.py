@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tunix_ppo_ext._src.data.trajectory import contiguous_group_ids
-from tunix_ppo_ext._src.tunix.learner import advantage_step
+from tunix_ppo_ext._src.ppo import advantage_step
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 
 

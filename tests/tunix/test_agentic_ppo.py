@@ -308,11 +308,11 @@ def assert_the_losses_match(agentic, ppo, ours, theirs) -> None:
   actor = agentic.rl_engine.actor_trainer.model
   critic = agentic.rl_engine.critic_trainer.model
   for loss, model, inputs in [
-    (loss_fns.ppo_ext_policy_loss_fn, actor, "_actor_inputs"),
-    (loss_fns.ppo_ext_value_loss_fn, critic, "_critic_inputs"),
-  ]:
-    value, terms = loss(model, **getattr(agentic, inputs)(ours))
-    expected, expected_terms = loss(model, **getattr(ppo, inputs)(theirs))
+    (loss_fns.ppo_ext_policy_loss_fn, actor, "actor"),
+    (loss_fns.ppo_ext_value_loss_fn, critic, "critic"),
+  ]:  # each learner's `trainer_setup.TrainerInputs`
+    value, terms = loss(model, **getattr(agentic._inputs, inputs)(ours))
+    expected, expected_terms = loss(model, **getattr(ppo._inputs, inputs)(theirs))
     np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6)
     for key in expected_terms:
       np.testing.assert_allclose(terms[key], expected_terms[key], rtol=1e-5, atol=1e-6, err_msg=key)

@@ -423,9 +423,7 @@ def test_a_policy_loss_of_tunix_s_own_registry_is_refused_with_the_fused_head():
   """tunix's own policy losses compute the whole logits in their pass: one line."""
   from tunix.rl import function_registry
 
-  names = [
-    n for n in ("grpo", "ppo", "dapo") if tunix_losses.tunix_holds(registry.POLICY_LOSSES, n)
-  ]
+  names = [n for n in ("grpo", "ppo", "dapo") if compat.tunix_holds(registry.POLICY_LOSSES, n)]
   if not names or registry.has(registry.POLICY_LOSSES, names[0]):
     pytest.skip("no policy loss of tunix's own registry to try")
   assert function_registry.get_policy_loss_fn(names[0]) is not None

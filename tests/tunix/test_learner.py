@@ -9,9 +9,11 @@ from tests.conftest import make_prompts_dataset, param_leaf, toy_cluster
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.ppo import rollout_phase
+from tunix_ppo_ext._src.ppo.rollout_phase import old_logps_in_update
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner, old_logps_in_update
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 from tunix_ppo_ext._src.tunix.learner.role_passes import RolePasses
 from tunix_ppo_ext.rollout import RolloutContext
 
@@ -270,7 +272,7 @@ def test_critic_warmup_ends_after_the_step_that_reaches_its_explained_variance()
   learner.train(data)
   np.testing.assert_array_equal(history(cluster, "learner", "critic_warmup"), [1, 0, 0])
   np.testing.assert_array_equal(history(cluster, "learner", "critic_warmup_steps"), [1, 1, 1])
-  assert learner.critic_warmup.ended_at == 1
+  assert learner.state.critic_warmup["ended_at"] == 1
   assert np.any(history(cluster, "actor", "pg_loss")[1:] != 0.0)
 
 
@@ -325,11 +327,11 @@ def test_an_early_end_of_the_warmup_survives_a_resume(tmp_path):
   config = PpoExtConfig(critic_warmup_steps=5, critic_warmup_until_ev=-1e9)
   _, learner, data = setup(config, steps=2, checkpoint_dir=str(tmp_path), reward=spread_reward)
   learner.train(data)
-  assert learner.critic_warmup.ended_at == 1
+  assert learner.state.critic_warmup["ended_at"] == 1
   cluster2, learner2, data2 = setup(
     config, steps=3, checkpoint_dir=str(tmp_path), reward=spread_reward
   )
-  assert learner2.critic_warmup.ended_at == 1
+  assert learner2.state.critic_warmup["ended_at"] == 1
   learner2.train(data2)
   np.testing.assert_array_equal(history(cluster2, "learner", "critic_warmup"), [0])
 
@@ -520,12 +522,12 @@ def test_resume_restores_step_controller_and_data_position(tmp_path):
   config = PpoExtConfig(kl_ctrl="adaptive", kl_target=10.0, kl_horizon=10)
   cluster, learner, data = setup(config, steps=2, checkpoint_dir=str(tmp_path))
   learner.train(data)
-  saved_coef = learner.kl_controller.value
+  saved_coef = rollout_phase.kl_coef(config, learner.state)
   assert saved_coef != config.beta
 
   cluster2, learner2, data2 = setup(config, steps=3, checkpoint_dir=str(tmp_path))
   assert cluster2.actor_trainer.train_steps == 2
-  assert learner2.kl_controller.value == pytest.approx(saved_coef)
+  assert rollout_phase.kl_coef(config, learner2.state) == pytest.approx(saved_coef)
   learner2.train(data2)
   assert cluster2.actor_trainer.train_steps == 3
   assert learner2._iter_steps == 3  # two batches skipped, one trained

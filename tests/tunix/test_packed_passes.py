@@ -207,8 +207,8 @@ def uneven_source(learner, training_input, mode):
 class RecordingLearner(PpoExtLearner):
   """Keeps the packed row counts of the examples it hands tunix's trainers."""
 
-  def _packed(self, example):
-    out = super()._packed(example)
+  def _layout(self, example, chunk_sizes):
+    out = super()._layout(example, chunk_sizes)
     self.packed_rows = [*getattr(self, "packed_rows", []), out.pack_rows]
     return out
 

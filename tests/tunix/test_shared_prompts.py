@@ -115,8 +115,8 @@ class Recording(PpoExtLearner):
 
     self._passes._layout = recorded  # noqa: SLF001
 
-  def _shared_prompts(self, example):
-    out = super()._shared_prompts(example)
+  def _layout(self, example, chunk_sizes):
+    out = super()._layout(example, chunk_sizes)
     self.groups = [*getattr(self, "groups", []), out.prompt_groups]
     return out
 
@@ -129,7 +129,7 @@ class Unshared(PpoExtLearner):
     super().__init__(*args, **kwargs)
     self._passes.share_prompts = False  # noqa: SLF001
 
-  def _shared_prompts(self, example):
+  def _layout(self, example, chunk_sizes):
     return example
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import chex
 import jax
@@ -229,3 +230,30 @@ def packed_model_inputs(
   same = segments[:, :, None] == segments[:, None, :]
   mask = same & causal[None] & (segments[:, None, :] > 0)
   return pack(input_ids, packing), pack(positions, packing), mask, segments
+
+
+# Each chunk's episodes are packed into one row per `PACK_EPISODES` of them (dense attention
+# holds `[rows, k W, k W]` scores: a row's width grows with the episodes it holds), `k`
+# batch widths long with `k` rounded up to a multiple of a quarter of what a row could need:
+# at most four shapes to compile a pass for, whatever the episode lengths.
+PACK_EPISODES = 4
+PACK_SHAPES = 4
+
+
+def pack_rows_for(episodes: int) -> int:
+  """The packed rows of a chunk of `episodes` rows."""
+  return -(-episodes // PACK_EPISODES)
+
+
+def plan_rows(
+  prompt_tokens: Any, attention_mask: Any, pad_id: int, chunks: list[int] | None = None
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+  """`plan_packing` of a `[B, P]` prompt and `[B, T]` completion attention mask
+  (on the host), each chunk of rows packed on its own into the rows its largest chunk gets
+  (`pack_rows_for`): `(slots, segment, rows, k)`."""
+  prompt, mask = np.asarray(prompt_tokens), np.asarray(attention_mask)
+  real = np.concatenate([prompt != pad_id, mask != 0], axis=1)
+  largest = max(chunks) if chunks else real.shape[0]
+  rows = pack_rows_for(largest)
+  round_to = max(1, -(-largest // rows) // PACK_SHAPES)
+  return (*plan_packing(real, chunks, rows, round_to), rows)

@@ -35,6 +35,7 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.math.buckets import bucket, bucket_below
+from tunix_ppo_ext._src.math.packing import PACK_EPISODES
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import recipe
 from tunix_ppo_ext._src.run.job import check_attention_backend, role_models
@@ -49,7 +50,6 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
 from tunix_ppo_ext._src.tunix.learner import loss_fns
-from tunix_ppo_ext._src.tunix.learner.passes import PACK_EPISODES
 from tunix_ppo_ext._src.tunix.models import hf_models
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 

@@ -69,7 +69,8 @@ def quiet_cpu_notices(devices: Sequence[jax.Device] | None = None) -> bool:
   """On CPU only (`devices`, default `jax.devices()`, all CPUs), drops tunix's `CPU_NOTICES`
   from the `absl` logger for the rest of the process (`drop_cpu_notices`); every other
   record passes. Returns whether the filter is on. Called where a run's meshes are made
-  (`make_mesh`) and by `PpoExtLearner`; installing it twice installs it once."""
+  (`make_mesh`) and its cluster built (`build_cluster`); installing it twice installs it
+  once."""
   devices = jax.devices() if devices is None else devices
   if not devices or any(device.platform != "cpu" for device in devices):
     return False
@@ -353,7 +354,8 @@ def build_cluster(
   to TensorBoard files in `metrics_dir` and to `metric_backends` (sink factories, keyed by
   `metric_keys`). tunix's trainers open no tqdm bars of their own (the actor's and critic's
   would interleave with the run's: `metrics.sinks.ProgressBackend`). When tunix's cluster
-  fails to build (a checkpoint it cannot restore), the sinks it opened are closed.
+  fails to build (a checkpoint it cannot restore), the sinks it opened are closed. The
+  cluster is installed (`compat.install`: qwix's LoRA product, its sampler's adjustments).
 
   Args:
     policy: the actor's model.
@@ -400,4 +402,6 @@ def build_cluster(
   for trainer in (cluster.actor_trainer, getattr(cluster, "critic_trainer", None)):
     if trainer is not None:  # no critic trainer without a critic
       compat.silence_progress_bar(trainer)
+  compat.install(cluster)  # qwix's LoRA product, the sampler's adjustments
+  quiet_cpu_notices()  # tunix's TPU notices, on a CPU-only process
   return cluster

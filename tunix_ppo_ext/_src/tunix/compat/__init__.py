@@ -22,8 +22,15 @@ with the reason for each private name it uses and its own pins (`PINNED`,
 - `cli_hooks`: tunix main's command-line PPO pipeline (`tunix.cli.ppo_main`), for
   `tunix-ppo-ext tunix-agentic`; imported by that command alone (tunix 0.1.7 has no such
   pipeline), its pins checked on tunix main (`tests/tunix/test_compat.py`).
+- `patches`: `install(rl_cluster=None, entries=())`, the one function that changes tunix,
+  qwix or a cluster's sampler (qwix's LoRA product, names in tunix's `function_registry`,
+  the sampler's adjustments), explicitly and idempotently; importing this package or
+  building a learner changes nothing outside its own objects.
 - `tunix_versions`: the tested tunix versions, the parts' pins merged (`PINNED`) and
-  `check_tunix()`, which runs as this package is imported.
+  `check_tunix()`, which runs as this package is imported: it only reads tunix (its
+  version and whether the pinned names are there) and fails early, at the import that
+  first reaches a private name, rather than deep in a run; it changes nothing, so it stays
+  at import (under `install` a learner built without it would run unchecked).
 
 The names the rest of the package uses are re-exported here (`compat.NAME`).
 """
@@ -44,8 +51,9 @@ from tunix_ppo_ext._src.tunix.compat.learner_hooks import (
   LearnerHooks,
   compute_entropy_from_logits,
   compute_rewards,
-  init_without_critic,
+  init_learner,
   logps_micro_batch_size,
+  one_of,
   rollout_micro_batch_size,
   tunix_loss_metrics,
   uses_reward_model,
@@ -65,6 +73,13 @@ from tunix_ppo_ext._src.tunix.compat.model_internals import (
   rotate,
   use_blockwise_attention,
   use_rope_frequencies,
+)
+from tunix_ppo_ext._src.tunix.compat.patches import (
+  RegistryEntry,
+  check_no_clash,
+  install,
+  tunix_entry,
+  tunix_holds,
 )
 from tunix_ppo_ext._src.tunix.compat.qwix_adapters import (
   QWIX_LORA_DELTA,
@@ -139,11 +154,18 @@ __all__ = [
   "missing_names",
   "tunix_api",
   "tunix_version",
+  # patches
+  "RegistryEntry",
+  "check_no_clash",
+  "install",
+  "tunix_entry",
+  "tunix_holds",
   # learner_hooks
   "LearnerHooks",
   "compute_entropy_from_logits",
   "compute_rewards",
-  "init_without_critic",
+  "init_learner",
+  "one_of",
   "logps_micro_batch_size",
   "rollout_micro_batch_size",
   "tunix_loss_metrics",

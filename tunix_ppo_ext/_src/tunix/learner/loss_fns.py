@@ -1,11 +1,11 @@
 """This package's losses and estimators in tunix's signatures, for tunix's `function_registry`.
 
 tunix's learners look functions up by name with fixed signatures; these wrappers give
-them ours. Nothing is registered at import: `register_in_tunix(kind, name, obj)` puts a
-plugin-registry object into tunix's registry under `name` (losses as they are, their
-signature is tunix's; advantage estimators behind the adapter of the matching tunix
-signature), and `PpoExtLearner` calls it for its configured names before tunix's
-constructor looks them up.
+them ours. Nothing is registered at import, nor by this package's learners (they take
+their losses from `configured_loss`): `register_in_tunix(kind, name, obj)` puts a
+plugin-registry object into tunix's registry under `name` through `compat.install`
+(losses as they are, their signature is tunix's; advantage estimators behind the adapter
+of the matching tunix signature), for tunix's own learners.
 
 - policy loss `ppo_ext`: `(model, train_example, algo_config, pad_id, eos_id, **kw)`
 - value loss `ppo_ext`: `(model, train_example, clip_range_value, pad_id, eos_id, **kw)`
@@ -29,7 +29,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from tunix.rl import function_registry
 
 from tunix_ppo_ext._src.data.trajectory import contiguous_group_ids
 from tunix_ppo_ext._src.math import advantages
@@ -39,6 +38,7 @@ from tunix_ppo_ext._src.math.kl import kl_divergence
 from tunix_ppo_ext._src.math.logits import fused_logps_and_entropy, logps_and_entropy
 from tunix_ppo_ext._src.math.packing import Packing
 from tunix_ppo_ext._src.plugins import protocols, registry
+from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import passes
 
 POLICY_LOSS_NAME = "ppo_ext"
@@ -239,48 +239,10 @@ def _contiguous_groups(rewards: jax.Array, num_generations: int) -> tuple[jax.Ar
   return scores, jnp.asarray(contiguous_group_ids(scores.shape[0], num_generations))
 
 
-_REGISTER = {  # tunix's public registration decorators and lookups, per kind
-  registry.POLICY_LOSSES: (
-    function_registry.register_policy_loss_fn,
-    function_registry.get_policy_loss_fn,
-  ),
-  registry.VALUE_LOSSES: (
-    function_registry.register_value_loss_fn,
-    function_registry.get_value_loss_fn,
-  ),
-  registry.ADVANTAGE_ESTIMATORS: (
-    function_registry.register_advantage_estimator,
-    function_registry.get_advantage_estimator,
-  ),
-}
-_PUT_BY_US: dict[tuple[str, str], Any] = {}  # (kind, name) -> what we put in tunix's registry
-
-
-def tunix_holds(kind: str, name: str) -> bool:
-  """Whether tunix's `function_registry` has `name` for the kind (its public lookups)."""
-  try:
-    _REGISTER[kind][1](name)
-  except LookupError:
-    return False
-  return True
-
-
-def check_no_clash(kind: str, name: str, obj: Any) -> None:
-  """ValueError if tunix's registry holds another loss under `name` (tunix would use it)."""
-  if kind == registry.ADVANTAGE_ESTIMATORS or (kind, name) in _PUT_BY_US:
-    return
-  if tunix_holds(kind, name) and _REGISTER[kind][1](name) is not obj:
-    held = _REGISTER[kind][1](name)
-    raise ValueError(
-      f"tunix's function_registry already holds {registry.LABELS[kind]} {name!r} "
-      f"({getattr(held, '__module__', '?')}.{getattr(held, '__qualname__', held)}), which "
-      "tunix's trainers would use instead: choose another name"
-    )
-
-
 def register_configured(config: Any) -> None:
   """Puts the configured plugin losses and estimator of a `PpoExtConfig` into tunix's
-  `function_registry` (names only tunix holds are left to tunix)."""
+  `function_registry` (names only tunix holds are left to tunix), through
+  `compat.install`, for tunix's own learners; this package's learners need none."""
   for kind, name in (
     (registry.POLICY_LOSSES, config.policy_loss_fn),
     (registry.VALUE_LOSSES, config.value_loss_fn),
@@ -298,16 +260,25 @@ def tunix_own(kind: str, name: str) -> bool:
 
 
 def configured_loss(kind: str, name: str) -> Callable[..., Any]:
-  """The loss tunix's trainers run for `name`, looked up as tunix's learner does (its
-  `function_registry`): this package's or a plugin's (put there first), else tunix's own
-  (e.g. `ppo`)."""
+  """The loss tunix's trainers run for `name`: this package's or a plugin's (the plugin
+  registry first), else tunix's own (e.g. `ppo`, from its `function_registry`). Registers
+  nothing."""
   if registry.has(kind, name):
-    register_in_tunix(kind, name, registry.get(kind, name))
-  return _REGISTER[kind][1](name)
+    return registry.get(kind, name)
+  return compat.tunix_entry(kind, name)
+
+
+def tunix_estimator(name: str) -> Callable[..., Any] | None:
+  """tunix's advantage estimator `name` (its PPO signature) when the plugin registry has
+  none of that name (`ppo.advantage_step`'s `fallback`), else None."""
+  if registry.has(registry.ADVANTAGE_ESTIMATORS, name):
+    return None
+  return compat.tunix_entry(registry.ADVANTAGE_ESTIMATORS, name)
 
 
 def register_in_tunix(kind: str, name: str, obj: Any) -> None:
-  """Registers a registry object in tunix's `function_registry` as `name`, if not there yet.
+  """Registers a registry object in tunix's `function_registry` as `name`, if not there
+  yet (`compat.install`; estimators behind tunix's signature, `tunix_advantage_estimator`).
 
   A name tunix already holds for another loss is refused (tunix's trainers would use that
   one); for advantage estimators tunix keeps its own and `PpoExtLearner` uses ours.
@@ -315,14 +286,8 @@ def register_in_tunix(kind: str, name: str, obj: Any) -> None:
   Raises:
     ValueError: the loss name is taken in tunix's registry by another function.
   """
-  check_no_clash(kind, name, obj)
-  register = _REGISTER[kind][0]
-  if tunix_holds(kind, name) and (kind, name) not in _PUT_BY_US:
-    return  # tunix keeps its own estimator; PpoExtLearner calls ours
-  if _PUT_BY_US.get((kind, name)) is not obj:
-    value = tunix_advantage_estimator(obj) if kind == registry.ADVANTAGE_ESTIMATORS else obj
-    register(name)(value)
-    _PUT_BY_US[(kind, name)] = obj
+  value = tunix_advantage_estimator(obj) if kind == registry.ADVANTAGE_ESTIMATORS else obj
+  compat.install(entries=[compat.RegistryEntry(kind, name, obj, value)])
 
 
 def tunix_advantage_estimator(estimator: Callable[..., Any]) -> Callable[..., Any]:
@@ -362,12 +327,14 @@ def tunix_advantage_estimator(estimator: Callable[..., Any]) -> Callable[..., An
 def register_builtins() -> None:
   """Puts this package's losses and estimators into tunix's `function_registry`, for stock
   tunix learners: losses `ppo_ext`, estimators `ppo_ext_gae`, `ppo_ext_reinforce_plus_plus`
-  (tunix's PPO signature), `ppo_ext_grpo`, `ppo_ext_drgrpo`, `ppo_ext_rloo` (its GRPO one).
-
-  Importing the package registers nothing; `PpoExtLearner` registers its configured names.
+  (tunix's PPO signature), `ppo_ext_grpo`, `ppo_ext_drgrpo`, `ppo_ext_rloo` (its GRPO one),
+  with `compat.install`. Importing the package or building a learner registers nothing.
   """
-  register_in_tunix(registry.POLICY_LOSSES, POLICY_LOSS_NAME, ppo_ext_policy_loss_fn)
-  register_in_tunix(registry.VALUE_LOSSES, VALUE_LOSS_NAME, ppo_ext_value_loss_fn)
+  policy, value = ppo_ext_policy_loss_fn, ppo_ext_value_loss_fn
+  entries = [
+    compat.RegistryEntry(registry.POLICY_LOSSES, POLICY_LOSS_NAME, policy, policy),
+    compat.RegistryEntry(registry.VALUE_LOSSES, VALUE_LOSS_NAME, value, value),
+  ]
   estimators = {
     "ppo_ext_gae": advantages.compute_gae_advantages,
     "ppo_ext_reinforce_plus_plus": advantages.compute_reinforce_plus_plus_advantages,
@@ -375,5 +342,7 @@ def register_builtins() -> None:
     "ppo_ext_drgrpo": functools.partial(advantages.compute_grpo_advantages, norm_by_std=False),
     "ppo_ext_rloo": advantages.compute_rloo_advantages,
   }
-  for name, estimator in estimators.items():
-    register_in_tunix(registry.ADVANTAGE_ESTIMATORS, name, estimator)
+  for name, fn in estimators.items():
+    wrapped = tunix_advantage_estimator(fn)
+    entries.append(compat.RegistryEntry(registry.ADVANTAGE_ESTIMATORS, name, fn, wrapped))
+  compat.install(entries=entries)

@@ -21,7 +21,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 from tunix.rl import common as tunix_common
 
@@ -31,7 +30,12 @@ from tunix_ppo_ext._src.math.logits import (
   fused_logps_and_entropy,
   logps_and_entropy,
 )
-from tunix_ppo_ext._src.math.packing import Packing, packed_model_inputs, plan_packing, unpack
+from tunix_ppo_ext._src.math.packing import (  # noqa: F401 (plan_rows: re-exported)
+  Packing,
+  packed_model_inputs,
+  plan_rows,
+  unpack,
+)
 from tunix_ppo_ext._src.tunix import compat
 
 
@@ -96,33 +100,6 @@ def process_ids(
   positions = tunix_common.build_positions_from_mask(real)
   causal_mask = tunix_common.make_causal_attn_mask(real)
   return input_ids, positions, causal_mask, real.astype(jnp.int32)
-
-
-# Each chunk's episodes are packed into one row per `PACK_EPISODES` of them (dense attention
-# holds `[rows, k W, k W]` scores: a row's width grows with the episodes it holds), `k`
-# batch widths long with `k` rounded up to a multiple of a quarter of what a row could need:
-# at most four shapes to compile a pass for, whatever the episode lengths.
-PACK_EPISODES = 4
-PACK_SHAPES = 4
-
-
-def pack_rows_for(episodes: int) -> int:
-  """The packed rows of a chunk of `episodes` rows."""
-  return -(-episodes // PACK_EPISODES)
-
-
-def plan_rows(
-  prompt_tokens: Any, attention_mask: Any, pad_id: int, chunks: list[int] | None = None
-) -> tuple[np.ndarray, np.ndarray, int, int]:
-  """`math.packing.plan_packing` of a `[B, P]` prompt and `[B, T]` completion attention mask
-  (on the host), each chunk of rows packed on its own into the rows its largest chunk gets
-  (`pack_rows_for`): `(slots, segment, rows, k)`."""
-  prompt, mask = np.asarray(prompt_tokens), np.asarray(attention_mask)
-  real = np.concatenate([prompt != pad_id, mask != 0], axis=1)
-  largest = max(chunks) if chunks else real.shape[0]
-  rows = pack_rows_for(largest)
-  round_to = max(1, -(-largest // rows) // PACK_SHAPES)
-  return (*plan_packing(real, chunks, rows, round_to), rows)
 
 
 def packing_of(prompt_tokens: Any, attention_mask: Any, pad_id: int) -> Packing:

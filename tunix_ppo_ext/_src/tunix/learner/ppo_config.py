@@ -17,7 +17,7 @@ from tunix_ppo_ext._src.data.rewards import NONFINITE_REWARD_MODES
 from tunix_ppo_ext._src.math import kl_methods as names
 from tunix_ppo_ext._src.math import ppo_losses as losses
 from tunix_ppo_ext._src.plugins import protocols, registry
-from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
+from tunix_ppo_ext._src.tunix import compat
 
 KL_PENALTY_PLACEMENTS = ("reward", "loss", "none")
 KL_CONTROLLERS = ("fixed", "adaptive")
@@ -77,7 +77,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       `model.packing`.
     recompute_old_logps: run the old-log-prob pass even where the update's own pass gives
       the old log-probs exactly (one epoch in one optimizer step, nothing reading them
-      before the update: `ppo_learner.old_logps_in_update`), e.g. for the sampler-trainer
+      before the update: `rollout_phase.old_logps_in_update`), e.g. for the sampler-trainer
       gap metric `rollout/logprob_diff`, logged only where the pass runs. False saves that
       forward pass (as tunix's GRPO with one iteration).
     num_generations: samples per prompt; consecutive samples of one prompt form a group for
@@ -347,10 +347,10 @@ def _registry_choice(config: PpoExtConfig, name: str, kind: str) -> None:
   A plugin name is loaded and checked here; `PpoExtLearner` puts it into tunix's registry.
   """
   value = getattr(config, name)
-  if not registry.has(kind, value) and tunix_losses.tunix_holds(kind, value):
+  if not registry.has(kind, value) and compat.tunix_holds(kind, value):
     return
   try:
-    tunix_losses.check_no_clash(kind, value, registry.get(kind, value))
+    compat.check_no_clash(kind, value, registry.get(kind, value))
   except registry.UnknownNameError as err:
     if isinstance(value, str) and "@" in value:
       _fail(name, value, f"a registered name ({err})")

@@ -103,7 +103,7 @@ def apply_lora(model: nnx.Module, spec: LoraSpec, seed: int = 0) -> nnx.Module:
   Returns:
     The adapted model.
   """
-  compat.install_lora_product()  # the adapters' products with a lean VJP (same values)
+  compat.install()  # qwix: the adapters' products with a lean VJP (same values)
   provider = qwix.LoraProvider(module_path=spec.target_modules, rank=spec.rank, alpha=spec.alpha)
   adapted = qwix.apply_lora_to_model(model, provider, rngs=nnx.Rngs(seed), **_dummy_inputs(model))
   if not jax.tree.leaves(nnx.state(adapted, nnx.LoRAParam)):

@@ -1,25 +1,27 @@
-"""The rollout phase's advantages and value targets, out of `PpoExtLearner`.
+"""The rollout phase's advantages and value targets (no tunix).
 
 `advantages_and_returns` runs the configured estimator (`PpoExtConfig.advantage_estimator`:
 a name in our plugin registry, built-ins included, called through its keyword protocol;
-else one in tunix's `function_registry`, called with tunix's PPO signature) with the
-policy's lambda for the advantages and, where it differs, with the value targets' lambda
-for the returns.
+else `fallback`, the one the caller found in tunix's `function_registry`, called with
+tunix's PPO signature) with the policy's lambda for the advantages and, where it differs,
+with the value targets' lambda for the returns.
+
+`config` is a `PpoExtConfig`, read by attribute.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-from tunix.rl import function_registry
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch, contiguous_group_ids
 from tunix_ppo_ext._src.math.advantages import length_adaptive_lambda
 from tunix_ppo_ext._src.metrics.stats import advantage_noise
 from tunix_ppo_ext._src.plugins import protocols, registry
-from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 
 
 def group_ids(batch: TrajectoryBatch, num_generations: int) -> np.ndarray:
@@ -30,7 +32,7 @@ def group_ids(batch: TrajectoryBatch, num_generations: int) -> np.ndarray:
 
 
 def estimate(
-  config: PpoExtConfig,
+  config: Any,
   rewards: Any,
   values: Any,
   loss_mask: Any,
@@ -38,10 +40,16 @@ def estimate(
   gae_lambda,
   *,
   normalize: bool = True,
+  fallback: Callable[..., Any] | None = None,
 ) -> tuple[Any, Any]:
   """`(advantages [B, T], returns [B, T])` of the configured estimator with `gae_lambda`
   (a float, or one per row); `normalize=False` turns the config's `whiten_advantages` and
-  `norm_adv_by_std` off."""
+  `norm_adv_by_std` off. A name not in the plugin registry runs `fallback` (tunix's
+  estimator of that name, tunix's PPO signature).
+
+  Raises:
+    KeyError: the name is not in the plugin registry and no `fallback` is given.
+  """
   name = config.advantage_estimator
   if registry.has(registry.ADVANTAGE_ESTIMATORS, name):
     return protocols.call_estimator(
@@ -57,8 +65,9 @@ def estimate(
       whiten=normalize and config.whiten_advantages,
       norm_by_std=normalize and config.norm_adv_by_std,
     )
-  estimator = function_registry.get_advantage_estimator(name)
-  return estimator(
+  if fallback is None:
+    raise KeyError(f"advantage estimator {name!r} is not in the plugin registry")
+  return fallback(
     rewards=rewards,
     values=values,
     completion_mask=loss_mask,
@@ -68,7 +77,7 @@ def estimate(
 
 
 def advantages_and_returns(
-  config: PpoExtConfig,
+  config: Any,
   rewards: Any,
   values: Any,
   loss_mask: Any,
@@ -76,20 +85,22 @@ def advantages_and_returns(
   *,
   warming_up: bool,
   has_critic: bool,
+  fallback: Callable[..., Any] | None = None,
 ) -> tuple[Any, Any]:
   """`(advantages [B, T], returns [B, T])`: the advantages with the policy's lambda
   (`gae_lambda`, or per row `adaptive_lambda_alpha`'s), the returns with the value
   targets' (`critic_warmup_lambda` on warm-up steps, else `target_lambda`; estimated again
   only for a critic, and only where that lambda differs)."""
   actor_lambda = policy_lambda(config, loss_mask)
-  advantages, returns = estimate(config, rewards, values, loss_mask, groups, actor_lambda)
+  run = functools.partial(estimate, config, rewards, values, loss_mask, groups, fallback=fallback)
+  advantages, returns = run(actor_lambda)
   target = config.critic_warmup_lambda if warming_up else config.target_lambda
   if has_critic and not (isinstance(actor_lambda, float) and target == actor_lambda):
-    _, returns = estimate(config, rewards, values, loss_mask, groups, target)
+    _, returns = run(target)
   return advantages, returns
 
 
-def policy_lambda(config: PpoExtConfig, loss_mask: Any) -> Any:
+def policy_lambda(config: Any, loss_mask: Any) -> Any:
   """The advantages' lambda: `gae_lambda`, or one per row from `adaptive_lambda_alpha`."""
   if config.adaptive_lambda_alpha is not None:
     return length_adaptive_lambda(loss_mask, config.adaptive_lambda_alpha)
@@ -97,7 +108,12 @@ def policy_lambda(config: PpoExtConfig, loss_mask: Any) -> Any:
 
 
 def unnormalized_advantages(
-  config: PpoExtConfig, rewards: Any, values: Any, loss_mask: Any, groups: np.ndarray
+  config: Any,
+  rewards: Any,
+  values: Any,
+  loss_mask: Any,
+  groups: np.ndarray,
+  fallback: Callable[..., Any] | None = None,
 ) -> Any:
   """`[B, T]` the configured estimator's advantages with the policy's lambda, in the
   rewards' units: neither whitened (`whiten_advantages`) nor divided by the group's std
@@ -105,14 +121,21 @@ def unnormalized_advantages(
   advantage_noise`). An estimator that normalizes regardless (REINFORCE++ whitens over
   the batch) gives its normalized ones."""
   lam = policy_lambda(config, loss_mask)
-  advantages, _ = estimate(config, rewards, values, loss_mask, groups, lam, normalize=False)
+  advantages, _ = estimate(
+    config, rewards, values, loss_mask, groups, lam, normalize=False, fallback=fallback
+  )
   return advantages
 
 
 def noise_metrics(
-  config: PpoExtConfig, rewards: Any, values: Any, loss_mask: Any, groups: np.ndarray
+  config: Any,
+  rewards: Any,
+  values: Any,
+  loss_mask: Any,
+  groups: np.ndarray,
+  fallback: Callable[..., Any] | None = None,
 ) -> dict[str, float]:
   """`metrics.stats.advantage_noise` of `unnormalized_advantages` (published as
   `actor/advantage_sq_mean` and `actor/advantage_sq_mean_turn`)."""
-  raw = unnormalized_advantages(config, rewards, values, loss_mask, groups)
+  raw = unnormalized_advantages(config, rewards, values, loss_mask, groups, fallback)
   return advantage_noise(raw, loss_mask)

@@ -1,0 +1,117 @@
+"""How this package's learners set up tunix's trainers: the configured losses (taken from
+the plugin registry, else tunix's own, never registered anywhere), the inputs each loss
+gets, the loss terms logged, and the critic's presence."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.learner import loss_fns
+
+
+def critic_trainer(rl_cluster: Any) -> Any:
+  """The cluster's critic trainer, or None when it was built without a critic."""
+  try:
+    return rl_cluster.critic_trainer
+  except AttributeError:  # RLCluster sets the trainer only for a critic
+    return None
+
+
+def check_critic(config: Any, critic: Any) -> None:
+  """ValueError when the estimator needs critic values and the cluster has no critic; a
+  warning when a critic is there but unused (it is still trained, for nothing)."""
+  if config.uses_critic and critic is None:
+    raise ValueError(
+      f"PpoExtConfig.advantage_estimator={config.advantage_estimator!r} takes critic values, "
+      "but the RLCluster has no critic: build it with a critic model"
+    )
+  if critic is not None and not config.uses_critic:
+    warnings.warn(
+      f"advantage_estimator={config.advantage_estimator!r} uses no critic, yet the cluster "
+      "has one: it is trained for nothing (build the cluster with critic=None)",
+      stacklevel=3,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerInputs:
+  """The inputs of the actor's and the critic's loss for an example. tunix's own losses
+  (only tunix's registry holds the name, e.g. `ppo`) get what tunix's `PPOLearner` gives
+  them; ours also the temperature, the reference's state (`kl_method: full`) and the value
+  loss's aggregation mode."""
+
+  rl_cluster: Any
+  config: Any  # the PpoExtConfig
+  temperature: float | Callable[[], float]  # of the trainer's log-probs (or read per call)
+  ref_state: Any = None  # (graphdef, pure dict) of the reference model, or None
+  tunix_own: Mapping[str, bool] = dataclasses.field(init=False)  # per loss kind
+
+  def __post_init__(self):
+    kinds = {
+      registry.POLICY_LOSSES: self.config.policy_loss_fn,
+      registry.VALUE_LOSSES: self.config.value_loss_fn,
+    }
+    own = {kind: loss_fns.tunix_own(kind, name) for kind, name in kinds.items()}
+    object.__setattr__(self, "tunix_own", own)
+
+  def _ids(self) -> dict[str, int]:
+    rollout = self.rl_cluster.rollout
+    return {"pad_id": rollout.pad_id(), "eos_id": rollout.eos_id()}
+
+  def actor(self, example: Any) -> dict[str, Any]:
+    inputs = {"train_example": example, "algo_config": self.config, **self._ids()}
+    if self.tunix_own[registry.POLICY_LOSSES]:
+      return inputs  # what tunix's PPOLearner gives its losses
+    temperature = self.temperature
+    inputs["temperature"] = temperature() if callable(temperature) else temperature
+    if self.ref_state is not None:
+      inputs["ref_model"] = self.ref_state
+    return inputs
+
+  def critic(self, example: Any) -> dict[str, Any]:
+    inputs = {"train_example": example, "clip_range_value": self.config.clip_range_value}
+    inputs |= self._ids()
+    if not self.tunix_own[registry.VALUE_LOSSES]:
+      inputs["loss_agg_mode"] = self.config.value_loss_agg_mode
+    return inputs
+
+
+def set_up_actor(actor: Any, inputs: TrainerInputs, hooks: Sequence[Any] = ()) -> None:
+  """The actor trainer's loss (the configured policy loss, as tunix 0.1.7 installs it:
+  tunix main's closure takes only `train_example` and `algo_config`), inputs, training
+  hooks and logged terms."""
+  config = inputs.config
+  actor.with_loss_fn(
+    loss_fns.configured_loss(registry.POLICY_LOSSES, config.policy_loss_fn), has_aux=True
+  )
+  actor.with_gen_model_input_fn(inputs.actor)
+  for hook in hooks:
+    actor.with_training_hooks(hook)
+  if inputs.tunix_own[registry.POLICY_LOSSES]:  # tunix's aux keys and reducer
+    actor.with_rl_metrics_to_log(compat.tunix_loss_metrics(config)[0])
+    return
+  logged = ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
+  kl_loss = ("kl_loss",) if config.kl_penalty == "loss" else ()
+  actor.with_rl_metrics_to_log(dict.fromkeys((*logged, *kl_loss), np.mean))
+
+
+def set_up_critic(critic: Any, inputs: TrainerInputs, hooks: Sequence[Any] = ()) -> None:
+  """The critic trainer's loss (the configured value loss), inputs, hooks, logged terms."""
+  config = inputs.config
+  critic.with_loss_fn(
+    loss_fns.configured_loss(registry.VALUE_LOSSES, config.value_loss_fn), has_aux=True
+  )
+  critic.with_gen_model_input_fn(inputs.critic)
+  for hook in hooks:
+    critic.with_training_hooks(hook)
+  if inputs.tunix_own[registry.VALUE_LOSSES]:
+    critic.with_rl_metrics_to_log(compat.tunix_loss_metrics(config)[1])
+    return
+  critic.with_rl_metrics_to_log(dict.fromkeys(("vf_loss", "vpred_mean", "vf_clipfrac"), np.mean))
