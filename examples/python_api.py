@@ -1,7 +1,7 @@
 """PpoExtLearner from Python: tunix's own RLCluster and ClusterConfig, a tiny Qwen3, a reward.
 
 Run it with `python examples/python_api.py` (CPU, about a minute). The docs page
-"Coming from tunix's PPOLearner" shows this file; `tests/app/test_python_api.py` runs it.
+"Coming from tunix's PPOLearner" shows this file; `tests/run/test_python_api.py` runs it.
 """
 
 import numpy as np

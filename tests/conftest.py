@@ -397,9 +397,9 @@ def toy_policy(vocab_size, seed=7, **sizes):
     "num_kv_heads": 1,
     **sizes,
   }
-  from tunix_ppo_ext._src.tunix.models import toy_models as models  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.models import toy_models  # noqa: PLC0415
 
-  return models.make_policy(models.tiny_qwen3_config(vocab_size, **sizes), seed)
+  return toy_models.make_policy(toy_models.tiny_qwen3_config(vocab_size, **sizes), seed)
 
 
 def save_hf_tokenizer(directory: pathlib.Path, alphabet: str) -> None:

@@ -277,7 +277,7 @@ def test_the_checks_catch_what_does_not_exist(tmp_path):
   bad = tmp_path / "bad.md"
   bad.write_text(
     "`tunix_ppo_ext.checkpoints.save_qwen3_safetensors`, `tunix_ppo_ext/registry.py`,\n"
-    "`tests/app/test_configs.py::test_nothing_here`, `ppo.kl_controller: fixed`,\n"
+    "`tests/run/test_configs.py::test_nothing_here`, `ppo.kl_controller: fixed`,\n"
     "`tunix-ppo-ext train batch.mini_batch=4`\n"
   )
   problems = _problems(bad)

@@ -8,11 +8,11 @@ import pathlib
 LOG = """\
 tests/a.py ....                                                    [100%]
 ============================= slowest 4 durations ==============================
-12.50s call     tests/app/test_x.py::test_slow[a-b]
-3.00s setup    tests/app/test_x.py::test_fast
-2.25s call     tests/app/test_x.py::test_fast
+12.50s call     tests/run/test_x.py::test_slow[a-b]
+3.00s setup    tests/run/test_x.py::test_fast
+2.25s call     tests/run/test_x.py::test_fast
 20.00s call     tests/tunix/test_y.py::test_slowest
-0.10s teardown tests/app/test_x.py::test_slow[a-b]
+0.10s teardown tests/run/test_x.py::test_slow[a-b]
 =========================== short test summary info ============================
 9.00s call     tests/not/in_the_table.py::test_z
 """
@@ -30,11 +30,11 @@ def test_phases_of_a_test_are_summed_and_the_longest_comes_first():
   found = _durations()(LOG)
   assert list(found) == [
     "tests/tunix/test_y.py::test_slowest",
-    "tests/app/test_x.py::test_slow[a-b]",
-    "tests/app/test_x.py::test_fast",
+    "tests/run/test_x.py::test_slow[a-b]",
+    "tests/run/test_x.py::test_fast",
   ]
-  assert found["tests/app/test_x.py::test_slow[a-b]"] == 12.6  # call and teardown
-  assert found["tests/app/test_x.py::test_fast"] == 5.2  # setup and call (5.25, rounded)
+  assert found["tests/run/test_x.py::test_slow[a-b]"] == 12.6  # call and teardown
+  assert found["tests/run/test_x.py::test_fast"] == 5.2  # setup and call (5.25, rounded)
 
 
 def test_a_log_without_the_table_gives_nothing():

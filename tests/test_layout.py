@@ -11,27 +11,15 @@ import tomllib
 import pytest
 
 from tests.import_graph import PACKAGE, imports, imports_tunix, module_name
+from tunix_ppo_ext._src import LAYERS, TUNIX_PARTS
 
 REPO = PACKAGE.parent
 
 SRC = PACKAGE / "_src"
-# Lowest first; a module may import its own layer's modules and any lower layer's.
-LAYERS = (
-  "checks",
-  "plugins",
-  "math",
-  "data",
-  "envs",
-  "config",
-  "metrics",
-  "optim",
-  "ppo",
-  "tunix",
-  "run",
-)
+# Lowest first (the package states them, the layout page prints them); a module may import
+# its own layer's modules and any lower layer's.
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # Inside the tunix layer, the same rule between its parts.
-TUNIX_PARTS = ("compat", "models", "cluster", "rollout", "learner", "aot")
 TUNIX_RANK = {name: rank for rank, name in enumerate(TUNIX_PARTS)}
 PUBLIC = (
   "config",
@@ -85,6 +73,12 @@ def _upward(rank: dict[str, int], where) -> list[str]:
       if rank[there] >= rank[here]:
         upward.append(f"{module} -> {target}")
   return upward
+
+
+def test_every_test_folder_is_named_after_a_layer():
+  """`tests/<layer>/` tests `_src/<layer>/`: a folder that is not a layer's name is refused."""
+  folders = {p.name for p in (REPO / "tests").iterdir() if (p / "__init__.py").exists()}
+  assert folders <= set(LAYERS), sorted(folders - set(LAYERS))
 
 
 def test_layers_import_only_downward():
@@ -243,7 +237,7 @@ def test_the_package_imports_no_jax():
 def test_the_math_imports_only_jax_numpy_chex():
   allowed = {"jax", "numpy", "chex", "tunix_ppo_ext", "__future__"}
   allowed |= set(sys.stdlib_module_names)
-  for path in (SRC / "math").rglob("*.py"):
+  for path in (SRC / "ops").rglob("*.py"):
     for node in ast.walk(ast.parse(path.read_text())):
       names = []
       if isinstance(node, ast.Import):
@@ -253,7 +247,7 @@ def test_the_math_imports_only_jax_numpy_chex():
       for name in names:
         assert name.split(".")[0] in allowed, (path.name, name)
         if name.startswith("tunix_ppo_ext."):
-          assert _layer(name) in ("math", "plugins", "checks"), (path.name, name)
+          assert _layer(name) in ("ops", "plugins", "checks"), (path.name, name)
 
 
 def test_plugins_layer_is_stdlib_only():

@@ -35,7 +35,7 @@ _LAZY = {
   "AgenticPpoConfig": "tunix_ppo_ext._src.tunix.learner.agentic_ppo_config",
   "AgenticPpoLearner": "tunix_ppo_ext._src.tunix.learner.agentic_ppo",
   "TrajectoryBatch": "tunix_ppo_ext._src.data.trajectory",
-  "compute_kl_divergence": "tunix_ppo_ext._src.math.kl_methods",
+  "compute_kl_divergence": "tunix_ppo_ext._src.ops.kl_methods",
   "PpoExtConfig": "tunix_ppo_ext._src.tunix.learner.ppo_config",
   "PpoExtLearner": "tunix_ppo_ext._src.tunix.learner.ppo_learner",
   "MultiTurnRollout": "tunix_ppo_ext._src.tunix.rollout.multi_turn",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from tunix_ppo_ext import _lazy_attributes
 from tunix_ppo_ext._src.checks import ConfigError
-from tunix_ppo_ext._src.math.kl_methods import (
+from tunix_ppo_ext._src.ops.kl_methods import (
   FULL_KL,
   KL_METHOD_ALIASES,
   KlMethod,

@@ -14,7 +14,7 @@ tunix's TPU splash kernel takes); packing a batch's episodes into fewer rows and
 `tunix_ppo_ext.compute_kl_divergence`).
 """
 
-from tunix_ppo_ext._src.math.advantages import (
+from tunix_ppo_ext._src.ops.advantages import (
   compute_gae_advantages,
   compute_grpo_advantages,
   compute_reinforce_plus_plus_advantages,
@@ -22,12 +22,12 @@ from tunix_ppo_ext._src.math.advantages import (
   compute_turn_gae_advantages,
   length_adaptive_lambda,
 )
-from tunix_ppo_ext._src.math.attention import (
+from tunix_ppo_ext._src.ops.attention import (
   packed_segment_ids,
   segment_attention,
   segment_ids_from_mask,
 )
-from tunix_ppo_ext._src.math.kl import (
+from tunix_ppo_ext._src.ops.kl import (
   AdaptiveKLController,
   FixedKLController,
   kl_abs,
@@ -37,24 +37,24 @@ from tunix_ppo_ext._src.math.kl import (
   kl_k3,
   make_kl_controller,
 )
-from tunix_ppo_ext._src.math.logits import (
+from tunix_ppo_ext._src.ops.logits import (
   full_kl_divergence,
   fused_full_kl_divergence,
   fused_logps_and_entropy,
   logps_and_entropy,
 )
-from tunix_ppo_ext._src.math.masked import masked_mean, masked_sum, masked_whiten
-from tunix_ppo_ext._src.math.overlong import informative_groups, overlong_penalty
-from tunix_ppo_ext._src.math.packing import Packing, pack, packed_model_inputs, plan_packing, unpack
-from tunix_ppo_ext._src.math.ppo_losses import (
+from tunix_ppo_ext._src.ops.masked import masked_mean, masked_sum, masked_whiten
+from tunix_ppo_ext._src.ops.overlong import informative_groups, overlong_penalty
+from tunix_ppo_ext._src.ops.packing import Packing, pack, packed_model_inputs, plan_packing, unpack
+from tunix_ppo_ext._src.ops.ppo_losses import (
   aggregate_loss,
   entropy_from_logits,
   policy_loss,
   value_loss,
 )
-from tunix_ppo_ext._src.math.rollout_is import rollout_is_weights, rollout_rejection_mask
-from tunix_ppo_ext._src.math.score_norm import normalize_scores, top_spread_groups
-from tunix_ppo_ext._src.math.verl_losses import (
+from tunix_ppo_ext._src.ops.rollout_correction import rollout_is_weights, rollout_rejection_mask
+from tunix_ppo_ext._src.ops.score_norm import normalize_scores, top_spread_groups
+from tunix_ppo_ext._src.ops.verl_losses import (
   cispo_loss,
   clip_cov_loss,
   geo_mean_loss,

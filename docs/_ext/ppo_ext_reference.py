@@ -366,6 +366,21 @@ def write_api(directory: pathlib.Path) -> None:
     (directory / f"{short}.md").write_text("\n".join(lines))
 
 
+def write_layers(path: pathlib.Path) -> None:
+  """The private layers, lowest first, with what each holds: `tunix_ppo_ext._src.LAYERS`
+  and `TUNIX_PARTS`, the tuples `tests/test_layout.py` checks the imports against."""
+  from tunix_ppo_ext import _src  # noqa: PLC0415
+
+  source = inspect.getsource(_src)
+  lines = ["| layer | what it holds |", "| --- | --- |"]
+  for name in _src.LAYERS:
+    holds = re.search(rf'^  "{name}",  # (.*)$', source, flags=re.M)
+    lines.append(f"| `{name}` | {_cell(holds.group(1) if holds else '')} |")
+  parts = " < ".join(f"`{part}`" for part in _src.TUNIX_PARTS)
+  lines += ["", f"The `tunix` layer's parts, in the same order: {parts}."]
+  path.write_text("\n".join(lines) + "\n")
+
+
 def write_layout(path: pathlib.Path) -> None:
   lines = ["| module | what it holds | names |", "| --- | --- | --- |"]
   for name in PUBLIC_MODULES:
@@ -383,6 +398,7 @@ def generate(app) -> None:
   write_config_keys(out / "config_keys.md")
   write_metric_keys(out / "metric_keys.md")
   write_layout(out / "layout.md")
+  write_layers(out / "layers.md")
   api = docs / "api"
   api.mkdir(exist_ok=True)
   write_api(api)

@@ -412,7 +412,7 @@ def test_plot_command_draws_the_curves(smoke_run, capsys):
 def test_wandb_online_without_network_falls_back_to_an_offline_run(tmp_path, monkeypatch):
   import wandb
 
-  from tunix_ppo_ext._src.metrics import sinks as metrics
+  from tunix_ppo_ext._src.metrics import sinks
 
   real_init = wandb.init
 
@@ -421,7 +421,7 @@ def test_wandb_online_without_network_falls_back_to_an_offline_run(tmp_path, mon
       raise wandb.errors.CommError("no route to api.wandb.ai")
     return real_init(**kwargs)
 
-  monkeypatch.setattr(metrics, "has_wandb_key", lambda: True)
+  monkeypatch.setattr(sinks, "has_wandb_key", lambda: True)
   monkeypatch.setattr(wandb, "init", init_without_network)
   with pytest.warns(UserWarning, match=r"W&B online failed \(CommError.*\); offline"):
     sink = WandbSink("online", tmp_path, {"seed": 0})

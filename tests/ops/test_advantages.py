@@ -1,4 +1,4 @@
-"""Tests for tunix_ppo_ext._src.math.advantages against independent float64 NumPy references."""
+"""Tests for tunix_ppo_ext._src.ops.advantages against independent float64 NumPy references."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tests.conftest import flush_subnormals
-from tunix_ppo_ext._src.math.advantages import (
+from tunix_ppo_ext._src.ops.advantages import (
   compute_gae_advantages,
   compute_grpo_advantages,
   compute_reinforce_plus_plus_advantages,

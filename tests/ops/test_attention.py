@@ -1,4 +1,4 @@
-"""tunix_ppo_ext._src.math.attention (blockwise segment-masked attention) against a float64
+"""tunix_ppo_ext._src.ops.attention (blockwise segment-masked attention) against a float64
 NumPy reference written from the formula, a dense JAX version for the gradients, and its
 jaxpr (no `[T, T]` array)."""
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunix_ppo_ext._src.math.attention import (
+from tunix_ppo_ext._src.ops.attention import (
   packed_segment_ids,
   segment_attention,
   segment_ids_from_mask,

@@ -1,7 +1,7 @@
 """`math.buckets`: the least of 1, 2, 3, 4, 6, 8, 12, ... (written out here) that holds a
 size, at most a third of it padding, and one bucket down at a time."""
 
-from tunix_ppo_ext._src.math.buckets import bucket, bucket_below
+from tunix_ppo_ext._src.ops.buckets import bucket, bucket_below
 
 LISTED = sorted({1, 2, 3} | {m << k for k in range(1, 12) for m in (2, 3)})
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunix_ppo_ext._src.math import kl
-from tunix_ppo_ext._src.math import kl_methods as names
+from tunix_ppo_ext._src.ops import kl
+from tunix_ppo_ext._src.ops import kl_methods as names
 
 RTOL = 1e-5
 ATOL = 1e-6

@@ -1,4 +1,4 @@
-"""tunix_ppo_ext._src.math.logits against a float64 NumPy reference written from the formulas."""
+"""tunix_ppo_ext._src.ops.logits against a float64 NumPy reference written from the formulas."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunix_ppo_ext._src.math.logits import (
+from tunix_ppo_ext._src.ops.logits import (
   full_kl_divergence,
   fused_full_kl_divergence,
   fused_logps_and_entropy,

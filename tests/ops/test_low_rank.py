@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tunix_ppo_ext._src.math.low_rank import lora_product
+from tunix_ppo_ext._src.ops.low_rank import lora_product
 
 
 def _reference(x, a, b, g):

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunix_ppo_ext._src.math import overlong as dapo
+from tunix_ppo_ext._src.ops import overlong as dapo
 
 
 def np_overlong(length, max_len, cache, factor):

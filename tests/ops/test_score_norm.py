@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tests.conftest import flush_subnormals
-from tunix_ppo_ext._src.math.score_norm import (
+from tunix_ppo_ext._src.ops.score_norm import (
   SCORE_NORMALIZATIONS,
   normalize_scores,
   top_spread_groups,

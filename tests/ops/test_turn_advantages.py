@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tests.ops.test_advantages import SEEDS, TOL, B, T, make_mask, ref_gae, ref_whiten
-from tunix_ppo_ext._src.math.advantages import (
+from tunix_ppo_ext._src.ops.advantages import (
   compute_gae_advantages,
   compute_turn_gae_advantages,
   length_adaptive_lambda,

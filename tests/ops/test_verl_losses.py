@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.ops.test_losses import np_aggregate, np_masked_mean
-from tunix_ppo_ext._src.math import verl_losses as pl
+from tunix_ppo_ext._src.ops import verl_losses as pl
 
 RTOL, ATOL = 1e-5, 1e-6
 

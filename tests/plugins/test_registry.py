@@ -21,10 +21,10 @@ from tunix.rl import function_registry
 
 import tunix_ppo_ext
 from tunix_ppo_ext import PpoExtConfig, envs
-from tunix_ppo_ext._src.math import kl
-from tunix_ppo_ext._src.math import kl_methods as names
-from tunix_ppo_ext._src.math.advantages import compute_gae_advantages
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
+from tunix_ppo_ext._src.ops import kl
+from tunix_ppo_ext._src.ops import kl_methods as names
+from tunix_ppo_ext._src.ops.advantages import compute_gae_advantages
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_run_config

@@ -16,8 +16,8 @@ from tests.ops.test_advantages import ref_whiten
 from tests.ops.test_turn_advantages import ref_gae_turn_discount
 from tunix_ppo_ext._src.config.critic_warmup import CriticWarmup
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.math.packing import plan_rows
-from tunix_ppo_ext._src.math.shared_prompts import plan_shared_prompts
+from tunix_ppo_ext._src.ops.packing import plan_rows
+from tunix_ppo_ext._src.ops.shared_prompts import plan_shared_prompts
 from tunix_ppo_ext._src.ppo import rollout_phase
 
 B, P, T = 4, 3, 6

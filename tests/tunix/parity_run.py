@@ -18,7 +18,7 @@ from tunix.rl.rollout import base_rollout
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import toy_models
 
 Role = rl_cluster_lib.Role
 
@@ -38,8 +38,10 @@ def stock_cluster(
   """tunix's own `RLCluster`, built without this package's builders: a one-layer toy Qwen3
   with a critic and a reference, SGD at 1e-2 for both trainers, `offload_to_cpu=offload`."""
   tokenizer = CharTokenizer()
-  config = models.tiny_qwen3_config(tokenizer.vocab_size, num_layers=1, embed_dim=32)
-  policy, critic, reference = models.with_critic_and_reference(models.make_policy(config, 0))
+  config = toy_models.tiny_qwen3_config(tokenizer.vocab_size, num_layers=1, embed_dim=32)
+  policy, critic, reference = toy_models.with_critic_and_reference(
+    toy_models.make_policy(config, 0)
+  )
   return rl_cluster_lib.RLCluster(
     actor=policy,
     critic=critic,

@@ -20,15 +20,14 @@ from tunix_ppo_ext._src.run import cli, job, plan
 from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import passes
-from tunix_ppo_ext._src.tunix.models import hf_models
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 from tunix_ppo_ext.metrics import read_jsonl
 
 ROWS = ["train.max_prompt_length=64", "env.max_completion_len=64"]  # 128 tokens a row
 
 
 def test_splash_sets_tunix_s_flash_flag_and_block_on_qwen3_and_keeps_dense_as_it_was():
-  config = models.tiny_qwen3_config(16)
+  config = toy_models.tiny_qwen3_config(16)
   assert hf_models.with_attention(config, "dense", 512) is config
   splash = hf_models.configured(config, "block", "splash", 256)
   assert splash.use_flash_attention and splash.flash_attention_block_size == 256
@@ -121,10 +120,10 @@ def _with_frequencies(config, theta: float) -> hf_models.Qwen3Config:
 # the blockwise path once rotated by tunix's default theta there, 1.03 nats off
 @pytest.mark.parametrize(("block", "theta"), [(128, None), (4, None), (4, 100.0)])
 def test_blockwise_log_probs_and_gradients_are_dense_attention_s(block, theta):
-  config = models.tiny_qwen3_config(40, num_heads=4, num_kv_heads=2)
+  config = toy_models.tiny_qwen3_config(40, num_heads=4, num_kv_heads=2)
   config = config if theta is None else _with_frequencies(config, theta)
-  dense = compat.use_rope_frequencies(models.make_policy(config, seed=1))
-  blockwise = compat.use_rope_frequencies(models.make_policy(config, seed=1))
+  dense = compat.use_rope_frequencies(toy_models.make_policy(config, seed=1))
+  blockwise = compat.use_rope_frequencies(toy_models.make_policy(config, seed=1))
   assert compat.use_blockwise_attention(blockwise, block) == config.num_layers
   assert compat.use_blockwise_attention(blockwise, block) == 0  # once
   prompt, completion, mask = _padded_rows(40)
@@ -166,9 +165,9 @@ def test_blockwise_keeps_packed_episodes_apart_as_if_each_ran_alone():
   """Two episodes packed into one row (segment ids 1 and 2, positions restarting at each,
   the row's tail padding) give each episode the logits it gets alone under tunix's dense
   attention: the masking a packed row needs, on CPU."""
-  config = models.tiny_qwen3_config(40, num_heads=4, num_kv_heads=2)
-  dense = models.make_policy(config, seed=2)
-  packed = models.make_policy(config, seed=2)
+  config = toy_models.tiny_qwen3_config(40, num_heads=4, num_kv_heads=2)
+  dense = toy_models.make_policy(config, seed=2)
+  packed = toy_models.make_policy(config, seed=2)
   compat.use_blockwise_attention(packed, 4)
   rng = np.random.default_rng(3)
   first, second = rng.integers(3, 40, 7), rng.integers(3, 40, 5)
@@ -179,5 +178,5 @@ def test_blockwise_keeps_packed_episodes_apart_as_if_each_ran_alone():
   for tokens, span in ((first, slice(0, 7)), (second, slice(7, 12))):
     alone = np.asarray(tokens)[None]
     steps = np.arange(alone.shape[1])[None]
-    want, _ = dense(alone, steps, None, models.causal_mask(1, alone.shape[1]))
+    want, _ = dense(alone, steps, None, toy_models.causal_mask(1, alone.shape[1]))
     np.testing.assert_allclose(logits[:, span], want, atol=2e-5)

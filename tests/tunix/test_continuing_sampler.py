@@ -12,7 +12,7 @@ from tunix.generate import sampler as sampler_lib
 
 from tests.ops.test_attention import value_shapes
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import toy_models
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import (  # noqa
   ContinuingSampler,
   TurnSampling,
@@ -31,8 +31,8 @@ def world():
   """`(policy, sampler)`: a float32 toy Qwen3 and one `ContinuingSampler` on it (its
   compilations shared by the tests)."""
   tokenizer = CharTokenizer(ALPHABET, pad_id=PAD, eos_id=EOS)  # 27 ids: EOS ends some turns
-  config = models.tiny_qwen3_config(tokenizer.vocab_size, num_layers=2, embed_dim=32)
-  policy = models.make_policy(config, seed=3)
+  config = toy_models.tiny_qwen3_config(tokenizer.vocab_size, num_layers=2, embed_dim=32)
+  policy = toy_models.make_policy(config, seed=3)
   cache = sampler_lib.CacheConfig(CACHE, config.num_layers, config.num_kv_heads, config.head_dim)
   return policy, ContinuingSampler(policy, tokenizer, cache)
 
@@ -191,8 +191,8 @@ def test_padded_vocabulary_rows_are_never_sampled():
   sampled id is past the tokenizer's last one."""
   tokenizer = CharTokenizer(ALPHABET, pad_id=PAD, eos_id=EOS)
   known = tokenizer.vocab_size
-  config = models.tiny_qwen3_config(known + 5, num_layers=1, embed_dim=16)
-  policy = models.make_policy(config, seed=0)
+  config = toy_models.tiny_qwen3_config(known + 5, num_layers=1, embed_dim=16)
+  policy = toy_models.make_policy(config, seed=0)
   rng = np.random.default_rng(0)
   head = np.zeros((16, known + 5), np.float32)  # every real id's logit 0 ...
   head[:, known:] = 50 * rng.standard_normal((16, 5))  # ... a padded one far above it

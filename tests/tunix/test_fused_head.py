@@ -45,8 +45,7 @@ from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import TrainExample
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
-from tunix_ppo_ext._src.tunix.models import hf_models, lora
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
 
 # Lane 2 (tunix main, `-m tunix_facing`) runs the tests of what compat does per version (the
 # hidden states and head of each family, LoRA through them); the rest is our own code.
@@ -121,9 +120,9 @@ def test_bfloat16_fused_passes_are_exact_for_the_model_s_own_hidden_states():
   tunix's head rounds the logits to bfloat16 first (so the unfused pass is the one off, by
   about that rounding)."""
   config = dataclasses.replace(
-    models.tiny_qwen3_config(24), dtype=jnp.bfloat16, param_dtype=jnp.bfloat16
+    toy_models.tiny_qwen3_config(24), dtype=jnp.bfloat16, param_dtype=jnp.bfloat16
   )
-  model = models.make_policy(config)
+  model = toy_models.make_policy(config)
   prompt, completion, attention = batch(24)
   plain, fused = (logps_entropy(model, prompt, completion, attention, f) for f in (False, True))
   hidden = passes._forward(model, prompt, completion, PAD, EOS, attention, hidden=True)
@@ -243,7 +242,7 @@ def test_lora_adapters_train_the_same_and_one_on_the_head_is_refused():
 
 @pytest.mark.tunix_facing
 def test_a_model_without_a_known_head_is_refused_in_one_line():
-  critic = models.critic_from_policy(toy_policy(24))
+  critic = toy_models.critic_from_policy(toy_policy(24))
   with pytest.raises(ValueError, match=r"^model\.fused_head: no fused head for ValueModel \("):
     compat.head_weight(critic)
 
@@ -268,7 +267,7 @@ def test_pinned_heads_are_what_each_family_s_call_applies_last():
       call = f"self.{attribute}(x)" if method == "__call__" else f"self.{attribute}.{method}(x)"
       assert call in source, (family, call)
       hf = hf_config(hf_names[family.__name__], tie_word_embeddings=tied).to_dict()
-      model = models.abstract_model(hf_models.tunix_config(hf), family)
+      model = toy_models.abstract_model(hf_models.tunix_config(hf), family)
       assert hasattr(model, "lm_head") != tied, family
       shape = {"DV": (32, 24), "VD": (24, 32)}[layout]  # [D, V] or [V, D]
       assert getattr(getattr(model, attribute), weight).shape == shape, (family, attribute)
@@ -282,9 +281,9 @@ B, P, T, V = 2, 2, 254, 32768  # one float32 [B, P + T, V] buffer: 64 MiB; a wei
 
 
 def _big_policy():
-  config = models.tiny_qwen3_config(V, num_layers=1, embed_dim=32, hidden_dim=64, num_heads=2,
+  config = toy_models.tiny_qwen3_config(V, num_layers=1, embed_dim=32, hidden_dim=64, num_heads=2,
                                     head_dim=16, num_kv_heads=1)  # fmt: skip
-  return models.abstract_model(config)
+  return toy_models.abstract_model(config)
 
 
 def _vocabulary_arrays(compiled) -> list[str]:

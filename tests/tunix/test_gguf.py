@@ -21,8 +21,7 @@ from tests.tunix.hf_fixtures import hf_config
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.run.run_config import load_run_config, tokenizer_directory
-from tunix_ppo_ext._src.tunix.models import hf_models
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
 pytest.importorskip("torch")
 pytest.importorskip("gguf")
@@ -50,7 +49,7 @@ def _cache(tmp_path_factory, monkeypatch, request):
 @nnx.jit
 def _logits(model, tokens):
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-  return model(tokens, positions, None, models.causal_mask(*tokens.shape))[0]
+  return model(tokens, positions, None, toy_models.causal_mask(*tokens.shape))[0]
 
 
 def _tiny_llama(seed: int = 0, **overrides):

@@ -22,8 +22,7 @@ from tests.tunix.hf_fixtures import (
 )
 from tunix_ppo_ext._src.run import job
 from tunix_ppo_ext._src.run.run_config import load_run_config, tokenizer_directory
-from tunix_ppo_ext._src.tunix.models import hf_models
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
 pytest.importorskip("torch")
 
@@ -37,12 +36,12 @@ def _positions(tokens):
 
 @nnx.jit
 def _logits(model, tokens):
-  return model(tokens, _positions(tokens), None, models.causal_mask(*tokens.shape))[0]
+  return model(tokens, _positions(tokens), None, toy_models.causal_mask(*tokens.shape))[0]
 
 
 @nnx.jit
 def _hidden_and_scores(critic, tokens):
-  mask = models.causal_mask(*tokens.shape)
+  mask = toy_models.causal_mask(*tokens.shape)
   return critic.hidden_states(tokens, _positions(tokens), mask), critic(tokens, _positions(tokens))
 
 
@@ -85,7 +84,7 @@ def test_variants_load_and_match(family, overrides, tmp_path):
 def test_value_model_on_each_backbone_reads_transformers_hidden_state(checkpoint):
   family, directory = checkpoint
   policy = hf_models.load_checkpoint(directory)
-  critic = models.critic_from_policy(policy, seed=1)
+  critic = toy_models.critic_from_policy(policy, seed=1)
   assert type(critic.backbone) is type(policy) and not hasattr(critic.backbone, "lm_head")
   hidden, scores = _hidden_and_scores(critic, jnp.asarray(TOKENS))
   np.testing.assert_allclose(hidden, hf_hidden(directory, TOKENS), atol=1e-4, rtol=0)
@@ -249,7 +248,7 @@ def test_a_checkpoint_loads_onto_a_mesh_and_the_critic_keeps_its_sharding(checkp
   _, directory = checkpoint
   mesh = jax.make_mesh((1, 1), ("fsdp", "tp"))
   policy = hf_models.load_checkpoint(directory, mesh)
-  critic = models.critic_from_policy(policy)
+  critic = toy_models.critic_from_policy(policy)
   for path in ("embedder.input_embedding", "layers.0.mlp.up_proj.kernel"):
     mine = _value(critic, "backbone." + path).sharding
     assert isinstance(mine, jax.sharding.NamedSharding) and mine.mesh == mesh

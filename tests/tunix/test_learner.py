@@ -338,7 +338,7 @@ def test_an_early_end_of_the_warmup_survives_a_resume(tmp_path):
 
 @pytest.mark.tunix_facing  # on tunix main too (lane 2 of .ci/run runs no other here)
 def test_group_estimators_train_without_a_critic():
-  # one estimator here; `grpo` through the CLI in tests/app/test_sweep.py
+  # one estimator here; `grpo` through the CLI in tests/run/test_sweep.py
   config = PpoExtConfig(advantage_estimator="reinforce_plus_plus", num_generations=2)
   assert not config.uses_critic
   cluster, learner, data = setup(config, steps=2, with_critic=False, reward=spread_reward)

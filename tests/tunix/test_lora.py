@@ -11,8 +11,7 @@ from flax import nnx
 
 from tests.conftest import toy_policy
 from tests.tunix.hf_fixtures import hf_config
-from tunix_ppo_ext._src.tunix.models import hf_models, lora
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
 
 SPEC = lora.LoraSpec(rank=3, alpha=5.0, target_modules=".*")
 
@@ -30,7 +29,7 @@ def _randomised(model: nnx.Module, seed: int = 0) -> nnx.Module:
 @nnx.jit
 def _logits(model, tokens):
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-  return model(tokens, positions, None, models.causal_mask(*tokens.shape))[0]
+  return model(tokens, positions, None, toy_models.causal_mask(*tokens.shape))[0]
 
 
 def _reference_delta(path: tuple, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -80,10 +79,10 @@ def test_gemma3_s_stacked_kv_einsum_merges_too():
 def test_lora_models_share_the_base_arrays_instead_of_copying_them():
   base = toy_policy(12)
   spec = lora.LoraSpec(rank=2, alpha=4.0)
-  actor, critic, reference = models.lora_models(base, spec, seed=0, critic_lora=True)
+  actor, critic, reference = toy_models.lora_models(base, spec, seed=0, critic_lora=True)
   assert reference is base and lora.shares_base(actor, base)
   assert lora.shares_base(critic.backbone, base)
-  assert not lora.shares_base(models.critic_from_policy(base).backbone, base)  # a full copy
+  assert not lora.shares_base(toy_models.critic_from_policy(base).backbone, base)  # a full copy
   trained = {str(p[-1]) for p, _ in nnx.to_flat_state(nnx.state(critic, nnx.LoRAParam))}
   assert {"kernel", "bias"} <= trained  # the value head is trained whole
   counts = lora.parameter_counts(actor)
@@ -146,7 +145,7 @@ def test_qwix_products_go_through_lora_product_with_the_same_values_and_gradient
 
   def loss(adapters):  # traced anew by each value_and_grad below: qwix's lookup is at trace
     policy = nnx.merge(graphdef, adapters, rest)
-    return jnp.sum(jnp.sin(policy(tokens, positions, None, models.causal_mask(2, 6))[0]))
+    return jnp.sum(jnp.sin(policy(tokens, positions, None, toy_models.causal_mask(2, 6))[0]))
 
   def value_and_grads():
     return jax.value_and_grad(loss)(adapters)
@@ -185,15 +184,15 @@ def test_an_adapted_projection_keeps_its_inputs_dtype_with_float32_adapters():
     "self", "lhs", "rhs", "dimension_numbers", "precision", "preferred_element_type",
   ]  # fmt: skip
   config = hf_models.with_dtype(
-    models.tiny_qwen3_config(16, num_layers=1, embed_dim=32), "bfloat16"
+    toy_models.tiny_qwen3_config(16, num_layers=1, embed_dim=32), "bfloat16"
   )
-  model = hf_models.cast_params(models.make_policy(config, seed=7), jnp.bfloat16)
+  model = hf_models.cast_params(toy_models.make_policy(config, seed=7), jnp.bfloat16)
   model = _randomised(lora.apply_lora(model, SPEC))
   hf_models.train_in_float32(model)
   assert qwix_lora.LoraProvider.einsum.__wrapped__ is einsum  # apply_lora installed it
   tokens = jnp.asarray(np.random.default_rng(1).integers(1, 16, (2, 6)), jnp.int32)
   positions = jnp.broadcast_to(jnp.arange(6), tokens.shape)
-  mask = models.causal_mask(2, 6)
+  mask = toy_models.causal_mask(2, 6)
   ours = model(tokens, positions, None, mask)[0]
   for name, method in compat.QWIX_LORA_METHODS.items():
     setattr(qwix_lora.LoraProvider, name, method)  # qwix's own

@@ -25,7 +25,7 @@ from tunix_ppo_ext._src.run import cli, job
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.cluster import cluster_setup as cluster
 from tunix_ppo_ext._src.tunix.cluster import mesh
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import toy_models
 
 SMOKE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
 # Both runs alike: tp=2 needs an even vocabulary (15 characters + 3 special ids) and an
@@ -180,12 +180,12 @@ def test_batch_must_divide_by_the_trainers_fsdp_size():
 
 def test_indivisible_parameter_is_named_before_placement():
   tp2 = jax.sharding.AbstractMesh((1, 2), ("fsdp", "tp"))
-  config = models.tiny_qwen3_config(18, num_layers=1, embed_dim=32, num_heads=2, num_kv_heads=2)
-  cluster.check_shardable(models.make_policy(config), tp2)
-  odd_vocab = models.make_policy(dataclasses.replace(config, vocab_size=17))
+  config = toy_models.tiny_qwen3_config(18, num_layers=1, embed_dim=32, num_heads=2, num_kv_heads=2)
+  cluster.check_shardable(toy_models.make_policy(config), tp2)
+  odd_vocab = toy_models.make_policy(dataclasses.replace(config, vocab_size=17))
   with pytest.raises(ValueError, match=r"'input_embedding'.*shape \(17, 32\).*of total size 2"):
     cluster.check_shardable(odd_vocab, tp2)
-  one_kv_head = models.make_policy(dataclasses.replace(config, num_kv_heads=1))
+  one_kv_head = toy_models.make_policy(dataclasses.replace(config, num_kv_heads=1))
   with pytest.raises(ValueError, match=r"'k_proj'.*dimension of 1 sharded on mesh axes \('tp',\)"):
     cluster.check_shardable(one_kv_head, tp2)
 

@@ -23,8 +23,7 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.run import cli, job, plan
 from tunix_ppo_ext._src.run.run_config import load_resolved
-from tunix_ppo_ext._src.tunix.models import hf_models
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
 TOKENS = np.array([[1, 5, 13, 7, 8, 3, 12, 0, 9], [2, 2, 10, 6, 11, 4, 15, 1, 14]])
 LORA = "model.lora={rank: 4}"
@@ -37,7 +36,7 @@ LOGIT_TOLERANCE, PROB_TOLERANCE = 0.03, 0.02
 @nnx.jit
 def _logits(model, tokens):
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-  return model(tokens, positions, None, models.causal_mask(*tokens.shape))[0]
+  return model(tokens, positions, None, toy_models.causal_mask(*tokens.shape))[0]
 
 
 def _assert_close_to_float32(low: np.ndarray, reference: np.ndarray) -> None:
@@ -159,7 +158,9 @@ def test_a_bad_dtype_is_one_line_naming_the_key(overrides, message):
 
 
 def test_cast_params_casts_floating_weights_of_the_kind_only():
-  model = models.make_policy(models.tiny_qwen3_config(16, num_layers=1, embed_dim=16), seed=1)
+  model = toy_models.make_policy(
+    toy_models.tiny_qwen3_config(16, num_layers=1, embed_dim=16), seed=1
+  )
   before = {k: np.asarray(v[...]) for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
   hf_models.cast_params(model, jnp.bfloat16)
   after = {k: np.asarray(v[...]) for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}

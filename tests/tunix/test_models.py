@@ -20,7 +20,7 @@ from tests.conftest import (
   param_leaf,
 )
 from tunix_ppo_ext._src.data.char_tokenizer import DEFAULT_ALPHABET, CharTokenizer
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import toy_models
 from tunix_ppo_ext.models import ClusterSpec
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
@@ -88,7 +88,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def config(tok):
-  return models.tiny_qwen3_config(tok.vocab_size, num_layers=1, embed_dim=32, head_dim=8)
+  return toy_models.tiny_qwen3_config(tok.vocab_size, num_layers=1, embed_dim=32, head_dim=8)
 
 
 def _positions(tokens):
@@ -98,12 +98,12 @@ def _positions(tokens):
 @nnx.jit
 def _forward(model, tokens):
   """`model` on unpadded `tokens` with a causal mask (jitted: eager Qwen3 is slow on CPU)."""
-  return model(tokens, _positions(tokens), None, models.causal_mask(*tokens.shape))
+  return model(tokens, _positions(tokens), None, toy_models.causal_mask(*tokens.shape))
 
 
 def test_policy_is_deterministic_qwen3(config):
   tokens = jnp.array([[1, 5, 6, 7]])
-  a, b = models.make_policy(config, 3), models.make_policy(config, 3)
+  a, b = toy_models.make_policy(config, 3), toy_models.make_policy(config, 3)
   logits_a, cache = _forward(a, tokens)
   logits_b, _ = _forward(b, tokens)
   assert logits_a.shape == (1, 4, config.vocab_size) and cache is None
@@ -112,7 +112,7 @@ def test_policy_is_deterministic_qwen3(config):
 
 
 def test_value_model_shape_and_causality(config):
-  critic = models.make_critic(config, seed=0)
+  critic = toy_models.make_critic(config, seed=0)
   tokens = jnp.array([[1, 5, 6, 7, 8], [1, 9, 10, 11, 12]])
   scores = _forward(critic, tokens)
   assert scores.shape == (2, 5, 1) and scores.dtype == jnp.float32
@@ -124,7 +124,7 @@ def test_value_model_shape_and_causality(config):
 
 
 def test_value_model_through_compute_score(tok, config):
-  critic = models.make_critic(config, seed=0)
+  critic = toy_models.make_critic(config, seed=0)
   pad = tok.pad_id()
   prompt = jnp.array([[pad, pad, 1, 5, 6], [1, 7, 8, 9, 10]])
   completion = jnp.array([[11, 12, 13, pad], [14, 15, pad, pad]])
@@ -137,8 +137,8 @@ def test_value_model_through_compute_score(tok, config):
 
 
 def test_critic_from_policy_copies_the_backbone(config):
-  policy = models.make_policy(config, seed=0)
-  critic = models.critic_from_policy(policy, seed=1)
+  policy = toy_models.make_policy(config, seed=0)
+  critic = toy_models.critic_from_policy(policy, seed=1)
   np.testing.assert_array_equal(
     critic.backbone.embedder.input_embedding[...], policy.embedder.input_embedding[...]
   )
@@ -146,21 +146,21 @@ def test_critic_from_policy_copies_the_backbone(config):
     critic.backbone.layers[0].mlp.up_proj.kernel[...], policy.layers[0].mlp.up_proj.kernel[...]
   )
   assert not hasattr(critic.backbone, "lm_head")
-  fresh = models.make_critic(config, seed=1).backbone.embedder.input_embedding[...]
+  fresh = toy_models.make_critic(config, seed=1).backbone.embedder.input_embedding[...]
   assert not np.allclose(fresh, policy.embedder.input_embedding[...])
-  reference = models.copy_model(policy)
+  reference = toy_models.copy_model(policy)
   ref_emb, policy_emb = reference.embedder.input_embedding, policy.embedder.input_embedding
   assert ref_emb.get_value() is not policy_emb.get_value()  # copied, not shared
   np.testing.assert_array_equal(reference.lm_head.w[...], policy.lm_head.w[...])
 
 
 def test_a_zero_value_head_starts_every_value_at_zero_and_still_learns(config):
-  policy = models.make_policy(config, seed=0)
+  policy = toy_models.make_policy(config, seed=0)
   tokens = jnp.asarray([[3, 5, 7, 2]])
   positions = jnp.arange(4)[None]
-  critic = models.critic_from_policy(policy, seed=1, head_init="zero")
+  critic = toy_models.critic_from_policy(policy, seed=1, head_init="zero")
   np.testing.assert_array_equal(critic(tokens, positions), 0.0)
-  normal = models.critic_from_policy(policy, seed=1)
+  normal = toy_models.critic_from_policy(policy, seed=1)
   assert np.all(np.asarray(normal(tokens, positions)) != 0.0)
 
   def loss(model):
@@ -169,7 +169,7 @@ def test_a_zero_value_head_starts_every_value_at_zero_and_still_learns(config):
   grads = nnx.grad(loss)(critic)
   assert np.any(np.asarray(grads.value_head.kernel[...]) != 0.0)  # the head moves first
   with pytest.raises(ValueError, match="head_init='uniform'"):
-    models.critic_from_policy(policy, seed=1, head_init="uniform")
+    toy_models.critic_from_policy(policy, seed=1, head_init="uniform")
 
 
 # ----- end to end: stock tunix PPOLearner on the harness cluster -----

@@ -15,9 +15,9 @@ from tests.ops.test_kl import random_logps
 from tests.ops.test_logits import ATOL, RTOL, _logp_ent, make_inputs
 from tests.ops.test_losses import RTOL as LOSS_RTOL
 from tests.ops.test_losses import random_batch
-from tunix_ppo_ext._src.math import kl_methods as names
-from tunix_ppo_ext._src.math import ppo_losses as losses
-from tunix_ppo_ext._src.math.advantages import compute_gae_advantages
+from tunix_ppo_ext._src.ops import kl_methods as names
+from tunix_ppo_ext._src.ops import ppo_losses as losses
+from tunix_ppo_ext._src.ops.advantages import compute_gae_advantages
 from tunix_ppo_ext._src.tunix.compat import compute_entropy_from_logits  # moved in tunix main
 
 

@@ -32,8 +32,7 @@ from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner, TrainExample
-from tunix_ppo_ext._src.tunix.models import hf_models
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
 PAD, EOS = 0, 1
 P, T = 4, 9
@@ -98,7 +97,7 @@ def assert_layout_gives_the_padded_pass(model, batch, layout, fused):
 
 
 def test_critic_scores_equal_the_padded_ones():
-  critic = models.make_critic(toy_policy(24).config, seed=1)
+  critic = toy_models.make_critic(toy_policy(24).config, seed=1)
   prompt, completion, attention, _ = episodes(24)
   real = np.concatenate([np.asarray(prompt) != PAD, np.asarray(attention) != 0], 1)
   kw = dict(pad_id=PAD, eos_id=EOS, attention_mask=attention)
@@ -143,7 +142,7 @@ def test_the_losses_and_gradients_equal_the_padded_ones_micro_batch_by_micro_bat
     loss_agg_mode=loss_agg_mode, packing=True,
   )  # fmt: skip
   actor = registry.get(registry.POLICY_LOSSES, policy_loss_fn)
-  policy, critic = toy_policy(24), models.make_critic(toy_policy(24).config, seed=1)
+  policy, critic = toy_policy(24), toy_models.make_critic(toy_policy(24).config, seed=1)
   results = []
   for chunks in (None, [4, 2]):
     whole = example(24, chunks)

@@ -19,8 +19,7 @@ from tunix_ppo_ext._src.run import job, plan, run_dir
 from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
-from tunix_ppo_ext._src.tunix.models import hf_models
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
 # Lane 2 (tunix main) runs the tests of each family's RematConfig; the rest is our code.
 
@@ -105,8 +104,8 @@ def test_the_actor_s_train_step_recomputes_what_remat_says_and_keeps_its_gradien
   train_example = example(64)
   grads = {}
   for name, remats in (("none", 0), ("block", 4), ("decoder", 2)):
-    config = models.tiny_qwen3_config(64, num_layers=2)
-    model = models.make_policy(hf_models.with_remat(config, name), seed=3)
+    config = toy_models.tiny_qwen3_config(64, num_layers=2)
+    model = toy_models.make_policy(hf_models.with_remat(config, name), seed=3)
 
     def grad(model):
       return nnx.grad(tunix_losses.ppo_ext_policy_loss_fn, has_aux=True)(

@@ -11,8 +11,7 @@ from flax import nnx
 
 from tests.tunix.hf_fixtures import hf_config, hf_logits, write_checkpoint
 from tunix_ppo_ext._src.tunix import compat
-from tunix_ppo_ext._src.tunix.models import hf_models
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
 pytest.importorskip("torch")
 
@@ -62,7 +61,7 @@ def transformers_model(directory):
 @nnx.jit
 def _logits(model, tokens):
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-  return model(tokens, positions, None, models.causal_mask(*tokens.shape))[0]
+  return model(tokens, positions, None, toy_models.causal_mask(*tokens.shape))[0]
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -22,12 +22,11 @@ from tests.tunix.test_fused_head import assert_trees_close, family_model
 from tests.tunix.test_learner import setup
 from tests.tunix.test_packed_passes import assert_layout_gives_the_padded_pass
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext._src.math.shared_prompts import plan_shared_prompts
+from tunix_ppo_ext._src.ops.shared_prompts import plan_shared_prompts
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
-from tunix_ppo_ext._src.tunix.models import hf_models
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
 PAD, EOS = 0, 1
 P, T = 5, 7
@@ -210,7 +209,7 @@ def test_critic_scores_and_their_gradient_equal_the_padded_ones(family):
   """A value model (`models.critic_from_policy`) runs its backbone through the prompt's
   cache as the policy does: scores and the gradient of a loss of them equal the padded
   pass's at every real position."""
-  critic = models.critic_from_policy(family_model(family), seed=1)
+  critic = toy_models.critic_from_policy(family_model(family), seed=1)
   assert compat.kv_cache_dtype(critic) == jnp.float32
   prompt, completion, attention, _ = episodes(hf_models.vocab_size(critic.backbone))
   real = np.concatenate([np.asarray(prompt) != PAD, np.asarray(attention) != 0], 1)

@@ -1,6 +1,6 @@
 """The trajectory-source wrappers from Python, without a run config: each against a NumPy
 reference of what it promises, stacked, their state route and their argument checks. The
-run config's sections build the same classes (tests/app/test_dapo_section.py, test_recipe.py)."""
+run config's sections build the same classes (tests/run/test_dapo_section.py, test_recipe.py)."""
 
 import numpy as np
 import pytest

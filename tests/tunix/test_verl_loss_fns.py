@@ -21,8 +21,8 @@ import pytest
 from flax import nnx
 
 from tests.conftest import SMOKE, toy_policy
-from tunix_ppo_ext._src.math import verl_losses as pl
 from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.ops import verl_losses as pl
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunix_ppo_ext._src.checks import check_number, did_you_mean
-from tunix_ppo_ext._src.math.rollout_is import ROLLOUT_IS_LEVELS, ROLLOUT_RS_MODES, rs_bounds
+from tunix_ppo_ext._src.ops.rollout_correction import ROLLOUT_IS_LEVELS, ROLLOUT_RS_MODES, rs_bounds
 
 _POSITIVE = ("tau_pos", "tau_neg", "rollout_is_threshold", "rollout_rs_threshold")
 _SHARES = ("clip_cov_ratio", "kl_cov_ratio")

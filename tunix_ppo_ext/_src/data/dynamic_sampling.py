@@ -27,7 +27,7 @@ from tunix_ppo_ext._src.data.trajectory import (
   contiguous_group_ids,
   episode_seeds,
 )
-from tunix_ppo_ext._src.math.overlong import informative_groups, overlong_penalty
+from tunix_ppo_ext._src.ops.overlong import informative_groups, overlong_penalty
 
 SCORE_METRICS = ("seq_reward", "episode_return")
 

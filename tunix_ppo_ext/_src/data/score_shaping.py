@@ -21,7 +21,7 @@ import numpy as np
 
 from tunix_ppo_ext._src.checks import whole_share
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.math.score_norm import normalize_scores, top_spread_groups
+from tunix_ppo_ext._src.ops.score_norm import normalize_scores, top_spread_groups
 
 GROUPINGS = ("group", "batch", "state")
 

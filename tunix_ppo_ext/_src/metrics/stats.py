@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.math.advantages import turn_ids
 from tunix_ppo_ext._src.metrics.keys import STATS
+from tunix_ppo_ext._src.ops.advantages import turn_ids
 
 _REDUCERS = {"min": np.min, "mean": np.mean, "max": np.max}
 

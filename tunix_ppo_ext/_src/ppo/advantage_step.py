@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch, contiguous_group_ids
-from tunix_ppo_ext._src.math.advantages import length_adaptive_lambda
 from tunix_ppo_ext._src.metrics.stats import advantage_noise
+from tunix_ppo_ext._src.ops.advantages import length_adaptive_lambda
 from tunix_ppo_ext._src.plugins import protocols, registry
 
 

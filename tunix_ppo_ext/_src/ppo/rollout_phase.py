@@ -30,15 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from tunix_ppo_ext._src.config.critic_warmup import CriticWarmup
-from tunix_ppo_ext._src.data import rollout_weights
 from tunix_ppo_ext._src.data.trajectory import sampler_logprob_gap
-from tunix_ppo_ext._src.math import kl as kl_lib
-from tunix_ppo_ext._src.math.masked import masked_mean
-from tunix_ppo_ext._src.math.packing import plan_rows
-from tunix_ppo_ext._src.math.shared_prompts import plan_shared_prompts
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import stats as batch_stats
-from tunix_ppo_ext._src.ppo import advantage_step
+from tunix_ppo_ext._src.ops import kl as kl_lib
+from tunix_ppo_ext._src.ops.masked import masked_mean
+from tunix_ppo_ext._src.ops.packing import plan_rows
+from tunix_ppo_ext._src.ops.shared_prompts import plan_shared_prompts
+from tunix_ppo_ext._src.ppo import advantage_step, rollout_correction_step
 
 Metrics = dict[str, tuple[Any, Callable[..., Any]]]
 
@@ -347,5 +346,5 @@ def old_logps_in_update(config: Any, training_config: Any, tunix_loss: bool) -> 
   (`timing_s/old_logp`); the sampler-trainer gap metric `rollout/logprob_diff` then has no
   trainer values to compare and is not logged."""
   one_update = config.num_iterations == 1 and training_config.mini_batch_size is None
-  reads_them = config.kl_penalty != "none" or rollout_weights.enabled(config) or tunix_loss
+  reads_them = config.kl_penalty != "none" or rollout_correction_step.enabled(config) or tunix_loss
   return one_update and not reads_them and not config.recompute_old_logps

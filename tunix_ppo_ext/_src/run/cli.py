@@ -202,7 +202,7 @@ def _error(message: str, debug: bool = False) -> None:
 def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext train`: resolves the config, joins the other hosts, trains (`job`)."""
   # JAX and tunix load here, when a job runs, not when the command is parsed
-  from tunix_ppo_ext._src.metrics import sinks as metrics  # noqa: PLC0415
+  from tunix_ppo_ext._src.metrics import sinks  # noqa: PLC0415
   from tunix_ppo_ext._src.run import distributed, job  # noqa: PLC0415
   from tunix_ppo_ext._src.run.compile_cache import use_compile_cache  # noqa: PLC0415
   from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
@@ -222,7 +222,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   meshes = job.run_meshes(run)  # device counts are known only now (after joining other hosts)
   for line in describe_meshes(meshes).splitlines():
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)
-  if run.wandb == "online" and not metrics.has_wandb_key():
+  if run.wandb == "online" and not sinks.has_wandb_key():
     print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
   cluster_setup.quiet_cpu_notices()  # tunix's TPU notices, on a CPU-only run
   kept = f"; kept in {cache} for the next run" if cache else ""
@@ -238,7 +238,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext plan`: compiles the config's step for a TPU topology, prints memory."""
-  from tunix_ppo_ext._src.metrics import sinks as metrics  # noqa: PLC0415
+  from tunix_ppo_ext._src.metrics import sinks  # noqa: PLC0415
   from tunix_ppo_ext._src.run import plan  # noqa: PLC0415 (compiler setup only here)
   from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
 
@@ -247,7 +247,7 @@ def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
   result = plan.plan(resolved, args.topology, pieces, args.compiler)
   print(plan.format_plan(result, args.config))
   if args.json:
-    metrics.write_atomically(args.json, json.dumps(result.to_json(), indent=2))
+    sinks.write_atomically(args.json, json.dumps(result.to_json(), indent=2))
   return 0
 
 

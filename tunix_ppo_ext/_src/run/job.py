@@ -27,10 +27,9 @@ from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.data.trajectory import episode_batches
 from tunix_ppo_ext._src.envs import base as envs
-from tunix_ppo_ext._src.metrics import collapse
+from tunix_ppo_ext._src.metrics import collapse, sinks
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import samples as sample_log
-from tunix_ppo_ext._src.metrics import sinks as metrics
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.plugins import registry as plugin_registry
 from tunix_ppo_ext._src.run import distributed, recipe, report, resume, run_dir
@@ -51,9 +50,8 @@ from tunix_ppo_ext._src.tunix.cluster.mesh import (
   role_meshes,
 )
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
-from tunix_ppo_ext._src.tunix.models import hf_models, lora
+from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
 from tunix_ppo_ext._src.tunix.models import qwen3_safetensors as checkpoints
-from tunix_ppo_ext._src.tunix.models import toy_models as models
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
 from tunix_ppo_ext._src.tunix.rollout.sources import ObservationsInLoss
 
@@ -93,7 +91,7 @@ def build_run(
     critic = None
   train = run.train
   keys = dataclasses.replace(run.metrics.keys(), updates_per_batch=resolved.updates_per_batch)
-  wandb_sinks: list[metrics.WandbSink] = []  # tunix's logger builds it; samples use it too
+  wandb_sinks: list[sinks.WandbSink] = []  # tunix's logger builds it; samples use it too
   max_return = _max_return(entries)
   backends = _metric_backends(run, keys, max_return, output_dir, wandb_sinks)
   cluster = build_cluster(
@@ -122,7 +120,7 @@ def _metric_backends(
   keys: metric_keys.MetricKeys,
   max_return: float,
   output_dir: pathlib.Path,
-  wandb_sinks: list[metrics.WandbSink],
+  wandb_sinks: list[sinks.WandbSink],
 ) -> list[Callable[[], Any]]:
   """The run's metric sinks as factories (`metrics.jsonl`, the progress bar, the Echo Trap
   watch against `max_return`, W&B unless disabled, which lands in `wandb_sinks` when built,
@@ -130,13 +128,13 @@ def _metric_backends(
   shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
   step_done = keys.final(STEP_TIME_KEY)  # the bar compiles until the first one
   backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
-    lambda: metrics.JsonlBackend(output_dir / "metrics.jsonl"),
-    lambda: metrics.ProgressBackend(run.train.steps, shown, step_done),
+    lambda: sinks.JsonlBackend(output_dir / "metrics.jsonl"),
+    lambda: sinks.ProgressBackend(run.train.steps, shown, step_done),
     lambda: collapse.EchoTrapWatch(keys, run.metrics.echo_trap, max_return),
   ]
   if run.wandb != "disabled":
     config = dataclasses.asdict(run)
-    backends.append(lambda: _kept(wandb_sinks, metrics.WandbSink(run.wandb, output_dir, config)))
+    backends.append(lambda: _kept(wandb_sinks, sinks.WandbSink(run.wandb, output_dir, config)))
   for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
     build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
     backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
@@ -316,9 +314,11 @@ def role_models(run: RunConfig, policy: Any) -> tuple[Any, Any, Any]:
   section, head = lora_section(run.model), run.model.value_head_init
   if section is not None:
     spec = section.spec()
-    roles = models.lora_models(policy, spec, run.seed, critic_lora=section.critic, head_init=head)
+    roles = toy_models.lora_models(
+      policy, spec, run.seed, critic_lora=section.critic, head_init=head
+    )
   else:
-    roles = models.with_critic_and_reference(policy, run.seed, head_init=head)
+    roles = toy_models.with_critic_and_reference(policy, run.seed, head_init=head)
   if run.model.attention == "blockwise":
     hf_models.attend_blockwise(roles, run.model.attention_block_size)
   if run.model.dtype is not None:
@@ -346,7 +346,7 @@ def _stored_policy(run: RunConfig, tokenizer, mesh=None):
     hf_models.check_vocabulary(hf_models.vocab_size(policy), len(tokenizer))
     return policy
   if run.model.config_name is not None:
-    config = models.named_qwen3_config(run.model.config_name)
+    config = toy_models.named_qwen3_config(run.model.config_name)
   else:
     config = toy_config(run.model, len(tokenizer))
   model = run.model
@@ -355,7 +355,7 @@ def _stored_policy(run: RunConfig, tokenizer, mesh=None):
   )
   if run.model.checkpoint is not None:
     return checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config, mesh)
-  return models.make_policy(config, run.seed)
+  return toy_models.make_policy(config, run.seed)
 
 
 def summarize(
@@ -453,7 +453,7 @@ def _build_restoring(resolved: ResolvedRun, out: pathlib.Path, primary: bool, me
         f"from {'step ' + str(older) if older else 'scratch'}",
         file=sys.stderr,
       )
-      metrics.truncate_jsonl(out / "metrics.jsonl", older if older else -1)
+      sinks.truncate_jsonl(out / "metrics.jsonl", older if older else -1)
 
 
 def raised_in_orbax(err: BaseException) -> bool:
@@ -508,8 +508,8 @@ def _prepare(out: pathlib.Path, resolved: ResolvedRun) -> list[dict[str, Any]]:
     )
   parts = run_dir.earlier_parts(out, resuming=saved is not None)  # before the truncation
   # before the sink opens the file: rows an interrupted run logged after `saved` go
-  metrics.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
-  metrics.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
+  sinks.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
+  sinks.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
   return parts
 
 
@@ -524,7 +524,7 @@ def _summarize_run(
   sum; `parts` each one's first step and wall time; `resumes` the steps it resumed at), the
   optimizer `updates` done and the memory report; then prints `report.end_lines`."""
   run = resolved.run
-  metrics.compact_jsonl(out / "metrics.jsonl")  # one line per step, also after a resume
+  sinks.compact_jsonl(out / "metrics.jsonl")  # one line per step, also after a resume
   keys = run.metrics.keys()
   return_key = keys.final(RETURN_KEY)  # never dropped: the config check says so
   wall_s = sum(part["wall_s"] for part in parts)
@@ -533,8 +533,8 @@ def _summarize_run(
   summary["parts"] = [{"from_step": p["from_step"], "wall_s": p["wall_s"]} for p in parts]
   summary["resumes"] = [part["from_step"] for part in parts[1:]]
   summary["memory"] = lora.memory_report(learner.rl_cluster)
-  metrics.write_atomically(out / run_dir.SUMMARY, json.dumps(summary, indent=2))
-  metrics.ProgressBackend.close_all()  # the bar's last line before the report
+  sinks.write_atomically(out / run_dir.SUMMARY, json.dumps(summary, indent=2))
+  sinks.ProgressBackend.close_all()  # the bar's last line before the report
   rows = read_jsonl(out / "metrics.jsonl")
   print("\n".join(report.end_lines(run.output_dir, summary, rows, keys)), flush=True)
   return summary

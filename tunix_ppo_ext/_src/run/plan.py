@@ -34,8 +34,8 @@ from flax import nnx
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
-from tunix_ppo_ext._src.math.buckets import bucket, bucket_below
-from tunix_ppo_ext._src.math.packing import PACK_EPISODES
+from tunix_ppo_ext._src.ops.buckets import bucket, bucket_below
+from tunix_ppo_ext._src.ops.packing import PACK_EPISODES
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import recipe
 from tunix_ppo_ext._src.run.job import check_attention_backend, role_models
@@ -50,8 +50,7 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
 from tunix_ppo_ext._src.tunix.learner import loss_fns
-from tunix_ppo_ext._src.tunix.models import hf_models
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
 GIB, MIB = 2**30, 2**20
 CPU_CAVEAT = (
@@ -163,7 +162,7 @@ def _model_config(run: RunConfig) -> PlannedModel:
     source = f"{hf_config} ({family.name}, {name} weights)"
     return PlannedModel(hf_models.tunix_config(hf), family.model_class, dtype, source)
   if model.config_name is not None:
-    config = models.named_qwen3_config(model.config_name)
+    config = toy_models.named_qwen3_config(model.config_name)
     if model.checkpoint is not None:
       config = abstract.with_weight_dtype(config, "bfloat16")
       source = f"ModelConfig.{model.config_name} (bfloat16 weights assumed: no {hf_config})"

@@ -35,7 +35,7 @@ from tunix_ppo_ext._src.checks import (
 from tunix_ppo_ext._src.data.score_shaping import GROUPINGS
 from tunix_ppo_ext._src.data.trajectory import SEED_KEY, VAL_ENV_KEY, VAL_SEED_KEY, spread_env_ids
 from tunix_ppo_ext._src.envs.base import EnvSpec, make_env
-from tunix_ppo_ext._src.math.score_norm import SCORE_NORMALIZATIONS
+from tunix_ppo_ext._src.ops.score_norm import SCORE_NORMALIZATIONS
 from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer
 from tunix_ppo_ext._src.tunix.rollout.sources import (
   FILTER_BY,

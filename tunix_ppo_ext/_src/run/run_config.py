@@ -38,8 +38,7 @@ from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget,
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, fused_head_problem
-from tunix_ppo_ext._src.tunix.models import hf_models, lora
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
 
 
 @dataclasses.dataclass
@@ -106,7 +105,7 @@ class ModelSection:
 def toy_config(model: ModelSection, vocab_size: int) -> Any:
   """The toy Qwen3 config of `model`'s sizes for a vocabulary of `vocab_size` (what `train`
   builds and `plan` plans without a checkpoint or `config_name`)."""
-  return models.tiny_qwen3_config(
+  return toy_models.tiny_qwen3_config(
     vocab_size,
     num_layers=model.num_layers,
     embed_dim=model.embed_dim,
@@ -517,7 +516,7 @@ def _validate_model(model: ModelSection) -> None:
   if tokenizer is not None and _NEED_FILES.get() and not pathlib.Path(tokenizer).is_dir():
     raise ConfigError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
   if model.config_name is not None:
-    names = models.qwen3_config_names()
+    names = toy_models.qwen3_config_names()
     if model.config_name not in names:
       hint = did_you_mean(model.config_name, names, n=3)
       raise ConfigError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
@@ -533,11 +532,11 @@ def _validate_model(model: ModelSection) -> None:
       f"(one of {hf_models.ATTENTION_CHOICES})"
     )
   check_integer("config key 'model.attention_block_size'", model.attention_block_size, low=128)
-  if model.value_head_init not in models.VALUE_HEAD_INITS:
-    hint = did_you_mean(model.value_head_init, models.VALUE_HEAD_INITS, n=1)
+  if model.value_head_init not in toy_models.VALUE_HEAD_INITS:
+    hint = did_you_mean(model.value_head_init, toy_models.VALUE_HEAD_INITS, n=1)
     raise ConfigError(
       f"config key 'model.value_head_init' {model.value_head_init!r} unknown{hint} "
-      f"(one of {models.VALUE_HEAD_INITS})"
+      f"(one of {toy_models.VALUE_HEAD_INITS})"
     )
   _validate_dtype(model)
   _validate_lora(model)
@@ -585,13 +584,15 @@ def _abstract_policy(model: ModelSection) -> Any:
   family and sizes from its `config.json`, else a Qwen3 of `config_name` or the toy sizes."""
   hf = hf_models.read_hf_config(model.checkpoint) if model.checkpoint is not None else None
   if hf is not None:
-    return models.abstract_model(hf_models.tunix_config(hf), hf_models.family_of(hf).model_class)
+    return toy_models.abstract_model(
+      hf_models.tunix_config(hf), hf_models.family_of(hf).model_class
+    )
   if model.config_name is not None:
-    config = models.named_qwen3_config(model.config_name)
+    config = toy_models.named_qwen3_config(model.config_name)
   else:
     sizes = {k: getattr(model, k) for k in hf_models.SIZE_KEYS}
-    config = models.tiny_qwen3_config(2, **sizes)  # the vocabulary leaves the paths alone
-  return models.abstract_model(config)
+    config = toy_models.tiny_qwen3_config(2, **sizes)  # the vocabulary leaves the paths alone
+  return toy_models.abstract_model(config)
 
 
 def _validate_checkpoint_config(model: ModelSection) -> None:

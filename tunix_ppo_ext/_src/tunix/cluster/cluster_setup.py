@@ -26,7 +26,7 @@ from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.metrics.sinks import KeyedBackend, TensorboardBackend
 from tunix_ppo_ext._src.optim.guards import guarded_adam
 from tunix_ppo_ext._src.tunix import compat
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import toy_models
 
 Role = rl_cluster_lib.Role
 # tunix's absl warnings that every CPU-only run prints and that ask nothing of its user:
@@ -157,7 +157,7 @@ def make_models(
   Returns:
     `(policy, critic, reference)`.
   """
-  config = models.tiny_qwen3_config(
+  config = toy_models.tiny_qwen3_config(
     tokenizer.vocab_size,
     num_layers=num_layers,
     embed_dim=embed_dim,
@@ -166,8 +166,8 @@ def make_models(
     head_dim=16,
     num_kv_heads=1,
   )
-  policy = models.make_policy(config, seed)
-  return models.with_critic_and_reference(policy, seed)
+  policy = toy_models.make_policy(config, seed)
+  return toy_models.with_critic_and_reference(policy, seed)
 
 
 def _metrics_options(

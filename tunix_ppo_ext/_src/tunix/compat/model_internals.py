@@ -48,7 +48,7 @@ from tunix.models.llama3 import model as llama3_model
 from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import model as qwen3_model
 
-from tunix_ppo_ext._src.math.attention import segment_attention
+from tunix_ppo_ext._src.ops.attention import segment_attention
 
 PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
   # object the names live on -> (the object, private names used here)

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from qwix._src.providers import lora as qwix_lora
 
-from tunix_ppo_ext._src.math.low_rank import lora_product
+from tunix_ppo_ext._src.ops.low_rank import lora_product
 
 QWIX_LORA_DELTA = qwix_lora._compute_lora_delta
 QWIX_LORA_METHODS = {n: getattr(qwix_lora.LoraProvider, n) for n in ("einsum", "dot_general")}

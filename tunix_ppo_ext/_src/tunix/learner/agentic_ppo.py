@@ -37,8 +37,8 @@ from tunix.rl.agentic.agents import model_agent
 from tunix.rl.agentic.environments import task_environment
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.math import kl as kl_lib
-from tunix_ppo_ext._src.math import kl_methods as names
+from tunix_ppo_ext._src.ops import kl as kl_lib
+from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ppo import rollout_phase
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses

@@ -14,7 +14,7 @@ import dataclasses
 from tunix.rl.agentic import agentic_rl_learner
 
 from tunix_ppo_ext._src.checks import ConfigError
-from tunix_ppo_ext._src.math import kl_methods as names
+from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 
 # the keys shared with `PpoExtConfig` (same names, defaults and checks)

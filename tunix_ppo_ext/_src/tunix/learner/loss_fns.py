@@ -31,12 +31,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tunix_ppo_ext._src.data.trajectory import contiguous_group_ids
-from tunix_ppo_ext._src.math import advantages
-from tunix_ppo_ext._src.math import kl_methods as names
-from tunix_ppo_ext._src.math import ppo_losses as losses
-from tunix_ppo_ext._src.math.kl import kl_divergence
-from tunix_ppo_ext._src.math.logits import fused_logps_and_entropy, logps_and_entropy
-from tunix_ppo_ext._src.math.packing import Packing
+from tunix_ppo_ext._src.ops import advantages
+from tunix_ppo_ext._src.ops import kl_methods as names
+from tunix_ppo_ext._src.ops import ppo_losses as losses
+from tunix_ppo_ext._src.ops.kl import kl_divergence
+from tunix_ppo_ext._src.ops.logits import fused_logps_and_entropy, logps_and_entropy
+from tunix_ppo_ext._src.ops.packing import Packing
 from tunix_ppo_ext._src.plugins import protocols, registry
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import passes
@@ -128,7 +128,7 @@ def ppo_ext_policy_loss_fn(
   ref_model: tuple[Any, Any] | None = None,
   **kwargs: Any,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """PPO policy loss of `tunix_ppo_ext._src.math.ppo_losses.policy_loss` over one model pass.
+  """PPO policy loss of `tunix_ppo_ext._src.ops.ppo_losses.policy_loss` over one model pass.
 
   `ref_model`, `(graphdef, pure state dict)` of the reference, enables the exact
   full-vocabulary KL (`kl_method="full"`): the reference runs here with no gradient.
@@ -196,7 +196,7 @@ def ppo_ext_value_loss_fn(
   loss_agg_mode: str = "token-mean",
   **kwargs: Any,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """Clipped value loss of `tunix_ppo_ext._src.math.ppo_losses.value_loss` over one critic pass.
+  """Clipped value loss of `tunix_ppo_ext._src.ops.ppo_losses.value_loss` over one critic pass.
 
   Args:
     model: the critic (an `nnx.Module` whose output is `[B, P+T, 1]`).

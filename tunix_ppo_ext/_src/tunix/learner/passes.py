@@ -24,13 +24,13 @@ import jax.numpy as jnp
 from flax import nnx
 from tunix.rl import common as tunix_common
 
-from tunix_ppo_ext._src.math.logits import (
+from tunix_ppo_ext._src.ops.logits import (
   full_kl_divergence,
   fused_full_kl_divergence,
   fused_logps_and_entropy,
   logps_and_entropy,
 )
-from tunix_ppo_ext._src.math.packing import (  # noqa: F401 (plan_rows: re-exported)
+from tunix_ppo_ext._src.ops.packing import (  # noqa: F401 (plan_rows: re-exported)
   Packing,
   packed_model_inputs,
   plan_rows,

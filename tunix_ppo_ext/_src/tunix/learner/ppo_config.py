@@ -14,8 +14,8 @@ from tunix.rl.ppo import ppo_learner
 from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
 from tunix_ppo_ext._src.config.loss_options import validate_toolbox
 from tunix_ppo_ext._src.data.rewards import NONFINITE_REWARD_MODES
-from tunix_ppo_ext._src.math import kl_methods as names
-from tunix_ppo_ext._src.math import ppo_losses as losses
+from tunix_ppo_ext._src.ops import kl_methods as names
+from tunix_ppo_ext._src.ops import ppo_losses as losses
 from tunix_ppo_ext._src.plugins import protocols, registry
 from tunix_ppo_ext._src.tunix import compat
 
@@ -97,7 +97,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       `tunix_ppo_ext._src.tunix.learner.verl_loss_fns`).
     rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold,
       rollout_rs_threshold_lower: rollout correction of the sampler-trainer gap, verl's
-      `algorithm.rollout_correction` (`tunix_ppo_ext._src.data.rollout_weights`; checks in
+      `algorithm.rollout_correction` (`tunix_ppo_ext._src.ppo.rollout_correction_step`; checks in
       `tunix_ppo_ext._src.config.loss_options`).
   """
 

@@ -22,13 +22,12 @@ import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.ppo import ppo_learner
 
-from tunix_ppo_ext._src.data import rollout_weights
 from tunix_ppo_ext._src.data.rewards import DROPPED_METRIC, NonFiniteRewards
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.math import kl as kl_lib
-from tunix_ppo_ext._src.math import kl_methods
+from tunix_ppo_ext._src.ops import kl as kl_lib
+from tunix_ppo_ext._src.ops import kl_methods
 from tunix_ppo_ext._src.plugins import registry
-from tunix_ppo_ext._src.ppo import rollout_phase
+from tunix_ppo_ext._src.ppo import rollout_correction_step, rollout_phase
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.cluster import disk_space, nan_guard, timing
 from tunix_ppo_ext._src.tunix.learner import loss_fns, passes, trainer_setup
@@ -222,7 +221,7 @@ class PpoExtLearner(compat.LearnerHooks):
     for metrics in rollout_phase.user_metrics(self.metric_fns, prompts, batch, result.advantages):
       self._buffer(metrics, mode)
     example = self._layout(TrainExample(**result.fields), chunk_sizes)
-    example, corrected = rollout_weights.correct(config, batch, example)
+    example, corrected = rollout_correction_step.correct(config, batch, example)
     self._buffer({k: (v, np.mean) for k, v in corrected.items()}, mode)
     self._buffer(timer.metrics(), mode)
     if mode == Mode.TRAIN and one_rollout_per_step(self.rl_cluster):

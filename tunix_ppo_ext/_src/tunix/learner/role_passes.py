@@ -40,7 +40,7 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl import utils as rl_utils
 from tunix.sft import sharding_utils
 
-from tunix_ppo_ext._src.math.shared_prompts import plan_shared_prompts
+from tunix_ppo_ext._src.ops.shared_prompts import plan_shared_prompts
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import passes
 

@@ -3,7 +3,7 @@
 `gspo`, `sapo`, `geo_mean`, `cispo`, `clip_cov`, `kl_cov`, `gpg` (entry points of the
 `tunix_ppo_ext.policy_losses` group, selected with `ppo.policy_loss_fn`): each runs the same
 policy pass as `ppo_ext` (`tunix.losses.policy_pass`), computes its policy-gradient term
-with `tunix_ppo_ext._src.math.verl_losses`, and adds the entropy bonus and the KL-in-loss term
+with `tunix_ppo_ext._src.ops.verl_losses`, and adds the entropy bonus and the KL-in-loss term
 exactly as `ppo_ext` does. Their own knobs are `PpoExtConfig` fields (`tau_pos`, `tau_neg`,
 `clip_cov_ratio`, `clip_cov_lb`, `clip_cov_ub`, `kl_cov_ratio`, `ppo_kl_coef`; the clip
 ranges are `epsilon_low` / `epsilon_high`), read with verl's defaults when the config is
@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tunix_ppo_ext._src.math import verl_losses as pl
-from tunix_ppo_ext._src.math.ppo_losses import add_regularizers
+from tunix_ppo_ext._src.ops import verl_losses as pl
+from tunix_ppo_ext._src.ops.ppo_losses import add_regularizers
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 
 # verl's defaults (`ActorConfig`, `PolicyLossConfig`) for configs without these fields.

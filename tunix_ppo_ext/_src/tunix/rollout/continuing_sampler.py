@@ -54,7 +54,7 @@ from tunix.models.llama3 import model as llama3
 from tunix.models.qwen2 import model as qwen2
 from tunix.models.qwen3 import model as qwen3
 
-from tunix_ppo_ext._src.math.buckets import bucket
+from tunix_ppo_ext._src.ops.buckets import bucket
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.models.hf_models import vocab_size
 

@@ -54,7 +54,7 @@ from tunix_ppo_ext._src.data.trajectory import (
   VAL_SEED_KEY,
   TrajectoryBatch,
 )
-from tunix_ppo_ext._src.math.score_norm import SCORE_NORMALIZATIONS
+from tunix_ppo_ext._src.ops.score_norm import SCORE_NORMALIZATIONS
 from tunix_ppo_ext._src.tunix.rollout.context import Mode, RolloutContext
 
 Source = Callable[[Any, dict[str, Any], Any], TrajectoryBatch]

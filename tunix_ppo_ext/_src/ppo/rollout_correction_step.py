@@ -18,7 +18,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from tunix_ppo_ext._src.math import rollout_is as rc
+from tunix_ppo_ext._src.ops import rollout_correction as rc
 
 
 def enabled(config: Any) -> bool:

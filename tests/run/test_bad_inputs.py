@@ -23,9 +23,9 @@ from tunix_ppo_ext import PpoExtConfig, envs
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.rewards import DROPPED_METRIC
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.math import advantages
-from tunix_ppo_ext._src.math import kl_methods as names
-from tunix_ppo_ext._src.math import ppo_losses as losses
+from tunix_ppo_ext._src.ops import advantages
+from tunix_ppo_ext._src.ops import kl_methods as names
+from tunix_ppo_ext._src.ops import ppo_losses as losses
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tunix_ppo_ext._src.math.buckets import bucket
+from tunix_ppo_ext._src.ops.buckets import bucket
 
 __all__ = ["plan_shared_prompts"]
 

@@ -32,7 +32,7 @@ from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.learner import loss_fns
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import toy_models
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 QWEN3_0P6B = ROOT / "configs" / "qwen3_0p6b_tpu.yaml"
@@ -127,7 +127,7 @@ CASES = {  # name: (plan arguments, model config, weight dtype, fsdp, rows, prom
   # the toy default (float32, untied lm_head, KL in the loss: 9 completion-wide fields)
   "toy_v5e_2x2": (
     ["--topology", "v5e:2x2", "wandb=disabled"],
-    lambda: models.tiny_qwen3_config(17, num_heads=2, head_dim=32, num_kv_heads=1),
+    lambda: toy_models.tiny_qwen3_config(17, num_heads=2, head_dim=32, num_kv_heads=1),
     jnp.float32,
     4,
     32,
@@ -138,7 +138,7 @@ CASES = {  # name: (plan arguments, model config, weight dtype, fsdp, rows, prom
   # Qwen3-0.6B from its config (bfloat16 checkpoint, tied embeddings, KL in the reward: 8)
   "qwen3_0p6b_v5e_2x4": (
     ["--config", str(QWEN3_0P6B), "--topology", "v5e:2x4"],
-    lambda: models.named_qwen3_config("qwen3_0p6b"),
+    lambda: toy_models.named_qwen3_config("qwen3_0p6b"),
     jnp.bfloat16,
     8,
     16,
@@ -254,7 +254,7 @@ def test_hf_config_gives_the_named_sizes():
     "torch_dtype": "bfloat16",
   }
   config, dtype = abstract.qwen3_config_from_hf(hf)
-  named = models.named_qwen3_config("qwen3_0p6b")
+  named = toy_models.named_qwen3_config("qwen3_0p6b")
   for field in ("num_layers", "vocab_size", "embed_dim", "hidden_dim", "num_heads", "head_dim"):
     assert getattr(config, field) == getattr(named, field), field
   assert config.num_kv_heads == named.num_kv_heads and config.use_tied_embedding

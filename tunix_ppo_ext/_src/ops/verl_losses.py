@@ -18,9 +18,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from tunix_ppo_ext._src.math.kl import LOG_RATIO_LIMIT
-from tunix_ppo_ext._src.math.masked import masked_mean, masked_sum
-from tunix_ppo_ext._src.math.ppo_losses import (
+from tunix_ppo_ext._src.ops.kl import LOG_RATIO_LIMIT
+from tunix_ppo_ext._src.ops.masked import masked_mean, masked_sum
+from tunix_ppo_ext._src.ops.ppo_losses import (
   aggregate_loss,
   canonical_loss_agg_mode,
   clipped_surrogate,

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from tunix_ppo_ext._src.checks import check_number
-from tunix_ppo_ext._src.math.masked import masked_whiten
+from tunix_ppo_ext._src.ops.masked import masked_whiten
 
 __all__ = [
   "compute_gae_advantages",

@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 
 from tunix_ppo_ext._src.checks import did_you_mean
-from tunix_ppo_ext._src.math import kl as kl_lib
-from tunix_ppo_ext._src.math.logits import logps_and_entropy
-from tunix_ppo_ext._src.math.masked import masked_mean, masked_sum
+from tunix_ppo_ext._src.ops import kl as kl_lib
+from tunix_ppo_ext._src.ops.logits import logps_and_entropy
+from tunix_ppo_ext._src.ops.masked import masked_mean, masked_sum
 
 __all__ = [
   "LOSS_AGG_MODES",

@@ -20,7 +20,7 @@ from tunix_ppo_ext import envs
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.run.run_config import RunConfig, load_run_config
 from tunix_ppo_ext._src.tunix.cluster.mesh import resolve_shape
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import toy_models
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 ALL_CONFIGS = sorted(CONFIGS.glob("*.yaml"))
@@ -96,10 +96,10 @@ def test_real_model_configs_fit_a_v4_8_and_a_v5e_8_mesh(config, local_model_dirs
   # Layers are identical: one- and two-layer copies give every parameter's shape and spec
   # and the exact count, in a fraction of the time of tracing all of them.
   one, two = (dataclasses.replace(model_config, num_layers=n) for n in (1, 2))
-  policy = abstract_params(lambda: models.make_policy(one))
-  critic = abstract_params(lambda: models.make_critic(one))
-  per_layer = param_count(lambda: models.make_policy(two)) - param_count(
-    lambda: models.make_policy(one)
+  policy = abstract_params(lambda: toy_models.make_policy(one))
+  critic = abstract_params(lambda: toy_models.make_critic(one))
+  per_layer = param_count(lambda: toy_models.make_policy(two)) - param_count(
+    lambda: toy_models.make_policy(one)
   )
   count = sum(math.prod(shape) for _, shape, _ in policy)
   count += (model_config.num_layers - 1) * per_layer

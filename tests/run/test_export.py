@@ -17,8 +17,7 @@ from tests.conftest import SMOKE, save_hf_tokenizer, train_in_process
 from tests.tunix.hf_fixtures import FAMILIES, hf_logits, write_checkpoint
 from tunix_ppo_ext._src.run import cli, job
 from tunix_ppo_ext._src.run.run_config import load_run_config
-from tunix_ppo_ext._src.tunix.models import hf_export, hf_models, lora
-from tunix_ppo_ext._src.tunix.models import toy_models as models
+from tunix_ppo_ext._src.tunix.models import hf_export, hf_models, lora, toy_models
 
 pytest.importorskip("torch")
 
@@ -28,7 +27,7 @@ TOKENS = np.array([[1, 5, 13, 7, 8, 3, 12, 0, 9], [2, 2, 10, 6, 11, 4, 15, 1, 14
 @nnx.jit
 def _logits(model, tokens):
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-  return model(tokens, positions, None, models.causal_mask(*tokens.shape))[0]
+  return model(tokens, positions, None, toy_models.causal_mask(*tokens.shape))[0]
 
 
 def _train(tmp_path: pathlib.Path, *overrides: str, keep_model: bool = True, steps: int = 2):

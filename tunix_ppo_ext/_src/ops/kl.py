@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from tunix_ppo_ext._src.checks import check_number
-from tunix_ppo_ext._src.math.logits import full_kl_divergence
+from tunix_ppo_ext._src.ops.logits import full_kl_divergence
 
 __all__ = [
   "LOG_RATIO_LIMIT",

@@ -22,7 +22,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from tunix_ppo_ext._src.math.masked import masked_mean, masked_sum
+from tunix_ppo_ext._src.ops.masked import masked_mean, masked_sum
 
 __all__ = [
   "ROLLOUT_IS_LEVELS",

@@ -5,7 +5,7 @@ or a plugin's, `name@distribution` to pick one of two), an alias (`k1`, `k2`/`ms
 any of them with a `+` suffix (straight-through: the value of the estimator, the gradient
 of k2), or `full` (the exact full-vocabulary KL, computed from logits).
 `resolve_kl_method` turns one into a `KlMethod(estimator, straight_through)` for
-`tunix_ppo_ext._src.math.kl.kl_divergence` (the registry caches what it loaded).
+`tunix_ppo_ext._src.ops.kl.kl_divergence` (the registry caches what it loaded).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tunix_ppo_ext._src.checks import did_you_mean
-from tunix_ppo_ext._src.math import kl as kl_ops
+from tunix_ppo_ext._src.ops import kl as kl_ops
 from tunix_ppo_ext._src.plugins import registry
 
 __all__ = [
