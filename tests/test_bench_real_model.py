@@ -47,7 +47,10 @@ def test_report_pools_the_baseline_batches_and_spreads_the_trained_seeds():
       "trained": bench.summarize(_rows([0.0, done], [0.0, done]), 0.5, batch=8),
     }
   results = {
-    "args": {"config": "configs/smoke.yaml", "overrides": ["ppo.advantage_estimator=rloo"]},
+    "args": {
+      "config": "configs/smoke.yaml",
+      "overrides": ["ppo.advantage_estimator=rloo", "ppo.num_generations=2"],
+    },
     "seeds": seeds,
   }
   (row,) = bench.report([results]).splitlines()[2:]
@@ -60,7 +63,7 @@ def test_report_pools_the_baseline_batches_and_spreads_the_trained_seeds():
     sd = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
     return f"{mean:.3f} ± {sd:.3f} [{min(values):.3f}, {max(values):.3f}]"
 
-  assert cells[:4] == ["smoke: rloo", "3", spread(pooled), spread(trained)]
+  assert cells[:4] == ["smoke: rloo ppo.num_generations=2", "3", spread(pooled), spread(trained)]
   assert cells[4:6] == [spread(pooled), spread(trained)]  # returns: the same values here
   assert cells[6] == "-"  # no critic: no explained variance
   assert cells[7] == "-"  # rows without the advantage noise (runs from before it was logged)

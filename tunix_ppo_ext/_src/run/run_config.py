@@ -22,6 +22,7 @@ import pathlib
 import re
 import types
 import typing
+import warnings
 from typing import Any
 
 import yaml
@@ -37,7 +38,11 @@ from tunix_ppo_ext._src.run import recipe, resume
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
-from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, fused_head_problem
+from tunix_ppo_ext._src.tunix.learner.ppo_config import (
+  PpoExtConfig,
+  fused_head_problem,
+  groups_of_one_problem,
+)
 from tunix_ppo_ext._src.tunix.models import hf_models, lora
 from tunix_ppo_ext._src.tunix.models import toy_models as models
 
@@ -633,6 +638,13 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
         f"config key 'train.max_prompt_length'={run.train.max_prompt_length} is below the "
         f"first observation's {len(first) + 1} tokens (with BOS): {first!r}"
       )
+  own_turns = getattr(env, "max_turns", None)  # a game's own limit (guess: its guesses)
+  if isinstance(own_turns, int) and own_turns > run.env.max_turns:
+    raise ConfigError(
+      f"config key 'env.max_turns'={run.env.max_turns} is below the {envs.env_name(env)!r} "
+      f"environment's own max_turns={own_turns} (env.kwargs.max_turns): every episode would be "
+      f"cut after {run.env.max_turns} turns, before the game ends; set both to one number"
+    )
   model, cache = run.model, run.train.max_prompt_length + run.env.max_completion_len
   cache += 2 * run.env.max_tokens_per_turn
   kv_bytes = run.train.batch_size * model.num_layers * 2 * model.num_kv_heads * model.head_dim
@@ -768,6 +780,9 @@ def resolve(run: RunConfig) -> ResolvedRun:
   except ValueError as err:
     raise ConfigError(_ppo_error_key(str(err))) from None
   num_generations = ppo.num_generations
+  problem = groups_of_one_problem(ppo.advantage_estimator, num_generations)
+  if problem:
+    raise ConfigError(f"config key 'ppo.num_generations'={num_generations} must be {problem}")
   if run.train.batch_size % num_generations:
     raise ConfigError(
       f"config key 'train.batch_size'={run.train.batch_size} must be a multiple of "
@@ -781,6 +796,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   recipe.validate_sampling(run.sampling)
   recipe.validate_shaping(run.shaping)
   batch = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
+  _warn_long_warmup(ppo, run.train.steps, ppo.num_iterations * batch.updates_per_epoch)
   chunk = batch.rollout_chunk
   recipe.validate_filter(run.filter, chunk, num_generations)
   recipe.validate_validation(
@@ -801,6 +817,18 @@ def resolve(run: RunConfig) -> ResolvedRun:
     checkpoint_roles=resume.ROLES if ppo.uses_critic else ("actor",),
     cluster=_cluster_spec(run, batch, num_generations),
   )
+
+
+def _warn_long_warmup(ppo: PpoExtConfig, steps: int, updates_per_batch: int) -> None:
+  """A warning when the critic warm-up lasts the whole run (its batches, `train.steps`
+  updates of `updates_per_batch` each): the actor never trains (a critic-only run)."""
+  batches = -(-steps // updates_per_batch)
+  if ppo.critic_warmup_steps >= batches:
+    warnings.warn(
+      f"ppo.critic_warmup_steps={ppo.critic_warmup_steps} is not below the run's {batches} "
+      f"batches (train.steps={steps}): the actor never trains, only the critic",
+      stacklevel=3,
+    )
 
 
 def _cluster_spec(run: RunConfig, batch: recipe.BatchPlan, num_generations: int) -> ClusterSpec:
