@@ -45,6 +45,7 @@ The policies, each answering a number in range every turn:
 from __future__ import annotations
 
 import argparse
+import re
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -77,6 +78,10 @@ def _bisect(history: tuple, low: int, high: int) -> dict[int, float]:
   allowed = _allowed(history, low, high)
   return {allowed[(len(allowed) - 1) // 2]: 1.0}
 
+
+# the policies that ignore the feedback: their episodes grow as high^max_turns
+BLIND = ("uniform", "fresh")
+MAX_SEQUENCES = 10**6
 
 POLICIES: dict[str, Policy] = {
   "uniform": lambda history, low, high: _uniform_over(list(range(low, high + 1))),
@@ -200,7 +205,21 @@ def main() -> None:
   args = parser.parse_args()
   if args.group < 2:
     parser.error(f"--group {args.group}: a group baseline needs at least 2 samples")
-  env = GuessEnv(1, args.high, args.max_turns, args.turn_penalty, args.valid_reward)
+  bad = [lam for lam in args.lambdas if not 0.0 <= lam <= 1.0]  # NaN fails both
+  if bad:
+    parser.error(f"--lambdas {bad[0]}: a GAE lambda is a number in [0, 1]")
+  try:
+    env = GuessEnv(1, args.high, args.max_turns, args.turn_penalty, args.valid_reward)
+  except ValueError as err:  # GuessEnv names its argument: the option's name instead
+    parser.error(re.sub(r"^(\w+)=", lambda m: f"--{m.group(1).replace('_', '-')} ", str(err)))
+  blind = [name for name in args.policies if name in BLIND]
+  sequences = args.high**args.max_turns
+  if blind and sequences > MAX_SEQUENCES:
+    parser.error(
+      f"--policies {' '.join(blind)}: {args.high}^{args.max_turns} = {sequences} guess sequences "
+      f"to enumerate, above this script's {MAX_SEQUENCES} (they ignore the feedback); use "
+      "--policies consistent bisect, or a smaller --high or --max-turns"
+    )
   if args.noise:
     rows = {name: noise(env, POLICIES[name], args.lambdas, args.group) for name in args.policies}
     columns = list(next(iter(rows.values())))

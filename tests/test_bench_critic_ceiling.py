@@ -68,3 +68,26 @@ def test_the_group_baselines_noise_against_every_group_enumerated():
   row = _noise("uniform", 2, 1, [0.5])
   assert row["grpo, 4"] == pytest.approx(grpo) and row["rloo, 4"] == pytest.approx(rloo)
   assert row["critic, lambda 0.5"] == pytest.approx(0.25)  # G - 0.6 = +-0.5
+
+
+@pytest.mark.parametrize(
+  ("argv", "named"),
+  [
+    (["--high", "0"], "--high 0 is invalid"),
+    (["--max-turns", "0"], "--max-turns 0 is invalid"),
+    (["--turn-penalty", "0.5"], "--turn-penalty 0.5 is invalid with max_turns=4"),
+    (["--valid-reward", "-1"], "--valid-reward -1.0 is invalid"),
+    (["--noise", "--lambdas", "2"], "--lambdas 2.0: a GAE lambda is a number in [0, 1]"),
+    (["--noise", "--lambdas", "nan"], "--lambdas nan"),
+    (["--high", "32", "--max-turns", "5", "--policies", "uniform"], "--policies uniform: 32^5"),
+  ],
+)
+def test_a_bad_option_is_one_line_before_any_enumeration(argv, named, monkeypatch, capsys):
+  """Each was a ValueError traceback, a table of lambda-2 noise, or hours of enumeration."""
+  bench = load_bench("critic_ceiling")
+  monkeypatch.setattr("sys.argv", ["critic_ceiling.py", *argv])
+  with pytest.raises(SystemExit) as exit_:
+    bench.main()
+  assert exit_.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert named in err[-1] and err[-1].startswith("critic_ceiling.py: error:"), err
