@@ -457,6 +457,12 @@ CASES: dict[str, Case] = {
     ),
     match=r"'env.max_turns'=4 is below the 'guess' environment's own max_turns=6",
   ),
+  # the built-in tokenizer's alphabet without the game's letters: refused when the first
+  # rollout encoded it, after the models were built (exit 1)
+  "run_guess_letters_outside_the_alphabet": Case(
+    run_config("env.name=guess", "train.max_prompt_length=128"),
+    match=r"'model.alphabet': the 'guess' environment's first observation cannot be tokenised",
+  ),
   "run_lora_rank_zero": Case(
     run_config("model.lora={rank: 0}"), match=r"'model.lora.rank'=0 is invalid"
   ),

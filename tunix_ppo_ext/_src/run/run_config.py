@@ -30,6 +30,7 @@ import yaml
 from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
 from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
 from tunix_ppo_ext._src.data import gguf_files
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.envs import base as envs
 from tunix_ppo_ext._src.metrics.collapse import EchoTrapRule
 from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
@@ -632,7 +633,17 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
   below the first observation (built-in tokenizer: one token per character, plus BOS), and
   a KV cache for the toy model larger than this machine's memory."""
   if tokenizer_directory(run.model) is None:
-    first = max((env.reset(seed)[0] for seed in range(8)), key=len)
+    firsts = [env.reset(seed)[0] for seed in range(8)]
+    alphabet = {} if run.model.alphabet is None else {"alphabet": run.model.alphabet}
+    for text in firsts:  # the rollout's first encode would refuse it, after the build
+      try:
+        CharTokenizer(**alphabet).encode(text)
+      except ValueError as err:
+        raise ConfigError(
+          f"config key 'model.alphabet': the {envs.env_name(env)!r} environment's first "
+          f"observation cannot be tokenised: {err}"
+        ) from None
+    first = max(firsts, key=len)
     if len(first) + 1 > run.train.max_prompt_length:
       raise ConfigError(
         f"config key 'train.max_prompt_length'={run.train.max_prompt_length} is below the "
