@@ -116,6 +116,9 @@ def test_on_tunix_0_1_7_the_command_says_it_needs_tunix_main(capsys):
     ("ok", ["training_mode=agentic_ppoo"], "training_mode='agentic_ppoo' is invalid"),
     ("ok", ["env_class_path=no.such.Env"], "env_class_path='no.such.Env' names no class"),
     ("ok", ["agentic_ppo_config.max_response_length=32"], "must be rollout_config.total_gen"),
+    ("ok", ["agentic_ppo_config=5"], "with agentic_ppo_config=5: tunix's config refused it"),
+    ("ok", ["no_such_key=1"], "Key no_such_key was passed at the command line"),
+    ("ok", ["gae_lambda"], "override 'gae_lambda' must look like key=value"),
   ],
 )
 def test_a_bad_file_mode_class_or_width_is_one_line_before_any_model(

@@ -149,10 +149,13 @@ def run(argv: Sequence[str]) -> None:
   for override in argv[1:]:
     if "=" not in override:
       raise ConfigError(f"override {override!r} must look like key=value")
-  try:  # tunix's parsing of the file and the overrides: a ValueError names the key
+  try:  # tunix's parsing of the file and the overrides (an override of a section's type:
+    # TypeError)
     pipeline = AgenticPpoPipeline(["tunix-agentic", *argv])
-  except ValueError as err:
-    raise ConfigError(f"CONFIG {argv[0]!r}: {str(err).splitlines()[0]}") from None
+  except (ValueError, TypeError) as err:
+    given = f" with {' '.join(argv[1:])}" if len(argv) > 1 else ""
+    reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    raise ConfigError(f"CONFIG {argv[0]!r}{given}: tunix's config refused it ({reason})") from None
   mode = pipeline.config.get("training_mode", "ppo")
   if mode not in MODES:
     raise ConfigError(f"training_mode={mode!r} is invalid: must be one of {MODES}")
