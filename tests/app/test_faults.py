@@ -29,6 +29,12 @@ from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, run_dir
 
 STEPS = 6
+
+
+class SafetensorError(Exception):
+  """What safetensors raises for a write the disk refuses (not an OSError)."""
+
+
 EVERY = 2  # checkpoint and evaluation at the same steps (as the default config does)
 OVERRIDES = (f"train.steps={STEPS}", f"train.checkpoint_every={EVERY}", f"train.eval_every={EVERY}")
 SECTIONS = ("train/", "actor/", "critic/")
@@ -298,6 +304,8 @@ def _export(run: pathlib.Path, out: pathlib.Path, capsys) -> tuple[int, list[str
   "error, code, message",
   [
     (OSError(28, "No space left on device"), 2, "cannot be written (No space left on device)"),
+    # safetensors' own error for a full disk (was its traceback)
+    (SafetensorError("I/O error: No space left on device (os error 28)"), 2, "(I/O error: No s"),
     (KeyboardInterrupt(), 130, "interrupted; nothing was left in OUT_DIR"),
   ],
 )
