@@ -39,7 +39,134 @@ RESULTS = P.with_name(P.name + ".json")  # every probe's last row (`--only` keep
 SMOKE = "configs/smoke.yaml"
 MAIN_PYTHON = "/work/main/.venv-main/bin/python"
 # the probes a fix made pass: id -> (the commit, what the probe observed before it)
-FIXED: dict[str, tuple[str, str]] = {}
+FIXED: dict[str, tuple[str, str]] = {
+  "D10": (
+    "9109e74",
+    "exit 1: traceback: safetensors_rust.SafetensorError: Error while serializing: I/O er...",
+  ),
+  "G04": ("94661e8", "exit 0: /dev/full"),
+  "B12": ("a96cb66", "exit None: no exit within the time allowed (a hang)"),
+  "A22": ("bbb1d89", "exit 0: (no output)"),
+  "A23": ("bbb1d89", "exit 0: (no output)"),
+  "AC01": ("60f6d52", "exit 1: ValueError: Config $P/agentic/missing.yaml not found."),
+  "AC02": ("60f6d52", "exit 1: ParserError: while parsing a flow sequence"),
+  "AC03": (
+    "60f6d52",
+    "exit 1: KeyValidationError: ListConfig indices must be integers or slices, not str",
+  ),
+  "AC04": (
+    "60f6d52",
+    "exit 1: OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': ...",
+  ),
+  "AC08": ("9827d9d", "exit 1: TypeError: 'int' object is not iterable"),
+  "AC09": (
+    "bbb1d89",
+    "exit 1: OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': ...",
+  ),
+  "AC11": (
+    "60f6d52",
+    "exit 1: OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': ...",
+  ),
+  "AC12": (
+    "60f6d52",
+    "exit 1: OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': ...",
+  ),
+  "AC13": (
+    "60f6d52",
+    "exit 1: OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': ...",
+  ),
+  "AC15": ("60f6d52", "exit 1: IsADirectoryError: [Errno 21] Is a directory: '$P/agentic'"),
+  "AC16": (
+    "60f6d52",
+    "exit 1: ValueError: Key gae_lambda was passed at the command line but isn't in config.",
+  ),
+  "AC19": (
+    "60f6d52",
+    "exit 1: ValueError: Key no_such_key was passed at the command line but isn't in con...",
+  ),
+  "B03": (
+    "425571b",
+    "exit 1: traceback: tunix_ppo_ext._src.checks.ConfigError: high=0 is invalid: must b...",
+  ),
+  "B04": (
+    "425571b",
+    "exit 1: traceback: tunix_ppo_ext._src.checks.ConfigError: high=1 is invalid: must b...",
+  ),
+  "B05": (
+    "425571b",
+    "exit 1: traceback: tunix_ppo_ext._src.checks.ConfigError: max_turns=0 is invalid: m...",
+  ),
+  "B06": (
+    "425571b",
+    "exit 1: traceback: tunix_ppo_ext._src.checks.ConfigError: turn_penalty=0.5 is inval...",
+  ),
+  "B07": (
+    "425571b",
+    "exit 1: traceback: tunix_ppo_ext._src.checks.ConfigError: valid_reward=-1.0 is inva...",
+  ),
+  "B08": ("425571b", "exit 0: \\| policy \\| critic, lambda 2 \\| grpo, 4 \\| rloo, 4 \\|"),
+  "B09": ("425571b", "exit 0: \\| policy \\| critic, lambda nan \\| grpo, 4 \\| rloo, 4 \\|"),
+  "B10": ("425571b", "exit None: no exit within the time allowed (a hang)"),
+  "C18": ("bbb1d89", "exit 0: tunix-ppo-ext: $P/cfg/C18: 4 updates (4 batches) in 29.3 s"),
+  "C19": ("bbb1d89", "exit 0: tunix-ppo-ext: $P/cfg/C19: 4 updates (4 batches) in 17.4 s"),
+  "C20": ("bbb1d89", "exit 0: tunix-ppo-ext: $P/cfg/C20: 4 updates (4 batches) in 14.8 s"),
+  "C32": (
+    "bbb1d89",
+    "exit 1: ValueError: environment 'guess', turn 0: observation 'I am thinking of a wh...",
+  ),
+  "C46": (
+    "bbb1d89",
+    "exit 2: --topology 'v5e:2x4' has 8 chips but JAX started with 1 CPU devices: set XL...",
+  ),
+  "D01": ("5040bb4", "exit 1: OSError: [Errno 30] Read-only file system: '$P/mnt/d01/run'"),
+  "D02": ("5040bb4", "exit 1: OSError: [Errno 30] Read-only file system: '$P/mnt/d02/.lock'"),
+  "D06": ("5040bb4", "exit 1: OSError: [Errno 30] Read-only file system: '$P/mnt/d06/run/.lock'"),
+  "D11": ("5040bb4", "exit 1: NotADirectoryError: [Errno 20] Not a directory: '$P/d11/afile/run'"),
+  "F13": ("5040bb4", "exit 1: AttributeError: 'int' object has no attribute 'get'"),
+  "F14": ("5040bb4", "exit 1: AttributeError: 'str' object has no attribute 'get'"),
+  "F15": (
+    "5040bb4",
+    "exit 1: JSONDecodeError: Expecting property name enclosed in double quotes: line 76...",
+  ),
+  "F16": (
+    "5040bb4",
+    "exit 0: tunix-ppo-ext: $P/F16 is already complete (4 updates in 84.5 s; summary.jso...",
+  ),
+  "F24": ("bbb1d89", "exit 0: tunix-ppo-ext: $P/warmup_all: 4 updates (4 batches) in 96.7 s"),
+  "R01": (
+    "425571b",
+    "exit 1: --baseline-from: no $P/bm/missing/seed0/result.json nor seed 0 in $P/bm/mis...",
+  ),
+  "R02": (
+    "425571b",
+    "exit 1: traceback: UnboundLocalError: cannot access local variable 'results' where ...",
+  ),
+  "R03": ("425571b", "exit None: no exit within the time allowed (a hang)"),
+  "R04": (
+    "425571b",
+    "exit 1: traceback: tunix_ppo_ext._src.checks.ConfigError: --config '$P/bm/missing.y...",
+  ),
+  "R05": (
+    "425571b",
+    "exit 1: traceback: tunix_ppo_ext._src.checks.ConfigError: unknown config key 'ppo.g...",
+  ),
+  "R07": (
+    "425571b",
+    "exit 1: traceback: json.decoder.JSONDecodeError: Expecting property name enclosed i...",
+  ),
+  "R08": (
+    "425571b",
+    "exit 1: traceback: tunix_ppo_ext._src.checks.ConfigError: config key 'train.steps'=...",
+  ),
+  "R09": (
+    "425571b",
+    "exit 1: traceback: tunix_ppo_ext._src.checks.ConfigError: config key 'seed'=-1 is i...",
+  ),
+  "C48": (
+    "5e3f197",
+    "exit 1: ValueError: environment 'guess', turn 0: observation 'I am thinking of a wh...",
+  ),
+}
 # `python -c` that runs the installed command's entry point from this tree
 ENTRY = "import sys; from tunix_ppo_ext.jobs import console_main; sys.argv[0] = 'tunix-ppo-ext'; "
 ENTRY += "sys.exit(console_main())"
@@ -66,9 +193,11 @@ class Observed:
       lines = [ln for ln in text.splitlines() if ln.strip()]
       tail = [ln for ln in lines if re.match(r"^\w[\w.]*(Error|Exception|Exit)\b", ln)]
       return "traceback: " + (tail[-1] if tail else lines[-1])
-    for line in self.err.splitlines():
-      if re.search(r"\berror\b|Error\b", line):
-        return line.strip()
+    lines = self.err.splitlines()
+    for pattern in (r"\berror:", r"\berror\b|Error\b"):  # an error line before a warning
+      for line in lines:
+        if re.search(pattern, line):
+          return line.strip()
     for line in (self.out + "\n" + self.err).splitlines():
       if line.strip() and not line.startswith(("usage:", "  ")):
         return line.strip()
@@ -244,10 +373,11 @@ def noted(expected: str) -> Callable[[Observed], str | None]:
 
 
 def tree_digest(root: pathlib.Path) -> dict[str, str]:
-  """Every file under `root` with its content's hash (and its mtime for the summary)."""
+  """Every file under `root` with its content's hash (not `.lock`: a killed run's stale
+  lock, which the next command takes over and releases, holds no data)."""
   digest = {}
   for path in sorted(root.rglob("*")):
-    if path.is_file():
+    if path.is_file() and path.name != ".lock":
       digest[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
   return digest
 
@@ -415,6 +545,8 @@ def render(rows: dict[str, dict[str, str]]) -> str:
 
 def row_of(item: Probe, obs: Observed | None, verdict: str) -> dict[str, str]:
   observed = verdict if obs is None else f"exit {obs.code}: {obs.first_line()}"
+  if obs is not None and item.id.startswith("A") and item.id[1:].isdigit():  # a Python call
+    observed = f"raises {obs.first_line()}" if obs.code else obs.first_line()
   if obs is not None and obs.note:
     observed += f"; {obs.note}"
   return {
@@ -470,7 +602,7 @@ def main() -> None:
   rows = {p.id: dict(stored.get(p.id) or row_of(p, None, "not run")) for p in PROBES}
   for id_, row in rows.items():
     if row["verdict"] == "ok" and id_ in FIXED:  # what it was, and the commit that fixed it
-      row["verdict"] = f"fixed in {FIXED[id_][0]} (was: {show(FIXED[id_][1])})"
+      row["verdict"] = f"fixed in {FIXED[id_][0]}; before it: `{FIXED[id_][1]}`"
   TABLE.parent.mkdir(parents=True, exist_ok=True)
   TABLE.write_text(render(rows))
   print(f"{len(rows)} probes -> {TABLE}")
@@ -581,8 +713,7 @@ def _agentic_config_probes() -> None:
       expected = "ConfigError: a group estimator needs groups of 2 or more samples"
     probe(
       id_,
-      f'python -c "from tunix_ppo_ext import AgenticPpoConfig; '
-      f'AgenticPpoConfig(max_response_length=64, {kwargs})"',
+      f"AgenticPpoConfig(max_response_length=64, {kwargs})  # Python, tunix main",
       expected,
       from_batch("agentic_config", id_),
       raises(kind, *names),
@@ -840,7 +971,7 @@ def _config_probes() -> None:
     ("C31", (*guess, "env.kwargs.max_turns=10"), ("turn_penalty", "max_turns")),
     (
       "C32",
-      (*guess, "env.kwargs.max_turns=6", "env.kwargs.turn_penalty=0.1"),
+      (*guess, "model.alphabet=null", "env.kwargs.max_turns=6", "env.kwargs.turn_penalty=0.1"),
       ("env.max_turns", "max_turns=6"),
     ),
     ("C33", (*guess, "env.kwargs.hgh=32"), ("hgh",)),
@@ -965,8 +1096,14 @@ def _bench_probes() -> None:
     (
       "B12",
       ["--high", "32", "--max-turns", "5", "--policies", "bisect", "consistent", "--noise"],
-      "the noise table for the two policies (the docstring's 32 and 5)",
-      succeeds("| bisect |", "| consistent |"),
+      "the docstring's 32 and 5 for these two: the table, or one line if too large",
+      one_line(2, "consistent 32528704"),
+    ),
+    (
+      "B13",
+      ["--high", "32", "--max-turns", "5", "--policies", "bisect", "--noise"],
+      "the noise table of bisect (32 episodes)",
+      succeeds("| bisect |"),
     ),
   ]
   for id_, args, expected, check in ceiling:
@@ -1109,7 +1246,7 @@ def _run_probes() -> None:
     ),
     (
       "F04",
-      ("env.name=guess", "train.max_prompt_length=128"),
+      ("env.name=guess", "model.alphabet=null", "train.max_prompt_length=128"),
       None,
       "exit 2, one line naming env.name; nothing changes",
       both(one_line(2, "env.name"), noted("nothing changed")),
@@ -1679,7 +1816,7 @@ def _disk_probes() -> None:
 
   def d10() -> Observed:
     mount = P / "mnt" / "d10"
-    if not mount_tmpfs(mount, "256k"):
+    if not mount_tmpfs(mount, "16k"):
       raise RuntimeError("mount refused")
     obs = cli("export", str(finished()), str(mount / "out"))
     obs.note = f"left: {sorted(p.name for p in mount.iterdir())}"
@@ -1761,7 +1898,7 @@ def _disk_probes() -> None:
     ),
     (
       "D10",
-      "tunix-ppo-ext export $P/base/finished $P/small/out  # a 256 KiB tmpfs",
+      "tunix-ppo-ext export $P/base/finished $P/small/out  # a 16 KiB tmpfs",
       d10,
       "exit 2, one line naming OUT_DIR: no space; nothing left",
       both(one_line(2, "OUT_DIR"), noted("left: []")),
@@ -1799,8 +1936,11 @@ def _signal_probes() -> None:
   def evaluating(out: pathlib.Path, err: str) -> bool:
     return (out / "samples.jsonl").is_file()
 
-  def stepped(out: pathlib.Path, err: str) -> bool:
-    return bool(metric_steps(out))
+  def stepped(out: pathlib.Path, err: str) -> bool:  # step 0: the evaluation before it
+    return any(step >= 1 for step in metric_steps(out))
+
+  def checkpointed(out: pathlib.Path, err: str) -> bool:  # step 2's checkpoint, then step 3
+    return any(step >= 3 for step in metric_steps(out))
 
   def stop_then_rerun(name, when, sig, rerun=(), steps=4):
     def run() -> Observed:
@@ -1820,7 +1960,7 @@ def _signal_probes() -> None:
     return run
 
   def refused_after_kill() -> Observed:
-    out, _ = interrupted("s08", stepped, signal.SIGKILL)
+    out, _ = interrupted("s08", checkpointed, signal.SIGKILL)
     before = tree_digest(out)
     obs = cli("train", "--config", SMOKE, "--output-dir", str(out), "model.num_layers=2")
     obs.note = _unchanged(before, out)
@@ -1892,7 +2032,7 @@ def _signal_probes() -> None:
     ),
     (
       "S08",
-      f"{run}, SIGKILL after the first step, then: ... model.num_layers=2",
+      f"{run}, SIGKILL after its first checkpoint (step 2), then: ... model.num_layers=2",
       refused_after_kill,
       "exit 2, one line naming model.num_layers; nothing changes",
       both(one_line(2, "model.num_layers"), noted("nothing changed")),
