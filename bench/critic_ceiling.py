@@ -32,8 +32,9 @@ weighs them), in the rewards' units:
   mean)^2 | G] = ((n-1)/n)^2 ((G - mu_s)^2 + sigma_s^2 / (n-1))` for the secret's mean
   `mu_s` and variance `sigma_s^2`;
 - `rloo, n`: the leave-one-out baseline, `(G - mu_s)^2 + sigma_s^2 / (n-1)`.
-Enumeration grows as `high^max_turns` for the policies that ignore the feedback; 10 and 4
-take seconds, 32 and 5 only for `consistent` and `bisect` (`--policies`).
+Enumeration grows as `high^max_turns` for the policies that ignore the feedback and about
+as fast for `consistent` (32 and 5: 32528704 episodes); 10 and 4 take seconds. A run that
+would enumerate more than 10^6 episodes is refused (`bisect` plays one per secret).
 
 The policies, each answering a number in range every turn:
 - `uniform`: any number, ignoring the feedback (the issue's 34% baseline);
@@ -45,6 +46,8 @@ The policies, each answering a number in range every turn:
 from __future__ import annotations
 
 import argparse
+import functools
+import re
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -76,6 +79,33 @@ def _fresh(history: tuple, low: int, high: int) -> dict[int, float]:
 def _bisect(history: tuple, low: int, high: int) -> dict[int, float]:
   allowed = _allowed(history, low, high)
   return {allowed[(len(allowed) - 1) // 2]: 1.0}
+
+
+MAX_EPISODES = 10**6  # the most episodes a run enumerates
+
+
+def episode_count(policy: str, high: int, max_turns: int) -> int:
+  """How many episodes `_episodes` enumerates for `policy` on 1..`high`: exact for
+  `consistent` and `bisect`, at most `high^max_turns` per secret for the feedback-blind
+  policies."""
+  if policy == "bisect":
+    return high
+  if policy != "consistent":
+    return high ** (max_turns + 1)  # at most high^max_turns sequences per secret
+
+  @functools.cache
+  def count(low: int, top: int, secret: int, turns: int) -> int:
+    total = 0
+    for guess in range(low, top + 1):
+      if guess == secret or turns == 1:
+        total += 1
+      else:
+        total += count(
+          *((guess + 1, top) if guess < secret else (low, guess - 1)), secret, turns - 1
+        )
+    return total
+
+  return sum(count(1, high, secret, max_turns) for secret in range(1, high + 1))
 
 
 POLICIES: dict[str, Policy] = {
@@ -200,7 +230,23 @@ def main() -> None:
   args = parser.parse_args()
   if args.group < 2:
     parser.error(f"--group {args.group}: a group baseline needs at least 2 samples")
-  env = GuessEnv(1, args.high, args.max_turns, args.turn_penalty, args.valid_reward)
+  bad = [lam for lam in args.lambdas if not 0.0 <= lam <= 1.0]  # NaN fails both
+  if bad:
+    parser.error(f"--lambdas {bad[0]}: a GAE lambda is a number in [0, 1]")
+  try:
+    env = GuessEnv(1, args.high, args.max_turns, args.turn_penalty, args.valid_reward)
+  except ValueError as err:  # GuessEnv names its argument: the option's name instead
+    parser.error(re.sub(r"^(\w+)=", lambda m: f"--{m.group(1).replace('_', '-')} ", str(err)))
+  large = {name: episode_count(name, args.high, args.max_turns) for name in args.policies}
+  large = {name: count for name, count in large.items() if count > MAX_EPISODES}
+  if large:
+    listed = ", ".join(f"{name} {count}" for name, count in large.items())
+    parser.error(
+      f"--policies {' '.join(large)}: episodes to enumerate (at most) at --high {args.high} "
+      f"--max-turns {args.max_turns}: {listed}, above this script's {MAX_EPISODES}; use "
+      "--policies bisect, "
+      "or a smaller --high or --max-turns"
+    )
   if args.noise:
     rows = {name: noise(env, POLICIES[name], args.lambdas, args.group) for name in args.policies}
     columns = list(next(iter(rows.values())))

@@ -222,19 +222,51 @@ def main() -> None:
     missing = [d for d in args.report if not (pathlib.Path(d) / "results.json").is_file()]
     if missing:
       parser.error(f"--report: no results.json in {', '.join(missing)} (a finished bench's --out)")
-    runs = [json.loads((pathlib.Path(d) / "results.json").read_text()) for d in args.report]
+    runs = []
+    for directory in args.report:
+      path = pathlib.Path(directory) / "results.json"
+      try:
+        runs.append(json.loads(path.read_text()))
+      except ValueError as err:
+        parser.error(f"--report: {path} is not readable JSON ({err})")
     out.mkdir(parents=True, exist_ok=True)
     text = report(runs)
     (out / "report.md").write_text(text)
     plot_report(runs, out)
     print(text)
     return
-  for seed in args.seed_ids if args.seed_ids is not None else range(args.seeds):
+  seeds = list(args.seed_ids if args.seed_ids is not None else range(args.seeds))
+  if not seeds:
+    parser.error(f"--seeds {args.seeds}: no seed to run (1 or more)")
+  check_inputs(parser, args, seeds)
+  for seed in seeds:
     run_seed(args, out, seed)
     results = gather(args, out)
   (out / "table.md").write_text(table(results))
   plot(results, out / "curves.png")
   print(table(results))
+
+
+def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace, seeds: list[int]):
+  """Before any run: every seed's configs load (a bad key, file or value is one line, exit
+  2) and, with `--baseline-from`, every seed's baseline is there."""
+  from tunix_ppo_ext.config import ConfigError, load_run_config  # noqa: PLC0415
+
+  steps = {"trained": args.steps, "baseline": args.baseline_steps}
+  if args.baseline_from:
+    del steps["baseline"]
+  for seed in seeds:
+    for name, count in steps.items():
+      overrides = [f"seed={seed}", "train.eval_batches=0", *args.overrides]
+      try:
+        load_run_config(args.config, [*overrides, f"train.steps={count}"])
+      except ConfigError as err:
+        parser.error(f"the {name} run of seed {seed}: {err}")
+    if args.baseline_from:
+      try:
+        _reused_baseline(pathlib.Path(args.baseline_from), seed)
+      except SystemExit as err:
+        parser.error(str(err.code))
 
 
 def run_seed(args: argparse.Namespace, out: pathlib.Path, seed: int) -> None:

@@ -68,3 +68,39 @@ def test_the_group_baselines_noise_against_every_group_enumerated():
   row = _noise("uniform", 2, 1, [0.5])
   assert row["grpo, 4"] == pytest.approx(grpo) and row["rloo, 4"] == pytest.approx(rloo)
   assert row["critic, lambda 0.5"] == pytest.approx(0.25)  # G - 0.6 = +-0.5
+
+
+@pytest.mark.parametrize(
+  ("argv", "named"),
+  [
+    (["--high", "0"], "--high 0 is invalid"),
+    (["--max-turns", "0"], "--max-turns 0 is invalid"),
+    (["--turn-penalty", "0.5"], "--turn-penalty 0.5 is invalid with max_turns=4"),
+    (["--valid-reward", "-1"], "--valid-reward -1.0 is invalid"),
+    (["--noise", "--lambdas", "2"], "--lambdas 2.0: a GAE lambda is a number in [0, 1]"),
+    (["--noise", "--lambdas", "nan"], "--lambdas nan"),
+    (["--high", "32", "--max-turns", "5", "--policies", "uniform"], "uniform 1073741824, above"),
+    (["--high", "32", "--max-turns", "5", "--policies", "consistent"], "consistent 32528704"),
+  ],
+)
+def test_a_bad_option_is_one_line_before_any_enumeration(argv, named, monkeypatch, capsys):
+  """Each was a ValueError traceback, a table of lambda-2 noise, or an enumeration that did
+  not end (consistent at 32 and 5, which the docstring said would)."""
+  bench = load_bench("critic_ceiling")
+  monkeypatch.setattr("sys.argv", ["critic_ceiling.py", *argv])
+  with pytest.raises(SystemExit) as exit_:
+    bench.main()
+  assert exit_.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert named in err[-1] and err[-1].startswith("critic_ceiling.py: error:"), err
+
+
+def test_the_episode_count_is_what_the_enumeration_plays():
+  bench = load_bench("critic_ceiling")
+  env = GuessEnv(1, 6, 3, turn_penalty=0.2)
+  for name in ("consistent", "bisect"):
+    played = sum(1 for _ in bench._episodes(env, bench.POLICIES[name]))
+    assert bench.episode_count(name, 6, 3) == played
+  assert bench.episode_count("uniform", 6, 3) >= sum(
+    1 for _ in bench._episodes(env, bench.POLICIES["uniform"])
+  )

@@ -47,7 +47,10 @@ def test_report_pools_the_baseline_batches_and_spreads_the_trained_seeds():
       "trained": bench.summarize(_rows([0.0, done], [0.0, done]), 0.5, batch=8),
     }
   results = {
-    "args": {"config": "configs/smoke.yaml", "overrides": ["ppo.advantage_estimator=rloo"]},
+    "args": {
+      "config": "configs/smoke.yaml",
+      "overrides": ["ppo.advantage_estimator=rloo", "ppo.num_generations=2"],
+    },
     "seeds": seeds,
   }
   (row,) = bench.report([results]).splitlines()[2:]
@@ -60,7 +63,7 @@ def test_report_pools_the_baseline_batches_and_spreads_the_trained_seeds():
     sd = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
     return f"{mean:.3f} ± {sd:.3f} [{min(values):.3f}, {max(values):.3f}]"
 
-  assert cells[:4] == ["smoke: rloo", "3", spread(pooled), spread(trained)]
+  assert cells[:4] == ["smoke: rloo ppo.num_generations=2", "3", spread(pooled), spread(trained)]
   assert cells[4:6] == [spread(pooled), spread(trained)]  # returns: the same values here
   assert cells[6] == "-"  # no critic: no explained variance
   assert cells[7] == "-"  # rows without the advantage noise (runs from before it was logged)
@@ -117,3 +120,38 @@ def test_a_baseline_is_reused_from_another_bench_and_a_missing_one_is_named(tmp_
   other = {"success": 0.5, "success_curve": [0.5]}  # a clone: results.json, no seed directory
   (tmp_path / "results.json").write_text(json.dumps({"seeds": {"2": {"baseline": other}}}))
   assert bench._reused_baseline(tmp_path, 2) == other
+
+
+@pytest.mark.parametrize(
+  ("argv", "named"),
+  [
+    (["--seeds", "0"], "--seeds 0: no seed to run"),
+    (["--steps", "0"], "the trained run of seed 0: config key 'train.steps'=0 is invalid"),
+    (["--baseline-steps", "0"], "the baseline run of seed 0: config key 'train.steps'=0"),
+    (["--seed-ids", "-1"], "config key 'seed'=-1 is invalid"),
+    (["ppo.gae_lamda=0.5"], "unknown config key 'ppo.gae_lamda'"),
+    (["--config", "no/such.yaml"], "--config 'no/such.yaml': no such file"),
+    (["--baseline-from", "no/such/dir", "--seed-ids", "0"], "--baseline-from: no no/such/dir"),
+  ],
+)
+def test_bad_arguments_are_one_line_before_any_run(argv, named, tmp_path, monkeypatch, capsys):
+  """Each was a traceback (--seeds 0: UnboundLocalError), or came after the baseline's
+  minutes of training (--steps 0), or exited 1."""
+  bench = _bench()
+  monkeypatch.setattr(bench, "run_seed", lambda *a: pytest.fail("a run started"))
+  argv = ["--config", "configs/smoke.yaml", "--out", str(tmp_path), *argv]
+  monkeypatch.setattr("sys.argv", ["real_model.py", *argv])
+  with pytest.raises(SystemExit) as exit_:
+    bench.main()
+  assert exit_.value.code == 2
+  assert named in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_report_of_an_unreadable_results_json_is_one_line(tmp_path, monkeypatch, capsys):
+  bench = _bench()
+  (tmp_path / "results.json").write_text('{"seeds": {')  # cut short
+  monkeypatch.setattr("sys.argv", ["real_model.py", "--report", str(tmp_path)])
+  with pytest.raises(SystemExit) as exit_:
+    bench.main()
+  assert exit_.value.code == 2
+  assert "results.json is not readable JSON" in capsys.readouterr().err

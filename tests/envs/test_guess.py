@@ -75,7 +75,8 @@ def test_bad_settings_are_refused_in_one_line_naming_the_setting():
     ({"high": 9.5}, "high=9.5"),
     ({"max_turns": 0}, "max_turns=0"),
     ({"max_turns": True}, "max_turns=True"),
-    ({"max_turns": 6, "turn_penalty": 0.2}, "turn_penalty=0.2"),  # the 6th guess would pay 0
+    # the 6th guess would pay 0: the message names the max_turns that caps it
+    ({"max_turns": 6, "turn_penalty": 0.2}, "turn_penalty=0.2 is invalid with max_turns=6"),
     ({"turn_penalty": -0.1}, "turn_penalty=-0.1"),
     ({"turn_penalty": nan}, "turn_penalty=nan"),
     ({"valid_reward": -1}, "valid_reward=-1"),

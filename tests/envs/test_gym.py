@@ -328,7 +328,8 @@ def test_a_user_s_own_gymnasium_environment_works_from_the_run_config(route, tmp
   monkeypatch.syspath_prepend(str(tmp_path))
   name = f"gym:{module}:{env_id}" if route == "module:id" else f"gym:{env_id}"
   kwargs = f"{{max_return: 1.0, render: '{module}:render'}}"
-  run = load_run_config(None, [f"env.name={name}", f"env.kwargs={kwargs}"])
+  # the default alphabet has no digits: the built-in tokenizer's letters, digits, punctuation
+  run = load_run_config(None, [f"env.name={name}", f"env.kwargs={kwargs}", "model.alphabet=null"])
   env = make_env(run.env.name, **run.env.kwargs)
   assert env.reset(0)[0] == "at 0" and env.step("2")[0] == "at 1"
 

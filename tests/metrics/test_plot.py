@@ -182,6 +182,21 @@ def test_any_write_failure_is_the_same_one_line_and_out_takes_a_directory(tmp_pa
   assert image.imread(tmp_path / plot.FILENAME).shape[:2] == (280, 2 * 450)
 
 
+@pytest.mark.skipif(not pathlib.Path("/dev/full").exists(), reason="no /dev/full here")
+def test_a_write_refused_only_when_the_file_closes_is_the_same_one_line(tmp_path, capsys):
+  """/dev/full takes writes and refuses them at close (a full disk can do the same):
+  matplotlib's own writing let that pass, and plot printed the path of a PNG never written."""
+  from tunix_ppo_ext._src.run import cli  # noqa: PLC0415
+
+  assert cli.main(["plot", str(_run_dir(tmp_path / "run")), "--out", "/dev/full"]) == 2
+  captured = capsys.readouterr()
+  assert captured.err == (
+    "tunix-ppo-ext: error: cannot write '/dev/full' (no space left on device); pass --out PATH "
+    "to write it elsewhere\n"
+  )
+  assert not captured.out
+
+
 def test_the_collapse_signals_have_panels_and_the_echo_trap_a_line_on_each(tmp_path, monkeypatch):
   from matplotlib.axes import Axes  # noqa: PLC0415
 

@@ -437,6 +437,32 @@ CASES: dict[str, Case] = {
     run_config("model.alphabet=abca"), match=r"'model.alphabet'.*repeated: \['a'\]"
   ),
   "run_output_dir_empty": Case(run_config("output_dir=''"), match="'output_dir'"),
+  # a group estimator's groups of one: no baseline, each advantage the episode's own score
+  "run_grpo_groups_of_one": Case(
+    run_config("ppo.advantage_estimator=grpo", "ppo.num_generations=1"),
+    match=r"'ppo.num_generations'=1 must be at least 2 with advantage_estimator='grpo'",
+  ),
+  "run_rloo_groups_of_one": Case(
+    run_config("ppo.advantage_estimator=rloo", "ppo.num_generations=1"),
+    match=r"'ppo.num_generations'=1 must be at least 2 with advantage_estimator='rloo'",
+  ),
+  # the game's own max_turns above the rollout's: every episode cut before its last guess
+  "run_guess_cut_by_env_max_turns": Case(
+    run_config(
+      "env.name=guess",
+      "model.alphabet=null",
+      "train.max_prompt_length=128",
+      "env.kwargs.max_turns=6",
+      "env.kwargs.turn_penalty=0.1",
+    ),
+    match=r"'env.max_turns'=4 is below the 'guess' environment's own max_turns=6",
+  ),
+  # the built-in tokenizer's alphabet without the game's letters: refused when the first
+  # rollout encoded it, after the models were built (exit 1)
+  "run_guess_letters_outside_the_alphabet": Case(
+    run_config("env.name=guess", "train.max_prompt_length=128"),
+    match=r"'model.alphabet': the 'guess' environment's first observation cannot be tokenised",
+  ),
   "run_lora_rank_zero": Case(
     run_config("model.lora={rank: 0}"), match=r"'model.lora.rank'=0 is invalid"
   ),

@@ -17,11 +17,11 @@ CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 def test_dotted_overrides_reach_every_section():
   run = load_run_config(
-    None, ["train.steps=7", "ppo.entropy_coef=0.02", "env.kwargs.num_symbols=4", "seed=3"]
+    None, ["train.steps=7", "ppo.entropy_coef=0.02", "env.kwargs.num_symbols=2", "seed=3"]
   )
   assert run.train.steps == 7 and run.seed == 3
   assert run.ppo["entropy_coef"] == 0.02 and run.ppo_config().entropy_coef == 0.02
-  assert run.env.kwargs["num_symbols"] == 4
+  assert run.env.kwargs["num_symbols"] == 2
 
 
 @pytest.mark.parametrize(

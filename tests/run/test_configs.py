@@ -8,6 +8,7 @@ import dataclasses
 import math
 import pathlib
 import re
+import warnings
 
 import jax
 import pytest
@@ -116,3 +117,14 @@ def test_real_model_configs_fit_a_v4_8_and_a_v5e_8_mesh(config, local_model_dirs
         axes = axes if isinstance(axes, tuple) else (axes,)
         parts = math.prod(sizes[a] for a in axes if a is not None)
         assert dim % parts == 0, (slice_name, name, param_shape, spec)
+
+
+def test_a_critic_warm_up_as_long_as_the_run_warns_that_the_actor_never_trains():
+  """A critic-only run is allowed (the critic learning-rate probe is one), but said so."""
+  smoke = str(pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
+  with pytest.warns(UserWarning, match=r"critic_warmup_steps=4 is not below the run's 4 batches"):
+    load_run_config(smoke, ["ppo.critic_warmup_steps=4"])
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    load_run_config(smoke, ["ppo.critic_warmup_steps=3"])
+  assert not [w for w in caught if "critic_warmup_steps" in str(w.message)]

@@ -8,6 +8,7 @@ rows are in `metrics.jsonl` and `summary.json` counts every step.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
@@ -16,16 +17,24 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import jax
 import pytest
 
 from tests.conftest import SMOKE, common_checkpoints, smoke_args, subprocess_env, train_command
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, run_dir
 
 STEPS = 6
+
+
+class SafetensorError(Exception):
+  """What safetensors raises for a write the disk refuses (not an OSError)."""
+
+
 EVERY = 2  # checkpoint and evaluation at the same steps (as the default config does)
 OVERRIDES = (f"train.steps={STEPS}", f"train.checkpoint_every={EVERY}", f"train.eval_every={EVERY}")
 SECTIONS = ("train/", "actor/", "critic/")
@@ -295,6 +304,8 @@ def _export(run: pathlib.Path, out: pathlib.Path, capsys) -> tuple[int, list[str
   "error, code, message",
   [
     (OSError(28, "No space left on device"), 2, "cannot be written (No space left on device)"),
+    # safetensors' own error for a full disk (was its traceback)
+    (SafetensorError("I/O error: No space left on device (os error 28)"), 2, "(I/O error: No s"),
     (KeyboardInterrupt(), 130, "interrupted; nothing was left in OUT_DIR"),
   ],
 )
@@ -345,3 +356,42 @@ def test_export_of_a_run_still_training_is_refused(four_steps, tmp_path, capsys)
   assert code == 2 and len(err) == 1
   assert f"is in use by a running train (pid {holder.pid})" in err[0]
   assert not (tmp_path / "exported").exists()
+
+
+@pytest.mark.parametrize(
+  ("text", "reason"),
+  [(None, "it is missing"), ('{"model": {', "JSONDecodeError"), ("[1, 2]", "not a JSON object")],
+)
+def test_a_rerun_beside_checkpoints_without_a_readable_config_json_is_refused(
+  tmp_path, text, reason
+):
+  """Without it the rerun's settings could not be checked: another model's rerun took the
+  checkpoints for damaged ones and set them all aside (missing), or the rerun ended on
+  JSONDecodeError's line without the file's name (cut short)."""
+  if text is not None:
+    (tmp_path / run_dir.CONFIG).write_text(text)
+  with pytest.raises(ConfigError, match=rf"its config.json cannot be read \({reason}"):
+    run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}}, 4)
+  assert run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}}, None) == {}  # a new run
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"from_step": 0}', "null", "[{}, 3]"])
+def test_a_parts_json_of_another_shape_is_read_as_none(tmp_path, text):
+  """An AttributeError's traceback ('int' object has no attribute 'get') before."""
+  (tmp_path / run_dir.SUMMARY).write_text('{"wall_s": 7.5}')
+  (tmp_path / run_dir.PARTS).write_text(text)
+  assert run_dir.earlier_parts(tmp_path, resuming=True) == [{"from_step": 0, "wall_s": 7.5}]
+
+
+def test_an_output_dir_that_cannot_be_written_is_one_line_naming_it(tmp_path, monkeypatch):
+  """`OSError: [Errno 30] Read-only file system: '.../.lock'` (exit 1) before."""
+  (tmp_path / "afile").write_text("x")
+  with pytest.raises(ConfigError, match=r"'output_dir' \(--output-dir\) .* cannot be written"):
+    run_dir.make_output_dir(tmp_path / "afile" / "run")
+
+  def read_only(path, *args):
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+  monkeypatch.setattr(run_dir, "os", types.SimpleNamespace(**{**vars(os), "open": read_only}))
+  with pytest.raises(ConfigError, match=r"cannot be written \(read-only file system: .*\.lock\)"):
+    run_dir.RunLock(tmp_path).__enter__()

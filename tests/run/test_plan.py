@@ -206,7 +206,11 @@ def test_topology_names_and_chip_counts():
     (["plan", "--topology", "v5e-8"], "--topology"),
     (["plan", "--compiler", "gpu"], "--compiler"),
     (["plan", "train.batch_size=0"], "train.batch_size"),
-    (["plan", "--pieces", "critic/train_step", "ppo.advantage_estimator=grpo"], "--pieces"),
+    (
+      ["plan", "--pieces", "critic/train_step", "ppo.advantage_estimator=grpo"]
+      + ["ppo.num_generations=2"],
+      "--pieces",
+    ),
   ],
 )
 def test_bad_plan_arguments_are_one_line_naming_the_option(argv, named, capsys):

@@ -102,14 +102,17 @@ def test_sweep_runs_seeds_without_a_critic_and_they_resume(tmp_path, monkeypatch
     "2",
   ]
   command += ["--config", str(SMOKE), "--output-dir", str(out), "ppo.advantage_estimator=grpo"]
-  command += ["seed=3,4"]  # the seeds themselves (not 0 .. N-1 under both names)
+  command += [
+    "ppo.num_generations=2",
+    "seed=3,4",
+  ]  # the seeds themselves (not 0 .. N-1 under both names)
   done = subprocess.run(command, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
-  assert "| advantage_estimator=grpo | 2 |" in done.stdout
+  assert "| advantage_estimator=grpo_num_generations=2 | 2 |" in done.stdout
   (row,) = json.loads((out / "table.json").read_text())
   assert row["seeds"] == 2 and row["max_return"] == 1.25
   assert (out / "table.md").read_text() == done.stdout and (out / "curves.png").is_file()
-  seed0 = out / "advantage_estimator=grpo" / "seed3"
+  seed0 = out / "advantage_estimator=grpo_num_generations=2" / "seed3"
   assert sorted(p.name for p in seed0.parent.iterdir()) == ["seed3", "seed4"]
   summaries = [json.loads((seed0.parent / f"seed{k}" / "summary.json").read_text()) for k in (3, 4)]
   finals = [s["final_return"] for s in summaries]
@@ -139,7 +142,8 @@ def test_sweep_runs_seeds_without_a_critic_and_they_resume(tmp_path, monkeypatch
   # a run without critic resumes from its actor checkpoint
   assert common_checkpoints(seed0, roles=("actor",)) == {2, 4}
   capsys.readouterr()  # `train` in this process: what it checks needs no process of its own
-  resumed = smoke_args(seed0, "ppo.advantage_estimator=grpo", "seed=3", "train.steps=6")
+  resumed = smoke_args(seed0, "ppo.advantage_estimator=grpo", "ppo.num_generations=2", "seed=3")
+  resumed.append("train.steps=6")
   assert cli.main(resumed) == 0
   assert "resuming from step 4" in capsys.readouterr().err
   assert [r["step"] for r in read_jsonl(seed0 / "metrics.jsonl") if "actor/pg_loss" in r][-2:] == [

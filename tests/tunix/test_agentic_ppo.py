@@ -123,6 +123,9 @@ def test_the_ppo_keys_are_checked_as_ppo_ext_config_s():
     AgenticPpoConfig(advantage_estimator="rloo", critic_lambda=1.0)
   with pytest.raises(ValueError, match=r"kl_method='full' is invalid"):
     AgenticPpoConfig(kl_method="full", kl_penalty="loss")
+  for estimator in ("grpo", "rloo"):  # groups of one: no baseline (tunix's GRPO refuses them)
+    with pytest.raises(ValueError, match=rf"num_generations=1 is invalid: .*='{estimator}'"):
+      AgenticPpoConfig(advantage_estimator=estimator, num_generations=1)
 
 
 class Recording(AgenticPpoLearner):

@@ -104,3 +104,33 @@ def test_on_tunix_0_1_7_the_command_says_it_needs_tunix_main(capsys):
   assert cli.main(["tunix-agentic", "agentic_ppo.yaml"]) == 2
   err = capsys.readouterr().err.strip()
   assert "tunix-agentic needs tunix main (google-tunix >= 0.1.8" in err and "\n" not in err
+
+
+@needs_main
+@pytest.mark.parametrize(
+  ("write", "extra", "named"),
+  [
+    (None, [], "CONFIG '{path}': no such file"),
+    ("rollout_config: [1, 2\n", [], "CONFIG '{path}': invalid YAML"),
+    ("- 1\n", [], "CONFIG '{path}': expected a mapping"),
+    ("ok", ["training_mode=agentic_ppoo"], "training_mode='agentic_ppoo' is invalid"),
+    ("ok", ["env_class_path=no.such.Env"], "env_class_path='no.such.Env' names no class"),
+    ("ok", ["agentic_ppo_config.max_response_length=32"], "must be rollout_config.total_gen"),
+    ("ok", ["agentic_ppo_config=5"], "with agentic_ppo_config=5: tunix's config refused it"),
+    ("ok", ["no_such_key=1"], "Key no_such_key was passed at the command line"),
+    ("ok", ["gae_lambda"], "override 'gae_lambda' must look like key=value"),
+  ],
+)
+def test_a_bad_file_mode_class_or_width_is_one_line_before_any_model(
+  tmp_path, capsys, write, extra, named
+):
+  """Each was Python's or tunix's error (exit 1; a class path only once the tokenizer and
+  models had loaded), or (a narrower max_response_length) episodes silently cut."""
+  path = tmp_path / "agentic_ppo.yaml"
+  if write == "ok":
+    pipeline_yaml(tmp_path)  # its tokenizer path does not exist: nothing may load it
+  elif write is not None:
+    path.write_text(write)
+  assert cli.main(["tunix-agentic", str(path), *extra]) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip()
+  assert named.format(path=path) in err and "\n" not in err, err

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tunix_ppo_ext._src.checks import check_integer, check_number
+from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
 
 _NUMBER = re.compile(r"-?\d+")
@@ -62,9 +62,12 @@ class GuessEnv:
     self.max_turns = check_integer("max_turns", max_turns, low=1)
     # every reward stays in [0, 1 + valid_reward]: a later hit never pays less than 0
     last = 1.0 / (self.max_turns - 1) if self.max_turns > 1 else None
-    self.turn_penalty = check_number(
-      "turn_penalty", turn_penalty, low=0.0, high=last, high_open=True
-    )
+    self.turn_penalty = check_number("turn_penalty", turn_penalty, low=0.0)
+    if last is not None and self.turn_penalty >= last:
+      raise ConfigError(
+        f"turn_penalty={turn_penalty!r} is invalid with max_turns={self.max_turns}: must be "
+        f"below 1 / (max_turns - 1) = {last:.4g}, so that a hit on the last turn pays more than 0."
+      )
     self.valid_reward = check_number("valid_reward", valid_reward, low=0.0)
     self.consistent_reward = check_number("consistent_reward", consistent_reward, low=0.0)
     self.info_gain_reward = check_number("info_gain_reward", info_gain_reward, low=0.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -265,8 +266,11 @@ def plot_run(
   from matplotlib import pyplot as plt  # noqa: PLC0415 (only this command needs it)
 
   target = output_path(pathlib.Path(run_dir), out)
-  try:
-    figure.savefig(target, dpi=100)
+  try:  # drawn in memory, then written and closed here: a write refused only at close (a
+    # full disk) raises here, where matplotlib's own file writing let it pass
+    image = io.BytesIO()
+    figure.savefig(image, dpi=100, format=target.suffix[1:].lower() or None)
+    target.write_bytes(image.getvalue())
   except OSError as err:  # EROFS, EACCES, ENOSPC...: the path and the reason, no traceback
     reason = os.strerror(err.errno).lower() if err.errno else str(err)
     raise UnwritablePlot(f"cannot write {str(target)!r} ({reason})") from None

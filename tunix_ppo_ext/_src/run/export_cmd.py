@@ -36,6 +36,7 @@ from tunix_ppo_ext._src.run.run_config import (
   lora_section,
   tokenizer_directory,
 )
+from tunix_ppo_ext._src.tunix.cluster.disk_space import write_failure
 from tunix_ppo_ext._src.tunix.models import hf_export, hf_models, lora
 
 RUN_CONFIG = "config.json"
@@ -128,9 +129,14 @@ def _staged(out_dir: pathlib.Path) -> Iterator[pathlib.Path]:
     if out_dir.is_dir():
       out_dir.rmdir()  # empty (check_out_dir): the rename needs it gone
     staging.rename(out_dir)
-  except OSError as err:
+  except Exception as err:
+    # an OSError, or a writer's own error for one (safetensors' SafetensorError: "I/O error:
+    # No space left on device")
+    if not isinstance(err, OSError) and write_failure(err) is None:
+      raise
+    reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err) or err
     raise ConfigError(
-      f"OUT_DIR {str(out_dir)!r} cannot be written ({err.strerror or err}): free space or "
+      f"OUT_DIR {str(out_dir)!r} cannot be written ({reason}): free space or "
       "choose a writable directory; nothing was left there"
     ) from err
   finally:

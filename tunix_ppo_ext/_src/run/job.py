@@ -399,7 +399,7 @@ def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict
   """
   resolved = as_resolved(resolved)
   out = pathlib.Path(resolved.run.output_dir).resolve()  # orbax wants absolute paths
-  out.mkdir(parents=True, exist_ok=True)
+  run_dir.make_output_dir(out)
   primary = distributed.is_primary(jax.process_index())
   lock = run_dir.RunLock(out) if primary else contextlib.nullcontext()
   with lock:

@@ -22,6 +22,7 @@ import pathlib
 import re
 import types
 import typing
+import warnings
 from typing import Any
 
 import yaml
@@ -29,6 +30,7 @@ import yaml
 from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
 from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
 from tunix_ppo_ext._src.data import gguf_files
+from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.envs import base as envs
 from tunix_ppo_ext._src.metrics.collapse import EchoTrapRule
 from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
@@ -37,7 +39,11 @@ from tunix_ppo_ext._src.run import recipe, resume
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
-from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, fused_head_problem
+from tunix_ppo_ext._src.tunix.learner.ppo_config import (
+  PpoExtConfig,
+  fused_head_problem,
+  groups_of_one_problem,
+)
 from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
 
 
@@ -645,12 +651,29 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
   below the first observation (built-in tokenizer: one token per character, plus BOS), and
   a KV cache for the toy model larger than this machine's memory."""
   if tokenizer_directory(run.model) is None:
-    first = max((env.reset(seed)[0] for seed in range(8)), key=len)
+    firsts = [env.reset(seed)[0] for seed in range(8)]
+    alphabet = {} if run.model.alphabet is None else {"alphabet": run.model.alphabet}
+    for text in firsts:  # the rollout's first encode would refuse it, after the build
+      try:
+        CharTokenizer(**alphabet).encode(text)
+      except ValueError as err:
+        raise ConfigError(
+          f"config key 'model.alphabet': the {envs.env_name(env)!r} environment's first "
+          f"observation cannot be tokenised: {err}"
+        ) from None
+    first = max(firsts, key=len)
     if len(first) + 1 > run.train.max_prompt_length:
       raise ConfigError(
         f"config key 'train.max_prompt_length'={run.train.max_prompt_length} is below the "
         f"first observation's {len(first) + 1} tokens (with BOS): {first!r}"
       )
+  own_turns = getattr(env, "max_turns", None)  # a game's own limit (guess: its guesses)
+  if isinstance(own_turns, int) and own_turns > run.env.max_turns:
+    raise ConfigError(
+      f"config key 'env.max_turns'={run.env.max_turns} is below the {envs.env_name(env)!r} "
+      f"environment's own max_turns={own_turns} (env.kwargs.max_turns): every episode would be "
+      f"cut after {run.env.max_turns} turns, before the game ends; set both to one number"
+    )
   model, cache = run.model, run.train.max_prompt_length + run.env.max_completion_len
   cache += 2 * run.env.max_tokens_per_turn
   kv_bytes = run.train.batch_size * model.num_layers * 2 * model.num_kv_heads * model.head_dim
@@ -792,6 +815,9 @@ def resolve(run: RunConfig) -> ResolvedRun:
   except ValueError as err:
     raise ConfigError(_ppo_error_key(str(err))) from None
   num_generations = ppo.num_generations
+  problem = groups_of_one_problem(ppo.advantage_estimator, num_generations)
+  if problem:
+    raise ConfigError(f"config key 'ppo.num_generations'={num_generations} must be {problem}")
   if run.train.batch_size % num_generations:
     raise ConfigError(
       f"config key 'train.batch_size'={run.train.batch_size} must be a multiple of "
@@ -805,6 +831,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   recipe.validate_sampling(run.sampling)
   recipe.validate_shaping(run.shaping)
   batch = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
+  _warn_long_warmup(ppo, run.train.steps, ppo.num_iterations * batch.updates_per_epoch)
   chunk = batch.rollout_chunk
   recipe.validate_filter(run.filter, chunk, num_generations)
   recipe.validate_validation(
@@ -825,6 +852,18 @@ def resolve(run: RunConfig) -> ResolvedRun:
     checkpoint_roles=resume.ROLES if ppo.uses_critic else ("actor",),
     cluster=_cluster_spec(run, batch, num_generations),
   )
+
+
+def _warn_long_warmup(ppo: PpoExtConfig, steps: int, updates_per_batch: int) -> None:
+  """A warning when the critic warm-up lasts the whole run (its batches, `train.steps`
+  updates of `updates_per_batch` each): the actor never trains (a critic-only run)."""
+  batches = -(-steps // updates_per_batch)
+  if ppo.critic_warmup_steps >= batches:
+    warnings.warn(
+      f"ppo.critic_warmup_steps={ppo.critic_warmup_steps} is not below the run's {batches} "
+      f"batches (train.steps={steps}): the actor never trains, only the critic",
+      stacklevel=3,
+    )
 
 
 def _cluster_spec(run: RunConfig, batch: recipe.BatchPlan, num_generations: int) -> ClusterSpec:

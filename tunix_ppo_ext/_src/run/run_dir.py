@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
@@ -118,9 +119,21 @@ def rerun_changes(
     ValueError: one line listing every refused difference (`key: saved -> requested`).
   """
   saved_file = out / CONFIG
-  if checkpoint_step is None or not saved_file.is_file():
+  if checkpoint_step is None:
     return {}
-  saved_config = json.loads(saved_file.read_text())
+  saved_config, reason = None, "not a JSON object"
+  try:
+    saved_config = json.loads(saved_file.read_text())
+  except FileNotFoundError:
+    reason = "it is missing"
+  except (OSError, ValueError) as err:
+    reason = f"{type(err).__name__}: {err}"
+  if not isinstance(saved_config, dict):
+    raise ConfigError(
+      f"output dir {str(out)!r} holds checkpoints, but its {CONFIG} cannot be read ({reason}), "
+      f"so the rerun's settings cannot be checked against them; restore {CONFIG} or use "
+      "another --output-dir"
+    )
   saved, requested = _flat(saved_config), _flat(config)
   changed = {
     k: (saved.get(k), requested.get(k))
@@ -184,7 +197,9 @@ def earlier_parts(out: pathlib.Path, resuming: bool) -> list[dict[str, Any]]:
   try:
     parts = json.loads((out / PARTS).read_text())
   except (OSError, ValueError):
-    parts = _summary_part(out)
+    parts = None
+  if not isinstance(parts, list) or not all(isinstance(part, dict) for part in parts):
+    parts = _summary_part(out)  # missing or not this package's: as a run from before it
   last_write = (out / "metrics.jsonl").stat().st_mtime if (out / "metrics.jsonl").is_file() else 0
   for part in parts:
     if part.get("wall_s") is None:  # killed: until its last metric
@@ -202,6 +217,30 @@ def _summary_part(out: pathlib.Path) -> list[dict[str, Any]]:
 def write_parts(out: pathlib.Path, parts: list[dict[str, Any]]) -> None:
   """Writes `parts.json` (`earlier_parts`' record, the running part last)."""
   write_atomically(out / PARTS, json.dumps(parts, indent=2))
+
+
+# what makes a directory unusable as an output directory (not a full disk: that is a
+# write failure, `disk_space.write_failure`)
+_UNUSABLE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST)
+
+
+def unusable_output_dir(out: pathlib.Path, err: OSError) -> ConfigError | None:
+  """The one-line ConfigError for an output directory this process cannot create or write
+  (read-only, no permission, a file in its path); None for any other OSError."""
+  if err.errno not in _UNUSABLE:
+    return None
+  return ConfigError(
+    f"config key 'output_dir' (--output-dir) {str(out)!r} cannot be written "
+    f"({os.strerror(err.errno).lower()}: {err.filename}); choose a writable directory"
+  )
+
+
+def make_output_dir(out: pathlib.Path) -> None:
+  """Creates `out` (and its parents); ConfigError when it cannot (`unusable_output_dir`)."""
+  try:
+    out.mkdir(parents=True, exist_ok=True)
+  except OSError as err:
+    raise unusable_output_dir(out, err) or err from None
 
 
 def _alive(pid: int) -> bool:
@@ -228,6 +267,8 @@ class RunLock:
         self.check_free()
         self.path.unlink(missing_ok=True)  # a killed run's stale lock
         continue
+      except OSError as err:  # a read-only directory: before anything else is written
+        raise unusable_output_dir(self.path.parent, err) or err from None
       with os.fdopen(descriptor, "w") as handle:
         handle.write(str(os.getpid()))
       return self

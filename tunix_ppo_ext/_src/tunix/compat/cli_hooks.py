@@ -18,7 +18,10 @@ no public way to do, each with its reason:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from tunix_ppo_ext._src.checks import ConfigError
 
 try:
   from tunix.cli import ppo_main
@@ -60,8 +63,12 @@ class PipelineHooks(object if ppo_main is None else ppo_main.PpoPipeline):
 
 
 def config_mapping(pipeline: Any, name: str) -> dict[str, Any]:
-  """The config's section `name` as a plain dict (empty when absent)."""
-  return dict(pipeline._config_mapping(name) or {})
+  """The config's section `name` as a plain dict (empty when absent); ConfigError naming it
+  when it is not a mapping."""
+  section = pipeline._config_mapping(name) or {}
+  if not isinstance(section, Mapping):
+    raise ConfigError(f"{name}={section!r} is invalid: must be a mapping of its keys")
+  return dict(section)
 
 
 def config_string(pipeline: Any, name: str) -> str | None:

@@ -18,9 +18,11 @@ needs `critic_model_config` (and `rl_training_config.critic_optimizer_config`).
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import yaml
 from tunix.cli.utils import data as data_lib
 
 from tunix_ppo_ext._src.checks import ConfigError, did_you_mean
@@ -29,11 +31,13 @@ from tunix_ppo_ext._src.tunix.learner.agentic_ppo import AgenticPpoLearner
 from tunix_ppo_ext._src.tunix.learner.agentic_ppo_config import AgenticPpoConfig
 
 SECTION = "agentic_ppo_config"
+MODES = ("ppo", cli_hooks.AGENTIC_PPO)  # tunix's PPO, and this package's agentic PPO
 
 
 def agentic_ppo_config(section: Mapping[str, Any], rollout: Mapping[str, Any]) -> AgenticPpoConfig:
   """The `AgenticPpoConfig` of the `agentic_ppo_config` section; `max_response_length`
-  defaults to the rollout's `total_generation_steps`. An unknown key is a ConfigError."""
+  defaults to the rollout's `total_generation_steps` (and must equal it). An unknown key is
+  a ConfigError."""
   keys = dict(section)
   fields = sorted(f.name for f in dataclasses.fields(AgenticPpoConfig))
   unknown = sorted(set(keys) - set(fields))
@@ -41,8 +45,15 @@ def agentic_ppo_config(section: Mapping[str, Any], rollout: Mapping[str, Any]) -
     raise ConfigError(
       f"{SECTION}.{unknown[0]} is not an AgenticPpoConfig key{did_you_mean(unknown[0], fields)}"
     )
-  if "max_response_length" not in keys and "total_generation_steps" in rollout:
-    keys["max_response_length"] = int(rollout["total_generation_steps"])
+  steps = rollout.get("total_generation_steps")
+  if "max_response_length" not in keys and steps is not None:
+    keys["max_response_length"] = int(steps)
+  elif steps is not None and keys["max_response_length"] != steps:
+    raise ConfigError(
+      f"{SECTION}.max_response_length={keys['max_response_length']!r} is invalid: must be "
+      f"rollout_config.total_generation_steps={steps!r}, the width the rollout samples "
+      "(episodes are cut at max_response_length); leave it out to take the rollout's"
+    )
   return AgenticPpoConfig(**keys)
 
 
@@ -64,6 +75,7 @@ class AgenticPpoPipeline(cli_hooks.PipelineHooks):
     """`(learner, dataset)`: tunix's engine, tokenizer, chat parser and dataset, the
     configured agent and environment classes, `AgenticPpoLearner` on them."""
     config = self.agentic_ppo_config()  # a bad key fails before any model loads
+    classes = self.agent_and_env()  # so does a class path that names no class
     cli_hooks.setup_kubernetes(self)
     tokenizer = cli_hooks.tokenizer(self)
     dataset = self.agentic_dataset(tokenizer)
@@ -74,7 +86,7 @@ class AgenticPpoPipeline(cli_hooks.PipelineHooks):
       algo_config=config,
       reward_fns=reward_fns,
       chat_parser=cli_hooks.chat_parser(self, tokenizer),
-      **self.agent_and_env(),
+      **classes,
     )
     return learner, dataset
 
@@ -97,17 +109,54 @@ class AgenticPpoPipeline(cli_hooks.PipelineHooks):
 
   def agent_and_env(self) -> dict[str, Any]:
     """`agent_class`/`agent_kwargs` and `env_class`/`env_kwargs` of the dotted paths
-    `agent_class_path` and `env_class_path` (tunix's defaults where not set)."""
+    `agent_class_path` and `env_class_path` (tunix's defaults where not set); a path that
+    names no class is a ConfigError naming the key."""
     kwargs: dict[str, Any] = {}
     for role in ("agent", "env"):
       path = cli_hooks.config_string(self, f"{role}_class_path")
       if path:
-        kwargs[f"{role}_class"] = cli_hooks.load_class(self, path)
+        try:
+          kwargs[f"{role}_class"] = cli_hooks.load_class(self, path)
+        except (ImportError, AttributeError, ValueError) as err:  # no module, no class, no dot
+          raise ConfigError(
+            f"{role}_class_path={path!r} names no class ({type(err).__name__}: {err}); give "
+            "module.path.ClassName"
+          ) from None
         kwargs[f"{role}_kwargs"] = dict(self.config.get(f"{role}_kwargs") or {})
     return kwargs
 
 
+def check_config_file(path: str) -> None:
+  """ConfigError naming `path` unless it is a YAML file holding a mapping (tunix's own
+  loader would raise its parser's or Python's error from deep inside)."""
+  file = pathlib.Path(path)
+  if not file.is_file():
+    what = "a directory" if file.is_dir() else "no such file"
+    raise ConfigError(f"CONFIG {path!r}: {what} (tunix's pipeline YAML)")
+  try:
+    data = yaml.safe_load(file.read_text())
+  except (yaml.YAMLError, UnicodeDecodeError) as err:
+    raise ConfigError(f"CONFIG {path!r}: invalid YAML: {str(err).splitlines()[0]}") from None
+  if not isinstance(data, dict):
+    raise ConfigError(f"CONFIG {path!r}: expected a mapping at the top level")
+
+
 def run(argv: Sequence[str]) -> None:
   """tunix's `PpoPipeline` command line (`CONFIG.yaml [KEY=VALUE ...]`, as tunix's
-  `python -m tunix.cli.ppo_main`) with `training_mode: agentic_ppo` trained here."""
-  AgenticPpoPipeline(["tunix-agentic", *argv]).run_trainer()
+  `python -m tunix.cli.ppo_main`) with `training_mode: agentic_ppo` trained here; the
+  config file and `training_mode` checked first."""
+  check_config_file(argv[0])
+  for override in argv[1:]:
+    if "=" not in override:
+      raise ConfigError(f"override {override!r} must look like key=value")
+  try:  # tunix's parsing of the file and the overrides (an override of a section's type:
+    # TypeError)
+    pipeline = AgenticPpoPipeline(["tunix-agentic", *argv])
+  except (ValueError, TypeError) as err:
+    given = f" with {' '.join(argv[1:])}" if len(argv) > 1 else ""
+    reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    raise ConfigError(f"CONFIG {argv[0]!r}{given}: tunix's config refused it ({reason})") from None
+  mode = pipeline.config.get("training_mode", "ppo")
+  if mode not in MODES:
+    raise ConfigError(f"training_mode={mode!r} is invalid: must be one of {MODES}")
+  pipeline.run_trainer()

@@ -334,6 +334,28 @@ def estimator_takes_values(name: str) -> bool:
   return wanted is None or "values" in wanted
 
 
+def estimator_takes_groups(name: str) -> bool:
+  """Whether advantage estimator `name` compares the episodes of a group (its signature
+  names `group_ids`, as `grpo` and `rloo`): with groups of one it has no baseline."""
+  if not registry.has(registry.ADVANTAGE_ESTIMATORS, name):
+    return False
+  wanted = protocols.wanted_inputs(registry.get(registry.ADVANTAGE_ESTIMATORS, name))
+  return wanted is not None and "group_ids" in wanted
+
+
+def groups_of_one_problem(estimator: str, num_generations: int) -> str | None:
+  """Why `num_generations` episodes per prompt cannot feed `estimator` (None: they can):
+  a group estimator's group of one has no baseline, its advantage the episode's own score
+  (tunix's GRPO refuses it too)."""
+  if num_generations == 1 and estimator_takes_groups(estimator):
+    return (
+      f"at least 2 with advantage_estimator={estimator!r}: its groups of one episode have no "
+      "baseline (each advantage would be the episode's own score); use reinforce_plus_plus "
+      "or gae for one episode per prompt"
+    )
+  return None
+
+
 _REGISTRY_FIELDS = (
   ("advantage_estimator", registry.ADVANTAGE_ESTIMATORS),
   ("policy_loss_fn", registry.POLICY_LOSSES),
