@@ -273,10 +273,10 @@ def _imports_private(path) -> bool:
     if isinstance(node, ast.Import):
       names = [a.name for a in node.names]
     elif isinstance(node, ast.ImportFrom) and not node.level:
-      names = [node.module or ""]
+      names = [f"{node.module}.{a.name}" for a in node.names]
     else:
       continue
-    if any(name.startswith("tunix_ppo_ext._src") for name in names):
+    if any(name.startswith("tunix_ppo_ext._") for name in names):
       return True
   return False
 
