@@ -9,7 +9,8 @@ vocabulary (a hit about 1 turn in 14).
 
 The model: the package's toy Qwen3 (1 layer, width 32) of `tunix_ppo_ext.models`, its
 critic's backbone initialised from the policy, on tunix's `RLCluster` (vanilla rollout,
-the sampler's log-probs kept). The learners: this package's `AgenticPpoLearner`, and
+the sampler's log-probs kept, each request sampled with its own key as `AgenticPpoLearner`
+makes it: for tunix's GRPO learner too, so both train on the same kind of episodes). The learners: this package's `AgenticPpoLearner`, and
 tunix's own agentic `GRPOLearner`, both over tunix's orchestrator and `ModelAgent`.
 """
 
@@ -24,13 +25,14 @@ from tunix.rl.agentic.environments import base_environment
 from tunix.rl.agentic.parser.chat_template_parser import parser as chat_parser_lib
 
 from tunix_ppo_ext import AgenticPpoConfig, AgenticPpoLearner
+from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext.data import CharTokenizer
 from tunix_ppo_ext.models import ClusterSpec, build_cluster, make_models
 
 LETTERS = "abcd"
 ALPHABET = LETTERS + "<>?:UA\n"  # with pad, bos and eos: 14 tokens
 MAX_TURNS = 3
-P, T = 24, 32  # prompt slots; an episode's width (the rollout's max_tokens_to_generate)
+P, T = 64, 32  # prompt slots (a later turn's prompt holds the earlier turns); episode width
 
 
 class RoleMarkers(chat_parser_lib.BaseChatTemplateParser):
@@ -103,9 +105,11 @@ def cluster(seed: int, *, critic: bool, steps: int, batch: int, lr: float) -> An
     seed=seed,
     return_logprobs=True,
   )
-  return build_cluster(
+  engine = build_cluster(
     policy, value_model if critic else None, tokenizer, spec, reference=reference
   )
+  compat.sample_each_call_anew(engine.rollout)  # as AgenticPpoLearner: for tunix's GRPO too
+  return engine
 
 
 def learner_kwargs(engine: Any, metric_fns: Sequence[Any]) -> dict[str, Any]:

@@ -112,6 +112,7 @@ class AgenticPpoLearner(compat.AgenticHooks):
     if sampler is not None:  # as PpoExtLearner: `model.remat` and splash are the trainers'
       compat.sample_without_training_options(sampler)
       compat.keep_prompt_width_static(sampler)
+    compat.sample_each_call_anew(engine.rollout)  # else a group's episodes are copies
     self._set_up(engine)
 
   def _set_up(self, engine: rl_cluster_lib.RLCluster) -> None:
