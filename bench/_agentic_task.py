@@ -10,7 +10,8 @@ vocabulary (a hit about 1 turn in 14).
 The model: the package's toy Qwen3 (1 layer, width 32) of `tunix_ppo_ext.models`, its
 critic's backbone initialised from the policy, on tunix's `RLCluster` (vanilla rollout,
 the sampler's log-probs kept, each request sampled with its own key as `AgenticPpoLearner`
-makes it: for tunix's GRPO learner too, so both train on the same kind of episodes). The learners: this package's `AgenticPpoLearner`, and
+makes it: for tunix's GRPO learner too, so both train on the same kind of episodes). The
+learners: this package's `AgenticPpoLearner`, and
 tunix's own agentic `GRPOLearner`, both over tunix's orchestrator and `ModelAgent`.
 """
 

@@ -13,7 +13,7 @@ What tunix offers no public way to do, each with its reason:
   engine's sampler starts every call from that seed's key: every episode of a group drew
   the same tokens (the same first reply for all of them; no spread for a group estimator,
   no exploration). It wraps the engine's public `generate` on the instance, no private
-  name; a pin test checks the behaviour it corrects.
+  name (`tests/tunix/test_agentic_ppo.py` checks that a group's episodes differ).
 
 Both names are on the two tested tunix versions. What differs between them is the
 learner's API itself (0.1.7: `rl_cluster`, main: `rl_engine`, with main's `update_critic`
