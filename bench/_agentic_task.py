@@ -9,14 +9,17 @@ vocabulary (a hit about 1 turn in 14).
 
 The model: the package's toy Qwen3 (1 layer, width 32) of `tunix_ppo_ext.models`, its
 critic's backbone initialised from the policy, on tunix's `RLCluster` (vanilla rollout,
-the sampler's log-probs kept, each request sampled with its own key as `AgenticPpoLearner`
-makes it: for tunix's GRPO learner too, so both train on the same kind of episodes). The
+the sampler's log-probs kept, each request sampled with its own key: `AgenticPpoLearner`
+makes its engine do so, and `grpo_learner` does the same for tunix's GRPO learner, so both
+train on the same kind of episodes). The
 learners: this package's `AgenticPpoLearner`, and
 tunix's own agentic `GRPOLearner`, both over tunix's orchestrator and `ModelAgent`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +29,6 @@ from tunix.rl.agentic.environments import base_environment
 from tunix.rl.agentic.parser.chat_template_parser import parser as chat_parser_lib
 
 from tunix_ppo_ext import AgenticPpoConfig, AgenticPpoLearner
-from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext.data import CharTokenizer
 from tunix_ppo_ext.models import ClusterSpec, build_cluster, make_models
 
@@ -106,11 +108,9 @@ def cluster(seed: int, *, critic: bool, steps: int, batch: int, lr: float) -> An
     seed=seed,
     return_logprobs=True,
   )
-  engine = build_cluster(
+  return build_cluster(
     policy, value_model if critic else None, tokenizer, spec, reference=reference
   )
-  compat.sample_each_call_anew(engine.rollout)  # as AgenticPpoLearner: for tunix's GRPO too
-  return engine
 
 
 def learner_kwargs(engine: Any, metric_fns: Sequence[Any]) -> dict[str, Any]:
@@ -130,5 +130,9 @@ def ppo_learner(engine: Any, metric_fns: Sequence[Any], **keys: Any) -> AgenticP
 
 def grpo_learner(engine: Any, metric_fns: Sequence[Any], **keys: Any) -> Any:
   """tunix's own agentic `GRPOLearner` on `engine` with the `GRPOConfig` keys `keys`."""
+  generate, calls = engine.rollout.generate, itertools.count(1)  # as AgenticPpoLearner's
+  engine.rollout.generate = lambda prompts, rollout, **kw: generate(
+    prompts, dataclasses.replace(rollout, seed=next(calls)), **kw
+  )
   config = agentic_grpo_learner.GRPOConfig(max_response_length=T, **keys)
   return agentic_grpo_learner.GRPOLearner(engine, config, **learner_kwargs(engine, metric_fns))
