@@ -41,6 +41,7 @@ from tunix_ppo_ext._src.tunix.compat.agentic_hooks import (
   AgenticHooks,
   agentic_rewards,
   needs_main,
+  sample_each_call_anew,
 )
 from tunix_ppo_ext._src.tunix.compat.cluster_hooks import (
   log_step_metrics_now,
@@ -174,6 +175,7 @@ __all__ = [
   "AgenticHooks",
   "agentic_rewards",
   "needs_main",
+  "sample_each_call_anew",
   # cluster_hooks
   "log_step_metrics_now",
   "on_role",

@@ -8,6 +8,12 @@ What tunix offers no public way to do, each with its reason:
 - `agentic_rewards`: the learner's `_compute_rewards` (tunix's reward manager on the
   episodes: the environment's trajectory rewards plus the reward functions; it logs
   `rewards/...` and keeps the step's reward window that tunix's per-step log line reads).
+- `sample_each_call_anew`: tunix's agentic loop sends each agent's request alone
+  (`_model_call`, one conversation) with the rollout config's one `seed`, and the vanilla
+  engine's sampler starts every call from that seed's key: every episode of a group drew
+  the same tokens (the same first reply for all of them; no spread for a group estimator,
+  no exploration). It wraps the engine's public `generate` on the instance, no private
+  name (`tests/tunix/test_agentic_ppo.py` checks that a group's episodes differ).
 
 Both names are on the two tested tunix versions. What differs between them is the
 learner's API itself (0.1.7: `rl_cluster`, main: `rl_engine`, with main's `update_critic`
@@ -16,10 +22,13 @@ path tested): `needs_main` is the version probe, `AgenticPpoLearner` runs on tun
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from typing import Any
 
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.agentic import agentic_rl_learner
+from tunix.rl.rollout import vanilla_rollout
 
 PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
   # object the names live on -> (the object, private names used here)
@@ -56,6 +65,25 @@ def agentic_rewards(learner: Any, **kwargs: Any) -> Any:
   """tunix's agentic reward manager on the episodes (`AgenticRLLearner._compute_rewards`):
   `[B]` scores; it logs the rewards' metrics at `expected_step`."""
   return learner._compute_rewards(**kwargs)
+
+
+def sample_each_call_anew(rollout: Any) -> None:
+  """Makes tunix's vanilla engine sample each `generate` call with a key of its own (see
+  the module docstring): call `n` samples with seed `seed + n` (an int seed, or None as
+  0; a key array a user set is left alone). Other engines, and an engine done before, are
+  left as they are."""
+  if not isinstance(rollout, vanilla_rollout.VanillaRollout) or hasattr(rollout, "_calls"):
+    return
+  generate, rollout._calls = rollout.generate, itertools.count(1)
+
+  def anew(prompts: Any, rollout_config: Any, **kwargs: Any) -> Any:
+    seed = rollout_config.seed
+    if seed is None or isinstance(seed, int):
+      seed = ((seed or 0) + next(rollout._calls)) % 2**31
+      rollout_config = dataclasses.replace(rollout_config, seed=seed)
+    return generate(prompts, rollout_config, **kwargs)
+
+  rollout.generate = anew
 
 
 def needs_main(what: str) -> None:

@@ -104,6 +104,8 @@ class AgenticPpoLearner(compat.AgenticHooks):
     with warnings.catch_warnings():  # the warning names the caller's line: `_set_up` warns
       warnings.simplefilter("ignore")
       trainer_setup.check_critic(self.ppo_config, trainer_setup.critic_trainer(engine))
+    # the engine's own adjustment, not a process-wide patch: else a group's episodes are copies
+    compat.sample_each_call_anew(engine.rollout)
     self._set_up(engine)
 
   def _set_up(self, engine: rl_cluster_lib.RLCluster) -> None:

@@ -1,0 +1,138 @@
+"""The agentic benches' task, model and learners on tunix main's own agentic stack.
+
+The task (`GuessTheLetter`, a tunix `BaseTaskEnv`): a secret letter of `LETTERS` per
+prompt; each agent turn's first character is its guess, answered `<` (the secret comes
+earlier), `>` (later) or `?` (not a letter); a hit ends the episode with reward 1 (a
+success), else the episode ends after `MAX_TURNS` guesses with reward 0. Binary search
+always succeeds in 3 turns; the toy policy starts near uniform over its 14-token
+vocabulary (a hit about 1 turn in 14).
+
+The model: the package's toy Qwen3 (1 layer, width 32) of `tunix_ppo_ext.models`, its
+critic's backbone initialised from the policy, on tunix's `RLCluster` (vanilla rollout,
+the sampler's log-probs kept, each request sampled with its own key: `AgenticPpoLearner`
+makes its engine do so, and `grpo_learner` does the same for tunix's GRPO learner, so both
+train on the same kind of episodes). The
+learners: this package's `AgenticPpoLearner`, and
+tunix's own agentic `GRPOLearner`, both over tunix's orchestrator and `ModelAgent`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tunix.rl.agentic import agentic_grpo_learner
+from tunix.rl.agentic.environments import base_environment
+from tunix.rl.agentic.parser.chat_template_parser import parser as chat_parser_lib
+
+from tunix_ppo_ext import AgenticPpoConfig, AgenticPpoLearner
+from tunix_ppo_ext.data import CharTokenizer
+from tunix_ppo_ext.models import ClusterSpec, build_cluster, make_models
+
+LETTERS = "abcd"
+ALPHABET = LETTERS + "<>?:UA\n"  # with pad, bos and eos: 14 tokens
+MAX_TURNS = 3
+P, T = 64, 32  # prompt slots (a later turn's prompt holds the earlier turns); episode width
+
+
+class RoleMarkers(chat_parser_lib.BaseChatTemplateParser):
+  """tunix chat parser with role markers `U:` and `A:` only (a toy vocabulary has no
+  chat template): a conversation's text is its tokens."""
+
+  def _init_tokens(self) -> chat_parser_lib.TokenConfig:
+    return chat_parser_lib.TokenConfig(user_token="U:", assistant_token="A:")
+
+  def _init_generation_prompt(self) -> str:
+    return self.tokens.assistant_token
+
+
+class GuessTheLetter(base_environment.BaseTaskEnv):
+  """The guessing game of the module docstring; the secret is the task's `secret`."""
+
+  def __init__(self, single_example: dict[str, Any], **kwargs: Any):
+    super().__init__(task=single_example, max_steps=MAX_TURNS, **kwargs)
+
+  def _initial_observation(self) -> dict[str, str]:
+    return {"prompts": str(np.asarray(self.task["prompts"]).reshape(-1)[0])}
+
+  def _step_impl(self, action: Any) -> base_environment.EnvStepResult:
+    secret = str(np.asarray(self.task["secret"]).reshape(-1)[0])
+    guess = str(action)[:1]
+    if guess == secret:
+      return base_environment.EnvStepResult(observation="", reward=1.0, done=True, info={})
+    hint = "?" if guess not in LETTERS else ("<" if secret < guess else ">")
+    return base_environment.EnvStepResult(observation=hint, reward=0.0, done=False, info={})
+
+
+class SuccessLog:
+  """A tunix `metric_fn` that keeps every episode's success (reward >= 1), in the order
+  the learner scored them, and logs the batch's share as `success`."""
+
+  def __init__(self) -> None:
+    self.successes: list[bool] = []
+
+  def __call__(self, prompts, completions, advantages, rewards, **_: Any) -> dict[str, Any]:
+    hits = [float(r) >= 1.0 for r in np.asarray(rewards).reshape(-1)]
+    self.successes += hits
+    return {"success": (float(np.mean(hits)), np.mean)}
+
+  def per_batch(self, episodes: int) -> list[float]:
+    """The success rate of each full batch of `episodes` episodes."""
+    n = len(self.successes) // episodes
+    return [float(np.mean(self.successes[i * episodes : (i + 1) * episodes])) for i in range(n)]
+
+
+def dataset(steps: int, batch: int, seed: int) -> list[dict[str, np.ndarray]]:
+  """`steps` batches of `batch` prompts `?`, each with a random secret of `LETTERS`."""
+  rng = np.random.default_rng(seed)
+  return [
+    {"prompts": np.array(["?"] * batch), "secret": rng.choice(list(LETTERS), size=batch)}
+    for _ in range(steps)
+  ]
+
+
+def cluster(seed: int, *, critic: bool, steps: int, batch: int, lr: float) -> Any:
+  """tunix's `RLCluster` of the toy models (seed `seed`), the critic left out without
+  `critic`; the critic trains at the actor's `lr`."""
+  tokenizer = CharTokenizer(ALPHABET)
+  policy, value_model, reference = make_models(tokenizer, seed=seed)
+  spec = ClusterSpec(
+    max_steps=steps,
+    batch=batch,
+    max_prompt_length=P,
+    max_tokens_to_generate=T,
+    lr=lr,
+    seed=seed,
+    return_logprobs=True,
+  )
+  return build_cluster(
+    policy, value_model if critic else None, tokenizer, spec, reference=reference
+  )
+
+
+def learner_kwargs(engine: Any, metric_fns: Sequence[Any]) -> dict[str, Any]:
+  """What both learners take besides their config: the task's environment and parser."""
+  return {
+    "chat_parser": RoleMarkers(engine.tokenizer),
+    "metric_fns": list(metric_fns),
+    "env_class": GuessTheLetter,
+  }
+
+
+def ppo_learner(engine: Any, metric_fns: Sequence[Any], **keys: Any) -> AgenticPpoLearner:
+  """`AgenticPpoLearner` on `engine` with the `AgenticPpoConfig` keys `keys`."""
+  config = AgenticPpoConfig(max_response_length=T, **keys)
+  return AgenticPpoLearner(engine, config, **learner_kwargs(engine, metric_fns))
+
+
+def grpo_learner(engine: Any, metric_fns: Sequence[Any], **keys: Any) -> Any:
+  """tunix's own agentic `GRPOLearner` on `engine` with the `GRPOConfig` keys `keys`."""
+  generate, calls = engine.rollout.generate, itertools.count(1)  # as AgenticPpoLearner's
+  engine.rollout.generate = lambda prompts, rollout, **kw: generate(
+    prompts, dataclasses.replace(rollout, seed=next(calls)), **kw
+  )
+  config = agentic_grpo_learner.GRPOConfig(max_response_length=T, **keys)
+  return agentic_grpo_learner.GRPOLearner(engine, config, **learner_kwargs(engine, metric_fns))

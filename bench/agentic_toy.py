@@ -1,0 +1,96 @@
+"""Does `AgenticPpoLearner` with a critic learn a multi-turn task on tunix's agentic stack?
+
+Trains the toy model on `GuessTheLetter` (bench/_agentic_task.py: guess a secret letter
+of `abcd` in 3 turns from `<`/`>` hints, through tunix main's orchestrator, `ModelAgent`
+and a tunix `BaseTaskEnv`) with `AgenticPpoLearner`, `advantage_estimator=gae` and a
+critic, one run per seed, and writes each seed's per-batch success rates to
+`OUT/seed<k>.json`; then the table of every seed in `OUT` to `OUT/README.md`. A seed whose
+JSON exists is skipped (rerun to resume). A seed passes when its success over the last
+`--last` batches is above its first batch's (the baseline batch, sampled before any
+update).
+
+  python bench/agentic_toy.py [--seeds 0 1 2] [--steps 40] [--out bench/results/agentic_toy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import time
+from typing import Any
+
+import _agentic_task as task
+import numpy as np
+
+CONFIG = {"advantage_estimator": "gae", "beta": 0.0, "entropy_coef": 0.0, "gae_lambda": 1.0}
+
+
+def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
+  """One seed's training run: its settings, per-batch success and wall time."""
+  engine = task.cluster(seed, critic=True, steps=args.steps, batch=args.batch, lr=args.lr)
+  log = task.SuccessLog()
+  keys = {**CONFIG, "num_generations": args.generations}
+  learner = task.ppo_learner(engine, [log], **keys)
+  start = time.perf_counter()
+  learner.train(task.dataset(args.steps + 1, args.batch, seed))
+  wall = time.perf_counter() - start
+  engine.close()
+  success = log.per_batch(args.batch * args.generations)[: args.steps]
+  baseline, last = success[0], float(np.mean(success[-args.last :]))
+  return {
+    "seed": seed,
+    "config": {**keys, "lr": args.lr, "batch": args.batch, "steps": args.steps},
+    "success_per_batch": success,
+    "baseline_success": baseline,
+    "last_success": last,
+    "last_batches": args.last,
+    "rises": last > baseline,
+    "wall_s": round(wall, 1),
+  }
+
+
+def table(out: pathlib.Path) -> str:
+  """The markdown table of every `seed*.json` in `out`."""
+  rows = [json.loads(p.read_text()) for p in sorted(out.glob("seed*.json"))]
+  lines = [
+    "| seed | baseline batch success | success, last batches | best batch | rises | wall s |",
+    "| --- | --- | --- | --- | --- | --- |",
+  ]
+  for r in rows:
+    lines.append(
+      f"| {r['seed']} | {r['baseline_success']:.2f} | {r['last_success']:.2f} "
+      f"(last {r['last_batches']}) | {max(r['success_per_batch']):.2f} | "
+      f"{'yes' if r['rises'] else 'no'} | {r['wall_s']} |"
+    )
+  return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+  parser.add_argument("--steps", type=int, default=40)
+  parser.add_argument("--batch", type=int, default=4, help="prompts per batch")
+  parser.add_argument("--generations", type=int, default=4, help="episodes per prompt")
+  parser.add_argument("--lr", type=float, default=3e-3)
+  parser.add_argument("--last", type=int, default=5, help="batches averaged at the end")
+  parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/agentic_toy"))
+  args = parser.parse_args()
+  args.out.mkdir(parents=True, exist_ok=True)
+  for seed in args.seeds:
+    path = args.out / f"seed{seed}.json"
+    if path.exists():
+      print(f"seed {seed}: done before ({path}), skipped")
+      continue
+    result = run_seed(seed, args)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"seed {seed}: {result['baseline_success']:.2f} -> {result['last_success']:.2f}")
+  load = os.getloadavg()[0]
+  text = f"# agentic_toy\n\n{table(args.out)}\nLoad average at the end: {load:.1f}.\n"
+  (args.out / "README.md").write_text(text)
+  print(text)
+
+
+if __name__ == "__main__":
+  main()
