@@ -414,7 +414,8 @@ def test_smollm2_two_lora_ppo_steps_then_export_loads_in_transformers(smollm2, t
   _, _, tokenizer = smollm2
   out = tmp_path / "run"
   small = ["train.steps=2", "train.batch_size=4", "train.eval_batches=0", "ppo.num_generations=2"]
-  small += ["train.checkpoint_every=2", "env.max_turns=2", "env.max_completion_len=32"]
+  small += ["train.checkpoint_every=2", "env.max_turns=2", "env.kwargs.max_turns=2"]
+  small += ["env.max_completion_len=32"]
   small += ["ppo.recompute_old_logps=true"]  # the trainer's log-probs for the gap metric
   learner = train_in_process("configs/smollm2.yaml", out, "wandb=disabled", *small)
 

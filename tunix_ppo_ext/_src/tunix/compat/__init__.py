@@ -22,10 +22,11 @@ with the reason for each private name it uses and its own pins (`PINNED`,
 - `cli_hooks`: tunix main's command-line PPO pipeline (`tunix.cli.ppo_main`), for
   `tunix-ppo-ext tunix-agentic`; imported by that command alone (tunix 0.1.7 has no such
   pipeline), its pins checked on tunix main (`tests/tunix/test_compat.py`).
-- `patches`: `install(rl_cluster=None, entries=())`, the one function that changes tunix,
-  qwix or a cluster's sampler (qwix's LoRA product, names in tunix's `function_registry`,
-  the sampler's adjustments), explicitly and idempotently; importing this package or
-  building a learner changes nothing outside its own objects.
+- `patches`: `install(rl_cluster=None, entries=())`, the one function that changes tunix
+  or qwix process-wide (qwix's LoRA product, names in tunix's `function_registry`) and a
+  given cluster's sampler, explicitly and idempotently; importing this package changes
+  nothing, and building a learner changes only the cluster it is given
+  (`adjust_sampler`: that cluster's own sampler object, as `install(cluster)` does).
 - `tunix_versions`: the tested tunix versions, the parts' pins merged (`PINNED`) and
   `check_tunix()`, which runs as this package is imported: it only reads tunix (its
   version and whether the pinned names are there) and fails early, at the import that
@@ -77,6 +78,7 @@ from tunix_ppo_ext._src.tunix.compat.model_internals import (
 )
 from tunix_ppo_ext._src.tunix.compat.patches import (
   RegistryEntry,
+  adjust_sampler,
   check_no_clash,
   install,
   tunix_entry,
@@ -157,6 +159,7 @@ __all__ = [
   "tunix_version",
   # patches
   "RegistryEntry",
+  "adjust_sampler",
   "check_no_clash",
   "install",
   "tunix_entry",

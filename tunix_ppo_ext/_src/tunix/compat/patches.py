@@ -74,8 +74,22 @@ def install(rl_cluster: Any = None, entries: Iterable[RegistryEntry] = ()) -> No
   install_lora_product()
   for entry in entries:
     _register(entry)
-  sampler = None if rl_cluster is None else vanilla_sampler(rl_cluster.rollout)
-  if sampler is not None:  # `model.remat` and splash are for the trainers' passes
+  if rl_cluster is not None:
+    adjust_sampler(rl_cluster)
+
+
+def adjust_sampler(rl_cluster: Any) -> None:
+  """The cluster's own vanilla sampler, adjusted (that object only, nothing process-wide):
+  no remat or splash attention in its graph (`model.remat` and splash are for the trainers'
+  passes) and an int prompt width (tunix's array width breaks a later jit lookup). The
+  learners call it on the cluster they are given, so a cluster built by hand trains as one
+  `models.build_cluster` built; idempotent.
+
+  Args:
+    rl_cluster: tunix's `RLCluster` (any other engine than the vanilla one is left alone).
+  """
+  sampler = vanilla_sampler(rl_cluster.rollout)
+  if sampler is not None:
     sample_without_training_options(sampler)
     keep_prompt_width_static(sampler)
 

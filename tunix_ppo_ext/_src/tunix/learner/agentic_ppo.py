@@ -105,6 +105,7 @@ class AgenticPpoLearner(compat.AgenticHooks):
       warnings.simplefilter("ignore")
       trainer_setup.check_critic(self.ppo_config, trainer_setup.critic_trainer(engine))
     # the engine's own adjustment, not a process-wide patch: else a group's episodes are copies
+    compat.adjust_sampler(engine)  # as PpoExtLearner: this engine's sampler only
     compat.sample_each_call_anew(engine.rollout)
     self._set_up(engine)
 

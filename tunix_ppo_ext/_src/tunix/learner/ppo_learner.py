@@ -92,6 +92,7 @@ class PpoExtLearner(compat.LearnerHooks):
     critic = trainer_setup.critic_trainer(rl_cluster)
     trainer_setup.check_critic(config, critic)
     compat.init_learner(self, rl_cluster, config, reward_fns, metric_fns, data_shuffle_seed)
+    compat.adjust_sampler(rl_cluster)  # this cluster's sampler only (a hand-built one)
     self.trajectory_source, self.has_critic = trajectory_source, critic is not None
     restored = compat.restored_metadata(rl_cluster.actor_trainer)
     self.state = rollout_phase.initial_state(config, restored)
