@@ -30,7 +30,7 @@ Mode = rl_cluster_lib.Mode
 
 # A vocabulary of 9 (pad 0, bos 1, eos 2): the random toy policy ends its turns early.
 ALPHABET = "ab:UA\n"
-P, T = 24, 32  # prompt slots, episode width (the rollout's max_tokens_to_generate)
+P, T = 48, 32  # prompt slots, episode width (the rollout's max_tokens_to_generate)
 
 
 def tokenizer() -> CharTokenizer:

@@ -67,19 +67,24 @@ def agentic_rewards(learner: Any, **kwargs: Any) -> Any:
   return learner._compute_rewards(**kwargs)
 
 
-def sample_each_call_anew(rollout: Any) -> None:
+def sample_each_call_anew(engine: Any) -> None:
   """Makes tunix's vanilla engine sample each `generate` call with a key of its own (see
-  the module docstring): call `n` samples with seed `seed + n` (an int seed, or None as
-  0; a key array a user set is left alone). Other engines, and an engine done before, are
-  left as they are."""
+  the module docstring): the `n`th call while the engine's `global_steps` is `k` samples
+  with seed `hash((seed, k, n))` (an int seed, or None as 0; a key array a user set is
+  left alone). Counted per training step, which tunix checkpoints, so a resumed run draws
+  what the uninterrupted one drew. Other engines, and an engine done before, are left as
+  they are."""
+  rollout = engine.rollout
   if not isinstance(rollout, vanilla_rollout.VanillaRollout) or hasattr(rollout, "_calls"):
     return
-  generate, rollout._calls = rollout.generate, itertools.count(1)
+  generate, rollout._calls = rollout.generate, {}
 
   def anew(prompts: Any, rollout_config: Any, **kwargs: Any) -> Any:
     seed = rollout_config.seed
     if seed is None or isinstance(seed, int):
-      seed = ((seed or 0) + next(rollout._calls)) % 2**31
+      step = engine.global_steps
+      calls = rollout._calls.setdefault(step, itertools.count(1))
+      seed = hash((seed or 0, step, next(calls))) % 2**31
       rollout_config = dataclasses.replace(rollout_config, seed=seed)
     return generate(prompts, rollout_config, **kwargs)
 

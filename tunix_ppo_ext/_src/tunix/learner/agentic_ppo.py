@@ -106,7 +106,7 @@ class AgenticPpoLearner(compat.AgenticHooks):
       trainer_setup.check_critic(self.ppo_config, trainer_setup.critic_trainer(engine))
     # the engine's own adjustment, not a process-wide patch: else a group's episodes are copies
     compat.adjust_sampler(engine)  # as PpoExtLearner: this engine's sampler only
-    compat.sample_each_call_anew(engine.rollout)
+    compat.sample_each_call_anew(engine)
     self._set_up(engine)
 
   def _set_up(self, engine: rl_cluster_lib.RLCluster) -> None:
