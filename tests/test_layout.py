@@ -265,20 +265,12 @@ def test_plugins_layer_is_stdlib_only():
 
 
 def _imports_private(path) -> bool:
-  """Whether a script imports a `tunix_ppo_ext._src` name (its imports, not its text: a probe
-  table quotes old tracebacks that name private modules); a notebook, by its text."""
+  """Whether a script imports a `tunix_ppo_ext._src` module (`import_graph.imports`: its
+  imports, not its text, since a probe table quotes old tracebacks that name private
+  modules); a notebook, by its text."""
   if path.suffix != ".py":
     return "tunix_ppo_ext._src" in path.read_text()
-  for node in ast.walk(ast.parse(path.read_text())):
-    if isinstance(node, ast.Import):
-      names = [a.name for a in node.names]
-    elif isinstance(node, ast.ImportFrom) and not node.level:
-      names = [f"{node.module}.{a.name}" for a in node.names]
-    else:
-      continue
-    if any(name.startswith("tunix_ppo_ext._") for name in names):
-      return True
-  return False
+  return any(name.startswith("tunix_ppo_ext._src") for name in imports(path))
 
 
 def test_the_benches_examples_and_notebooks_use_only_the_public_api():
