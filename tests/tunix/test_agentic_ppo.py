@@ -20,6 +20,7 @@ from tests.conftest import toy_cluster
 from tunix_ppo_ext import AgenticPpoConfig, AgenticPpoLearner, PpoExtConfig, PpoExtLearner
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import loss_fns
 from tunix_ppo_ext._src.tunix.rollout.agentic_rows import agentic_rows
 
@@ -252,6 +253,29 @@ def expected_rows(tok, items) -> TrajectoryBatch:
     rewards[row, np.flatnonzero(mask)[-1]] = item.traj["trajectory_reward"]
   groups = np.array([item.group_id for item in items])
   return TrajectoryBatch(prompt, completion, attention, loss, rewards, group_ids=groups)
+
+
+@needs_main
+def test_rows_come_in_group_and_pair_order_whatever_order_the_episodes_finished_in():
+  """tunix's concurrent episodes arrive in any order; the rows (and so a positional reward
+  function, the batch's sums and a resumed run) do not depend on it."""
+  tok = tokenizer()
+  items = [episode(tok, n % 2, g, turns, r, "ab") for n, (g, turns, r) in enumerate(EPISODES)]
+  arrived = [items[3], items[0], items[2], items[1]]
+  rows = agentic_rows(arrived, max_prompt_length=P, width=T, pad_id=0)
+  expected = expected_rows(tok, items)
+  for name in ("completion_ids", "loss_mask", "group_ids"):
+    np.testing.assert_array_equal(getattr(rows.batch, name), getattr(expected, name), name)
+  assert rows.trajectory_rewards == [r for _, _, r in EPISODES]
+
+
+@needs_main
+def test_a_model_call_is_keyed_by_its_episode_and_turn_not_by_arrival():
+  env = CountTheAs({"prompts": "ab"}, group_id=7, pair_index=1)
+  chat = [{"role": "user", "content": "U"}, {"role": "assistant", "content": "a"}]
+  assert compat.episode_turn(chat, env) == (7, 1, 1)
+  assert compat.episode_turn(chat + chat, env) == (7, 1, 2)
+  assert compat.episode_turn(chat, object()) is None  # no tunix ids: counted per step
 
 
 def masked_whiten(x: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -41,6 +41,7 @@ from __future__ import annotations
 from tunix_ppo_ext._src.tunix.compat.agentic_hooks import (
   AgenticHooks,
   agentic_rewards,
+  episode_turn,
   needs_main,
   sample_each_call_anew,
 )
@@ -178,6 +179,7 @@ __all__ = [
   "AgenticHooks",
   "agentic_rewards",
   "needs_main",
+  "episode_turn",
   "sample_each_call_anew",
   # cluster_hooks
   "log_step_metrics_now",

@@ -12,8 +12,13 @@ What tunix offers no public way to do, each with its reason:
   (`_model_call`, one conversation) with the rollout config's one `seed`, and the vanilla
   engine's sampler starts every call from that seed's key: every episode of a group drew
   the same tokens (the same first reply for all of them; no spread for a group estimator,
-  no exploration). It wraps the engine's public `generate` on the instance, no private
-  name (`tests/tunix/test_agentic_ppo.py` checks that a group's episodes differ).
+  no exploration). It wraps the engine's public `generate` on the instance
+  (`tests/tunix/test_agentic_ppo.py` checks that a group's episodes differ).
+- `AgenticHooks._model_call`: the call that names the episode (its environment's
+  `group_id` and `pair_index`, which tunix numbers from the checkpointed step) and the
+  turn (the replies so far in its conversation). tunix runs the episodes concurrently, so
+  the order of the calls is not the episodes' order; a key from the episode and turn is
+  the same in a resumed run as in an uninterrupted one, a count of calls was not.
 
 Both names are on the two tested tunix versions. What differs between them is the
 learner's API itself (0.1.7: `rl_cluster`, main: `rl_engine`, with main's `update_critic`
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from typing import Any
 
 from tunix.rl import rl_cluster as rl_cluster_lib
@@ -34,13 +40,14 @@ PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
   # object the names live on -> (the object, private names used here)
   "tunix.rl.agentic.agentic_rl_learner.AgenticRLLearner": (
     agentic_rl_learner.AgenticRLLearner,
-    ("_process_results", "_compute_rewards"),
+    ("_process_results", "_compute_rewards", "_model_call"),
   ),
 }
 # Instance attributes set in constructors (checked on live objects by the tests).
 PINNED_INSTANCE_ATTRIBUTES: dict[str, tuple[str, ...]] = {}
 
 MAIN_COMMIT = "c7d8950f"  # the tunix main commit the agentic learner is tested at
+_CALL = threading.local()  # `.episode`: the (group, pair, turn) of the call on this thread
 
 
 class AgenticHooks(agentic_rl_learner.AgenticRLLearner):
@@ -60,6 +67,27 @@ class AgenticHooks(agentic_rl_learner.AgenticRLLearner):
   def process_results(self, trajectories: list[Any], mode: Any, expected_step: int | None):
     raise NotImplementedError
 
+  def _model_call(
+    self, chat_lists: list[dict[str, str]], env: Any = None, max_generation_steps: Any = None
+  ) -> Any:
+    # tunix runs this on an executor thread and calls the engine's `generate` inside it
+    _CALL.episode = episode_turn(chat_lists, env)
+    try:
+      return super()._model_call(chat_lists, env, max_generation_steps)
+    finally:
+      _CALL.episode = None
+
+
+def episode_turn(chat_lists: list[dict[str, str]], env: Any) -> tuple[int, int, int] | None:
+  """`(group_id, pair_index, turn)` of an agentic model call: the ids tunix gives the
+  episode's environment and the replies already in its conversation; None for an
+  environment without tunix's ids."""
+  ids = getattr(env, "extra_kwargs", None) or {}
+  if "group_id" not in ids:
+    return None
+  turn = sum(message.get("role") == "assistant" for message in chat_lists)
+  return int(ids["group_id"]), int(ids.get("pair_index", 0)), turn
+
 
 def agentic_rewards(learner: Any, **kwargs: Any) -> Any:
   """tunix's agentic reward manager on the episodes (`AgenticRLLearner._compute_rewards`):
@@ -69,11 +97,11 @@ def agentic_rewards(learner: Any, **kwargs: Any) -> Any:
 
 def sample_each_call_anew(engine: Any) -> None:
   """Makes tunix's vanilla engine sample each `generate` call with a key of its own (see
-  the module docstring): the `n`th call while the engine's `global_steps` is `k` samples
-  with seed `hash((seed, k, n))` (an int seed, or None as 0; a key array a user set is
-  left alone). Counted per training step, which tunix checkpoints, so a resumed run draws
-  what the uninterrupted one drew. Other engines, and an engine done before, are left as
-  they are."""
+  the module docstring): a call of an agentic episode samples with seed
+  `hash((seed, group_id, pair_index, turn))`, any other call (no episode ids) with
+  `hash((seed, k, n))` for the `n`th such call at training step `k` (an int seed, or None
+  as 0; a key array a user set is left alone). Both come back the same in a resumed run.
+  Other engines, and an engine done before, are left as they are."""
   rollout = engine.rollout
   if not isinstance(rollout, vanilla_rollout.VanillaRollout) or hasattr(rollout, "_calls"):
     return
@@ -82,9 +110,11 @@ def sample_each_call_anew(engine: Any) -> None:
   def anew(prompts: Any, rollout_config: Any, **kwargs: Any) -> Any:
     seed = rollout_config.seed
     if seed is None or isinstance(seed, int):
-      step = engine.global_steps
-      calls = rollout._calls.setdefault(step, itertools.count(1))
-      seed = hash((seed or 0, step, next(calls))) % 2**31
+      key = getattr(_CALL, "episode", None)
+      if key is None:
+        step = engine.global_steps
+        key = (step, next(rollout._calls.setdefault(step, itertools.count(1))))
+      seed = hash((seed or 0, *key)) % 2**31
       rollout_config = dataclasses.replace(rollout_config, seed=seed)
     return generate(prompts, rollout_config, **kwargs)
 

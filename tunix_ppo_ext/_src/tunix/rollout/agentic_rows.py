@@ -8,7 +8,9 @@ observations, in order), `conversation_masks` (1 on the agent's tokens), `old_lo
 the rollout's `max_prompt_length`, episodes right to `max_response_length`, cut there):
 `attention_mask` is every real episode token, `loss_mask` the agent's (observations and
 tool outputs are attended, never trained), groups are tunix's `group_id`s. Its agent turns
-are the runs of the loss mask. `with_scores` puts each episode's score on its last agent
+are the runs of the loss mask. Rows come in (group, pair) order, not in the order tunix's
+concurrent episodes finished: a positional reward function, a batch's float sums and a
+resumed run then see the same rows. `with_scores` puts each episode's score on its last agent
 token (tunix's episode engine keeps no per-turn reward in its token rows).
 """
 
@@ -70,6 +72,14 @@ def group_of(item: Any) -> Any:
   return item.group_id if hasattr(item, "group_id") else item.traj.get("group_id")
 
 
+def episode_order(item: Any) -> tuple[Any, ...]:
+  """A sort key putting episodes in (group, pair) order: int group ids by value, others
+  by their repr (any stable order will do); an item without `pair_index` is pair 0."""
+  group = group_of(item)
+  group_key = (0, group, "") if isinstance(group, int) else (1, 0, repr(group))
+  return (*group_key, getattr(item, "pair_index", 0))
+
+
 def turn_counts(loss_mask: np.ndarray) -> np.ndarray:
   """`[B]` agent turns: the maximal runs of 1 in each row of the loss mask."""
   agent = np.asarray(loss_mask) > 0
@@ -104,6 +114,7 @@ def agentic_rows(
 ) -> AgenticRows:
   """The rows of tunix's `TrajectoryItem`s (module docstring); `width` is the agentic
   config's `max_response_length`."""
+  items = sorted(items, key=episode_order)
   trajs = [item.traj for item in items]
   rows = [_row(traj, max_prompt_length, width, pad_id) for traj in trajs]
   stack = lambda key: np.stack([row[key] for row in rows])  # noqa: E731
