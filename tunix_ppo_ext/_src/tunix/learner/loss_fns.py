@@ -34,7 +34,6 @@ from tunix_ppo_ext._src.data.trajectory import contiguous_group_ids
 from tunix_ppo_ext._src.ops import advantages
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ops import ppo_losses as losses
-from tunix_ppo_ext._src.ops.kl import kl_divergence
 from tunix_ppo_ext._src.ops.logits import fused_logps_and_entropy, logps_and_entropy
 from tunix_ppo_ext._src.ops.packing import Packing
 from tunix_ppo_ext._src.plugins import protocols, registry
@@ -172,13 +171,7 @@ def ppo_ext_policy_loss_fn(
 def _estimated_kl(algo_config: Any, logps: jax.Array, ref_logps: jax.Array) -> jax.Array:
   """Per-token KL `[B, T]` by the configured method (`kl_method`, `kl_clamp_value`)."""
   method = names.resolve_kl_method(algo_config.kl_method)
-  return kl_divergence(
-    logps,
-    ref_logps,
-    method.estimator,
-    method.straight_through,
-    getattr(algo_config, "kl_clamp_value", None),
-  )
+  return method.divergence(logps, ref_logps, getattr(algo_config, "kl_clamp_value", None))
 
 
 def per_step_scalar(train_example: Any, name: str, default: float) -> jax.Array | float:
