@@ -71,8 +71,8 @@ def policy_pass(
   algo_config: Any,
   pad_id: int,
   eos_id: int,
-  temperature: float = 1.0,
-  ref_model: tuple[Any, Any] | None = None,
+  temperature: float,
+  ref_model: tuple[Any, Any] | None,
 ) -> dict[str, Any]:
   """One policy pass, shared by every policy loss: `logps`, `old_logps` (the example's, or
   when it has none `stop_gradient(logps)`: the rollout policy is the one being updated),
@@ -83,6 +83,8 @@ def policy_pass(
   `is_weights` (the rollout-correction weights on the example, or None).
 
   `ref_model`, `(graphdef, pure state dict)` of the reference, runs here with no gradient.
+  The arguments are the policy loss's, as called (`tunix_policy_loss`: its signature holds
+  the defaults).
   """
   attention_mask, loss_mask = _masks(train_example)
   chunk_size = getattr(algo_config, "logits_chunk_size", 0)
