@@ -67,9 +67,6 @@ def _lazy_attributes(
   return __getattr__, __dir__
 
 
-__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)
-
-
 __all__ = [
   "AgenticPpoConfig",
   "AgenticPpoLearner",
@@ -85,3 +82,5 @@ __all__ = [
   "process_ids",
   "register_builtins",
 ]
+
+__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)

@@ -42,10 +42,6 @@ _RUN_CONFIG = "tunix_ppo_ext._src.run.run_config"  # imports tunix (PpoExtConfig
 _RUN_NAMES = ("ResolvedRun", "RunConfig", "load_resolved", "load_run_config", "resolve")
 _LAZY = dict.fromkeys(_RUN_NAMES, _RUN_CONFIG)
 
-
-__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)
-
-
 __all__ = [
   "FULL_KL",
   "KL_METHOD_ALIASES",
@@ -60,3 +56,5 @@ __all__ = [
   "resolve",
   "resolve_kl_method",
 ]
+
+__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)

@@ -43,8 +43,6 @@ _LAZY = {
   "train": "tunix_ppo_ext._src.run.job",
 }
 
-__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)
-
 __all__ = [
   "build_run",
   "console_main",
@@ -56,3 +54,5 @@ __all__ = [
   "sweep",
   "train",
 ]
+
+__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)

@@ -44,8 +44,6 @@ if TYPE_CHECKING:
     sapo_policy_loss_fn,
   )
 
-__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)
-
 __all__ = [
   "cispo_policy_loss_fn",
   "clip_cov_policy_loss_fn",
@@ -57,3 +55,5 @@ __all__ = [
   "ppo_ext_value_loss_fn",
   "sapo_policy_loss_fn",
 ]
+
+__getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)

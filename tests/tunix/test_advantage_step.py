@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tunix_ppo_ext._src.data.trajectory import contiguous_group_ids
+from tunix_ppo_ext._src.metrics.stats import advantage_noise
 from tunix_ppo_ext._src.ppo import advantage_step
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 
@@ -67,6 +68,6 @@ def test_unnormalized_advantages_are_in_the_rewards_units_for_every_estimator():
   ppo = PpoExtConfig(advantage_estimator="gae", gamma=1.0, gae_lambda=0.5)
   raw = advantage_step.unnormalized_advantages(ppo, rewards, values, mask, groups)
   np.testing.assert_allclose(raw, gae(rewards, values, 1.0, 0.5), rtol=1e-5, atol=1e-5)
-  noise = advantage_step.noise_metrics(ppo, rewards, values, mask, groups)
+  noise = advantage_noise(raw, mask)
   expected = np.mean(gae(rewards, values, 1.0, 0.5) ** 2)
   assert noise["learner/advantage_sq_mean"] == pytest.approx(expected, rel=1e-5)

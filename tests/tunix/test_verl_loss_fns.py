@@ -108,7 +108,7 @@ def test_registered_loss_is_the_ops_loss_of_the_policy_pass(name):
   example = _example()
   fn = registry.get(registry.POLICY_LOSSES, name)
   loss, metrics = fn(model, example, config, pad_id=0, eos_id=2)
-  logps = tunix_losses.policy_pass(model, example, config, 0, 2)["logps"]
+  logps = tunix_losses.policy_pass(model, example, config, 0, 2, 1.0, None)["logps"]
   args = (logps, example.old_per_token_logps, example.advantages, example.loss_mask)
   expected = {
     "gspo": lambda: pl.gspo_loss(*args, epsilon_high=0.28),

@@ -46,6 +46,20 @@ class KlMethod:
   estimator: Callable
   straight_through: bool
 
+  def divergence(self, logp: Any, ref_logp: Any, clamp_value: float | None = None) -> Any:
+    """Per-token KL between the policy and the reference by this method
+    (`tunix_ppo_ext.ops.kl_divergence` with its estimator and straight-through flag).
+
+    Args:
+      logp: log pi(a_t) of the trained policy, any shape and float dtype.
+      ref_logp: log pi_ref(a_t), the same shape.
+      clamp_value: when set, the value is clipped to `[-clamp_value, clamp_value]`.
+
+    Returns:
+      The float32 per-token estimate, the shape of `logp`.
+    """
+    return kl_ops.kl_divergence(logp, ref_logp, self.estimator, self.straight_through, clamp_value)
+
 
 def kl_method_names(include_full: bool = False) -> list[str]:
   """Every accepted per-token method name (registered, aliases, and their `"+"` forms).
@@ -150,7 +164,4 @@ def compute_kl_divergence(
     ValueError: an unknown method (naming the accepted ones), `"full"` (the exact KL needs
       logits: `tunix_ppo_ext.ops.full_kl_divergence`), or a non-positive `clamp_value`.
   """
-  resolved = resolve_kl_method(method)
-  return kl_ops.kl_divergence(
-    per_token_logps, ref_per_token_logps, resolved.estimator, resolved.straight_through, clamp_value
-  )
+  return resolve_kl_method(method).divergence(per_token_logps, ref_per_token_logps, clamp_value)

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tunix_ppo_ext._src.checks import did_you_mean
-from tunix_ppo_ext._src.plugins.kinds import (
+from tunix_ppo_ext._src.plugins.kinds import (  # noqa: F401 (the kinds: re-exported)
   ADVANTAGE_ESTIMATORS,
   ENVIRONMENTS,
   KINDS,
@@ -49,16 +49,6 @@ from tunix_ppo_ext._src.plugins.kinds import (
   VALUE_LOSSES,
 )
 from tunix_ppo_ext._src.plugins.protocols import PRODUCT_CHECKS, PROTOCOLS
-
-__all__ = [
-  "ADVANTAGE_ESTIMATORS",
-  "ENVIRONMENTS",
-  "KINDS",
-  "KL_ESTIMATORS",
-  "METRIC_SINKS",
-  "POLICY_LOSSES",
-  "VALUE_LOSSES",
-]
 
 GROUP_PREFIX = "tunix_ppo_ext."
 OWN_DISTRIBUTION = "tunix-ppo-ext"

@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch, contiguous_group_ids
-from tunix_ppo_ext._src.metrics.stats import advantage_noise
 from tunix_ppo_ext._src.ops.advantages import length_adaptive_lambda
 from tunix_ppo_ext._src.plugins import protocols, registry
 
@@ -125,17 +124,3 @@ def unnormalized_advantages(
     config, rewards, values, loss_mask, groups, lam, normalize=False, fallback=fallback
   )
   return advantages
-
-
-def noise_metrics(
-  config: Any,
-  rewards: Any,
-  values: Any,
-  loss_mask: Any,
-  groups: np.ndarray,
-  fallback: Callable[..., Any] | None = None,
-) -> dict[str, float]:
-  """`metrics.stats.advantage_noise` of `unnormalized_advantages` (published as
-  `actor/advantage_sq_mean` and `actor/advantage_sq_mean_turn`)."""
-  raw = unnormalized_advantages(config, rewards, values, loss_mask, groups, fallback)
-  return advantage_noise(raw, loss_mask)

@@ -284,9 +284,8 @@ def rollout_phase(
       *terms, warming_up=warm, has_critic=where.has_critic, fallback=where.fallback
     )
     timer.ready((advantages, returns))
-  metrics = {
-    k: (v, np.mean) for k, v in advantage_step.noise_metrics(*terms, where.fallback).items()
-  }
+  raw = advantage_step.unnormalized_advantages(*terms, where.fallback)
+  metrics = {k: (v, np.mean) for k, v in batch_stats.advantage_noise(raw, inputs.loss_mask).items()}
   beta = kl_coef(config, state)
   stats, variance = rollout_metrics(
     config,

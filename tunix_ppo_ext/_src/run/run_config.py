@@ -111,15 +111,8 @@ class ModelSection:
 def toy_config(model: ModelSection, vocab_size: int) -> Any:
   """The toy Qwen3 config of `model`'s sizes for a vocabulary of `vocab_size` (what `train`
   builds and `plan` plans without a checkpoint or `config_name`)."""
-  return toy_models.tiny_qwen3_config(
-    vocab_size,
-    num_layers=model.num_layers,
-    embed_dim=model.embed_dim,
-    hidden_dim=model.hidden_dim,
-    num_heads=model.num_heads,
-    head_dim=model.head_dim,
-    num_kv_heads=model.num_kv_heads,
-  )
+  sizes = {k: getattr(model, k) for k in hf_models.SIZE_KEYS}
+  return toy_models.tiny_qwen3_config(vocab_size, **sizes)
 
 
 @dataclasses.dataclass
@@ -596,8 +589,7 @@ def _abstract_policy(model: ModelSection) -> Any:
   if model.config_name is not None:
     config = toy_models.named_qwen3_config(model.config_name)
   else:
-    sizes = {k: getattr(model, k) for k in hf_models.SIZE_KEYS}
-    config = toy_models.tiny_qwen3_config(2, **sizes)  # the vocabulary leaves the paths alone
+    config = toy_config(model, 2)  # the vocabulary leaves the paths alone
   return toy_models.abstract_model(config)
 
 
@@ -747,12 +739,7 @@ def _validate_numbers(run: RunConfig) -> None:
     "env.max_turns": run.env.max_turns,
     "env.max_completion_len": run.env.max_completion_len,
     "env.max_tokens_per_turn": run.env.max_tokens_per_turn,
-    "model.num_layers": run.model.num_layers,
-    "model.embed_dim": run.model.embed_dim,
-    "model.hidden_dim": run.model.hidden_dim,
-    "model.num_heads": run.model.num_heads,
-    "model.head_dim": run.model.head_dim,
-    "model.num_kv_heads": run.model.num_kv_heads,
+    **{f"model.{k}": getattr(run.model, k) for k in hf_models.SIZE_KEYS},
   }
   for key, value in positive.items():
     check_integer(f"config key {key!r}", value, low=1)

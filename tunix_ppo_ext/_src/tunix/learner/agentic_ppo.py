@@ -37,7 +37,6 @@ from tunix.rl.agentic.agents import model_agent
 from tunix.rl.agentic.environments import task_environment
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.ops import kl as kl_lib
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ppo import rollout_phase
 from tunix_ppo_ext._src.tunix import compat
@@ -230,14 +229,7 @@ class AgenticPpoLearner(compat.AgenticHooks):
     if not rollout_phase.needs_reference(self.ppo_config, self.state):
       return rollout_phase.Passes(old_logps, values)
     ref_logps = self._passes.ref_logps(inputs)
-    method = self._kl_method
-    kl = kl_lib.kl_divergence(
-      old_logps,
-      ref_logps,
-      method.estimator,
-      method.straight_through,
-      self.ppo_config.kl_clamp_value,
-    )
+    kl = self._kl_method.divergence(old_logps, ref_logps, self.ppo_config.kl_clamp_value)
     return rollout_phase.Passes(old_logps, values, ref_logps, kl)
 
   def _buffer(self, metrics: dict[str, Any], mode: Any, step: int | None) -> None:

@@ -34,7 +34,6 @@ from tunix_ppo_ext._src.data.trajectory import contiguous_group_ids
 from tunix_ppo_ext._src.ops import advantages
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ops import ppo_losses as losses
-from tunix_ppo_ext._src.ops.kl import kl_divergence
 from tunix_ppo_ext._src.ops.logits import fused_logps_and_entropy, logps_and_entropy
 from tunix_ppo_ext._src.ops.packing import Packing
 from tunix_ppo_ext._src.plugins import protocols, registry
@@ -72,8 +71,8 @@ def policy_pass(
   algo_config: Any,
   pad_id: int,
   eos_id: int,
-  temperature: float = 1.0,
-  ref_model: tuple[Any, Any] | None = None,
+  temperature: float,
+  ref_model: tuple[Any, Any] | None,
 ) -> dict[str, Any]:
   """One policy pass, shared by every policy loss: `logps`, `old_logps` (the example's, or
   when it has none `stop_gradient(logps)`: the rollout policy is the one being updated),
@@ -84,6 +83,8 @@ def policy_pass(
   `is_weights` (the rollout-correction weights on the example, or None).
 
   `ref_model`, `(graphdef, pure state dict)` of the reference, runs here with no gradient.
+  The arguments are the policy loss's, as called (`tunix_policy_loss`: its signature holds
+  the defaults).
   """
   attention_mask, loss_mask = _masks(train_example)
   chunk_size = getattr(algo_config, "logits_chunk_size", 0)
@@ -118,17 +119,12 @@ def policy_pass(
   }
 
 
-def ppo_ext_policy_loss_fn(
-  model: nnx.Module,
-  train_example: Any,
-  algo_config: Any,
-  pad_id: int,
-  eos_id: int,
-  temperature: float = 1.0,
-  ref_model: tuple[Any, Any] | None = None,
-  **kwargs: Any,
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """PPO policy loss of `tunix_ppo_ext._src.ops.ppo_losses.policy_loss` over one model pass.
+PolicyLoss = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
+# `(policy_pass's terms, train_example, algo_config) -> (loss, metrics)`
+LossOfPass = Callable[[dict[str, Any], Any, Any], tuple[jax.Array, dict[str, jax.Array]]]
+
+# the docstring of a `tunix_policy_loss` after its summary line
+_POLICY_LOSS_DOC = """
 
   `ref_model`, `(graphdef, pure state dict)` of the reference, enables the exact
   full-vocabulary KL (`kl_method="full"`): the reference runs here with no gradient.
@@ -147,11 +143,42 @@ def ppo_ext_policy_loss_fn(
     **kwargs: further arguments tunix passes; ignored.
 
   Returns:
-    `(loss, metrics)`: float32 scalar loss and `policy_loss`'s metrics.
+    `(loss, metrics)`: float32 scalar loss and the loss's metrics (`pg_loss`,
+    `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`, `entropy` / `kl_loss` when present).
   """
-  del kwargs
-  terms = policy_pass(model, train_example, algo_config, pad_id, eos_id, temperature, ref_model)
-  loss, metrics = losses.policy_loss(
+
+
+def tunix_policy_loss(name: str, summary: str, loss_of_pass: LossOfPass) -> PolicyLoss:
+  """The policy loss `name` in tunix's policy-loss signature: one `policy_pass`, then
+  `loss_of_pass(terms, train_example, algo_config)` on its terms, the loss times the
+  example's `actor_scale`. `summary` (one line) heads its docstring. `ppo_ext` and verl's
+  losses (`verl_loss_fns`) are made so."""
+
+  def policy_loss_fn(
+    model: nnx.Module,
+    train_example: Any,
+    algo_config: Any,
+    pad_id: int,
+    eos_id: int,
+    temperature: float = 1.0,
+    ref_model: tuple[Any, Any] | None = None,
+    **kwargs: Any,
+  ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    del kwargs
+    terms = policy_pass(model, train_example, algo_config, pad_id, eos_id, temperature, ref_model)
+    loss, metrics = loss_of_pass(terms, train_example, algo_config)
+    return loss * per_step_scalar(train_example, "actor_scale", 1.0), metrics
+
+  policy_loss_fn.__name__ = policy_loss_fn.__qualname__ = name
+  policy_loss_fn.__doc__ = summary + _POLICY_LOSS_DOC
+  return policy_loss_fn
+
+
+def _ppo_ext_loss(
+  terms: dict[str, Any], train_example: Any, algo_config: Any
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """`ops.ppo_losses.policy_loss` with the config's knobs on one policy pass's terms."""
+  return losses.policy_loss(
     terms["logps"],
     terms["old_logps"],
     train_example.advantages,
@@ -166,19 +193,19 @@ def ppo_ext_policy_loss_fn(
     per_token_kl=terms["per_token_kl"],
     is_weights=terms["is_weights"],
   )
-  return loss * per_step_scalar(train_example, "actor_scale", 1.0), metrics
+
+
+ppo_ext_policy_loss_fn = tunix_policy_loss(
+  "ppo_ext_policy_loss_fn",
+  "PPO policy loss of `tunix_ppo_ext._src.ops.ppo_losses.policy_loss` over one model pass.",
+  _ppo_ext_loss,
+)
 
 
 def _estimated_kl(algo_config: Any, logps: jax.Array, ref_logps: jax.Array) -> jax.Array:
   """Per-token KL `[B, T]` by the configured method (`kl_method`, `kl_clamp_value`)."""
   method = names.resolve_kl_method(algo_config.kl_method)
-  return kl_divergence(
-    logps,
-    ref_logps,
-    method.estimator,
-    method.straight_through,
-    getattr(algo_config, "kl_clamp_value", None),
-  )
+  return method.divergence(logps, ref_logps, getattr(algo_config, "kl_clamp_value", None))
 
 
 def per_step_scalar(train_example: Any, name: str, default: float) -> jax.Array | float:

@@ -24,7 +24,6 @@ from tunix.rl.ppo import ppo_learner
 
 from tunix_ppo_ext._src.data.rewards import DROPPED_METRIC, NonFiniteRewards
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
-from tunix_ppo_ext._src.ops import kl as kl_lib
 from tunix_ppo_ext._src.ops import kl_methods
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.ppo import rollout_correction_step, rollout_phase
@@ -279,14 +278,7 @@ class PpoExtLearner(compat.LearnerHooks):
       )
       return None, kl
     ref_logps = self._passes.ref_logps(inputs)
-    method = self._kl_method
-    kl = kl_lib.kl_divergence(
-      old_logps,
-      ref_logps,
-      method.estimator,
-      method.straight_through,
-      self.algo_config.kl_clamp_value,
-    )
+    kl = self._kl_method.divergence(old_logps, ref_logps, self.algo_config.kl_clamp_value)
     return ref_logps, kl
 
   def _layout(self, example: TrainExample, chunk_sizes: Sequence[int]) -> TrainExample:

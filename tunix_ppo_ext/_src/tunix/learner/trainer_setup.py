@@ -83,35 +83,37 @@ class TrainerInputs:
     return inputs
 
 
+def _set_up(
+  trainer: Any, kind: str, loss_name: str, input_fn: Any, hooks: Sequence[Any], logged: Any
+) -> None:
+  """One trainer's loss (`loss_name` of plugin `kind`), inputs, training hooks and logged
+  terms (`logged`: name -> reducer)."""
+  trainer.with_loss_fn(loss_fns.configured_loss(kind, loss_name), has_aux=True)
+  trainer.with_gen_model_input_fn(input_fn)
+  for hook in hooks:
+    trainer.with_training_hooks(hook)
+  trainer.with_rl_metrics_to_log(logged)
+
+
 def set_up_actor(actor: Any, inputs: TrainerInputs, hooks: Sequence[Any] = ()) -> None:
   """The actor trainer's loss (the configured policy loss, as tunix 0.1.7 installs it:
   tunix main's closure takes only `train_example` and `algo_config`), inputs, training
   hooks and logged terms."""
   config = inputs.config
-  actor.with_loss_fn(
-    loss_fns.configured_loss(registry.POLICY_LOSSES, config.policy_loss_fn), has_aux=True
-  )
-  actor.with_gen_model_input_fn(inputs.actor)
-  for hook in hooks:
-    actor.with_training_hooks(hook)
   if inputs.tunix_own[registry.POLICY_LOSSES]:  # tunix's aux keys and reducer
-    actor.with_rl_metrics_to_log(compat.tunix_loss_metrics(config)[0])
-    return
-  logged = ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
-  kl_loss = ("kl_loss",) if config.kl_penalty == "loss" else ()
-  actor.with_rl_metrics_to_log(dict.fromkeys((*logged, *kl_loss), np.mean))
+    logged = compat.tunix_loss_metrics(config)[0]
+  else:
+    names = ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
+    kl_loss = ("kl_loss",) if config.kl_penalty == "loss" else ()
+    logged = dict.fromkeys((*names, *kl_loss), np.mean)
+  _set_up(actor, registry.POLICY_LOSSES, config.policy_loss_fn, inputs.actor, hooks, logged)
 
 
 def set_up_critic(critic: Any, inputs: TrainerInputs, hooks: Sequence[Any] = ()) -> None:
   """The critic trainer's loss (the configured value loss), inputs, hooks, logged terms."""
   config = inputs.config
-  critic.with_loss_fn(
-    loss_fns.configured_loss(registry.VALUE_LOSSES, config.value_loss_fn), has_aux=True
-  )
-  critic.with_gen_model_input_fn(inputs.critic)
-  for hook in hooks:
-    critic.with_training_hooks(hook)
   if inputs.tunix_own[registry.VALUE_LOSSES]:
-    critic.with_rl_metrics_to_log(compat.tunix_loss_metrics(config)[1])
-    return
-  critic.with_rl_metrics_to_log(dict.fromkeys(("vf_loss", "vpred_mean", "vf_clipfrac"), np.mean))
+    logged = compat.tunix_loss_metrics(config)[1]
+  else:
+    logged = dict.fromkeys(("vf_loss", "vpred_mean", "vf_clipfrac"), np.mean)
+  _set_up(critic, registry.VALUE_LOSSES, config.value_loss_fn, inputs.critic, hooks, logged)

@@ -13,12 +13,12 @@ per-token loss (`tunix.rollout_correction`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from tunix_ppo_ext._src.ops import verl_losses as pl
 from tunix_ppo_ext._src.ops.ppo_losses import add_regularizers
@@ -88,24 +88,14 @@ _PG_TERMS: dict[str, Callable[..., tuple[jax.Array, dict[str, jax.Array]]]] = {
 NAMES = tuple(_PG_TERMS)
 
 
-def _policy_loss(
-  name: str,
-  model: nnx.Module,
-  train_example: Any,
-  algo_config: Any,
-  pad_id: int,
-  eos_id: int,
-  temperature: float,
-  ref_model: tuple[Any, Any] | None,
+def _loss_of_pass(
+  name: str, terms: dict[str, Any], train_example: Any, algo_config: Any
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """`pg + entropy and KL terms` of loss `name` over one policy pass (see the module doc).
+  """`pg + entropy and KL terms` of loss `name` on one policy pass's terms (the module doc).
 
   `loss = pg - entropy_coef * agg(entropy) + kl_coef * agg(KL)`, `agg` the configured
-  `loss_agg_mode`; an `actor_scale` of 0 on the example (critic warm-up) zeroes it.
+  `loss_agg_mode`.
   """
-  terms = tunix_losses.policy_pass(
-    model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
-  )
   mask, agg = terms["loss_mask"], _agg(algo_config)["loss_agg_mode"]
   loss, metrics = _PG_TERMS[name](
     terms["logps"],
@@ -117,7 +107,7 @@ def _policy_loss(
     e=train_example,
   )
   entropy_coef = algo_config.entropy_coef or 0.0
-  loss, metrics = add_regularizers(
+  return add_regularizers(
     loss,
     metrics,
     mask,
@@ -127,46 +117,15 @@ def _policy_loss(
     terms["per_token_kl"],
     terms["kl_coef"],
   )
-  return loss * tunix_losses.per_step_scalar(train_example, "actor_scale", 1.0), metrics
 
 
-def _registered(name: str) -> Callable[..., tuple[jax.Array, dict[str, jax.Array]]]:
+def _registered(name: str) -> tunix_losses.PolicyLoss:
   """Loss `name` in tunix's policy-loss signature (one function per entry point)."""
-
-  def policy_loss_fn(
-    model: nnx.Module,
-    train_example: Any,
-    algo_config: Any,
-    pad_id: int,
-    eos_id: int,
-    temperature: float = 1.0,
-    ref_model: tuple[Any, Any] | None = None,
-    **kwargs: Any,
-  ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """verl's policy loss of this name over one policy pass (see `_policy_loss`).
-
-    Args:
-      model: the policy being trained (an `nnx.Module`).
-      train_example: tunix's `TrainExample` of the micro-batch (prompt and completion ids,
-        masks, advantages, old and reference log-probs; this package's extra fields).
-      algo_config: the learner's `PpoExtConfig` (clip ranges, loss options, KL settings).
-      pad_id: the padding token's id.
-      eos_id: the end-of-sequence token's id.
-      temperature: the sampling temperature the logits are divided by.
-      ref_model: `(graphdef, pure state dict)` of the reference model, for the exact
-        full-vocabulary KL; None otherwise.
-      **kwargs: further arguments tunix passes; ignored.
-
-    Returns:
-      `(loss, metrics)`: float32 scalar loss and the loss's metrics (`pg_loss`,
-      `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`, `entropy` / `kl_loss` when present).
-    """
-    del kwargs
-    return _policy_loss(
-      name, model, train_example, algo_config, pad_id, eos_id, temperature, ref_model
-    )
-
-  return policy_loss_fn
+  summary = f"verl's `{name}` policy loss over one policy pass (`_loss_of_pass`)."
+  loss_of_pass = functools.partial(_loss_of_pass, name)
+  loss_fn = tunix_losses.tunix_policy_loss(f"{name}_policy_loss_fn", summary, loss_of_pass)
+  loss_fn.__module__ = __name__  # where its name is defined (pickles by reference)
+  return loss_fn
 
 
 gspo_policy_loss_fn = _registered("gspo")  # GSPO, Zheng et al. 2025
