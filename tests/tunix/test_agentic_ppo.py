@@ -179,6 +179,24 @@ def test_a_tiny_model_trains_multi_turn_episodes_with_a_critic():
   assert_observations_are_never_trained(learner.examples, tokenizer())
 
 
+@needs_main
+def test_a_warm_up_step_trains_only_the_critic():
+  """`critic_warmup_steps=1`: step 0's groups scale the actor's loss by 0 (the step tunix
+  scores them for, not the call's order), so the policy stays and the critic trains."""
+  cluster = agentic_cluster(max_steps=1)
+  learner = agentic_learner(cluster, critic_warmup_steps=1, beta=0.0)
+  tok = tokenizer()
+  items = [episode(tok, n % 2, g, turns, r, "ab") for n, (g, turns, r) in enumerate(EPISODES)]
+  scales = [learner.process_results(items, Mode.TRAIN, step)[0].actor_scale for step in (0, 1)]
+  np.testing.assert_array_equal(np.asarray(scales), [[0.0] * 4, [1.0] * 4])
+  policy, critic = params(cluster.actor_trainer.model), params(cluster.critic_trainer.model)
+  learner.train(prompts(2))
+  assert cluster.actor_trainer.train_steps == 1
+  assert not moved(policy, cluster.actor_trainer.model)
+  assert moved(critic, cluster.critic_trainer.model)
+  assert history(cluster, "learner", "critic_warmup")[0] == 1.0
+
+
 def assert_observations_are_never_trained(examples, tok) -> None:
   """Every attended run outside the loss mask is an observation as the chat renders it
   (`U:b` and the next turn's `A:`; repeated after an empty reply, cut where the episode's

@@ -196,7 +196,7 @@ class AgenticPpoLearner(compat.AgenticHooks):
       train=mode == Mode.TRAIN,
       has_critic=self.has_critic,
       fallback=tunix_losses.tunix_estimator(config.advantage_estimator),
-    )  # no critic warm-up here (`PPO_FIELDS` has none): the actor always trains
+    )  # `step`: the step tunix scores the group for (a warm-up step: actor_scale 0)
     result = rollout_phase.rollout_phase(config, self.state, where, batch, inputs, model_passes)
     self.state = result.state
     self._buffer(result.metrics, mode, step)

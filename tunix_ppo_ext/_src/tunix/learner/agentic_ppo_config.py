@@ -49,6 +49,8 @@ PPO_FIELDS = (
   "logps_temperature",
   "num_generations",
   "num_iterations",
+  "critic_warmup_steps",
+  "critic_warmup_lambda",
 )
 
 
@@ -65,9 +67,13 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   (`beta`, `kl_method`, `kl_penalty`, `kl_loss_coef`, `kl_ctrl`, `kl_target`,
   `kl_horizon`, `kl_clamp_value`), `loss_agg_mode`, `value_loss_agg_mode`,
   `clip_range_value`, the losses `policy_loss_fn` / `value_loss_fn` (default `ppo_ext`),
-  `logits_chunk_size` and `logps_temperature` (None: the train rollout's temperature, at
-  which the sampler's log-probs were taken). Not here: the exact KL (`kl_method="full"`),
-  the fused head, packing, critic warm-up and rollout correction.
+  `logits_chunk_size`, `logps_temperature` (None: the train rollout's temperature, at
+  which the sampler's log-probs were taken) and the critic warm-up of a fixed length
+  (`critic_warmup_steps`, `critic_warmup_lambda`: the first steps train only the critic).
+  Not here: the exact KL (`kl_method="full"`), the fused head, packing, the warm-up's
+  early ends (`critic_warmup_until_ev`, `critic_warmup_patience`: tunix scores a step's
+  groups one call at a time, so a step has no one explained variance to end it on) and
+  rollout correction.
 
   tunix's keys keep their meaning: `num_generations` episodes per prompt form a group,
   `max_response_length` is the width of an episode's tokens (it must equal the rollout's
@@ -104,6 +110,8 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   clip_range_value: float | None = 0.2
   logits_chunk_size: int = 0
   logps_temperature: float | None = None
+  critic_warmup_steps: int = 0
+  critic_warmup_lambda: float = 1.0
 
   def __post_init__(self):
     # AlgorithmConfig's own check allows tunix's estimator and loss names only: replaced
