@@ -94,16 +94,19 @@ def dataset(steps: int, batch: int, seed: int) -> list[dict[str, np.ndarray]]:
   ]
 
 
-def cluster(seed: int, *, critic: bool, steps: int, batch: int, lr: float) -> Any:
+def cluster(
+  seed: int, *, critic: bool, steps: int, batch: int, lr: float, prompt_len: int = P, width: int = T
+) -> Any:
   """tunix's `RLCluster` of the toy models (seed `seed`), the critic left out without
-  `critic`; the critic trains at the actor's `lr`."""
+  `critic`; the critic trains at the actor's `lr`. `prompt_len` prompt slots, episodes of
+  `width` tokens."""
   tokenizer = CharTokenizer(ALPHABET)
   policy, value_model, reference = make_models(tokenizer, seed=seed)
   spec = ClusterSpec(
     max_steps=steps,
     batch=batch,
-    max_prompt_length=P,
-    max_tokens_to_generate=T,
+    max_prompt_length=prompt_len,
+    max_tokens_to_generate=width,
     lr=lr,
     seed=seed,
     return_logprobs=True,
@@ -122,9 +125,12 @@ def learner_kwargs(engine: Any, metric_fns: Sequence[Any]) -> dict[str, Any]:
   }
 
 
-def ppo_learner(engine: Any, metric_fns: Sequence[Any], **keys: Any) -> AgenticPpoLearner:
-  """`AgenticPpoLearner` on `engine` with the `AgenticPpoConfig` keys `keys`."""
-  config = AgenticPpoConfig(max_response_length=T, **keys)
+def ppo_learner(
+  engine: Any, metric_fns: Sequence[Any], width: int = T, **keys: Any
+) -> AgenticPpoLearner:
+  """`AgenticPpoLearner` on `engine` (episodes of `width` tokens) with the
+  `AgenticPpoConfig` keys `keys`."""
+  config = AgenticPpoConfig(max_response_length=width, **keys)
   return AgenticPpoLearner(engine, config, **learner_kwargs(engine, metric_fns))
 
 

@@ -5,9 +5,14 @@ of `abcd` in 3 turns from `<`/`>` hints, through tunix main's orchestrator, `Mod
 and a tunix `BaseTaskEnv`) with `AgenticPpoLearner`, `advantage_estimator=gae` and a
 critic, one run per seed, and writes each seed's per-batch success rates to
 `OUT/seed<k>.json`; then the table of every seed in `OUT` to `OUT/README.md`. A seed whose
-JSON exists is skipped (rerun to resume). A seed passes when its success over the last
-`--last` batches is above its first batch's (the baseline batch, sampled before any
-update).
+JSON exists is skipped (rerun to resume). The first `--warmup` steps train only the critic
+(`critic_warmup_steps`), so their batches are all sampled by the untrained policy: their
+success is the seed's baseline (with `--warmup 0`, the first batch's). A seed passes when
+its success over the last `--last` batches is above that baseline.
+
+Episodes are `--width` tokens (the agent's replies, the hints and role markers of all its
+turns): the untrained toy's replies run about 15-20 tokens, so 32 holds about one turn and
+64 the game's three.
 
   python bench/agentic_toy.py [--seeds 0 1 2] [--steps 40] [--out bench/results/agentic_toy]
 """
@@ -25,23 +30,35 @@ import _agentic_task as task
 import numpy as np
 
 CONFIG = {"advantage_estimator": "gae", "beta": 0.0, "entropy_coef": 0.0, "gae_lambda": 1.0}
+PROMPT_ROOM = 32  # prompt slots beyond the episode width: the first prompt and its markers
 
 
 def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
   """One seed's training run: its settings, per-batch success and wall time."""
-  engine = task.cluster(seed, critic=True, steps=args.steps, batch=args.batch, lr=args.lr)
+  engine = task.cluster(
+    seed,
+    critic=True,
+    steps=args.steps,
+    batch=args.batch,
+    lr=args.lr,
+    prompt_len=args.width + PROMPT_ROOM,
+    width=args.width,
+  )
   log = task.SuccessLog()
-  keys = {**CONFIG, "num_generations": args.generations}
-  learner = task.ppo_learner(engine, [log], **keys)
+  keys = {**CONFIG, "num_generations": args.generations, "critic_warmup_steps": args.warmup}
+  learner = task.ppo_learner(engine, [log], width=args.width, **keys)
   start = time.perf_counter()
   learner.train(task.dataset(args.steps + 1, args.batch, seed))
   wall = time.perf_counter() - start
   engine.close()
   success = log.per_batch(args.batch * args.generations)[: args.steps]
-  baseline, last = success[0], float(np.mean(success[-args.last :]))
+  baseline = float(np.mean(success[: max(args.warmup, 1)]))
+  last = float(np.mean(success[-args.last :]))
   return {
     "seed": seed,
-    "config": {**keys, "lr": args.lr, "batch": args.batch, "steps": args.steps},
+    "config": {**keys, "lr": args.lr, "batch": args.batch, "steps": args.steps}
+    | {"width": args.width},
+    "baseline_batches": max(args.warmup, 1),
     "success_per_batch": success,
     "baseline_success": baseline,
     "last_success": last,
@@ -55,12 +72,13 @@ def table(out: pathlib.Path) -> str:
   """The markdown table of every `seed*.json` in `out`."""
   rows = [json.loads(p.read_text()) for p in sorted(out.glob("seed*.json"))]
   lines = [
-    "| seed | baseline batch success | success, last batches | best batch | rises | wall s |",
+    "| seed | baseline success (batches) | success, last batches | best batch | rises | wall s |",
     "| --- | --- | --- | --- | --- | --- |",
   ]
   for r in rows:
     lines.append(
-      f"| {r['seed']} | {r['baseline_success']:.2f} | {r['last_success']:.2f} "
+      f"| {r['seed']} | {r['baseline_success']:.2f} ({r.get('baseline_batches', 1)}) | "
+      f"{r['last_success']:.2f} "
       f"(last {r['last_batches']}) | {max(r['success_per_batch']):.2f} | "
       f"{'yes' if r['rises'] else 'no'} | {r['wall_s']} |"
     )
@@ -73,7 +91,9 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=40)
   parser.add_argument("--batch", type=int, default=4, help="prompts per batch")
   parser.add_argument("--generations", type=int, default=4, help="episodes per prompt")
-  parser.add_argument("--lr", type=float, default=3e-3)
+  parser.add_argument("--lr", type=float, default=1e-3)
+  parser.add_argument("--width", type=int, default=64, help="an episode's tokens")
+  parser.add_argument("--warmup", type=int, default=8, help="critic-only steps first")
   parser.add_argument("--last", type=int, default=5, help="batches averaged at the end")
   parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/agentic_toy"))
   args = parser.parse_args()
