@@ -524,10 +524,10 @@ CASES: dict[str, Case] = {
     match="multiple of ppo.num_generations=4",
   ),
   "run_nonfinite_rewards_unknown": Case(
-    run_config("ppo.nonfinite_rewards=skip"), match="nonfinite_rewards='skip'"
+    run_config("ppo.nonfinite_rewards=skip"), match="config key 'ppo.nonfinite_rewards'='skip'"
   ),
   "run_max_nonfinite_steps_negative": Case(
-    run_config("ppo.max_nonfinite_steps=-3"), match="max_nonfinite_steps=-3"
+    run_config("ppo.max_nonfinite_steps=-3"), match="config key 'ppo.max_nonfinite_steps'=-3"
   ),
   # built-in environments' kwargs: one check for every one (floats and strings refused at
   # load, by key), and generators that cannot meet their kwargs named at load

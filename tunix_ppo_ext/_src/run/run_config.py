@@ -27,7 +27,13 @@ from typing import Any
 
 import yaml
 
-from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import (
+  ConfigError,
+  FieldKeys,
+  check_integer,
+  check_number,
+  did_you_mean,
+)
 from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
@@ -39,11 +45,7 @@ from tunix_ppo_ext._src.run import recipe, resume
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
-from tunix_ppo_ext._src.tunix.learner.ppo_config import (
-  PpoExtConfig,
-  fused_head_problem,
-  groups_of_one_problem,
-)
+from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, groups_of_one_problem
 from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
 
 
@@ -261,6 +263,7 @@ class RunConfig:
       **{"logps_temperature": self.train.temperature, **self.ppo},
       fused_head=self.model.fused_head,
       packing=self.model.packing,
+      keys=PPO_KEYS,
     )
 
 
@@ -428,7 +431,10 @@ def _build(cls: type, data: dict[str, Any], prefix: str, default: Any = None) ->
       raise ConfigError(f"unknown config key {prefix + key!r}{hint} (valid: {sorted(fields)})")
     nested = getattr(default, key) if default is not None else _field_default(fields[key])
     kwargs[key] = _check_type(prefix + key, value, hints[key], nested)
-  instance = cls(**kwargs) if default is None else dataclasses.replace(default, **kwargs)
+  try:  # a section's own checks (`metrics.echo_trap`'s) name its fields, not the section
+    instance = cls(**kwargs) if default is None else dataclasses.replace(default, **kwargs)
+  except ValueError as err:
+    raise ConfigError(f"config key {prefix.rstrip('.')!r}: {err}") from None
   if cls is RunConfig:
     _validate_run(instance)
   return instance
@@ -446,12 +452,7 @@ def _field_default(field: dataclasses.Field) -> Any:
 def _check_type(name: str, value: Any, hint: Any, default: Any = None) -> Any:
   if dataclasses.is_dataclass(hint):
     base = default if isinstance(default, hint) else None
-    try:
-      return _build(hint, value, prefix=name + ".", default=base)
-    except ValueError as err:  # a section's own check that does not name the key
-      if str(err).startswith(("config key", "unknown config key", name)):
-        raise
-      raise ConfigError(f"config key {name!r}: {err}") from None
+    return _build(hint, value, prefix=name + ".", default=base)
   if name == "ppo":
     return _check_ppo(value)
   origin = typing.get_origin(hint)
@@ -492,7 +493,8 @@ def _check_ppo(value: Any) -> dict[str, Any]:
 
 # PpoExtConfig fields the run config sets from another section's key
 PPO_FIELDS_SET_ELSEWHERE = {"fused_head": FUSED_HEAD_KEY, "packing": "model.packing"}
-_PPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PpoExtConfig)}
+# how PpoExtConfig's checks name its fields in a run config's messages
+PPO_KEYS = FieldKeys(prefix="ppo.", elsewhere=PPO_FIELDS_SET_ELSEWHERE)
 
 
 def _validate_model(model: ModelSection) -> None:
@@ -628,11 +630,8 @@ def _checkpoint_directory(checkpoint: str) -> str:
   directory it is converted into (config and tokenizer; the weights when loaded)."""
   try:
     return gguf_files.resolve(checkpoint)
-  except ValueError as err:
-    message = str(err).removeprefix("model.checkpoint: ")  # gguf_files names the key too
-    if repr(checkpoint) not in message:
-      message = f"{checkpoint!r}: {message}"
-    raise ConfigError(f"config key 'model.checkpoint': {message}") from None
+  except ValueError as err:  # gguf_files names the file, not the key
+    raise ConfigError(f"config key 'model.checkpoint': {err}") from None
 
 
 def _validate_mesh(section: MeshSection) -> None:
@@ -781,15 +780,6 @@ def _validate_envs(run: RunConfig) -> None:
     )
 
 
-def _ppo_error_key(message: str) -> str:
-  """A `PpoExtConfig` error as the run config's: under the key the run config sets it by."""
-  for field, key in PPO_FIELDS_SET_ELSEWHERE.items():
-    prefix = f"PpoExtConfig.{field}="
-    if message.startswith(prefix):
-      return f"config key '{key}'={message[len(prefix) :]}"
-  return f"config key 'ppo': {message}"
-
-
 def resolve(run: RunConfig) -> ResolvedRun:
   """Works `run` out once: its `PpoExtConfig`, the batch arithmetic, the environment mix and
   the recipe sections checked against each other (`run.recipe`, `run.dapo_section`).
@@ -803,17 +793,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   Raises:
     ConfigError: naming the key, the value and what is allowed.
   """
-  logits_chunk = run.ppo.get("logits_chunk_size", _PPO_DEFAULTS["logits_chunk_size"])
-  problem = fused_head_problem(run.model.fused_head, logits_chunk)
-  if problem:
-    raise ConfigError(
-      f"config key '{FUSED_HEAD_KEY}'=True must be "
-      + re.sub(r"\b(logits_chunk_size)\b", r"ppo.\1", problem)
-    )
-  try:
-    ppo = run.ppo_config()  # PpoExtConfig names the field, the value and what is allowed
-  except ValueError as err:
-    raise ConfigError(_ppo_error_key(str(err))) from None
+  ppo = run.ppo_config()  # its checks name the key (`PPO_KEYS`), the value and what is allowed
   num_generations = ppo.num_generations
   problem = groups_of_one_problem(ppo.advantage_estimator, num_generations)
   if problem:
