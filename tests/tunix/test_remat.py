@@ -56,12 +56,12 @@ def test_a_bad_value_head_init_is_one_line_naming_the_key():
 
 
 def test_train_and_plan_build_the_policy_and_critic_with_it():
-  run = load_resolved(None, ["model.remat=decoder", "model.num_layers=1"]).run
-  policy, critic, _ = job.build_models(run)
+  resolved = load_resolved(None, ["model.remat=decoder", "model.num_layers=1"])
+  policy, critic, _ = job.build_models(resolved)
   assert policy.config.remat_config.name == "DECODER"
   assert critic.backbone.layers[0].config.remat_config.name == "DECODER"
-  assert plan.model_config(run).config.remat_config.name == "DECODER"
-  default = load_resolved(None, []).run
+  assert plan.model_config(resolved).config.remat_config.name == "DECODER"
+  default = load_resolved(None, [])
   assert plan.model_config(default).config.remat_config.name == "NONE"
 
 

@@ -35,6 +35,7 @@ from tunix_ppo_ext._src.checks import (
   did_you_mean,
 )
 from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
+from tunix_ppo_ext._src.config.model_spec import ModelSpec
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.envs import base as envs
@@ -108,6 +109,10 @@ class ModelSection:
   attention_block_size: int = 512  # splash's or blockwise's block, in tokens
   packing: bool = False  # training passes on packed rows
   dtype: str | None = None  # the frozen weights': bfloat16 or float32 (None: the checkpoint's)
+
+  def spec(self) -> ModelSpec:
+    """The checked `ModelSpec` of `remat`, `attention`, `attention_block_size` and `dtype`."""
+    return ModelSpec(self.remat, self.attention, self.attention_block_size, self.dtype)
 
 
 def toy_config(model: ModelSection, vocab_size: int) -> Any:
@@ -280,6 +285,7 @@ class ResolvedRun:
 
   run: RunConfig
   ppo: PpoExtConfig  # the `ppo` section over PpoExtConfig's defaults, validated
+  model: ModelSpec  # how every builder builds the models (`model.remat`, `.attention`, ...)
   batch: recipe.BatchPlan  # every batch size in episodes, filled (`recipe.resolve_batch`)
   env_entries: tuple[recipe.EnvEntry, ...]  # the training environments with their groups
   validation_entries: tuple[recipe.EnvEntry, ...]  # validation's environments (or none)
@@ -528,18 +534,7 @@ def _validate_model(model: ModelSection) -> None:
     if model.config_name not in names:
       hint = did_you_mean(model.config_name, names, n=3)
       raise ConfigError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
-  if model.remat not in hf_models.REMAT_CHOICES:
-    hint = did_you_mean(model.remat, hf_models.REMAT_CHOICES, n=1)
-    raise ConfigError(
-      f"config key 'model.remat' {model.remat!r} unknown{hint} (one of {hf_models.REMAT_CHOICES})"
-    )
-  if model.attention not in hf_models.ATTENTION_CHOICES:
-    hint = did_you_mean(model.attention, hf_models.ATTENTION_CHOICES, n=1)
-    raise ConfigError(
-      f"config key 'model.attention' {model.attention!r} unknown{hint} "
-      f"(one of {hf_models.ATTENTION_CHOICES})"
-    )
-  check_integer("config key 'model.attention_block_size'", model.attention_block_size, low=128)
+  model.spec()  # remat, attention, its block size, dtype: checked by ModelSpec
   if model.value_head_init not in toy_models.VALUE_HEAD_INITS:
     hint = did_you_mean(model.value_head_init, toy_models.VALUE_HEAD_INITS, n=1)
     raise ConfigError(
@@ -551,11 +546,6 @@ def _validate_model(model: ModelSection) -> None:
 
 
 def _validate_dtype(model: ModelSection) -> None:
-  if model.dtype is not None and model.dtype not in hf_models.DTYPES:
-    hint = did_you_mean(str(model.dtype), hf_models.DTYPES, n=1)
-    raise ConfigError(
-      f"config key 'model.dtype' {model.dtype!r} unknown{hint} (one of {tuple(hf_models.DTYPES)})"
-    )
   if model.dtype == "bfloat16" and model.lora is None:
     raise ConfigError(
       "config key 'model.dtype'='bfloat16' needs model.lora: the weights a run trains stay "
@@ -825,6 +815,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   return ResolvedRun(
     run=run,
     ppo=ppo,
+    model=run.model.spec(),
     batch=batch,
     env_entries=tuple(run_env_entries(run, num_generations)),
     validation_entries=tuple(validation),
