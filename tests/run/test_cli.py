@@ -20,7 +20,7 @@ def test_dotted_overrides_reach_every_section():
     None, ["train.steps=7", "ppo.entropy_coef=0.02", "env.kwargs.num_symbols=2", "seed=3"]
   )
   assert run.train.steps == 7 and run.seed == 3
-  assert run.ppo["entropy_coef"] == 0.02 and run.ppo_config().entropy_coef == 0.02
+  assert run.ppo.entropy_coef == 0.02 and run.ppo_given["entropy_coef"] == 0.02
   assert run.env.kwargs["num_symbols"] == 2
 
 

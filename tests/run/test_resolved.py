@@ -30,8 +30,8 @@ def test_configs_default_yaml_is_the_embedded_default():
 
 def test_the_embedded_default_differs_from_the_dataclass_defaults_only_in_its_ppo_tuning():
   embedded = load_run_config(None)
-  assert dataclasses.replace(embedded, ppo={}) == RunConfig()
-  assert embedded.ppo["entropy_coef"] == 0.03 and embedded.ppo["kl_ctrl"] == "adaptive"
+  assert dataclasses.replace(embedded, ppo=RunConfig().ppo) == RunConfig()
+  assert embedded.ppo.entropy_coef == 0.03 and embedded.ppo.kl_ctrl == "adaptive"
 
 
 def test_a_config_naming_one_ppo_key_inherits_ppo_ext_configs_defaults(tmp_path):

@@ -38,6 +38,7 @@ from tunix_ppo_ext._src.run.run_config import (
   ResolvedRun,
   RunConfig,
   as_resolved,
+  config_dict,
   lora_section,
   tokenizer_directory,
   toy_config,
@@ -133,11 +134,11 @@ def _metric_backends(
     lambda: collapse.EchoTrapWatch(keys, run.metrics.echo_trap, max_return),
   ]
   if run.wandb != "disabled":
-    config = dataclasses.asdict(run)
+    config = config_dict(run)
     backends.append(lambda: _kept(wandb_sinks, sinks.WandbSink(run.wandb, output_dir, config)))
   for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
     build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
-    backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
+    backends.append(functools.partial(build_sink, output_dir, config_dict(run)))
   return backends
 
 
@@ -438,7 +439,7 @@ def _finished(out: pathlib.Path, resolved: ResolvedRun) -> dict[str, Any] | None
     return None
   run = resolved.run
   saved = resume.common_step(out / "checkpoints", resolved.checkpoint_roles)
-  run_dir.rerun_changes(out, dataclasses.asdict(run), saved)  # a refused change says so
+  run_dir.rerun_changes(out, config_dict(run), saved)  # a refused change says so
   summary = run_dir.finished_summary(out, saved, run.train.steps)
   if summary is not None:
     print(report.finished_line(run.output_dir, summary, run.train.steps))
@@ -511,7 +512,7 @@ def _prepare(out: pathlib.Path, resolved: ResolvedRun) -> list[dict[str, Any]]:
   checked and saved, `metrics.jsonl` and the samples cut back to the checkpoint; returns
   the run's earlier parts (`run_dir.earlier_parts`)."""
   saved = resume.align_role_checkpoints(out / "checkpoints", resolved.checkpoint_roles)
-  run_dir.check_rerun(out, dataclasses.asdict(resolved.run), saved)
+  run_dir.check_rerun(out, config_dict(resolved.run), saved)
   if saved and not (out / "metrics.jsonl").is_file():
     print(
       f"tunix-ppo-ext: warning: {out / 'metrics.jsonl'} is missing: resuming at step "

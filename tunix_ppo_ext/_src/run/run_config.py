@@ -238,6 +238,9 @@ class RoleMeshSection:
   axis_names: list[str] | None = None
 
 
+INTERNAL = "internal"  # a RunConfig field's metadata key: no config key of its own
+
+
 @dataclasses.dataclass
 class RunConfig:
   """A whole run: seed, output directory, W&B mode and the four sections."""
@@ -259,17 +262,61 @@ class RunConfig:
   filter: recipe.FilterSection = dataclasses.field(default_factory=recipe.FilterSection)
   validation: recipe.ValidationSection = dataclasses.field(default_factory=recipe.ValidationSection)
   dapo: DapoSection = dataclasses.field(default_factory=DapoSection)
-  ppo: dict[str, Any] = dataclasses.field(default_factory=dict)  # PpoExtConfig fields
+  # the `ppo` section, checked as it is read (`ppo_section`)
+  ppo: PpoExtConfig = dataclasses.field(default_factory=lambda: ppo_section({}))
+  # the `ppo` keys the config gave, as given: what `config_dict` writes back (not a key);
+  # None (a RunConfig built in Python): the keys whose values differ from the defaults
+  ppo_given: dict[str, Any] | None = dataclasses.field(
+    default=None, repr=False, compare=False, metadata={INTERNAL: True}
+  )
 
-  def ppo_config(self) -> PpoExtConfig:
-    """The validated `PpoExtConfig` of the `ppo` section; log-probs at the sampling
-    temperature (`train.temperature`) unless `ppo.logps_temperature` says otherwise."""
-    return PpoExtConfig(
-      **{"logps_temperature": self.train.temperature, **self.ppo},
-      fused_head=self.model.fused_head,
-      packing=self.model.packing,
-      keys=PPO_KEYS,
-    )
+
+def ppo_section(
+  given: dict[str, Any], train: TrainSection | None = None, model: ModelSection | None = None
+) -> PpoExtConfig:
+  """The `PpoExtConfig` of the `ppo` section's `given` keys over its defaults, checked (its
+  messages name the keys, `PPO_KEYS`): log-probs at the sampling temperature
+  (`train.temperature`) unless `ppo.logps_temperature` says otherwise, and the fused head
+  and packing as `model.fused_head` and `model.packing` set them.
+
+  Args:
+    given: the section's keys (checked names: `_check_ppo`).
+    train: the `train` section (None: its defaults).
+    model: the `model` section (None: its defaults).
+
+  Returns:
+    The `PpoExtConfig`.
+  """
+  train, model = train or TrainSection(), model or ModelSection()
+  return PpoExtConfig(
+    **{"logps_temperature": train.temperature, **given},
+    fused_head=model.fused_head,
+    packing=model.packing,
+    keys=PPO_KEYS,
+  )
+
+
+def config_dict(run: RunConfig) -> dict[str, Any]:
+  """`run` as `config.json` saves it (W&B and metric sinks receive it too): every section
+  as a mapping, `ppo` with the keys the config gave (`ppo_given`).
+
+  Args:
+    run: the run config.
+
+  Returns:
+    The JSON-ready mapping (loads back into the same run config).
+  """
+  data = dataclasses.asdict(dataclasses.replace(run, ppo=None, ppo_given=None))
+  del data["ppo_given"]
+  data["ppo"] = dict(run.ppo_given if run.ppo_given is not None else _ppo_changes(run))
+  return data
+
+
+def _ppo_changes(run: RunConfig) -> dict[str, Any]:
+  """The `ppo` keys whose values in `run.ppo` differ from the section's defaults."""
+  default = ppo_section({}, run.train, run.model)
+  names = ppo_keys()
+  return {k: getattr(run.ppo, k) for k in names if getattr(run.ppo, k) != getattr(default, k)}
 
 
 _WANDB_MODES = ("disabled", "offline", "online")
@@ -428,21 +475,26 @@ def _build(cls: type, data: dict[str, Any], prefix: str, default: Any = None) ->
   sections: `optim.actor.clip_grad_norm=1.0` changes that one key."""
   if not isinstance(data, dict):
     raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
-  fields = {f.name: f for f in dataclasses.fields(cls)}
+  fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get(INTERNAL)}
   hints = typing.get_type_hints(cls)
-  kwargs = {}
+  kwargs, data = {}, dict(data)
+  ppo = _check_ppo(data.pop("ppo", {})) if cls is RunConfig else None
   for key, value in data.items():
     if key not in fields:
       hint = did_you_mean(key, fields, n=3)
       raise ConfigError(f"unknown config key {prefix + key!r}{hint} (valid: {sorted(fields)})")
     nested = getattr(default, key) if default is not None else _field_default(fields[key])
     kwargs[key] = _check_type(prefix + key, value, hints[key], nested)
+  if ppo is not None:
+    kwargs["ppo"] = None  # read after the sections it takes values from, checked
   try:  # a section's own checks (`metrics.echo_trap`'s) name its fields, not the section
     instance = cls(**kwargs) if default is None else dataclasses.replace(default, **kwargs)
   except ValueError as err:
     raise ConfigError(f"config key {prefix.rstrip('.')!r}: {err}") from None
   if cls is RunConfig:
-    _validate_run(instance)
+    _validate_run(instance)  # train.temperature, model.fused_head, ... first: `ppo` takes them
+    instance.ppo = ppo_section(ppo, instance.train, instance.model)
+    instance.ppo_given = ppo
   return instance
 
 
@@ -459,8 +511,6 @@ def _check_type(name: str, value: Any, hint: Any, default: Any = None) -> Any:
   if dataclasses.is_dataclass(hint):
     base = default if isinstance(default, hint) else None
     return _build(hint, value, prefix=name + ".", default=base)
-  if name == "ppo":
-    return _check_ppo(value)
   origin = typing.get_origin(hint)
   allowed = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
   for option in allowed:
@@ -485,9 +535,7 @@ def _check_type(name: str, value: Any, hint: Any, default: Any = None) -> Any:
 def _check_ppo(value: Any) -> dict[str, Any]:
   if not isinstance(value, dict):
     raise ConfigError(f"config key 'ppo' must be a mapping, got {value!r}")
-  names = [
-    f.name for f in dataclasses.fields(PpoExtConfig) if f.name not in PPO_FIELDS_SET_ELSEWHERE
-  ]
+  names = ppo_keys()
   for key in value:
     if key in PPO_FIELDS_SET_ELSEWHERE:
       raise ConfigError(f"config key 'ppo.{key}': set {PPO_FIELDS_SET_ELSEWHERE[key]} instead")
@@ -495,6 +543,13 @@ def _check_ppo(value: Any) -> dict[str, Any]:
       hint = did_you_mean(key, names, n=3)
       raise ConfigError(f"unknown config key {'ppo.' + key!r}{hint}")
   return dict(value)
+
+
+def ppo_keys() -> list[str]:
+  """The `ppo` section's keys: `PpoExtConfig`'s fields but those another section sets."""
+  return [
+    f.name for f in dataclasses.fields(PpoExtConfig) if f.name not in PPO_FIELDS_SET_ELSEWHERE
+  ]
 
 
 # PpoExtConfig fields the run config sets from another section's key
@@ -783,7 +838,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   Raises:
     ConfigError: naming the key, the value and what is allowed.
   """
-  ppo = run.ppo_config()  # its checks name the key (`PPO_KEYS`), the value and what is allowed
+  ppo = run.ppo  # checked as it was read (`ppo_section`)
   num_generations = ppo.num_generations
   problem = groups_of_one_problem(ppo.advantage_estimator, num_generations)
   if problem:
