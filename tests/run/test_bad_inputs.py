@@ -509,7 +509,7 @@ CASES: dict[str, Case] = {
   ),
   "run_echo_trap_fraction": Case(
     run_config("metrics.echo_trap.return_frac=2"),
-    match=r"^config key 'metrics.echo_trap': return_frac=2.0 is invalid: must be a finite number",
+    match=r"^config key 'metrics.echo_trap.return_frac'=2.0 is invalid: must be a finite",
   ),
   "run_echo_trap_not_a_mapping": Case(
     run_config("metrics.echo_trap=5"), match=r"^metrics.echo_trap must be a mapping, got 5$"

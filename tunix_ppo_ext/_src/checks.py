@@ -45,7 +45,7 @@ class FieldKeys:
   `ppo.f`, or the key in `elsewhere` that sets it from another section
   (`{"fused_head": "model.fused_head"}`); a message opens with `config key 'ppo.f'`. With
   an `owner` (the class built in Python, `"PpoExtConfig"`) a message opens with
-  `PpoExtConfig.f` and mentions other fields by their bare names.
+  `PpoExtConfig.f` (an empty `owner`: `f`) and mentions other fields by their bare names.
   """
 
   prefix: str = ""
@@ -59,7 +59,7 @@ class FieldKeys:
   def subject(self, field: str) -> str:
     """`field` as the subject a message opens with (`check_number`'s `name`)."""
     if self.owner is not None:
-      return f"{self.owner}.{field}"
+      return f"{self.owner}.{field}" if self.owner else field
     return f"config key {self.key(field)!r}"
 
 

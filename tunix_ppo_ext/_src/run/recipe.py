@@ -27,6 +27,7 @@ import optax
 
 from tunix_ppo_ext._src.checks import (
   ConfigError,
+  FieldKeys,
   check_choice,
   check_integer,
   check_number,
@@ -90,6 +91,19 @@ class SamplingSection:
   eval_temperature: float | None = None
   eval_top_p: float | None = None
   eval_top_k: int | None = None
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
+
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(prefix="sampling.")
+    name = keys.subject
+    check_number(name("top_p"), self.top_p, low=0.0, high=1.0, low_open=True)
+    check_integer(name("top_k"), self.top_k, low=0)
+    if self.eval_temperature is not None:
+      check_number(name("eval_temperature"), self.eval_temperature, low=0.0)
+    if self.eval_top_p is not None:
+      check_number(name("eval_top_p"), self.eval_top_p, low=0.0, high=1.0, low_open=True)
+    if self.eval_top_k is not None:
+      check_integer(name("eval_top_k"), self.eval_top_k, low=0)
 
 
 @dataclasses.dataclass
@@ -103,19 +117,19 @@ class ShapingSection:
   method: str = "identity"
   eps: float = 1e-6
   format_penalty: float = 0.0
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
 
-
-def validate_shaping(section: ShapingSection) -> None:
-  """Names the key and the choices."""
-  for key, choices in (("grouping", GROUPINGS), ("method", SCORE_NORMALIZATIONS)):
-    check_choice(f"config key 'shaping.{key}'", getattr(section, key), choices)
-  check_number("config key 'shaping.eps'", section.eps, low=0.0, low_open=True)
-  if section.format_penalty > 0:
-    raise ConfigError(
-      f"config key 'shaping.format_penalty'={section.format_penalty} must be <= 0: it is added "
-      f"to a malformed turn's reward (GRL's sign: -0.1 takes 0.1 off)"
-    )
-  check_number("config key 'shaping.format_penalty'", section.format_penalty)
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(prefix="shaping.")
+    for key, choices in (("grouping", GROUPINGS), ("method", SCORE_NORMALIZATIONS)):
+      check_choice(keys.subject(key), getattr(self, key), choices)
+    check_number(keys.subject("eps"), self.eps, low=0.0, low_open=True)
+    if self.format_penalty > 0:
+      raise ConfigError(
+        f"{keys.subject('format_penalty')}={self.format_penalty} must be <= 0: it is added "
+        f"to a malformed turn's reward (GRL's sign: -0.1 takes 0.1 off)"
+      )
+    check_number(keys.subject("format_penalty"), self.format_penalty)
 
 
 def shaped_source(source: Any, section: ShapingSection) -> Any:
@@ -195,15 +209,18 @@ class FilterSection:
 
   keep_ratio: float = 1.0
   by: str = "std"
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
+
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(prefix="filter.")
+    check_number(keys.subject("keep_ratio"), self.keep_ratio, 0.0, 1.0, low_open=True)
+    check_choice(keys.subject("by"), self.by, FILTER_BY)
 
 
 def validate_filter(section: FilterSection, chunk: int, num_generations: int) -> None:
-  """`keep_ratio` in (0, 1] keeping a whole number of the `chunk / num_generations` groups
-  each rollout chunk holds; `by` known. ValueError explaining the sums."""
-  check_number(
-    "config key 'filter.keep_ratio'", section.keep_ratio, low=0.0, high=1.0, low_open=True
-  )
-  check_choice("config key 'filter.by'", section.by, FILTER_BY)
+  """`keep_ratio` keeping a whole number of the `chunk / num_generations` groups each
+  rollout chunk holds (its range and `by`: the section's own checks). ValueError explaining
+  the sums."""
   groups = chunk // num_generations
   if whole_share(section.keep_ratio, groups) is None:
     raise ConfigError(
@@ -356,20 +373,6 @@ def validate_optim(section: OptimSection, steps: int) -> None:
         f"the {role}'s learning rate never reaches its peak",
         stacklevel=2,
       )
-
-
-def validate_sampling(section: SamplingSection) -> None:
-  """Ranges of the sampling keys; ValueError naming the key and value."""
-  check_number("config key 'sampling.top_p'", section.top_p, low=0.0, high=1.0, low_open=True)
-  check_integer("config key 'sampling.top_k'", section.top_k, low=0)
-  if section.eval_temperature is not None:
-    check_number("config key 'sampling.eval_temperature'", section.eval_temperature, low=0.0)
-  if section.eval_top_p is not None:
-    check_number(
-      "config key 'sampling.eval_top_p'", section.eval_top_p, low=0.0, high=1.0, low_open=True
-    )
-  if section.eval_top_k is not None:
-    check_integer("config key 'sampling.eval_top_k'", section.eval_top_k, low=0)
 
 
 @dataclasses.dataclass(frozen=True)

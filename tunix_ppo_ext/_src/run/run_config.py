@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import inspect
 import os
 import pathlib
 import re
@@ -487,10 +488,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str, default: Any = None) ->
     kwargs[key] = _check_type(prefix + key, value, hints[key], nested)
   if ppo is not None:
     kwargs["ppo"] = None  # read after the sections it takes values from, checked
-  try:  # a section's own checks (`metrics.echo_trap`'s) name its fields, not the section
-    instance = cls(**kwargs) if default is None else dataclasses.replace(default, **kwargs)
-  except ValueError as err:
-    raise ConfigError(f"config key {prefix.rstrip('.')!r}: {err}") from None
+  if "keys" in inspect.signature(cls).parameters:  # a section checking its own fields
+    kwargs["keys"] = FieldKeys(prefix=prefix)  # names them by their keys (`sampling.top_p`)
+  instance = cls(**kwargs) if default is None else dataclasses.replace(default, **kwargs)
   if cls is RunConfig:
     _validate_run(instance)  # train.temperature, model.fused_head, ... first: `ppo` takes them
     instance.ppo = ppo_section(ppo, instance.train, instance.model)
@@ -853,8 +853,6 @@ def resolve(run: RunConfig) -> ResolvedRun:
   for entry in run.envs:
     _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
   recipe.validate_optim(run.optim, run.train.steps)
-  recipe.validate_sampling(run.sampling)
-  recipe.validate_shaping(run.shaping)
   batch = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
   _warn_long_warmup(ppo, run.train.steps, ppo.num_iterations * batch.updates_per_epoch)
   chunk = batch.rollout_chunk
