@@ -152,18 +152,22 @@ class EnvEntry:
   kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
   groups: int = 1
   tag: str | None = None
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
+
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(owner="EnvEntry")
+    if self.name is None:
+      raise ConfigError(f"{keys.subject('name')} is required (an environment name)")
+    check_integer(keys.subject("groups"), self.groups, low=1)
 
 
 def validate_env_entries(key: str, entries: list[EnvEntry], group_size: int, rows: int) -> None:
-  """Each entry named, buildable, with `groups` >= 1 and a unique tag; the groups of
-  `group_size` episodes filling the `rows` episodes of a batch. ValueError naming
-  `key[i].<field>` and the sum."""
+  """Each entry buildable, with a unique tag (its name and `groups`: the entry's own
+  checks); the groups of `group_size` episodes filling the `rows` episodes of a batch.
+  ValueError naming `key[i].<field>` and the sum."""
   tags: dict[str, int] = {}
   for i, entry in enumerate(entries):
     where = f"{key}[{i}]"
-    if entry.name is None:
-      raise ConfigError(f"config key '{where}.name' is required (an environment name)")
-    check_integer(f"config key '{where}.groups'", entry.groups, low=1)
     try:
       make_env(entry.name, **entry.kwargs)
     except (TypeError, ValueError) as err:
@@ -252,6 +256,19 @@ class ValidationSection:
   seed: int | None = None
   group_size: int | None = None
   envs: list[EnvEntry] = dataclasses.field(default_factory=list)
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
+
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(prefix="validation.")
+    if self.group_size is not None:
+      check_integer(keys.subject("group_size"), self.group_size, low=1)
+    if self.seed is not None:
+      check_integer(keys.subject("seed"), self.seed, low=0)
+    if self.envs and (self.env is not None or self.kwargs is not None):
+      raise ConfigError(
+        f"config keys '{keys.key('envs')}' and '{keys.key('env')}'/'{keys.key('kwargs')}' "
+        "both name the validation environment: give one"
+      )
 
   def is_default(self) -> bool:
     return self == ValidationSection()
@@ -260,11 +277,10 @@ class ValidationSection:
 def validate_validation(
   section: ValidationSection, batch_size: int, train_env: str, chunk: int, num_generations: int
 ) -> None:
-  """`group_size` dividing the evaluation batch and its rollout chunks, `seed` >= 0, the
-  environment(s) buildable, `envs` filling the batch."""
+  """`group_size` dividing the evaluation batch and its rollout chunks, the environment(s)
+  buildable, `envs` filling the batch (each key's own range: the section's checks)."""
   group = section.group_size or num_generations
   if section.group_size is not None:
-    check_integer("config key 'validation.group_size'", section.group_size, low=1)
     batch = f"batch of train.batch_size={batch_size}"
     for what, rows in ((batch, batch_size), (f"chunk of {chunk}", chunk)):
       if rows % section.group_size:
@@ -273,14 +289,7 @@ def validate_validation(
           f"{what} episodes: {rows} / {section.group_size} = {rows / section.group_size:g} "
           "groups (chunks: the batch section's rollout / log-prob micro-batches)"
         )
-  if section.envs and (section.env is not None or section.kwargs is not None):
-    raise ConfigError(
-      "config keys 'validation.envs' and 'validation.env'/'validation.kwargs' both name the "
-      "validation environment: give one"
-    )
   validate_env_entries("validation.envs", section.envs, group, batch_size)
-  if section.seed is not None:
-    check_integer("config key 'validation.seed'", section.seed, low=0)
   if section.env is not None or section.kwargs is not None:
     name = section.env or train_env
     try:
