@@ -135,7 +135,7 @@ def _label(results: dict[str, Any]) -> str:
   from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
 
   args = results["args"]
-  estimator = load_run_config(args["config"], args["overrides"]).ppo["advantage_estimator"]
+  estimator = load_run_config(args["config"], args["overrides"]).ppo.advantage_estimator
   kept = [o for o in args["overrides"] if not o.startswith(("train.checkpoint_every", "ppo.adv"))]
   return " ".join([f"{pathlib.Path(args['config']).stem}: {estimator}", *kept])
 

@@ -138,14 +138,12 @@ def train_in_process(config: str | pathlib.Path, out: pathlib.Path, *overrides: 
   """Trains `config` with `overrides` into the new directory `out` as `train` does (its
   `config.json` written first, so `export` and reruns find it) and returns the learner, its
   cluster closed."""
-  import dataclasses  # noqa: PLC0415
-
   from tunix_ppo_ext._src.run import job, run_dir  # noqa: PLC0415
-  from tunix_ppo_ext._src.run.run_config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.run_config import config_dict, load_run_config  # noqa: PLC0415
 
   run = load_run_config(str(config), [f"output_dir={out}", *overrides])
   out.mkdir()
-  run_dir.check_rerun(out, dataclasses.asdict(run), None)
+  run_dir.check_rerun(out, config_dict(run), None)
   learner, batches, eval_batches, _ = job.build_run(run, out)
   learner.train(batches, eval_ds=eval_batches)
   learner.rl_cluster.close()

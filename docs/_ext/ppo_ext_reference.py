@@ -202,6 +202,8 @@ def _walk(cls: type, prefix: str, section: str, defaults: dict[str, Any] | None 
   hints = typing.get_type_hints(cls)
   for field in dataclasses.fields(cls):
     key = f"{prefix}{field.name}"
+    if field.metadata.get(run_config.INTERNAL) or key == "ppo":
+      continue  # no key of its own; `ppo.*`: `config_entries` lists PpoExtConfig's fields
     tp = hints.get(field.name, field.type)
     if field.default is not dataclasses.MISSING:
       default = field.default
@@ -246,7 +248,7 @@ def config_entries() -> list[ConfigEntry]:
   # embedded default's own tuning where it differs
   ppo = []
   hints = typing.get_type_hints(PpoExtConfig)
-  embedded = run_config.load_run_config(None).ppo
+  embedded = run_config.load_run_config(None).ppo_given  # the keys the file gives
   for field in dataclasses.fields(PpoExtConfig):
     if (
       field.name in run_config.PPO_FIELDS_SET_ELSEWHERE

@@ -9,6 +9,7 @@ import pytest
 
 from tunix_ppo_ext._src.checks import (
   ConfigError,
+  FieldKeys,
   check_choice,
   check_integer,
   check_number,
@@ -66,3 +67,12 @@ def test_check_choice_names_the_value_a_hint_and_the_choices():
 )
 def test_whole_share_allows_float_rounding_only(ratio, total, share):
   assert whole_share(ratio, total) == share
+
+
+def test_field_keys_name_a_field_as_the_user_sets_it():
+  run = FieldKeys(prefix="ppo.", elsewhere={"fused_head": "model.fused_head"})
+  assert run.subject("epsilon") == "config key 'ppo.epsilon'"
+  assert run.key("epsilon") == "ppo.epsilon"
+  assert run.subject("fused_head") == "config key 'model.fused_head'"
+  own = FieldKeys(owner="PpoExtConfig")
+  assert own.subject("epsilon") == "PpoExtConfig.epsilon" and own.key("epsilon") == "epsilon"

@@ -395,7 +395,7 @@ def test_docs_show_the_minimal_plugin_and_it_works(use_plugins):
   assert "pip install ./examples/my-kl" in readme and "ppo.kl_method=cosh_kl" in readme
   use_plugins("minimal")
   run = load_run_config(None, ["ppo.kl_method=cosh_kl"])
-  assert run.ppo_config().kl_method == "cosh_kl"
+  assert run.ppo.kl_method == "cosh_kl"
   logp, ref = jnp.array([0.5, -1.0]), jnp.array([0.0, 0.0])
   value = names.compute_kl_divergence(logp, ref, "cosh_kl")
   np.testing.assert_allclose(value, np.cosh([0.5, -1.0]) - 1.0, rtol=1e-6)

@@ -509,7 +509,7 @@ CASES: dict[str, Case] = {
   ),
   "run_echo_trap_fraction": Case(
     run_config("metrics.echo_trap.return_frac=2"),
-    match=r"^config key 'metrics.echo_trap': return_frac=2.0 is invalid: must be a finite number",
+    match=r"^config key 'metrics.echo_trap.return_frac'=2.0 is invalid: must be a finite",
   ),
   "run_echo_trap_not_a_mapping": Case(
     run_config("metrics.echo_trap=5"), match=r"^metrics.echo_trap must be a mapping, got 5$"
@@ -524,10 +524,10 @@ CASES: dict[str, Case] = {
     match="multiple of ppo.num_generations=4",
   ),
   "run_nonfinite_rewards_unknown": Case(
-    run_config("ppo.nonfinite_rewards=skip"), match="nonfinite_rewards='skip'"
+    run_config("ppo.nonfinite_rewards=skip"), match="config key 'ppo.nonfinite_rewards'='skip'"
   ),
   "run_max_nonfinite_steps_negative": Case(
-    run_config("ppo.max_nonfinite_steps=-3"), match="max_nonfinite_steps=-3"
+    run_config("ppo.max_nonfinite_steps=-3"), match="config key 'ppo.max_nonfinite_steps'=-3"
   ),
   # built-in environments' kwargs: one check for every one (floats and strings refused at
   # load, by key), and generators that cannot meet their kwargs named at load

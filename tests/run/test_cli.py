@@ -20,7 +20,7 @@ def test_dotted_overrides_reach_every_section():
     None, ["train.steps=7", "ppo.entropy_coef=0.02", "env.kwargs.num_symbols=2", "seed=3"]
   )
   assert run.train.steps == 7 and run.seed == 3
-  assert run.ppo["entropy_coef"] == 0.02 and run.ppo_config().entropy_coef == 0.02
+  assert run.ppo.entropy_coef == 0.02 and run.ppo_given["entropy_coef"] == 0.02
   assert run.env.kwargs["num_symbols"] == 2
 
 
@@ -36,7 +36,7 @@ def test_dotted_overrides_reach_every_section():
       "ppo.entropy_coeff=0.1",
       r"unknown config key 'ppo.entropy_coeff'; did you mean 'entropy_coef'",
     ),
-    ("ppo.epsilon_c=0.5", r"PpoExtConfig.epsilon_c=0.5 is invalid"),
+    ("ppo.epsilon_c=0.5", r"config key 'ppo.epsilon_c'=0.5 is invalid"),
     ("wandb=maybe", r"'wandb' must be one of"),
     ("ppo.num_generations=5", r"batch_size'=32 must be a multiple of ppo.num_generations=5"),
     ("env.name=mmeory", r"'env.name'/'env.kwargs'.*unknown environment 'mmeory'"),

@@ -3,7 +3,6 @@ config with a group estimator (no critic anywhere), resumed afterwards."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -21,7 +20,7 @@ from hypothesis import strategies as st
 from tests.conftest import SMOKE, common_checkpoints, smoke_args, subprocess_env
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, sweep
-from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.run.run_config import config_dict, load_run_config
 from tunix_ppo_ext.metrics import trailing_mean
 
 
@@ -75,7 +74,7 @@ def test_final_success_is_the_mean_of_the_last_tenth_of_logged_steps():
 def test_a_seed_saved_before_a_key_existed_counts_as_the_same_config(tmp_path):
   """A later version adds `metrics.echo_trap`: a seed whose `config.json` predates it is the
   same run when the sweep wants the key's default, another run when it wants another value."""
-  wanted = json.loads(json.dumps(dataclasses.asdict(load_run_config(str(SMOKE)))))
+  wanted = json.loads(json.dumps(config_dict(load_run_config(str(SMOKE)))))
   saved = json.loads(json.dumps(wanted))
   del saved["metrics"]["echo_trap"]
   sweep._compare(tmp_path, saved, wanted)  # no error
@@ -85,7 +84,7 @@ def test_a_seed_saved_before_a_key_existed_counts_as_the_same_config(tmp_path):
   saved["train"]["lr"] = 0.5  # a key both have still counts
   with pytest.raises(ValueError, match=r"train\.lr: 0\.5 -> 0\.001"):
     sweep._compare(
-      tmp_path, saved, json.loads(json.dumps(dataclasses.asdict(load_run_config(str(SMOKE)))))
+      tmp_path, saved, json.loads(json.dumps(config_dict(load_run_config(str(SMOKE)))))
     )
 
 

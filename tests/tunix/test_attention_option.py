@@ -16,6 +16,7 @@ from tunix.models.llama3 import model as llama3_model
 
 from tests.conftest import SMOKE
 from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.config.model_spec import ModelSpec
 from tunix_ppo_ext._src.run import cli, job, plan
 from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix import compat
@@ -29,7 +30,7 @@ ROWS = ["train.max_prompt_length=64", "env.max_completion_len=64"]  # 128 tokens
 def test_splash_sets_tunix_s_flash_flag_and_block_on_qwen3_and_keeps_dense_as_it_was():
   config = toy_models.tiny_qwen3_config(16)
   assert hf_models.with_attention(config, "dense", 512) is config
-  splash = hf_models.configured(config, "block", "splash", 256)
+  splash = hf_models.configured(config, ModelSpec("block", "splash", 256))
   assert splash.use_flash_attention and splash.flash_attention_block_size == 256
   assert splash.remat_config.name == "BLOCK" and not config.use_flash_attention
 
@@ -40,7 +41,7 @@ def test_a_family_without_splash_is_refused_naming_the_key():
     hf_models.with_attention(config, "splash", 512)
   with pytest.raises(ConfigError, match=r"'blockwise': not for tunix's llama3 .*qwen3 has it"):
     hf_models.with_attention(config, "blockwise", 512)
-  planned = plan.model_config(load_resolved("configs/smollm2.yaml", [], need_files=False).run)
+  planned = plan.model_config(load_resolved("configs/smollm2.yaml", [], need_files=False))
   with pytest.raises(ConfigError, match=r"'splash': not for tunix's llama3 model"):  # SmolLM2
     hf_models.with_attention(planned.config, "splash", 512)
 

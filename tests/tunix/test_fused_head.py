@@ -350,7 +350,7 @@ def test_no_pass_allocates_a_batch_by_sequence_by_vocabulary_array_with_the_fuse
   [
     (["model.fused_head=2"], "config key 'model.fused_head' must be bool, got 2"),
     (["model.fused_head=true", "ppo.logits_chunk_size=0"],
-     "config key 'model.fused_head'=True must be used with ppo.logits_chunk_size > 0"),
+     "config key 'model.fused_head'=True is invalid: must be used with ppo.logits_chunk_size > 0"),
     (["ppo.fused_head=true"], "config key 'ppo.fused_head': set model.fused_head instead"),
     (["model.fused_head=true", "ppo.logits_chunk_size=8", "model.lora={target_modules: '.*'}"],
      "config key 'model.fused_head'=True: model.lora.target_modules adapts the LM head 'lm_head'"),

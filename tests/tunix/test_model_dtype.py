@@ -59,20 +59,20 @@ def _frozen_dtypes(model) -> set[str]:
 
 @pytest.mark.tunix_facing
 def test_a_toy_run_holds_its_base_in_bfloat16_and_trains_float32():
-  run = load_resolved(SMOKE, ["model.dtype=bfloat16", LORA]).run
-  actor, critic, reference = job.build_models(run)
+  resolved = load_resolved(SMOKE, ["model.dtype=bfloat16", LORA])
+  actor, critic, reference = job.build_models(resolved)
   assert _frozen_dtypes(actor) == {"bfloat16"} and _dtypes(reference) == {"bfloat16"}
   assert _dtypes(actor, nnx.LoRAParam) == {"float32"}
   assert _dtypes(critic) == {"float32"}  # a critic trained whole: float32
   assert actor.config.dtype == jnp.bfloat16  # Qwen3 computes in it too
-  full = job.build_models(load_resolved(SMOKE, [LORA]).run)[2]
+  full = job.build_models(load_resolved(SMOKE, [LORA]))[2]
   _assert_close_to_float32(_logits(reference, TOKENS), _logits(full, TOKENS))
-  assert plan.model_config(run).weight_dtype == jnp.bfloat16
+  assert plan.model_config(resolved).weight_dtype == jnp.bfloat16
 
 
 def test_a_lora_critic_keeps_its_adapters_and_head_float32():
-  run = load_resolved(SMOKE, ["model.dtype=bfloat16", "model.lora={rank: 4, critic: true}"]).run
-  _, critic, _ = job.build_models(run)
+  resolved = load_resolved(SMOKE, ["model.dtype=bfloat16", "model.lora={rank: 4, critic: true}"])
+  _, critic, _ = job.build_models(resolved)
   assert _dtypes(critic, nnx.LoRAParam) == {"float32"}  # adapters and value head
   assert _frozen_dtypes(critic) == {"bfloat16"}
 

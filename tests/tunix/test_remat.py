@@ -3,7 +3,6 @@ resuming a run with it (and `model.fused_head`) changed."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import json
 
@@ -16,7 +15,7 @@ from tests.tunix.hf_fixtures import hf_config
 from tests.tunix.test_fused_head import example
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import job, plan, run_dir
-from tunix_ppo_ext._src.run.run_config import load_resolved
+from tunix_ppo_ext._src.run.run_config import config_dict, load_resolved
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
@@ -56,12 +55,12 @@ def test_a_bad_value_head_init_is_one_line_naming_the_key():
 
 
 def test_train_and_plan_build_the_policy_and_critic_with_it():
-  run = load_resolved(None, ["model.remat=decoder", "model.num_layers=1"]).run
-  policy, critic, _ = job.build_models(run)
+  resolved = load_resolved(None, ["model.remat=decoder", "model.num_layers=1"])
+  policy, critic, _ = job.build_models(resolved)
   assert policy.config.remat_config.name == "DECODER"
   assert critic.backbone.layers[0].config.remat_config.name == "DECODER"
-  assert plan.model_config(run).config.remat_config.name == "DECODER"
-  default = load_resolved(None, []).run
+  assert plan.model_config(resolved).config.remat_config.name == "DECODER"
+  default = load_resolved(None, [])
   assert plan.model_config(default).config.remat_config.name == "NONE"
 
 
@@ -124,17 +123,17 @@ def test_a_resumed_run_may_turn_remat_the_fused_head_and_attention_on_not_change
 ):
   """They change how the model computes, not what it is: a rerun over a checkpoint (also one
   saved before the keys existed) may set them, and they are recorded in the history."""
-  saved = dataclasses.asdict(load_resolved(None, []).run)
+  saved = config_dict(load_resolved(None, []).run)
   for key in ("fused_head", "remat", "attention", "attention_block_size"):
     del saved["model"][key]  # a run of an earlier version
   (tmp_path / "config.json").write_text(json.dumps(saved))
   overrides = ["model.remat=block", "model.fused_head=true", "ppo.logits_chunk_size=8"]
   overrides += ["model.attention=blockwise", "model.attention_block_size=128"]
-  rerun = dataclasses.asdict(load_resolved(None, overrides).run)
+  rerun = config_dict(load_resolved(None, overrides).run)
   run_dir.check_rerun(tmp_path, rerun, checkpoint_step=1)
   history = (tmp_path / run_dir.HISTORY).read_text()
   assert "model.remat" in history and "model.fused_head" in history
   assert "model.attention" in history
-  other = dataclasses.asdict(load_resolved(None, ["model.embed_dim=48"]).run)
+  other = config_dict(load_resolved(None, ["model.embed_dim=48"]).run)
   with pytest.raises(ConfigError, match=r"model\.embed_dim: 64 -> 48"):
     run_dir.check_rerun(tmp_path, other, checkpoint_step=1)

@@ -4,6 +4,8 @@
 - `check_number(name, value, ...)`: a real, finite number inside an interval, as float.
 - `check_integer(name, value, low)`: an integer (not a bool) `>= low`.
 - `check_choice(name, value, choices)`: one of `choices`, with the closest as a hint.
+- `FieldKeys`: how a section's own checks name its fields (`ppo.epsilon` in a run config,
+  `PpoExtConfig.epsilon` in Python), passed to the checks rather than rewritten after.
 
 Every error is one `ConfigError` line (a `ValueError`) naming the field, the value and what
 is allowed.
@@ -11,12 +13,20 @@ is allowed.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-__all__ = ["ConfigError", "check_choice", "check_integer", "check_number", "did_you_mean"]
+__all__ = [
+  "ConfigError",
+  "FieldKeys",
+  "check_choice",
+  "check_integer",
+  "check_number",
+  "did_you_mean",
+]
 
 
 class ConfigError(ValueError):
@@ -25,6 +35,32 @@ class ConfigError(ValueError):
   The command line exits with status 2 for it (and for a broken plugin), status 1 for any
   other failure.
   """
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldKeys:
+  """How the checks of a section's fields name them: the key a user sets each by.
+
+  In a run config a field `f` of the section under `prefix` (`"ppo."`) is the key
+  `ppo.f`, or the key in `elsewhere` that sets it from another section
+  (`{"fused_head": "model.fused_head"}`); a message opens with `config key 'ppo.f'`. With
+  an `owner` (the class built in Python, `"PpoExtConfig"`) a message opens with
+  `PpoExtConfig.f` (an empty `owner`: `f`) and mentions other fields by their bare names.
+  """
+
+  prefix: str = ""
+  elsewhere: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  owner: str | None = None
+
+  def key(self, field: str) -> str:
+    """`field` as a message mentions it (`ppo.logits_chunk_size`)."""
+    return self.elsewhere.get(field, self.prefix + field)
+
+  def subject(self, field: str) -> str:
+    """`field` as the subject a message opens with (`check_number`'s `name`)."""
+    if self.owner is not None:
+      return f"{self.owner}.{field}" if self.owner else field
+    return f"config key {self.key(field)!r}"
 
 
 def did_you_mean(value: object, choices: Iterable[str], n: int = 1) -> str:

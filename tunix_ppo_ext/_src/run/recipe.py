@@ -27,6 +27,7 @@ import optax
 
 from tunix_ppo_ext._src.checks import (
   ConfigError,
+  FieldKeys,
   check_choice,
   check_integer,
   check_number,
@@ -90,6 +91,19 @@ class SamplingSection:
   eval_temperature: float | None = None
   eval_top_p: float | None = None
   eval_top_k: int | None = None
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
+
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(prefix="sampling.")
+    name = keys.subject
+    check_number(name("top_p"), self.top_p, low=0.0, high=1.0, low_open=True)
+    check_integer(name("top_k"), self.top_k, low=0)
+    if self.eval_temperature is not None:
+      check_number(name("eval_temperature"), self.eval_temperature, low=0.0)
+    if self.eval_top_p is not None:
+      check_number(name("eval_top_p"), self.eval_top_p, low=0.0, high=1.0, low_open=True)
+    if self.eval_top_k is not None:
+      check_integer(name("eval_top_k"), self.eval_top_k, low=0)
 
 
 @dataclasses.dataclass
@@ -103,19 +117,19 @@ class ShapingSection:
   method: str = "identity"
   eps: float = 1e-6
   format_penalty: float = 0.0
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
 
-
-def validate_shaping(section: ShapingSection) -> None:
-  """Names the key and the choices."""
-  for key, choices in (("grouping", GROUPINGS), ("method", SCORE_NORMALIZATIONS)):
-    check_choice(f"config key 'shaping.{key}'", getattr(section, key), choices)
-  check_number("config key 'shaping.eps'", section.eps, low=0.0, low_open=True)
-  if section.format_penalty > 0:
-    raise ConfigError(
-      f"config key 'shaping.format_penalty'={section.format_penalty} must be <= 0: it is added "
-      f"to a malformed turn's reward (GRL's sign: -0.1 takes 0.1 off)"
-    )
-  check_number("config key 'shaping.format_penalty'", section.format_penalty)
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(prefix="shaping.")
+    for key, choices in (("grouping", GROUPINGS), ("method", SCORE_NORMALIZATIONS)):
+      check_choice(keys.subject(key), getattr(self, key), choices)
+    check_number(keys.subject("eps"), self.eps, low=0.0, low_open=True)
+    if self.format_penalty > 0:
+      raise ConfigError(
+        f"{keys.subject('format_penalty')}={self.format_penalty} must be <= 0: it is added "
+        f"to a malformed turn's reward (GRL's sign: -0.1 takes 0.1 off)"
+      )
+    check_number(keys.subject("format_penalty"), self.format_penalty)
 
 
 def shaped_source(source: Any, section: ShapingSection) -> Any:
@@ -138,18 +152,22 @@ class EnvEntry:
   kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
   groups: int = 1
   tag: str | None = None
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
+
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(owner="EnvEntry")
+    if self.name is None:
+      raise ConfigError(f"{keys.subject('name')} is required (an environment name)")
+    check_integer(keys.subject("groups"), self.groups, low=1)
 
 
 def validate_env_entries(key: str, entries: list[EnvEntry], group_size: int, rows: int) -> None:
-  """Each entry named, buildable, with `groups` >= 1 and a unique tag; the groups of
-  `group_size` episodes filling the `rows` episodes of a batch. ValueError naming
-  `key[i].<field>` and the sum."""
+  """Each entry buildable, with a unique tag (its name and `groups`: the entry's own
+  checks); the groups of `group_size` episodes filling the `rows` episodes of a batch.
+  ValueError naming `key[i].<field>` and the sum."""
   tags: dict[str, int] = {}
   for i, entry in enumerate(entries):
     where = f"{key}[{i}]"
-    if entry.name is None:
-      raise ConfigError(f"config key '{where}.name' is required (an environment name)")
-    check_integer(f"config key '{where}.groups'", entry.groups, low=1)
     try:
       make_env(entry.name, **entry.kwargs)
     except (TypeError, ValueError) as err:
@@ -195,15 +213,18 @@ class FilterSection:
 
   keep_ratio: float = 1.0
   by: str = "std"
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
+
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(prefix="filter.")
+    check_number(keys.subject("keep_ratio"), self.keep_ratio, 0.0, 1.0, low_open=True)
+    check_choice(keys.subject("by"), self.by, FILTER_BY)
 
 
 def validate_filter(section: FilterSection, chunk: int, num_generations: int) -> None:
-  """`keep_ratio` in (0, 1] keeping a whole number of the `chunk / num_generations` groups
-  each rollout chunk holds; `by` known. ValueError explaining the sums."""
-  check_number(
-    "config key 'filter.keep_ratio'", section.keep_ratio, low=0.0, high=1.0, low_open=True
-  )
-  check_choice("config key 'filter.by'", section.by, FILTER_BY)
+  """`keep_ratio` keeping a whole number of the `chunk / num_generations` groups each
+  rollout chunk holds (its range and `by`: the section's own checks). ValueError explaining
+  the sums."""
   groups = chunk // num_generations
   if whole_share(section.keep_ratio, groups) is None:
     raise ConfigError(
@@ -235,6 +256,19 @@ class ValidationSection:
   seed: int | None = None
   group_size: int | None = None
   envs: list[EnvEntry] = dataclasses.field(default_factory=list)
+  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
+
+  def __post_init__(self, keys: FieldKeys | None = None):
+    keys = keys or FieldKeys(prefix="validation.")
+    if self.group_size is not None:
+      check_integer(keys.subject("group_size"), self.group_size, low=1)
+    if self.seed is not None:
+      check_integer(keys.subject("seed"), self.seed, low=0)
+    if self.envs and (self.env is not None or self.kwargs is not None):
+      raise ConfigError(
+        f"config keys '{keys.key('envs')}' and '{keys.key('env')}'/'{keys.key('kwargs')}' "
+        "both name the validation environment: give one"
+      )
 
   def is_default(self) -> bool:
     return self == ValidationSection()
@@ -243,11 +277,10 @@ class ValidationSection:
 def validate_validation(
   section: ValidationSection, batch_size: int, train_env: str, chunk: int, num_generations: int
 ) -> None:
-  """`group_size` dividing the evaluation batch and its rollout chunks, `seed` >= 0, the
-  environment(s) buildable, `envs` filling the batch."""
+  """`group_size` dividing the evaluation batch and its rollout chunks, the environment(s)
+  buildable, `envs` filling the batch (each key's own range: the section's checks)."""
   group = section.group_size or num_generations
   if section.group_size is not None:
-    check_integer("config key 'validation.group_size'", section.group_size, low=1)
     batch = f"batch of train.batch_size={batch_size}"
     for what, rows in ((batch, batch_size), (f"chunk of {chunk}", chunk)):
       if rows % section.group_size:
@@ -256,14 +289,7 @@ def validate_validation(
           f"{what} episodes: {rows} / {section.group_size} = {rows / section.group_size:g} "
           "groups (chunks: the batch section's rollout / log-prob micro-batches)"
         )
-  if section.envs and (section.env is not None or section.kwargs is not None):
-    raise ConfigError(
-      "config keys 'validation.envs' and 'validation.env'/'validation.kwargs' both name the "
-      "validation environment: give one"
-    )
   validate_env_entries("validation.envs", section.envs, group, batch_size)
-  if section.seed is not None:
-    check_integer("config key 'validation.seed'", section.seed, low=0)
   if section.env is not None or section.kwargs is not None:
     name = section.env or train_env
     try:
@@ -356,20 +382,6 @@ def validate_optim(section: OptimSection, steps: int) -> None:
         f"the {role}'s learning rate never reaches its peak",
         stacklevel=2,
       )
-
-
-def validate_sampling(section: SamplingSection) -> None:
-  """Ranges of the sampling keys; ValueError naming the key and value."""
-  check_number("config key 'sampling.top_p'", section.top_p, low=0.0, high=1.0, low_open=True)
-  check_integer("config key 'sampling.top_k'", section.top_k, low=0)
-  if section.eval_temperature is not None:
-    check_number("config key 'sampling.eval_temperature'", section.eval_temperature, low=0.0)
-  if section.eval_top_p is not None:
-    check_number(
-      "config key 'sampling.eval_top_p'", section.eval_top_p, low=0.0, high=1.0, low_open=True
-    )
-  if section.eval_top_k is not None:
-    check_integer("config key 'sampling.eval_top_k'", section.eval_top_k, low=0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import inspect
 import os
 import pathlib
 import re
@@ -27,8 +28,15 @@ from typing import Any
 
 import yaml
 
-from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import (
+  ConfigError,
+  FieldKeys,
+  check_integer,
+  check_number,
+  did_you_mean,
+)
 from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
+from tunix_ppo_ext._src.config.model_spec import ModelSpec
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.envs import base as envs
@@ -39,11 +47,7 @@ from tunix_ppo_ext._src.run import recipe, resume
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
-from tunix_ppo_ext._src.tunix.learner.ppo_config import (
-  PpoExtConfig,
-  fused_head_problem,
-  groups_of_one_problem,
-)
+from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, groups_of_one_problem
 from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
 
 
@@ -106,6 +110,10 @@ class ModelSection:
   attention_block_size: int = 512  # splash's or blockwise's block, in tokens
   packing: bool = False  # training passes on packed rows
   dtype: str | None = None  # the frozen weights': bfloat16 or float32 (None: the checkpoint's)
+
+  def spec(self) -> ModelSpec:
+    """The checked `ModelSpec` of `remat`, `attention`, `attention_block_size` and `dtype`."""
+    return ModelSpec(self.remat, self.attention, self.attention_block_size, self.dtype)
 
 
 def toy_config(model: ModelSection, vocab_size: int) -> Any:
@@ -224,6 +232,9 @@ class RoleMeshSection:
   axis_names: list[str] | None = None
 
 
+INTERNAL = "internal"  # a RunConfig field's metadata key: no config key of its own
+
+
 @dataclasses.dataclass
 class RunConfig:
   """A whole run: seed, output directory, W&B mode and the four sections."""
@@ -245,16 +256,61 @@ class RunConfig:
   filter: recipe.FilterSection = dataclasses.field(default_factory=recipe.FilterSection)
   validation: recipe.ValidationSection = dataclasses.field(default_factory=recipe.ValidationSection)
   dapo: DapoSection = dataclasses.field(default_factory=DapoSection)
-  ppo: dict[str, Any] = dataclasses.field(default_factory=dict)  # PpoExtConfig fields
+  # the `ppo` section, checked as it is read (`ppo_section`)
+  ppo: PpoExtConfig = dataclasses.field(default_factory=lambda: ppo_section({}))
+  # the `ppo` keys the config gave, as given: what `config_dict` writes back (not a key);
+  # None (a RunConfig built in Python): the keys whose values differ from the defaults
+  ppo_given: dict[str, Any] | None = dataclasses.field(
+    default=None, repr=False, compare=False, metadata={INTERNAL: True}
+  )
 
-  def ppo_config(self) -> PpoExtConfig:
-    """The validated `PpoExtConfig` of the `ppo` section; log-probs at the sampling
-    temperature (`train.temperature`) unless `ppo.logps_temperature` says otherwise."""
-    return PpoExtConfig(
-      **{"logps_temperature": self.train.temperature, **self.ppo},
-      fused_head=self.model.fused_head,
-      packing=self.model.packing,
-    )
+
+def ppo_section(
+  given: dict[str, Any], train: TrainSection | None = None, model: ModelSection | None = None
+) -> PpoExtConfig:
+  """The `PpoExtConfig` of the `ppo` section's `given` keys over its defaults, checked (its
+  messages name the keys, `PPO_KEYS`): log-probs at the sampling temperature
+  (`train.temperature`) unless `ppo.logps_temperature` says otherwise, and the fused head
+  and packing as `model.fused_head` and `model.packing` set them.
+
+  Args:
+    given: the section's keys (checked names: `_check_ppo`).
+    train: the `train` section (None: its defaults).
+    model: the `model` section (None: its defaults).
+
+  Returns:
+    The `PpoExtConfig`.
+  """
+  train, model = train or TrainSection(), model or ModelSection()
+  return PpoExtConfig(
+    **{"logps_temperature": train.temperature, **given},
+    fused_head=model.fused_head,
+    packing=model.packing,
+    keys=PPO_KEYS,
+  )
+
+
+def config_dict(run: RunConfig) -> dict[str, Any]:
+  """`run` as `config.json` saves it (W&B and metric sinks receive it too): every section
+  as a mapping, `ppo` with the keys the config gave (`ppo_given`).
+
+  Args:
+    run: the run config.
+
+  Returns:
+    The JSON-ready mapping (loads back into the same run config).
+  """
+  data = dataclasses.asdict(dataclasses.replace(run, ppo=None, ppo_given=None))
+  del data["ppo_given"]
+  data["ppo"] = dict(run.ppo_given if run.ppo_given is not None else _ppo_changes(run))
+  return data
+
+
+def _ppo_changes(run: RunConfig) -> dict[str, Any]:
+  """The `ppo` keys whose values in `run.ppo` differ from the section's defaults."""
+  default = ppo_section({}, run.train, run.model)
+  names = ppo_keys()
+  return {k: getattr(run.ppo, k) for k in names if getattr(run.ppo, k) != getattr(default, k)}
 
 
 _WANDB_MODES = ("disabled", "offline", "online")
@@ -270,6 +326,7 @@ class ResolvedRun:
 
   run: RunConfig
   ppo: PpoExtConfig  # the `ppo` section over PpoExtConfig's defaults, validated
+  model: ModelSpec  # how every builder builds the models (`model.remat`, `.attention`, ...)
   batch: recipe.BatchPlan  # every batch size in episodes, filled (`recipe.resolve_batch`)
   env_entries: tuple[recipe.EnvEntry, ...]  # the training environments with their groups
   validation_entries: tuple[recipe.EnvEntry, ...]  # validation's environments (or none)
@@ -412,18 +469,25 @@ def _build(cls: type, data: dict[str, Any], prefix: str, default: Any = None) ->
   sections: `optim.actor.clip_grad_norm=1.0` changes that one key."""
   if not isinstance(data, dict):
     raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
-  fields = {f.name: f for f in dataclasses.fields(cls)}
+  fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get(INTERNAL)}
   hints = typing.get_type_hints(cls)
-  kwargs = {}
+  kwargs, data = {}, dict(data)
+  ppo = _check_ppo(data.pop("ppo", {})) if cls is RunConfig else None
   for key, value in data.items():
     if key not in fields:
       hint = did_you_mean(key, fields, n=3)
       raise ConfigError(f"unknown config key {prefix + key!r}{hint} (valid: {sorted(fields)})")
     nested = getattr(default, key) if default is not None else _field_default(fields[key])
     kwargs[key] = _check_type(prefix + key, value, hints[key], nested)
+  if ppo is not None:
+    kwargs["ppo"] = None  # read after the sections it takes values from, checked
+  if "keys" in inspect.signature(cls).parameters:  # a section checking its own fields
+    kwargs["keys"] = FieldKeys(prefix=prefix)  # names them by their keys (`sampling.top_p`)
   instance = cls(**kwargs) if default is None else dataclasses.replace(default, **kwargs)
   if cls is RunConfig:
-    _validate_run(instance)
+    _validate_run(instance)  # train.temperature, model.fused_head, ... first: `ppo` takes them
+    instance.ppo = ppo_section(ppo, instance.train, instance.model)
+    instance.ppo_given = ppo
   return instance
 
 
@@ -439,14 +503,7 @@ def _field_default(field: dataclasses.Field) -> Any:
 def _check_type(name: str, value: Any, hint: Any, default: Any = None) -> Any:
   if dataclasses.is_dataclass(hint):
     base = default if isinstance(default, hint) else None
-    try:
-      return _build(hint, value, prefix=name + ".", default=base)
-    except ValueError as err:  # a section's own check that does not name the key
-      if str(err).startswith(("config key", "unknown config key", name)):
-        raise
-      raise ConfigError(f"config key {name!r}: {err}") from None
-  if name == "ppo":
-    return _check_ppo(value)
+    return _build(hint, value, prefix=name + ".", default=base)
   origin = typing.get_origin(hint)
   allowed = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
   for option in allowed:
@@ -471,9 +528,7 @@ def _check_type(name: str, value: Any, hint: Any, default: Any = None) -> Any:
 def _check_ppo(value: Any) -> dict[str, Any]:
   if not isinstance(value, dict):
     raise ConfigError(f"config key 'ppo' must be a mapping, got {value!r}")
-  names = [
-    f.name for f in dataclasses.fields(PpoExtConfig) if f.name not in PPO_FIELDS_SET_ELSEWHERE
-  ]
+  names = ppo_keys()
   for key in value:
     if key in PPO_FIELDS_SET_ELSEWHERE:
       raise ConfigError(f"config key 'ppo.{key}': set {PPO_FIELDS_SET_ELSEWHERE[key]} instead")
@@ -483,9 +538,17 @@ def _check_ppo(value: Any) -> dict[str, Any]:
   return dict(value)
 
 
+def ppo_keys() -> list[str]:
+  """The `ppo` section's keys: `PpoExtConfig`'s fields but those another section sets."""
+  return [
+    f.name for f in dataclasses.fields(PpoExtConfig) if f.name not in PPO_FIELDS_SET_ELSEWHERE
+  ]
+
+
 # PpoExtConfig fields the run config sets from another section's key
 PPO_FIELDS_SET_ELSEWHERE = {"fused_head": FUSED_HEAD_KEY, "packing": "model.packing"}
-_PPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PpoExtConfig)}
+# how PpoExtConfig's checks name its fields in a run config's messages
+PPO_KEYS = FieldKeys(prefix="ppo.", elsewhere=PPO_FIELDS_SET_ELSEWHERE)
 
 
 def _validate_model(model: ModelSection) -> None:
@@ -519,18 +582,7 @@ def _validate_model(model: ModelSection) -> None:
     if model.config_name not in names:
       hint = did_you_mean(model.config_name, names, n=3)
       raise ConfigError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
-  if model.remat not in hf_models.REMAT_CHOICES:
-    hint = did_you_mean(model.remat, hf_models.REMAT_CHOICES, n=1)
-    raise ConfigError(
-      f"config key 'model.remat' {model.remat!r} unknown{hint} (one of {hf_models.REMAT_CHOICES})"
-    )
-  if model.attention not in hf_models.ATTENTION_CHOICES:
-    hint = did_you_mean(model.attention, hf_models.ATTENTION_CHOICES, n=1)
-    raise ConfigError(
-      f"config key 'model.attention' {model.attention!r} unknown{hint} "
-      f"(one of {hf_models.ATTENTION_CHOICES})"
-    )
-  check_integer("config key 'model.attention_block_size'", model.attention_block_size, low=128)
+  model.spec()  # remat, attention, its block size, dtype: checked by ModelSpec
   if model.value_head_init not in toy_models.VALUE_HEAD_INITS:
     hint = did_you_mean(model.value_head_init, toy_models.VALUE_HEAD_INITS, n=1)
     raise ConfigError(
@@ -542,11 +594,6 @@ def _validate_model(model: ModelSection) -> None:
 
 
 def _validate_dtype(model: ModelSection) -> None:
-  if model.dtype is not None and model.dtype not in hf_models.DTYPES:
-    hint = did_you_mean(str(model.dtype), hf_models.DTYPES, n=1)
-    raise ConfigError(
-      f"config key 'model.dtype' {model.dtype!r} unknown{hint} (one of {tuple(hf_models.DTYPES)})"
-    )
   if model.dtype == "bfloat16" and model.lora is None:
     raise ConfigError(
       "config key 'model.dtype'='bfloat16' needs model.lora: the weights a run trains stay "
@@ -620,11 +667,8 @@ def _checkpoint_directory(checkpoint: str) -> str:
   directory it is converted into (config and tokenizer; the weights when loaded)."""
   try:
     return gguf_files.resolve(checkpoint)
-  except ValueError as err:
-    message = str(err).removeprefix("model.checkpoint: ")  # gguf_files names the key too
-    if repr(checkpoint) not in message:
-      message = f"{checkpoint!r}: {message}"
-    raise ConfigError(f"config key 'model.checkpoint': {message}") from None
+  except ValueError as err:  # gguf_files names the file, not the key
+    raise ConfigError(f"config key 'model.checkpoint': {err}") from None
 
 
 def _validate_mesh(section: MeshSection) -> None:
@@ -768,15 +812,6 @@ def _validate_envs(run: RunConfig) -> None:
     )
 
 
-def _ppo_error_key(message: str) -> str:
-  """A `PpoExtConfig` error as the run config's: under the key the run config sets it by."""
-  for field, key in PPO_FIELDS_SET_ELSEWHERE.items():
-    prefix = f"PpoExtConfig.{field}="
-    if message.startswith(prefix):
-      return f"config key '{key}'={message[len(prefix) :]}"
-  return f"config key 'ppo': {message}"
-
-
 def resolve(run: RunConfig) -> ResolvedRun:
   """Works `run` out once: its `PpoExtConfig`, the batch arithmetic, the environment mix and
   the recipe sections checked against each other (`run.recipe`, `run.dapo_section`).
@@ -790,17 +825,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   Raises:
     ConfigError: naming the key, the value and what is allowed.
   """
-  logits_chunk = run.ppo.get("logits_chunk_size", _PPO_DEFAULTS["logits_chunk_size"])
-  problem = fused_head_problem(run.model.fused_head, logits_chunk)
-  if problem:
-    raise ConfigError(
-      f"config key '{FUSED_HEAD_KEY}'=True must be "
-      + re.sub(r"\b(logits_chunk_size)\b", r"ppo.\1", problem)
-    )
-  try:
-    ppo = run.ppo_config()  # PpoExtConfig names the field, the value and what is allowed
-  except ValueError as err:
-    raise ConfigError(_ppo_error_key(str(err))) from None
+  ppo = run.ppo  # checked as it was read (`ppo_section`)
   num_generations = ppo.num_generations
   problem = groups_of_one_problem(ppo.advantage_estimator, num_generations)
   if problem:
@@ -815,8 +840,6 @@ def resolve(run: RunConfig) -> ResolvedRun:
   for entry in run.envs:
     _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
   recipe.validate_optim(run.optim, run.train.steps)
-  recipe.validate_sampling(run.sampling)
-  recipe.validate_shaping(run.shaping)
   batch = recipe.resolve_batch(run.batch, run.train.batch_size, num_generations)
   _warn_long_warmup(ppo, run.train.steps, ppo.num_iterations * batch.updates_per_epoch)
   chunk = batch.rollout_chunk
@@ -832,6 +855,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   return ResolvedRun(
     run=run,
     ppo=ppo,
+    model=run.model.spec(),
     batch=batch,
     env_entries=tuple(run_env_entries(run, num_generations)),
     validation_entries=tuple(validation),

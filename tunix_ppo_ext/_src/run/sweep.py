@@ -435,12 +435,12 @@ def _check_configs(
   once), no two variants resolve to the same config, and every seed directory with a saved
   `config.json` holds a run of the config this sweep would train there (else one ValueError
   naming it)."""
-  from tunix_ppo_ext._src.run.run_config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.run_config import config_dict, load_run_config  # noqa: PLC0415
 
   first: dict[str, str] = {}
   for variant, seed, run_dir in runs:
     settings = [*seed_overrides(variant.overrides, seed), f"output_dir={run_dir}"]
-    wanted = json.loads(json.dumps(dataclasses.asdict(load_run_config(config, settings))))
+    wanted = json.loads(json.dumps(config_dict(load_run_config(config, settings))))
     if seed == runs[0][1]:  # every variant runs the same seeds: compare at the first
       same = json.dumps({k: v for k, v in wanted.items() if k != "output_dir"}, sort_keys=True)
       if same in first:
@@ -467,9 +467,9 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 @functools.cache
 def _default_config() -> dict[str, Any]:
   """Every run-config key's default, flat (read once per process)."""
-  from tunix_ppo_ext._src.run.run_config import RunConfig  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.run_config import RunConfig, config_dict  # noqa: PLC0415
 
-  return _flat(json.loads(json.dumps(dataclasses.asdict(RunConfig()))))
+  return _flat(json.loads(json.dumps(config_dict(RunConfig()))))
 
 
 def _compare(run_dir: pathlib.Path, saved: dict[str, Any], wanted: dict[str, Any]) -> None:

@@ -13,10 +13,12 @@ import dataclasses
 
 from tunix.rl.agentic import agentic_rl_learner
 
-from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.checks import ConfigError, FieldKeys
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, groups_of_one_problem
 
+# how PpoExtConfig's checks name the shared keys: `AgenticPpoConfig.<field>`
+_KEYS = FieldKeys(owner="AgenticPpoConfig")
 # the keys shared with `PpoExtConfig` (same names, defaults and checks)
 PPO_FIELDS = (
   "advantage_estimator",
@@ -133,7 +135,4 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
     """The `PpoExtConfig` of the PPO keys (validated as it is built): what the project's
     losses and estimators read. A bad key raises ConfigError naming `AgenticPpoConfig`."""
     values = {name: getattr(self, name) for name in PPO_FIELDS}
-    try:
-      return PpoExtConfig(**values)
-    except ConfigError as e:
-      raise ConfigError(str(e).replace("PpoExtConfig.", "AgenticPpoConfig.")) from None
+    return PpoExtConfig(**values, keys=_KEYS)

@@ -1,7 +1,8 @@
 """`PpoExtConfig`: tunix's `PPOConfig` plus every knob of tunix-ppo-ext, validated eagerly.
 
-Validation runs in `__post_init__`, before any JAX work, and raises `ValueError`
-naming the field, the value and what is allowed.
+Validation runs in `__post_init__`, before any JAX work, and raises `ConfigError`
+naming the field, the value and what is allowed: as `PpoExtConfig.<field>`, or by the key
+the caller's `keys` (`checks.FieldKeys`) names it (the run config's `ppo.<field>`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ from collections.abc import Iterable
 
 from tunix.rl.ppo import ppo_learner
 
-from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import (
+  ConfigError,
+  FieldKeys,
+  check_integer,
+  check_number,
+  did_you_mean,
+)
 from tunix_ppo_ext._src.config.loss_options import validate_toolbox
 from tunix_ppo_ext._src.data.rewards import NONFINITE_REWARD_MODES
 from tunix_ppo_ext._src.ops import kl_methods as names
@@ -21,6 +28,7 @@ from tunix_ppo_ext._src.tunix import compat
 
 KL_PENALTY_PLACEMENTS = ("reward", "loss", "none")
 KL_CONTROLLERS = ("fixed", "adaptive")
+OWN_KEYS = FieldKeys(owner="PpoExtConfig")  # messages of a config built in Python
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -99,6 +107,9 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       rollout_rs_threshold_lower: rollout correction of the sampler-trainer gap, verl's
       `algorithm.rollout_correction` (`tunix_ppo_ext._src.ppo.rollout_correction_step`; checks in
       `tunix_ppo_ext._src.config.loss_options`).
+
+  `keys` (init-only, not a field): how the checks' messages name the fields
+  (`checks.FieldKeys`; None: `PpoExtConfig.<field>`).
   """
 
   policy_loss_fn: str = "ppo_ext"
@@ -139,8 +150,9 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   rollout_rs: str | None = None
   rollout_rs_threshold: float = 2.0
   rollout_rs_threshold_lower: float | None = None
+  keys: dataclasses.InitVar[FieldKeys | None] = None
 
-  def __post_init__(self):
+  def __post_init__(self, keys: FieldKeys | None = None):
     # PPOConfig's own __post_init__ refuses every KL method beyond its three, so it is
     # replaced, not extended; its defaulting of the clip ranges is kept.
     if self.epsilon_low is None:
@@ -149,7 +161,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
       self.epsilon_high = self.epsilon
     if self.entropy_coef is None:
       self.entropy_coef = 0.0
-    self._validate()
+    self._validate(keys or OWN_KEYS)
     self.print_config()
 
   @property
@@ -175,93 +187,110 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     """Initial coefficient of the active KL placement (`beta` or `kl_loss_coef`; 0 for none)."""
     return {"reward": self.beta, "loss": self.kl_loss_coef, "none": 0.0}[self.kl_penalty]
 
-  def _validate(self) -> None:
-    _number(self, "epsilon", low=0.0, high=1.0, low_open=True, high_open=True)
-    _number(self, "epsilon_low", low=0.0, high=1.0, low_open=True, high_open=True)
-    _number(self, "epsilon_high", low=0.0, low_open=True)
-    _number(self, "epsilon_c", low=1.0, low_open=True, none_ok=True)
-    _number(self, "entropy_coef", low=0.0)
-    _number(self, "beta", low=0.0)
-    _number(self, "kl_loss_coef", low=0.0)
-    _number(self, "gamma", low=0.0, high=1.0)
-    _number(self, "gae_lambda", low=0.0, high=1.0)
-    _number(self, "critic_lambda", low=0.0, high=1.0, none_ok=True)
-    _number(self, "adaptive_lambda_alpha", low=0.0, low_open=True, none_ok=True)
-    _number(self, "gamma_turn", low=0.0, high=1.0, none_ok=True)
-    _number(self, "critic_warmup_lambda", low=0.0, high=1.0)
-    _number(self, "critic_warmup_until_ev", high=1.0, none_ok=True)
-    _number(self, "kl_target", low=0.0, low_open=True)
-    _number(self, "kl_horizon", low=0.0, low_open=True)
-    _number(self, "kl_clamp_value", low=0.0, low_open=True, none_ok=True)
-    _number(self, "logps_temperature", low=0.0, low_open=True, none_ok=True)
-    _number(self, "clip_range_value", low=0.0, low_open=True, none_ok=True)
-    _integer(self, "num_iterations", low=1)
-    _integer(self, "critic_warmup_steps", low=0)
-    if self.critic_warmup_patience is not None:
-      _integer(self, "critic_warmup_patience", low=1)
-    _integer(self, "logits_chunk_size", low=0)
-    _integer(self, "num_generations", low=1)
-    _integer(self, "max_nonfinite_steps", low=1)
-    flags = ("norm_adv_by_std", "whiten_advantages", "fused_head", "packing", "recompute_old_logps")
-    for name in flags:
+  def _validate(self, keys: FieldKeys) -> None:
+    for name, bounds in _NUMBERS:
+      _number(self, keys, name, **bounds)
+    for name, low in _INTEGERS:
+      if name != "critic_warmup_patience" or self.critic_warmup_patience is not None:
+        check_integer(keys.subject(name), getattr(self, name), low)
+    for name in _FLAGS:
       if not isinstance(getattr(self, name), bool):
-        _fail(name, getattr(self, name), "True or False")
-
-    _choice(self, "kl_penalty", KL_PENALTY_PLACEMENTS)
-    _choice(self, "kl_ctrl", KL_CONTROLLERS)
-    _choice(self, "nonfinite_rewards", NONFINITE_REWARD_MODES)
+        _fail(keys, name, getattr(self, name), "True or False")
+    _choice(self, keys, "kl_penalty", KL_PENALTY_PLACEMENTS)
+    _choice(self, keys, "kl_ctrl", KL_CONTROLLERS)
+    _choice(self, keys, "nonfinite_rewards", NONFINITE_REWARD_MODES)
     try:
       self.kl_method = names.canonical_kl_method(self.kl_method, include_full=True)
     except ValueError as e:
-      raise ConfigError(f"PpoExtConfig.kl_method: {e}") from None
-    problem = fused_head_problem(self.fused_head, self.logits_chunk_size)
+      raise ConfigError(f"{keys.subject('kl_method')}: {e}") from None
+    problem = fused_head_problem(self.fused_head, self.logits_chunk_size, keys)
     if problem:
-      _fail("fused_head", self.fused_head, problem)
+      _fail(keys, "fused_head", self.fused_head, problem)
     if self.kl_method == names.FULL_KL and self.kl_penalty != "loss":
+      penalty = keys.key("kl_penalty")
       _fail(
+        keys,
         "kl_method",
         self.kl_method,
-        "used with kl_penalty='loss' (the exact KL needs the "
-        f"policy's logits inside the loss step); kl_penalty is {self.kl_penalty!r}",
+        f"used with {penalty}='loss' (the exact KL needs the policy's logits inside the "
+        f"loss step); {penalty} is {self.kl_penalty!r}",
       )
     for name in ("loss_agg_mode", "value_loss_agg_mode"):
       try:
         setattr(self, name, losses.canonical_loss_agg_mode(getattr(self, name)))
       except ValueError as e:
-        raise ConfigError(f"PpoExtConfig.{name}: {e}") from None
+        raise ConfigError(f"{keys.subject(name)}: {e}") from None
     for name, kind in _REGISTRY_FIELDS:
-      _registry_choice(self, name, kind)
+      _registry_choice(self, keys, name, kind)
     if self.fused_head and not registry.has(registry.POLICY_LOSSES, self.policy_loss_fn):
       _fail(
+        keys,
         "fused_head",
         self.fused_head,
-        f"used with a policy loss of this package or a plugin (policy_loss_fn="
+        f"used with a policy loss of this package or a plugin ({keys.key('policy_loss_fn')}="
         f"{self.policy_loss_fn!r} is tunix's, whose pass computes the whole logits)",
       )
-    _check_packing(self)
-    validate_toolbox(self)
-    _check_tunix_losses(self)
-    _check_critic_keys(self)
+    _check_packing(self, keys)
+    validate_toolbox(self, keys)
+    _check_tunix_losses(self, keys)
+    _check_critic_keys(self, keys)
 
 
-def _check_critic_keys(config: PpoExtConfig) -> None:
+# each number field and its interval (`check_number`'s bounds; `none_ok`: None allowed)
+_OPEN_UNIT = {"low": 0.0, "high": 1.0, "low_open": True, "high_open": True}
+_NUMBERS: tuple[tuple[str, dict[str, float | bool]], ...] = (
+  ("epsilon", _OPEN_UNIT),
+  ("epsilon_low", _OPEN_UNIT),
+  ("epsilon_high", {"low": 0.0, "low_open": True}),
+  ("epsilon_c", {"low": 1.0, "low_open": True, "none_ok": True}),
+  ("entropy_coef", {"low": 0.0}),
+  ("beta", {"low": 0.0}),
+  ("kl_loss_coef", {"low": 0.0}),
+  ("gamma", {"low": 0.0, "high": 1.0}),
+  ("gae_lambda", {"low": 0.0, "high": 1.0}),
+  ("critic_lambda", {"low": 0.0, "high": 1.0, "none_ok": True}),
+  ("adaptive_lambda_alpha", {"low": 0.0, "low_open": True, "none_ok": True}),
+  ("gamma_turn", {"low": 0.0, "high": 1.0, "none_ok": True}),
+  ("critic_warmup_lambda", {"low": 0.0, "high": 1.0}),
+  ("critic_warmup_until_ev", {"high": 1.0, "none_ok": True}),
+  ("kl_target", {"low": 0.0, "low_open": True}),
+  ("kl_horizon", {"low": 0.0, "low_open": True}),
+  ("kl_clamp_value", {"low": 0.0, "low_open": True, "none_ok": True}),
+  ("logps_temperature", {"low": 0.0, "low_open": True, "none_ok": True}),
+  ("clip_range_value", {"low": 0.0, "low_open": True, "none_ok": True}),
+)
+# each integer field and its least value (`critic_warmup_patience`: also None)
+_INTEGERS = (
+  ("num_iterations", 1),
+  ("critic_warmup_steps", 0),
+  ("critic_warmup_patience", 1),
+  ("logits_chunk_size", 0),
+  ("num_generations", 1),
+  ("max_nonfinite_steps", 1),
+)
+_FLAGS = ("norm_adv_by_std", "whiten_advantages", "fused_head", "packing", "recompute_old_logps")
+
+
+def _check_critic_keys(config: PpoExtConfig, keys: FieldKeys) -> None:
   """The critic's keys need an estimator that takes values; the early end of the warm-up
   needs a warm-up."""
   if not config.uses_critic:
     for name, unset in _CRITIC_KEYS:
       if getattr(config, name) != unset:
         _fail(
+          keys,
           name,
           getattr(config, name),
-          f"{unset!r} with advantage_estimator={config.advantage_estimator!r}, "
+          f"{unset!r} with {keys.key('advantage_estimator')}={config.advantage_estimator!r}, "
           "which uses no critic",
         )
   for name in ("critic_warmup_until_ev", "critic_warmup_patience"):
     if getattr(config, name) is not None and not config.critic_warmup_steps:
       _fail(
+        keys,
         name,
         getattr(config, name),
-        "None without a warm-up (critic_warmup_steps is 0; it caps the warm-up)",
+        f"None without a warm-up ({keys.key('critic_warmup_steps')} is 0; it caps the warm-up)",
       )
 
 
@@ -269,7 +298,7 @@ def _check_critic_keys(config: PpoExtConfig) -> None:
 _CRITIC_KEYS = (("critic_warmup_steps", 0), ("critic_lambda", None))
 
 
-def _check_tunix_losses(config: PpoExtConfig) -> None:
+def _check_tunix_losses(config: PpoExtConfig, keys: FieldKeys) -> None:
   """Refuses, naming both keys, what tunix's own losses (a name only tunix's registry
   holds, e.g. `ppo`) would silently not do: tunix's policy loss takes the KL in the loss
   as k1 on the reference log-probs with the initial `kl_loss_coef` (no other estimator, no
@@ -277,27 +306,28 @@ def _check_tunix_losses(config: PpoExtConfig) -> None:
   tunix's value loss always clips and averages over tokens."""
   policy = config.policy_loss_fn
   if not registry.has(registry.POLICY_LOSSES, policy):
-    own = f"used with policy_loss_fn={policy!r} (tunix's own loss"
+    own = f"used with {keys.key('policy_loss_fn')}={policy!r} (tunix's own loss"
+    coef = keys.key("kl_loss_coef")
     if config.kl_penalty == "loss" and config.kl_method != "kl":
-      _fail("kl_method", config.kl_method, f"'kl' {own}: k1 in the loss, whatever is set)")
+      _fail(keys, "kl_method", config.kl_method, f"'kl' {own}: k1 in the loss, whatever is set)")
     if config.kl_penalty == "loss" and config.kl_ctrl != "fixed":
-      _fail("kl_ctrl", config.kl_ctrl, f"'fixed' {own}: the initial kl_loss_coef throughout)")
+      _fail(keys, "kl_ctrl", config.kl_ctrl, f"'fixed' {own}: the initial {coef} throughout)")
     if config.loss_agg_mode != "token-mean":
-      _fail("loss_agg_mode", config.loss_agg_mode, f"'token-mean' {own}: its only mode)")
+      _fail(keys, "loss_agg_mode", config.loss_agg_mode, f"'token-mean' {own}: its only mode)")
     for name in ("rollout_is", "rollout_rs"):
       if getattr(config, name) is not None:
-        _fail(name, getattr(config, name), f"None {own}: it applies no correction)")
+        _fail(keys, name, getattr(config, name), f"None {own}: it applies no correction)")
   value = config.value_loss_fn
   if not registry.has(registry.VALUE_LOSSES, value):
-    own = f"used with value_loss_fn={value!r} (tunix's own value loss"
+    own = f"used with {keys.key('value_loss_fn')}={value!r} (tunix's own value loss"
     if config.clip_range_value is None:
-      _fail("clip_range_value", None, f"a number > 0 {own}: it always clips)")
+      _fail(keys, "clip_range_value", None, f"a number > 0 {own}: it always clips)")
     if config.value_loss_agg_mode != "token-mean":
       mode = config.value_loss_agg_mode
-      _fail("value_loss_agg_mode", mode, f"'token-mean' {own}: its only mode)")
+      _fail(keys, "value_loss_agg_mode", mode, f"'token-mean' {own}: its only mode)")
 
 
-def _check_packing(config: PpoExtConfig) -> None:
+def _check_packing(config: PpoExtConfig, keys: FieldKeys) -> None:
   """`packing` needs losses whose pass this package runs (tunix's own run theirs)."""
   if not config.packing:
     return
@@ -308,17 +338,28 @@ def _check_packing(config: PpoExtConfig) -> None:
     value = getattr(config, name)
     if not registry.has(kind, value):
       _fail(
+        keys,
         "packing",
         True,
-        f"used with a {name.split('_')[0]} loss of this package or a plugin ({name}="
-        f"{value!r} is tunix's, whose pass runs on the padded rows)",
+        f"used with a {name.split('_')[0]} loss of this package or a plugin "
+        f"({keys.key(name)}={value!r} is tunix's, whose pass runs on the padded rows)",
       )
 
 
-def fused_head_problem(fused_head: bool, chunk_size: int) -> str | None:
-  """Why the fused head cannot run with this chunk size (None: it can)."""
+def fused_head_problem(fused_head: bool, chunk_size: int, keys: FieldKeys = OWN_KEYS) -> str | None:
+  """Why the fused head cannot run with this chunk size (None: it can).
+
+  Args:
+    fused_head: whether the fused head is on.
+    chunk_size: `logits_chunk_size`.
+    keys: how the message names `logits_chunk_size`.
+
+  Returns:
+    What the fused head must be used with, or None.
+  """
   if fused_head and chunk_size == 0:
-    return "used with logits_chunk_size > 0 (positions of logits per chunk, e.g. 128)"
+    chunk = keys.key("logits_chunk_size")
+    return f"used with {chunk} > 0 (positions of logits per chunk, e.g. 128)"
   return None
 
 
@@ -363,7 +404,7 @@ _REGISTRY_FIELDS = (
 )
 
 
-def _registry_choice(config: PpoExtConfig, name: str, kind: str) -> None:
+def _registry_choice(config: PpoExtConfig, keys: FieldKeys, name: str, kind: str) -> None:
   """`config.<name>` must resolve in the plugin registry (first) or in tunix's registry.
 
   A plugin name is loaded and checked here; `PpoExtLearner` puts it into tunix's registry.
@@ -375,18 +416,18 @@ def _registry_choice(config: PpoExtConfig, name: str, kind: str) -> None:
     compat.check_no_clash(kind, value, registry.get(kind, value))
   except registry.UnknownNameError as err:
     if isinstance(value, str) and "@" in value:
-      _fail(name, value, f"a registered name ({err})")
-    _choice(config, name, registry.names(kind))
+      _fail(keys, name, value, f"a registered name ({err})")
+    _choice(config, keys, name, registry.names(kind))
   except (registry.PluginError, ValueError) as err:
-    raise ConfigError(f"PpoExtConfig.{name}={value!r} is invalid: {err}") from None
+    raise ConfigError(f"{keys.subject(name)}={value!r} is invalid: {err}") from None
 
 
-def _fail(name: str, value: object, allowed: str) -> None:
-  raise ConfigError(f"PpoExtConfig.{name}={value!r} is invalid: must be {allowed}.")
+def _fail(keys: FieldKeys, name: str, value: object, allowed: str) -> None:
+  raise ConfigError(f"{keys.subject(name)}={value!r} is invalid: must be {allowed}.")
 
 
 def _number(
-  config: PpoExtConfig, name: str, *, none_ok: bool = False, **bounds: float | bool | None
+  config: PpoExtConfig, keys: FieldKeys, name: str, *, none_ok: bool = False, **bounds: float | bool
 ) -> None:
   """Checks that `config.<name>` is a finite real number inside the interval `bounds`
   (`check_number`'s `low`, `high`, `low_open`, `high_open`) or None, with `none_ok`; stores
@@ -394,15 +435,11 @@ def _number(
   value = getattr(config, name)
   if value is None and none_ok:
     return
-  setattr(config, name, check_number(f"PpoExtConfig.{name}", value, **bounds))
+  setattr(config, name, check_number(keys.subject(name), value, **bounds))
 
 
-def _integer(config: PpoExtConfig, name: str, low: int) -> None:
-  check_integer(f"PpoExtConfig.{name}", getattr(config, name), low)
-
-
-def _choice(config: PpoExtConfig, name: str, accepted: Iterable[str]) -> None:
+def _choice(config: PpoExtConfig, keys: FieldKeys, name: str, accepted: Iterable[str]) -> None:
   value = getattr(config, name)
   accepted = list(accepted)
   if value not in accepted:
-    _fail(name, value, f"one of {accepted}{did_you_mean(value, accepted)}")
+    _fail(keys, name, value, f"one of {accepted}{did_you_mean(value, accepted)}")

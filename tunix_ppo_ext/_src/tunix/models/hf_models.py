@@ -38,6 +38,12 @@ from tunix.models.qwen3 import model as qwen3
 from tunix.models.qwen3 import params as qwen3_params
 
 from tunix_ppo_ext._src.checks import ConfigError, did_you_mean
+from tunix_ppo_ext._src.config.model_spec import (  # noqa: F401 (REMAT_, ATTENTION_CHOICES: here too)
+  ATTENTION_CHOICES,
+  DTYPE_NAMES,
+  REMAT_CHOICES,
+  ModelSpec,
+)
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.tunix import compat
 
@@ -404,8 +410,7 @@ def vocab_size(model: nnx.Module) -> int:
 
 # `model.remat`: tunix's `RematConfig` of every family (Qwen2, Qwen3, Llama 3, Gemma 3), by
 # name: none (every activation kept), block (the attention and MLP blocks recomputed in the
-# backward), decoder (each whole decoder layer recomputed)
-REMAT_CHOICES = ("none", "block", "decoder")
+# backward), decoder (each whole decoder layer recomputed): `model_spec.REMAT_CHOICES`
 
 
 def with_remat(config: Any, remat: str) -> Any:
@@ -417,8 +422,8 @@ def with_remat(config: Any, remat: str) -> Any:
 # `model.attention`: how the training passes attend. dense: tunix's `[T, T]` scores (every
 # family); splash: tunix's TPU splash kernel (Qwen3 and Qwen2: `use_flash_attention`), which
 # never forms `[T, T]` and keeps padding out through the segment ids the passes give;
-# blockwise: `ops.segment_attention` on any backend (Qwen3: `compat.use_blockwise_attention`).
-ATTENTION_CHOICES = ("dense", "splash", "blockwise")
+# blockwise: `ops.segment_attention` on any backend (Qwen3: `compat.use_blockwise_attention`):
+# `model_spec.ATTENTION_CHOICES`
 
 
 def _tunix_family(config: Any) -> str:
@@ -462,7 +467,7 @@ def attend_blockwise(models: Any, block_size: int) -> None:
 # weights rounds away updates below 2^-8 of the weight); unset, every weight stays as the
 # checkpoint stores it (a toy model: float32). A config with a compute `dtype` field (Qwen3,
 # Qwen2) computes in it; the others (Llama 3, Gemma 3) in their weights' dtype.
-DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32}  # `model.dtype`'s choices
+DTYPES = {name: getattr(jnp, name) for name in DTYPE_NAMES}  # `model.dtype`'s choices
 
 
 def with_dtype(config: Any, dtype: str | None) -> Any:
@@ -508,17 +513,19 @@ def train_in_float32(*roles: nnx.Module | None) -> None:
       cast_params(model, jnp.float32, nnx.LoRAParam if adapted else nnx.Param)
 
 
-def configured(
-  config: Any,
-  remat: str,
-  attention: str = "dense",
-  block_size: int = 512,
-  dtype: str | None = None,
-) -> Any:
+def configured(config: Any, spec: ModelSpec) -> Any:
   """`config` with the run's `model.remat`, `model.attention` (with its block size) and
-  `model.dtype` (`with_dtype`)."""
-  config = with_dtype(config, dtype)
-  return with_attention(with_remat(config, remat), attention, block_size)
+  `model.dtype` (`with_dtype`).
+
+  Args:
+    config: a tunix `ModelConfig` of any family.
+    spec: the run's model settings.
+
+  Returns:
+    The configured `ModelConfig`.
+  """
+  config = with_dtype(config, spec.dtype)
+  return with_attention(with_remat(config, spec.remat), spec.attention, spec.block_size)
 
 
 def load_checkpoint(
@@ -533,7 +540,7 @@ def load_checkpoint(
   loader straight onto `mesh` (sharded; None: the first device), in `dtype`
   (`DTYPES`; None: the file's), with tunix's activation rematerialisation `remat`
   (`REMAT_CHOICES`) and attention `attention` (`ATTENTION_CHOICES`, blocks of
-  `block_size`).
+  `block_size`): `load_model` with these as its `ModelSpec`.
 
   Args:
     directory: a Hugging Face checkpoint directory (or a `.gguf` file).
@@ -546,14 +553,31 @@ def load_checkpoint(
   Returns:
     The tunix model.
   """
+  return load_model(directory, mesh, ModelSpec(remat, attention, block_size, dtype))
+
+
+def load_model(
+  directory: str | pathlib.Path, mesh: jax.sharding.Mesh | None, spec: ModelSpec
+) -> nnx.Module:
+  """The tunix model of the checkpoint in `directory`, loaded by its family's own tunix
+  loader straight onto `mesh` (sharded; None: the first device), built as `spec` says.
+
+  Args:
+    directory: a Hugging Face checkpoint directory (or a `.gguf` file).
+    mesh: the mesh the weights are sharded onto; None: the first device.
+    spec: the run's model settings (`model.remat`, `model.attention`, `model.dtype`).
+
+  Returns:
+    The tunix model.
+  """
   directory = gguf_files.resolve(directory, weights=True)
   hf = read_hf_config(directory)
   if hf is None:
     raise ConfigError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
   family = family_of(hf)
-  config = configured(tunix_config(hf), remat, attention, block_size, dtype)
+  config = configured(tunix_config(hf), spec)
   try:
-    model = family.load(str(directory), config, mesh, DTYPES.get(dtype))
+    model = family.load(str(directory), config, mesh, DTYPES.get(spec.dtype))
   except (ValueError, TypeError, KeyError, OSError) as err:  # tunix's loader names no file
     detail = str(err).splitlines()[0] if str(err) else ""
     raise ConfigError(
