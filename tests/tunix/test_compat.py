@@ -29,7 +29,9 @@ COMPAT = PACKAGE / "_src" / "tunix" / "compat"
 TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent
 # Non-self objects our own code may set attributes on (our dataclasses and functions, and
 # Python's own `sys` hooks: `disk_space.quiet_write_failures` sets `sys.unraisablehook`).
-OWN_OBJECTS = {"episode", "batch", "config", "sys"}
+# the package's own objects: names that are never a tunix object where they are assigned to
+# (the run config being built; loss functions named and documented where they are made)
+OWN_OBJECTS = {"episode", "batch", "config", "sys", "instance", "loss_fn", "policy_loss_fn"}
 
 
 def test_installed_tunix_is_the_tested_one_and_has_every_pinned_name():
