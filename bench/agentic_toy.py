@@ -46,6 +46,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
   )
   log = task.SuccessLog()
   keys = {**CONFIG, "num_generations": args.generations, "critic_warmup_steps": args.warmup}
+  keys |= {"beta": args.beta, "entropy_coef": args.entropy_coef}
   learner = task.ppo_learner(engine, [log], width=args.width, **keys)
   start = time.perf_counter()
   learner.train(task.dataset(args.steps + 1, args.batch, seed))
@@ -94,6 +95,8 @@ def main() -> None:
   parser.add_argument("--lr", type=float, default=1e-3)
   parser.add_argument("--width", type=int, default=64, help="an episode's tokens")
   parser.add_argument("--warmup", type=int, default=8, help="critic-only steps first")
+  parser.add_argument("--beta", type=float, default=0.0, help="the KL's coefficient")
+  parser.add_argument("--entropy-coef", type=float, default=0.0)
   parser.add_argument("--last", type=int, default=5, help="batches averaged at the end")
   parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/agentic_toy"))
   args = parser.parse_args()
