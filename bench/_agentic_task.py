@@ -136,7 +136,8 @@ def ppo_learner(
 
 def grpo_learner(engine: Any, metric_fns: Sequence[Any], **keys: Any) -> Any:
   """tunix's own agentic `GRPOLearner` on `engine` with the `GRPOConfig` keys `keys`."""
-  generate, calls = engine.rollout.generate, itertools.count(1)  # as AgenticPpoLearner's
+  # a key per call, numbered (AgenticPpoLearner keys its calls by episode and turn instead)
+  generate, calls = engine.rollout.generate, itertools.count(1)
   engine.rollout.generate = lambda prompts, rollout, **kw: generate(
     prompts, dataclasses.replace(rollout, seed=next(calls)), **kw
   )

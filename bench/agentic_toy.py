@@ -53,13 +53,14 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
   wall = time.perf_counter() - start
   engine.close()
   success = log.per_batch(args.batch * args.generations)[: args.steps]
-  baseline = float(np.mean(success[: max(args.warmup, 1)]))
+  baseline_batches = max(args.warmup, 1)  # the untrained policy's batches
+  baseline = float(np.mean(success[:baseline_batches]))
   last = float(np.mean(success[-args.last :]))
   return {
     "seed": seed,
     "config": {**keys, "lr": args.lr, "batch": args.batch, "steps": args.steps}
     | {"width": args.width},
-    "baseline_batches": max(args.warmup, 1),
+    "baseline_batches": baseline_batches,
     "success_per_batch": success,
     "baseline_success": baseline,
     "last_success": last,
