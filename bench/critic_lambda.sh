@@ -6,7 +6,10 @@
 # share of the still-allowed numbers it rules out; success is still the share of episodes
 # that hit). The preset's lambda 0.95 is bench/results/real_model_ppo_recipe (the same
 # config, an earlier commit). The two lambda rows are interleaved seed by seed so that an
-# interrupted study still has paired seeds; the information-gain row runs after them. Resumable: a rerun skips every finished seed
+# interrupted study still has paired seeds; the information-gain row runs after them, then
+# GRPO's preset on the same game (`configs/smollm2.yaml`, 64 updates, the same baseline
+# batches), run again so that its advantage noise is measured beside the PPO rows' (the
+# earlier GRPO runs predate the metric). Resumable: a rerun skips every finished seed
 # (`seed<N>/result.json`) and tunix resumes an unfinished one from its newest checkpoint.
 # The untrained baseline batches are the preset's.
 #
@@ -16,7 +19,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 OUT=bench/results/critic_lambda
 SEEDS=("${@:-0 1 2}")
-run() {  # run ROW KEY=VALUE...: one seed of one row
+run() {  # run ROW KEY=VALUE...: one seed of one PPO row
   local row=$1
   shift
   "$PY" bench/real_model.py --config configs/smollm2_ppo.yaml --steps 72 \
@@ -29,4 +32,9 @@ for seed in ${SEEDS[@]}; do
 done
 for seed in ${SEEDS[@]}; do
   run guess10_lambda0.5_info_gain ppo.gae_lambda=0.5 env.kwargs.info_gain_reward=0.2
+done
+for seed in ${SEEDS[@]}; do
+  "$PY" bench/real_model.py --config configs/smollm2.yaml --steps 64 \
+    --baseline-from bench/results/real_model_ppo_recipe --seed-ids "$seed" \
+    --out "$OUT/guess10_grpo" train.checkpoint_every=8
 done
