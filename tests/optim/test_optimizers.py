@@ -2,11 +2,14 @@
 references written from the formulas (Kingma & Ba 2015; Loshchilov & Hutter 2019 for
 AdamW and SGDR's cosine; global-norm clipping), and the NaN guard around all of them."""
 
+import doctest
 import math
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import flush_subnormals
 from tunix_ppo_ext._src.optim import guards
@@ -125,3 +128,33 @@ def test_nan_guard_wraps_every_configured_optimizer():
 def test_bad_optimizer_settings_name_the_key(spec, message):
   with pytest.raises(ValueError, match=message):
     spec.validate("optim.actor")
+
+
+def test_the_guard_s_counter_arithmetic_runs_its_examples():
+  finder, runner = doctest.DocTestFinder(recurse=False), doctest.DocTestRunner()
+  for fn in (guards.new_skips, guards.stuck_at_end):
+    for example in finder.find(fn, globs=vars(guards)):
+      assert example.examples, fn.__name__
+      assert runner.run(example).failed == 0, fn.__name__
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+  st.dictionaries(
+    st.sampled_from(["actor", "critic"]),
+    st.tuples(st.integers(0, 20), st.integers(0, 20), st.integers(0, 20), st.integers(1, 30)),
+  ),
+  st.integers(1, 25),
+)
+def test_the_guard_s_counters_against_a_walk_over_the_roles(trainers, max_consecutive):
+  """Each role as (consecutive, extra total, seen, updates made): the stop rules written
+  out role by role, from the NanGuard's docstring."""
+  counts = {r: guards.SkipCounts(c, c + extra) for r, (c, extra, _, _) in trainers.items()}
+  seen = {r: s for r, (_, _, s, _) in trainers.items()}
+  made = {r: m for r, (_, _, _, m) in trainers.items()}
+  for role, (consecutive, extra, last_seen, updates) in trainers.items():
+    assert guards.new_skips(counts, seen)[role] == consecutive + extra - last_seen
+    assert (role in guards.stuck(counts, max_consecutive)) == (consecutive >= max_consecutive)
+    ended_untrained = consecutive > 0 and consecutive / updates >= 0.5
+    assert (role in guards.stuck_at_end(counts, made)) == ended_untrained
+  assert guards.new_skips(counts, {}) == {r: c.total for r, c in counts.items()}

@@ -5,13 +5,15 @@
   parameters and the optimizer's moments and step count stay as they were; a result that
   is not finite is dropped too (`skip_nonfinite_results`).
 - `skip_counts`: those skips, read back from an optimizer state (the learner's
-  `tunix.cluster.nan_guard.NanGuard` reports them and stops a run that keeps skipping).
+  `tunix.cluster.nan_guard.NanGuard` reports them and stops a run that keeps skipping);
+  `new_skips`, `stuck` and `stuck_at_end`: the arithmetic of that report and those stops,
+  on the counters alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -133,3 +135,57 @@ def skip_counts(opt_state: Any) -> SkipCounts | None:
 
 def _value(leaf: Any) -> Any:
   return leaf[...] if isinstance(leaf, nnx.Variable) else leaf
+
+
+def new_skips(counts: Mapping[str, SkipCounts], seen: Mapping[str, int]) -> dict[str, int]:
+  """Each trainer's updates skipped since the last look.
+
+  Args:
+    counts: each trainer's counters now, by role.
+    seen: each role's `total` at the last look (a role not there: 0).
+
+  Returns:
+    The skips since then, by role.
+
+  Examples:
+    >>> new_skips({"actor": SkipCounts(consecutive=1, total=3)}, {"actor": 2})
+    {'actor': 1}
+  """
+  return {role: found.total - seen.get(role, 0) for role, found in counts.items()}
+
+
+def stuck(counts: Mapping[str, SkipCounts], max_consecutive: int) -> dict[str, SkipCounts]:
+  """The trainers that skipped at least `max_consecutive` updates in a row.
+
+  Args:
+    counts: each trainer's counters, by role.
+    max_consecutive: `PpoExtConfig.max_nonfinite_steps`.
+
+  Returns:
+    Their counters, by role (empty: none is stuck).
+  """
+  return {role: found for role, found in counts.items() if found.consecutive >= max_consecutive}
+
+
+def stuck_at_end(
+  counts: Mapping[str, SkipCounts], made: Mapping[str, int]
+) -> dict[str, SkipCounts]:
+  """At a run's last step: the trainers whose skips in a row at the end are at least half
+  of the updates the run made (a short run that trained nothing is not a success).
+
+  Args:
+    counts: each trainer's counters, by role.
+    made: the updates each role made in this run (a resumed run counts from its resume).
+
+  Returns:
+    Their counters, by role (empty: the run trained).
+
+  Examples:
+    >>> stuck_at_end({"actor": SkipCounts(consecutive=2, total=2)}, {"actor": 4})
+    {'actor': SkipCounts(consecutive=2, total=2)}
+  """
+  return {
+    role: found
+    for role, found in counts.items()
+    if found.consecutive > 0 and 2 * found.consecutive >= made[role]
+  }

@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError, SkipCounts, skip_counts
+from tunix_ppo_ext._src.optim.guards import (
+  NonFiniteTrainingError,
+  SkipCounts,
+  new_skips,
+  skip_counts,
+  stuck,
+  stuck_at_end,
+)
 from tunix_ppo_ext._src.tunix import compat
 
 # Internal metric names (`metric_keys.TAXONOMY` publishes them as `actor/nonfinite_skips`,
@@ -77,15 +84,14 @@ class NanGuard:
     current step (unless one exists) and closes the cluster (metrics flushed, saves done).
     """
     counts = self._counts()
-    metrics = {}
-    for role, found in counts.items():
-      metrics[SKIP_METRICS[role]] = (found.total - self._seen.get(role, 0), np.sum)
-      self._seen[role] = found.total
-    stuck = {r: c for r, c in counts.items() if c.consecutive >= self.max_consecutive}
-    if stuck:
+    skipped = new_skips(counts, self._seen)
+    metrics = {SKIP_METRICS[role]: (n, np.sum) for role, n in skipped.items()}
+    self._seen |= {role: found.total for role, found in counts.items()}
+    stopped = stuck(counts, self.max_consecutive)
+    if stopped:
       self.rl_cluster.buffer_metrics(metrics)
       saved = self._save_and_close()
-      raise NonFiniteTrainingError(self._message(stuck, saved))
+      raise NonFiniteTrainingError(self._message(stopped, saved))
     return metrics
 
   def at_last_step(self) -> None:
@@ -93,14 +99,12 @@ class NanGuard:
     the cluster) when a trainer's updates skipped in a row at the end are at least
     half of the updates this run made, so a run shorter than `max_consecutive` that skipped
     all or nearly all of them does not end as a success."""
-    stuck = {}
-    for role, counts in self._counts().items():
-      made = self._trainers()[role].train_steps - self._start.get(role, 0)
-      if counts.consecutive > 0 and 2 * counts.consecutive >= made:
-        stuck[role] = counts
-    if stuck:
+    trainers = self._trainers()
+    made = {role: t.train_steps - self._start.get(role, 0) for role, t in trainers.items()}
+    stopped = stuck_at_end(self._counts(), made)
+    if stopped:
       saved = self._save_and_close()
-      raise NonFiniteTrainingError(self._message(stuck, saved, ended=True))
+      raise NonFiniteTrainingError(self._message(stopped, saved, ended=True))
 
   def _save_and_close(self) -> dict[str, int | None]:
     """Saves each trainer's current (= last good) state, then closes the cluster."""
