@@ -126,6 +126,10 @@ def test_the_ppo_keys_are_checked_as_ppo_ext_config_s():
     AgenticPpoConfig(advantage_estimator="rloo", critic_lambda=1.0)
   with pytest.raises(ValueError, match=r"kl_method='full' is invalid"):
     AgenticPpoConfig(kl_method="full", kl_penalty="loss")
+  with pytest.raises(ValueError, match=r"AgenticPpoConfig\.rollout_is='tokens' is invalid"):
+    AgenticPpoConfig(rollout_is="tokens", use_rollout_logps=False)
+  with pytest.raises(ValueError, match=r"AgenticPpoConfig\.rollout_rs='token_k1' needs use_"):
+    AgenticPpoConfig(rollout_rs="token_k1")  # the old log-probs would be the sampler's
   for estimator in ("grpo", "rloo"):  # groups of one: no baseline (tunix's GRPO refuses them)
     with pytest.raises(ValueError, match=rf"num_generations=1 is invalid: .*='{estimator}'"):
       AgenticPpoConfig(advantage_estimator=estimator, num_generations=1)
@@ -381,6 +385,30 @@ def test_off_policy_rows_keep_the_log_probs_they_were_sampled_with():
   sampled = [np.pad(i.traj["old_logprobs"], (0, T))[:T] for i in items]
   np.testing.assert_allclose(example.old_per_token_logps, np.stack(sampled) * mask, atol=1e-6)
   np.testing.assert_array_equal(example.policy_version, [0, 0, 0, 0])
+
+
+@needs_main
+def test_rollout_correction_weighs_the_trainer_s_old_log_probs_against_the_sampler_s():
+  """With `use_rollout_logps=False` the old log-probs are the trainer's pass; `rollout_is`
+  truncates `exp(old - sampler)` at the threshold on agent tokens (verl's token TIS,
+  written out here), and a run trains with it end to end, logging `rollout/` metrics."""
+  tok = tokenizer()
+  items = [episode(tok, n % 2, g, turns, r, "ab") for n, (g, turns, r) in enumerate(EPISODES)]
+  keys = {"advantage_estimator": "gae", "beta": 0.0, "use_rollout_logps": False}
+  cluster = agentic_cluster(max_steps=1)
+  learner = agentic_learner(cluster, rollout_is="token", rollout_is_threshold=1.5, **keys)
+  [example] = learner.process_results(items, Mode.TRAIN, 0)
+  mask = np.asarray(example.loss_mask)
+  sampled = np.stack([np.pad(i.traj["old_logprobs"], (0, T))[:T] for i in items])
+  old = np.asarray(example.old_per_token_logps, np.float64)
+  expected = np.where(mask > 0, np.minimum(np.exp(old - sampled), 1.5), 1.0) * mask
+  np.testing.assert_allclose(example.rollout_is_weights, expected, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(old * mask, sampled * mask)  # the trainer's pass, not the sampler's
+  policy = params(cluster.actor_trainer.model)
+  learner.train(prompts(2))
+  assert cluster.actor_trainer.train_steps == 1 and moved(policy, cluster.actor_trainer.model)
+  weights = history(cluster, "rollout", "is_mean")
+  assert len(weights) >= 1 and np.all((weights > 0) & (weights <= 1.5)), weights
 
 
 ESTIMATORS = [

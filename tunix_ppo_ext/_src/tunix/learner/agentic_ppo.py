@@ -23,6 +23,7 @@ through the project's estimator registry and the pure rollout phase (`_src/ppo/`
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,7 +39,7 @@ from tunix.rl.agentic.environments import task_environment
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.ops import kl_methods as names
-from tunix_ppo_ext._src.ppo import rollout_phase
+from tunix_ppo_ext._src.ppo import rollout_correction_step, rollout_phase
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes, trainer_setup
@@ -104,6 +105,12 @@ class AgenticPpoLearner(compat.AgenticHooks):
       warnings.simplefilter("ignore")
       trainer_setup.check_critic(self.ppo_config, trainer_setup.critic_trainer(engine))
     # the engine's own adjustment, not a process-wide patch: else a group's episodes are copies
+    if rollout_correction_step.enabled(self.ppo_config):
+      if not engine.get_rollout_config(Mode.TRAIN).return_logprobs:
+        raise ValueError(
+          "AgenticPpoConfig.rollout_is/rollout_rs need the sampler's log-probs: set "
+          "return_logprobs=True in the train rollout config"
+        )
     compat.adjust_sampler(engine)  # as PpoExtLearner: this engine's sampler only
     compat.sample_each_call_anew(engine)
     self._set_up(engine)
@@ -182,10 +189,12 @@ class AgenticPpoLearner(compat.AgenticHooks):
     step: int | None = None,
   ) -> AgenticTrainExample:
     """The rollout phase of scored rows: the `TrainExample` tunix's trainers consume
-    (`rollout_phase`'s KL shaping, advantages, metrics and fields, as `PpoExtLearner`).
+    (`rollout_phase`'s KL shaping, advantages, metrics and fields, then rollout
+    correction, as `PpoExtLearner`).
 
-    `behaviour_logps` `[B, T]`: the log-probs the rows were sampled with (used with
-    `use_rollout_logps`; None: the rollout policy's pass gives them).
+    `behaviour_logps` `[B, T]`: the log-probs the rows were sampled with (the old ones with
+    `use_rollout_logps`, else the rollout policy's pass gives those and rollout correction
+    weighs them against these; None: the sampler returned none).
     """
     config = self.ppo_config
     batch.validate()
@@ -200,7 +209,11 @@ class AgenticPpoLearner(compat.AgenticHooks):
     result = rollout_phase.rollout_phase(config, self.state, where, batch, inputs, model_passes)
     self.state = result.state
     self._buffer(result.metrics, mode, step)
-    return AgenticTrainExample(**result.fields)
+    example = AgenticTrainExample(**result.fields)
+    sampled = dataclasses.replace(batch, sampler_logps=behaviour_logps)
+    example, corrected = rollout_correction_step.correct(config, sampled, example)
+    self._buffer({k: (v, np.mean) for k, v in corrected.items()}, mode, step)
+    return example
 
   def _model_inputs(self, batch: TrajectoryBatch) -> ModelInputs:
     return ModelInputs(
@@ -234,7 +247,8 @@ class AgenticPpoLearner(compat.AgenticHooks):
 
   def _buffer(self, metrics: dict[str, Any], mode: Any, step: int | None) -> None:
     step = self.rl_engine.global_steps if step is None else step
-    self.rl_engine.buffer_metrics_async(metrics, mode=mode, step=step)
+    if metrics:
+      self.rl_engine.buffer_metrics_async(metrics, mode=mode, step=step)
 
   def _buffer_user_metrics(self, prompts, batch: TrajectoryBatch, advantages, mode, step) -> None:
     """tunix's `metric_fns(prompts, completions, advantages, rewards)` on this batch; a

@@ -53,6 +53,11 @@ PPO_FIELDS = (
   "num_iterations",
   "critic_warmup_steps",
   "critic_warmup_lambda",
+  "rollout_is",
+  "rollout_is_threshold",
+  "rollout_rs",
+  "rollout_rs_threshold",
+  "rollout_rs_threshold_lower",
 )
 
 
@@ -71,11 +76,15 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   `clip_range_value`, the losses `policy_loss_fn` / `value_loss_fn` (default `ppo_ext`),
   `logits_chunk_size`, `logps_temperature` (None: the train rollout's temperature, at
   which the sampler's log-probs were taken) and the critic warm-up of a fixed length
-  (`critic_warmup_steps`, `critic_warmup_lambda`: the first steps train only the critic).
-  Not here: the exact KL (`kl_method="full"`), the fused head, packing, the warm-up's
-  early ends (`critic_warmup_until_ev`, `critic_warmup_patience`: tunix scores a step's
-  groups one call at a time, so a step has no one explained variance to end it on) and
-  rollout correction.
+  (`critic_warmup_steps`, `critic_warmup_lambda`: the first steps train only the critic)
+  and rollout correction (`rollout_is`, `rollout_is_threshold`, `rollout_rs`,
+  `rollout_rs_threshold`, `rollout_rs_threshold_lower`: importance weights and rejection
+  from the trainer's old log-probs against the sampler's; it needs
+  `use_rollout_logps=False`, so that the old log-probs are the trainer's own, and the
+  rollout's `return_logprobs=True`). Not here: the exact KL (`kl_method="full"`), the
+  fused head, packing and the warm-up's early ends (`critic_warmup_until_ev`,
+  `critic_warmup_patience`: tunix scores a step's groups one call at a time, so a step has
+  no one explained variance to end it on).
 
   tunix's keys keep their meaning: `num_generations` episodes per prompt form a group,
   `max_response_length` is the width of an episode's tokens (it must equal the rollout's
@@ -114,6 +123,11 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   logps_temperature: float | None = None
   critic_warmup_steps: int = 0
   critic_warmup_lambda: float = 1.0
+  rollout_is: str | None = None
+  rollout_is_threshold: float = 2.0
+  rollout_rs: str | None = None
+  rollout_rs_threshold: float = 2.0
+  rollout_rs_threshold_lower: float | None = None
 
   def __post_init__(self):
     # AlgorithmConfig's own check allows tunix's estimator and loss names only: replaced
@@ -130,6 +144,12 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
         "AgenticPpoConfig.kl_method='full' is invalid: must be a per-token estimator "
         "(the exact KL is PpoExtLearner's)."
       )
+    for key in ("rollout_is", "rollout_rs"):
+      if getattr(self, key) is not None and self.use_rollout_logps:
+        raise ConfigError(
+          f"AgenticPpoConfig.{key}={getattr(self, key)!r} needs use_rollout_logps=False: "
+          "with the sampler's log-probs as the old ones every weight is 1."
+        )
 
   def ppo_ext_config(self) -> PpoExtConfig:
     """The `PpoExtConfig` of the PPO keys (validated as it is built): what the project's
