@@ -7,8 +7,9 @@
 # that hit). The preset's lambda 0.95 is bench/results/real_model_ppo_recipe (the same
 # config, an earlier commit). The two lambda rows are interleaved seed by seed so that an
 # interrupted study still has paired seeds; the information-gain row runs after them, then
-# GRPO's preset on the same game (`configs/smollm2.yaml`, 64 updates, the same baseline
-# batches), run again so that its advantage noise is measured beside the PPO rows' (the
+# GRPO's preset (`configs/smollm2.yaml`, 64 updates, the same baseline batches) with the
+# same information-gain reward (a fair comparison of that row), then GRPO's preset on the
+# plain game again, so that its advantage noise is measured beside the PPO rows' (the
 # earlier GRPO runs predate the metric). Resumable: a rerun skips every finished seed
 # (`seed<N>/result.json`) and tunix resumes an unfinished one from its newest checkpoint.
 # The untrained baseline batches are the preset's.
@@ -33,8 +34,16 @@ done
 for seed in ${SEEDS[@]}; do
   run guess10_lambda0.5_info_gain ppo.gae_lambda=0.5 env.kwargs.info_gain_reward=0.2
 done
-for seed in ${SEEDS[@]}; do
+grpo() {  # grpo ROW KEY=VALUE...: one seed of one GRPO row
+  local row=$1
+  shift
   "$PY" bench/real_model.py --config configs/smollm2.yaml --steps 64 \
     --baseline-from bench/results/real_model_ppo_recipe --seed-ids "$seed" \
-    --out "$OUT/guess10_grpo" train.checkpoint_every=8
+    --out "$OUT/$row" train.checkpoint_every=8 "$@"
+}
+for seed in ${SEEDS[@]}; do
+  grpo guess10_grpo_info_gain env.kwargs.info_gain_reward=0.2
+done
+for seed in ${SEEDS[@]}; do
+  grpo guess10_grpo
 done
