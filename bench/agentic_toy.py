@@ -12,7 +12,12 @@ its success over the last `--last` batches is above that baseline.
 
 Episodes are `--width` tokens (the agent's replies, the hints and role markers of all its
 turns): the untrained toy's replies run about 15-20 tokens, so 32 holds about one turn and
-64 the game's three.
+64 the game's three. tunix gives each model call what is left of the episode's width, so
+one long reply can spend the later turns' budget; `--max-tokens-per-turn` (the learner's
+`max_tokens_per_turn`, default 16: three replies and two hints fit in 64) caps each call,
+0 leaves tunix's budget alone (the runs before the cap: `bench/results/agentic_toy`,
+`agentic_toy_kl`). Each seed's JSON also keeps, per batch, the share of empty first
+replies, the first replies' mean length and the turns an episode took.
 
   python bench/agentic_toy.py [--seeds 0 1 2] [--steps 40] [--out bench/results/agentic_toy]
 """
@@ -44,10 +49,11 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     prompt_len=args.width + PROMPT_ROOM,
     width=args.width,
   )
-  log = task.SuccessLog()
+  log, replies = task.SuccessLog(), task.ReplyLog()
   keys = {**CONFIG, "num_generations": args.generations, "critic_warmup_steps": args.warmup}
   keys |= {"beta": args.beta, "entropy_coef": args.entropy_coef}
-  learner = task.ppo_learner(engine, [log], width=args.width, **keys)
+  keys |= {"max_tokens_per_turn": args.max_tokens_per_turn or None}
+  learner = task.ppo_learner(engine, [log], args.width, replies.env_class(), **keys)
   start = time.perf_counter()
   learner.train(task.dataset(args.steps + 1, args.batch, seed))
   wall = time.perf_counter() - start
@@ -66,6 +72,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     "last_success": last,
     "last_batches": args.last,
     "rises": last > baseline,
+    "first_replies_per_batch": replies.per_batch(args.batch, args.steps),
     "wall_s": round(wall, 1),
   }
 
@@ -74,15 +81,18 @@ def table(out: pathlib.Path) -> str:
   """The markdown table of every `seed*.json` in `out`."""
   rows = [json.loads(p.read_text()) for p in sorted(out.glob("seed*.json"))]
   lines = [
-    "| seed | baseline success (batches) | success, last batches | best batch | rises | wall s |",
-    "| --- | --- | --- | --- | --- | --- |",
+    "| seed | baseline success (batches) | success, last batches | best batch | rises | "
+    "empty first replies, last batches | wall s |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
   ]
   for r in rows:
+    empty = r.get("first_replies_per_batch", {}).get("empty_first", [])[-r["last_batches"] :]
     lines.append(
       f"| {r['seed']} | {r['baseline_success']:.2f} ({r.get('baseline_batches', 1)}) | "
       f"{r['last_success']:.2f} "
       f"(last {r['last_batches']}) | {max(r['success_per_batch']):.2f} | "
-      f"{'yes' if r['rises'] else 'no'} | {r['wall_s']} |"
+      f"{'yes' if r['rises'] else 'no'} | {f'{np.mean(empty):.2f}' if empty else '-'} | "
+      f"{r['wall_s']} |"
     )
   return "\n".join(lines) + "\n"
 
@@ -98,6 +108,9 @@ def main() -> None:
   parser.add_argument("--warmup", type=int, default=8, help="critic-only steps first")
   parser.add_argument("--beta", type=float, default=0.0, help="the KL's coefficient")
   parser.add_argument("--entropy-coef", type=float, default=0.0)
+  parser.add_argument(
+    "--max-tokens-per-turn", type=int, default=16, help="a model call's token cap (0: none)"
+  )
   parser.add_argument("--last", type=int, default=5, help="batches averaged at the end")
   parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/agentic_toy"))
   args = parser.parse_args()
