@@ -52,10 +52,15 @@ class RoleMarkers(chat_parser_lib.BaseChatTemplateParser):
 
 
 class GuessTheLetter(base_environment.BaseTaskEnv):
-  """The guessing game of the module docstring; the secret is the task's `secret`."""
+  """The guessing game of the module docstring; the secret is the task's `secret`. A guess
+  that is not a letter (an empty reply too) costs `invalid_penalty` (a format penalty; 0:
+  none); tunix sums an episode's rewards."""
 
-  def __init__(self, single_example: dict[str, Any], **kwargs: Any):
+  def __init__(
+    self, single_example: dict[str, Any], invalid_penalty: float = 0.0, **kwargs: Any
+  ) -> None:
     super().__init__(task=single_example, max_steps=MAX_TURNS, **kwargs)
+    self.invalid_penalty = invalid_penalty
 
   def _initial_observation(self) -> dict[str, str]:
     return {"prompts": str(np.asarray(self.task["prompts"]).reshape(-1)[0])}
@@ -65,19 +70,23 @@ class GuessTheLetter(base_environment.BaseTaskEnv):
     guess = str(action)[:1]
     if guess == secret:
       return base_environment.EnvStepResult(observation="", reward=1.0, done=True, info={})
-    hint = "?" if not guess or guess not in LETTERS else ("<" if secret < guess else ">")
+    if not guess or guess not in LETTERS:
+      reward = -self.invalid_penalty
+      return base_environment.EnvStepResult(observation="?", reward=reward, done=False, info={})
+    hint = "<" if secret < guess else ">"
     return base_environment.EnvStepResult(observation=hint, reward=0.0, done=False, info={})
 
 
 class SuccessLog:
-  """A tunix `metric_fn` that keeps every episode's success (reward >= 1), in the order
+  """A tunix `metric_fn` that keeps every episode's success (reward > 0.5: a hit, less
+  any format penalties, which stay under 0.5), in the order
   the learner scored them, and logs the batch's share as `success`."""
 
   def __init__(self) -> None:
     self.successes: list[bool] = []
 
   def __call__(self, prompts, completions, advantages, rewards, **_: Any) -> dict[str, Any]:
-    hits = [float(r) >= 1.0 for r in np.asarray(rewards).reshape(-1)]
+    hits = [float(r) > 0.5 for r in np.asarray(rewards).reshape(-1)]
     self.successes += hits
     return {"success": (float(np.mean(hits)), np.mean)}
 
@@ -152,13 +161,18 @@ def cluster(
 
 
 def learner_kwargs(
-  engine: Any, metric_fns: Sequence[Any], env_class: type = GuessTheLetter
+  engine: Any,
+  metric_fns: Sequence[Any],
+  env_class: type = GuessTheLetter,
+  invalid_penalty: float = 0.0,
 ) -> dict[str, Any]:
-  """What both learners take besides their config: the task's environment and parser."""
+  """What both learners take besides their config: the task's environment (its format
+  penalty `invalid_penalty`) and parser."""
   return {
     "chat_parser": RoleMarkers(engine.tokenizer),
     "metric_fns": list(metric_fns),
     "env_class": env_class,
+    "env_kwargs": {"invalid_penalty": invalid_penalty},
   }
 
 
@@ -167,12 +181,14 @@ def ppo_learner(
   metric_fns: Sequence[Any],
   width: int = T,
   env_class: type = GuessTheLetter,
+  invalid_penalty: float = 0.0,
   **keys: Any,
 ) -> AgenticPpoLearner:
   """`AgenticPpoLearner` on `engine` (episodes of `width` tokens, `env_class` the task's
-  environment) with the `AgenticPpoConfig` keys `keys`."""
+  environment with its `invalid_penalty`) with the `AgenticPpoConfig` keys `keys`."""
   config = AgenticPpoConfig(max_response_length=width, **keys)
-  return AgenticPpoLearner(engine, config, **learner_kwargs(engine, metric_fns, env_class))
+  kwargs = learner_kwargs(engine, metric_fns, env_class, invalid_penalty)
+  return AgenticPpoLearner(engine, config, **kwargs)
 
 
 def grpo_learner(engine: Any, metric_fns: Sequence[Any], **keys: Any) -> Any:

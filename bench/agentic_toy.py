@@ -53,7 +53,8 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
   keys = {**CONFIG, "num_generations": args.generations, "critic_warmup_steps": args.warmup}
   keys |= {"beta": args.beta, "entropy_coef": args.entropy_coef}
   keys |= {"max_tokens_per_turn": args.max_tokens_per_turn or None}
-  learner = task.ppo_learner(engine, [log], args.width, replies.env_class(), **keys)
+  env, penalty = replies.env_class(), args.invalid_penalty
+  learner = task.ppo_learner(engine, [log], args.width, env, penalty, **keys)
   start = time.perf_counter()
   learner.train(task.dataset(args.steps + 1, args.batch, seed))
   wall = time.perf_counter() - start
@@ -65,7 +66,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
   return {
     "seed": seed,
     "config": {**keys, "lr": args.lr, "batch": args.batch, "steps": args.steps}
-    | {"width": args.width},
+    | {"width": args.width, "invalid_penalty": args.invalid_penalty},
     "baseline_batches": baseline_batches,
     "success_per_batch": success,
     "baseline_success": baseline,
@@ -110,6 +111,9 @@ def main() -> None:
   parser.add_argument("--entropy-coef", type=float, default=0.0)
   parser.add_argument(
     "--max-tokens-per-turn", type=int, default=16, help="a model call's token cap (0: none)"
+  )
+  parser.add_argument(
+    "--invalid-penalty", type=float, default=0.0, help="the reward of a guess not a letter, negated"
   )
   parser.add_argument("--last", type=int, default=5, help="batches averaged at the end")
   parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/agentic_toy"))
