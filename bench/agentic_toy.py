@@ -12,12 +12,15 @@ its success over the last `--last` batches is above that baseline.
 
 Episodes are `--width` tokens (the agent's replies, the hints and role markers of all its
 turns): the untrained toy's replies run about 15-20 tokens, so 32 holds about one turn and
-64 the game's three. tunix gives each model call what is left of the episode's width, so
-one long reply can spend the later turns' budget; `--max-tokens-per-turn` (the learner's
-`max_tokens_per_turn`, default 16: three replies and two hints fit in 64) caps each call,
-0 leaves tunix's budget alone (the runs before the cap: `bench/results/agentic_toy`,
-`agentic_toy_kl`). Each seed's JSON also keeps, per batch, the share of empty first
-replies, the first replies' mean length and the turns an episode took.
+64 the game's three. tunix gives each model call what is left of the episode's width;
+`--max-tokens-per-turn` (the learner's `max_tokens_per_turn`; 0: none) caps each call, by
+default at 1: the game reads a reply's first character only, so a one-token reply is the
+move and nothing else is trained. `--invalid-penalty` (default 0.1) is the task's format
+penalty: a guess that is not a letter (an empty reply too) earns minus it. The runs before
+these two (`bench/results/agentic_toy`, `agentic_toy_kl`; earlier sampling keys, an empty
+reply answered `>`) had neither; `--max-tokens-per-turn 0 --invalid-penalty 0` is that
+setting. Each seed's JSON also keeps, per batch, the share of empty first replies, the
+first replies' mean length and the turns an episode took.
 
   python bench/agentic_toy.py [--seeds 0 1 2] [--steps 40] [--out bench/results/agentic_toy]
 """
@@ -110,10 +113,10 @@ def main() -> None:
   parser.add_argument("--beta", type=float, default=0.0, help="the KL's coefficient")
   parser.add_argument("--entropy-coef", type=float, default=0.0)
   parser.add_argument(
-    "--max-tokens-per-turn", type=int, default=16, help="a model call's token cap (0: none)"
+    "--max-tokens-per-turn", type=int, default=1, help="a model call's token cap (0: none)"
   )
   parser.add_argument(
-    "--invalid-penalty", type=float, default=0.0, help="the reward of a guess not a letter, negated"
+    "--invalid-penalty", type=float, default=0.1, help="the reward of a guess not a letter, negated"
   )
   parser.add_argument("--last", type=int, default=5, help="batches averaged at the end")
   parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/agentic_toy"))

@@ -87,9 +87,9 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   model call (one agent turn) may generate, an integer in `[1, max_response_length]`.
   tunix's loop gives each call what is left of the episode's `max_response_length`, so one
   long reply can spend the budget of every later turn; with a cap, each turn gets at most
-  `min(max_tokens_per_turn, what is left)` (as verl's multi-turn per-turn budget, or
-  `max_tokens_to_generate` in single-turn tunix). A reply cut at the cap ends without its
-  end-of-sequence token and is trained as it was sampled. None: tunix's behaviour.
+  `min(max_tokens_per_turn, what is left)` (as `max_tokens_to_generate` bounds a reply in
+  single-turn tunix). A reply cut at the cap ends without its end-of-sequence token and is
+  trained as it was sampled. None: tunix's behaviour.
   """
 
   algo_variant: str = "agentic_ppo"
