@@ -2,8 +2,9 @@
 
 The task (`GuessTheLetter`, a tunix `BaseTaskEnv`): a secret letter of `LETTERS` per
 prompt; each agent turn's first character is its guess, answered `<` (the secret comes
-earlier), `>` (later) or `?` (not a letter); a hit ends the episode with reward 1 (a
-success), else the episode ends after `MAX_TURNS` guesses with reward 0. Binary search
+earlier), `>` (later) or `?` (not a letter, an empty reply too: before 2026-12-06 an empty
+reply was answered `>`); a hit ends the episode with reward 1 (a success), else the
+episode ends after `MAX_TURNS` guesses with reward 0. Binary search
 always succeeds in 3 turns; the toy policy starts near uniform over its 14-token
 vocabulary (a hit about 1 turn in 14).
 
@@ -18,6 +19,7 @@ tunix's own agentic `GRPOLearner`, both over tunix's orchestrator and `ModelAgen
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 from collections.abc import Sequence
@@ -50,10 +52,15 @@ class RoleMarkers(chat_parser_lib.BaseChatTemplateParser):
 
 
 class GuessTheLetter(base_environment.BaseTaskEnv):
-  """The guessing game of the module docstring; the secret is the task's `secret`."""
+  """The guessing game of the module docstring; the secret is the task's `secret`. A guess
+  that is not a letter (an empty reply too) costs `invalid_penalty` (a format penalty; 0:
+  none); tunix sums an episode's rewards."""
 
-  def __init__(self, single_example: dict[str, Any], **kwargs: Any):
+  def __init__(
+    self, single_example: dict[str, Any], invalid_penalty: float = 0.0, **kwargs: Any
+  ) -> None:
     super().__init__(task=single_example, max_steps=MAX_TURNS, **kwargs)
+    self.invalid_penalty = invalid_penalty
 
   def _initial_observation(self) -> dict[str, str]:
     return {"prompts": str(np.asarray(self.task["prompts"]).reshape(-1)[0])}
@@ -63,19 +70,23 @@ class GuessTheLetter(base_environment.BaseTaskEnv):
     guess = str(action)[:1]
     if guess == secret:
       return base_environment.EnvStepResult(observation="", reward=1.0, done=True, info={})
-    hint = "?" if guess not in LETTERS else ("<" if secret < guess else ">")
+    if not guess or guess not in LETTERS:
+      reward = -self.invalid_penalty
+      return base_environment.EnvStepResult(observation="?", reward=reward, done=False, info={})
+    hint = "<" if secret < guess else ">"
     return base_environment.EnvStepResult(observation=hint, reward=0.0, done=False, info={})
 
 
 class SuccessLog:
-  """A tunix `metric_fn` that keeps every episode's success (reward >= 1), in the order
+  """A tunix `metric_fn` that keeps every episode's success (reward > 0.5: a hit, less
+  any format penalties, which stay under 0.5), in the order
   the learner scored them, and logs the batch's share as `success`."""
 
   def __init__(self) -> None:
     self.successes: list[bool] = []
 
   def __call__(self, prompts, completions, advantages, rewards, **_: Any) -> dict[str, Any]:
-    hits = [float(r) >= 1.0 for r in np.asarray(rewards).reshape(-1)]
+    hits = [float(r) > 0.5 for r in np.asarray(rewards).reshape(-1)]
     self.successes += hits
     return {"success": (float(np.mean(hits)), np.mean)}
 
@@ -83,6 +94,39 @@ class SuccessLog:
     """The success rate of each full batch of `episodes` episodes."""
     n = len(self.successes) // episodes
     return [float(np.mean(self.successes[i * episodes : (i + 1) * episodes])) for i in range(n)]
+
+
+class ReplyLog:
+  """Every reply `GuessTheLetter` was sent, by episode (tunix's `group_id`, `pair_index`):
+  use `env_class()` as the learner's environment."""
+
+  def __init__(self) -> None:
+    self.replies: dict[tuple[int, int], list[str]] = collections.defaultdict(list)
+
+  def env_class(self) -> type:
+    """`GuessTheLetter` recording each reply here."""
+    replies = self.replies
+
+    class Recorded(GuessTheLetter):
+      def _step_impl(self, action: Any) -> base_environment.EnvStepResult:
+        ids = self.extra_kwargs
+        replies[(int(ids["group_id"]), int(ids.get("pair_index", 0)))].append(str(action))
+        return super()._step_impl(action)
+
+    return Recorded
+
+  def per_batch(self, prompts: int, batches: int) -> dict[str, list[float]]:
+    """Per batch of `prompts` groups: the share of empty first replies, the first replies'
+    mean length (characters: tokens) and the mean turns an episode took."""
+    stats: dict[str, list[float]] = {"empty_first": [], "first_len": [], "turns": []}
+    for b in range(batches):
+      episodes = [r for (g, _), r in sorted(self.replies.items()) if g // prompts == b and r]
+      if not episodes:
+        break
+      stats["empty_first"].append(float(np.mean([not r[0] for r in episodes])))
+      stats["first_len"].append(float(np.mean([len(r[0]) for r in episodes])))
+      stats["turns"].append(float(np.mean([len(r) for r in episodes])))
+    return stats
 
 
 def dataset(steps: int, batch: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -116,22 +160,35 @@ def cluster(
   )
 
 
-def learner_kwargs(engine: Any, metric_fns: Sequence[Any]) -> dict[str, Any]:
-  """What both learners take besides their config: the task's environment and parser."""
+def learner_kwargs(
+  engine: Any,
+  metric_fns: Sequence[Any],
+  env_class: type = GuessTheLetter,
+  invalid_penalty: float = 0.0,
+) -> dict[str, Any]:
+  """What both learners take besides their config: the task's environment (its format
+  penalty `invalid_penalty`) and parser."""
   return {
     "chat_parser": RoleMarkers(engine.tokenizer),
     "metric_fns": list(metric_fns),
-    "env_class": GuessTheLetter,
+    "env_class": env_class,
+    "env_kwargs": {"invalid_penalty": invalid_penalty},
   }
 
 
 def ppo_learner(
-  engine: Any, metric_fns: Sequence[Any], width: int = T, **keys: Any
+  engine: Any,
+  metric_fns: Sequence[Any],
+  width: int = T,
+  env_class: type = GuessTheLetter,
+  invalid_penalty: float = 0.0,
+  **keys: Any,
 ) -> AgenticPpoLearner:
-  """`AgenticPpoLearner` on `engine` (episodes of `width` tokens) with the
-  `AgenticPpoConfig` keys `keys`."""
+  """`AgenticPpoLearner` on `engine` (episodes of `width` tokens, `env_class` the task's
+  environment with its `invalid_penalty`) with the `AgenticPpoConfig` keys `keys`."""
   config = AgenticPpoConfig(max_response_length=width, **keys)
-  return AgenticPpoLearner(engine, config, **learner_kwargs(engine, metric_fns))
+  kwargs = learner_kwargs(engine, metric_fns, env_class, invalid_penalty)
+  return AgenticPpoLearner(engine, config, **kwargs)
 
 
 def grpo_learner(engine: Any, metric_fns: Sequence[Any], **keys: Any) -> Any:

@@ -12,7 +12,15 @@ its success over the last `--last` batches is above that baseline.
 
 Episodes are `--width` tokens (the agent's replies, the hints and role markers of all its
 turns): the untrained toy's replies run about 15-20 tokens, so 32 holds about one turn and
-64 the game's three.
+64 the game's three. tunix gives each model call what is left of the episode's width;
+`--max-tokens-per-turn` (the learner's `max_tokens_per_turn`; 0: none) caps each call, by
+default at 1: the game reads a reply's first character only, so a one-token reply is the
+move and nothing else is trained. `--invalid-penalty` (default 0.1) is the task's format
+penalty: a guess that is not a letter (an empty reply too) earns minus it. The runs before
+these two (`bench/results/agentic_toy`, `agentic_toy_kl`; earlier sampling keys, an empty
+reply answered `>`) had neither; `--max-tokens-per-turn 0 --invalid-penalty 0` is that
+setting. Each seed's JSON also keeps, per batch, the share of empty first replies, the
+first replies' mean length and the turns an episode took.
 
   python bench/agentic_toy.py [--seeds 0 1 2] [--steps 40] [--out bench/results/agentic_toy]
 """
@@ -44,10 +52,12 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     prompt_len=args.width + PROMPT_ROOM,
     width=args.width,
   )
-  log = task.SuccessLog()
+  log, replies = task.SuccessLog(), task.ReplyLog()
   keys = {**CONFIG, "num_generations": args.generations, "critic_warmup_steps": args.warmup}
   keys |= {"beta": args.beta, "entropy_coef": args.entropy_coef}
-  learner = task.ppo_learner(engine, [log], width=args.width, **keys)
+  keys |= {"max_tokens_per_turn": args.max_tokens_per_turn or None}
+  env, penalty = replies.env_class(), args.invalid_penalty
+  learner = task.ppo_learner(engine, [log], args.width, env, penalty, **keys)
   start = time.perf_counter()
   learner.train(task.dataset(args.steps + 1, args.batch, seed))
   wall = time.perf_counter() - start
@@ -59,13 +69,14 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
   return {
     "seed": seed,
     "config": {**keys, "lr": args.lr, "batch": args.batch, "steps": args.steps}
-    | {"width": args.width},
+    | {"width": args.width, "invalid_penalty": args.invalid_penalty},
     "baseline_batches": baseline_batches,
     "success_per_batch": success,
     "baseline_success": baseline,
     "last_success": last,
     "last_batches": args.last,
     "rises": last > baseline,
+    "first_replies_per_batch": replies.per_batch(args.batch, args.steps),
     "wall_s": round(wall, 1),
   }
 
@@ -74,15 +85,18 @@ def table(out: pathlib.Path) -> str:
   """The markdown table of every `seed*.json` in `out`."""
   rows = [json.loads(p.read_text()) for p in sorted(out.glob("seed*.json"))]
   lines = [
-    "| seed | baseline success (batches) | success, last batches | best batch | rises | wall s |",
-    "| --- | --- | --- | --- | --- | --- |",
+    "| seed | baseline success (batches) | success, last batches | best batch | rises | "
+    "empty first replies, last batches | wall s |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
   ]
   for r in rows:
+    empty = r.get("first_replies_per_batch", {}).get("empty_first", [])[-r["last_batches"] :]
     lines.append(
       f"| {r['seed']} | {r['baseline_success']:.2f} ({r.get('baseline_batches', 1)}) | "
       f"{r['last_success']:.2f} "
       f"(last {r['last_batches']}) | {max(r['success_per_batch']):.2f} | "
-      f"{'yes' if r['rises'] else 'no'} | {r['wall_s']} |"
+      f"{'yes' if r['rises'] else 'no'} | {f'{np.mean(empty):.2f}' if empty else '-'} | "
+      f"{r['wall_s']} |"
     )
   return "\n".join(lines) + "\n"
 
@@ -98,6 +112,12 @@ def main() -> None:
   parser.add_argument("--warmup", type=int, default=8, help="critic-only steps first")
   parser.add_argument("--beta", type=float, default=0.0, help="the KL's coefficient")
   parser.add_argument("--entropy-coef", type=float, default=0.0)
+  parser.add_argument(
+    "--max-tokens-per-turn", type=int, default=1, help="a model call's token cap (0: none)"
+  )
+  parser.add_argument(
+    "--invalid-penalty", type=float, default=0.1, help="the reward of a guess not a letter, negated"
+  )
   parser.add_argument("--last", type=int, default=5, help="batches averaged at the end")
   parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/agentic_toy"))
   args = parser.parse_args()

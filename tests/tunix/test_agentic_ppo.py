@@ -135,6 +135,14 @@ def test_the_ppo_keys_are_checked_as_ppo_ext_config_s():
       AgenticPpoConfig(advantage_estimator=estimator, num_generations=1)
 
 
+def test_the_per_turn_token_cap_is_checked_in_one_line():
+  assert AgenticPpoConfig(max_response_length=T, max_tokens_per_turn=T).max_tokens_per_turn == T
+  for bad in (0, -1, True, 2.5, T + 1):
+    with pytest.raises(ValueError, match=r"Config\.max_tokens_per_turn=.* is invalid") as info:
+      AgenticPpoConfig(max_response_length=T, max_tokens_per_turn=bad)
+    assert "\n" not in str(info.value)
+
+
 class Recording(AgenticPpoLearner):
   """Keeps every example the rollout phase hands tunix's trainers."""
 
@@ -199,6 +207,34 @@ def test_a_warm_up_step_trains_only_the_critic():
   assert not moved(policy, cluster.actor_trainer.model)
   assert moved(critic, cluster.critic_trainer.model)
   assert history(cluster, "learner", "critic_warmup")[0] == 1.0
+
+
+class Replies(CountTheAs):
+  """`CountTheAs` keeping every reply it is sent (the class's `replies`)."""
+
+  replies: list[str] = []
+
+  def _step_impl(self, action):
+    Replies.replies.append(str(action))
+    return super()._step_impl(action)
+
+
+@needs_main
+def test_a_per_turn_cap_bounds_every_model_call_through_tunix_s_loop():
+  """`max_tokens_per_turn=2`: every reply tunix's orchestrator gets back is at most 2
+  tokens (the toy's replies run longer uncapped), so every episode reaches its 3 turns."""
+  cluster = agentic_cluster(max_steps=1)
+  config = AgenticPpoConfig(num_generations=2, max_response_length=T, max_tokens_per_turn=2)
+  learner = Recording(cluster, config, chat_parser=PlainChat(cluster.tokenizer), env_class=Replies)
+  learner.examples, Replies.replies = [], []
+  assert learner.turn_budget(None) == 2 and learner.turn_budget(1) == 1
+  learner.train(prompts(2))
+  assert cluster.actor_trainer.train_steps == 1
+  lengths = [len(reply) for reply in Replies.replies]  # a character is a token
+  assert max(lengths) == 2 and len(lengths) >= 3 * 4, lengths  # 4 episodes of 3 turns
+  for example in learner.examples:  # the trained tokens: 3 replies of at most 2 tokens
+    trained = np.asarray(example.loss_mask).sum(axis=1)
+    assert trained.max() <= 3 * 2, trained
 
 
 def assert_observations_are_never_trained(examples, tok) -> None:

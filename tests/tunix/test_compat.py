@@ -15,6 +15,7 @@ import tunix
 from tunix.generate import sampler as sampler_lib
 from tunix.rl import rl_cluster
 from tunix.rl.agentic import agentic_rl_learner
+from tunix.rl.agentic.trajectory import trajectory_collect_engine
 from tunix.rl.ppo import ppo_learner
 from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import peft_trainer
@@ -188,6 +189,21 @@ def test_tunix_s_agentic_learner_calls_its_hooks_as_agentic_hooks_takes_them():
   rewards = inspect.signature(agentic_rl_learner.AgenticRLLearner._compute_rewards).parameters
   assert list(rewards)[:5] == ["self", "prompts", "completions", "mode", "expected_step"]
   assert "kwargs" in rewards
+
+
+def test_tunix_s_agentic_loop_hands_each_model_call_its_token_budget():
+  """`AgenticHooks._model_call` caps a call through `turn_budget` (`max_tokens_per_turn`):
+  tunix's collect engine passes `max_generation_steps` (the rest of the episode's budget) by
+  keyword, and `_model_call` hands it on to the engine's `generate` (both tested versions)."""
+  step = inspect.getsource(trajectory_collect_engine.TrajectoryCollectEngine._one_step)
+  assert "max_generation_steps=max_generation_steps" in step
+  assert re.search(r"self\.max_response_length - self\._response_token_count", step)
+  call = inspect.getsource(agentic_rl_learner.AgenticRLLearner._model_call)
+  assert re.search(r"generate\([^)]*max_generation_steps=max_generation_steps", call, re.S)
+  hook = inspect.signature(compat.AgenticHooks._model_call).parameters
+  assert list(hook) == list(
+    inspect.signature(agentic_rl_learner.AgenticRLLearner._model_call).parameters
+  )
 
 
 def test_needs_main_reads_tunix_main_s_api(monkeypatch):

@@ -18,7 +18,9 @@ What tunix offers no public way to do, each with its reason:
   `group_id` and `pair_index`, which tunix numbers from the checkpointed step) and the
   turn (the replies so far in its conversation). tunix runs the episodes concurrently, so
   the order of the calls is not the episodes' order; a key from the episode and turn is
-  the same in a resumed run as in an uninterrupted one, a count of calls was not.
+  the same in a resumed run as in an uninterrupted one, a count of calls was not. Its
+  `max_generation_steps` (what tunix's collect engine allows the call: the rest of the
+  episode's budget) passes through `turn_budget`, where a per-turn cap applies.
 
 Both names are on the two tested tunix versions. What differs between them is the
 learner's API itself (0.1.7: `rl_cluster`, main: `rl_engine`, with main's `update_critic`
@@ -54,7 +56,7 @@ class AgenticHooks(agentic_rl_learner.AgenticRLLearner):
   """`AgenticRLLearner` whose private hook calls a public method a subclass defines:
   `process_results(trajectories, mode, expected_step)`, one group's (or, with
   `compute_logps_micro_batch_size > 1`, several groups') trajectories to a list of
-  `TrainExample`s."""
+  `TrainExample`s; and each model call's token budget passes through `turn_budget`."""
 
   def _process_results(
     self,
@@ -67,13 +69,18 @@ class AgenticHooks(agentic_rl_learner.AgenticRLLearner):
   def process_results(self, trajectories: list[Any], mode: Any, expected_step: int | None):
     raise NotImplementedError
 
+  def turn_budget(self, left: int | None) -> int | None:
+    """The most tokens a model call may generate, given `left` (what tunix's loop allows:
+    the rest of the episode's `max_response_length`, None without one); `left` itself here."""
+    return left
+
   def _model_call(
     self, chat_lists: list[dict[str, str]], env: Any = None, max_generation_steps: Any = None
   ) -> Any:
     # tunix runs this on an executor thread and calls the engine's `generate` inside it
     _CALL.episode = episode_turn(chat_lists, env)
     try:
-      return super()._model_call(chat_lists, env, max_generation_steps)
+      return super()._model_call(chat_lists, env, self.turn_budget(max_generation_steps))
     finally:
       _CALL.episode = None
 

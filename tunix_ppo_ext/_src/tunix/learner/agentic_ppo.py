@@ -148,6 +148,21 @@ class AgenticPpoLearner(compat.AgenticHooks):
     """Whether the engine has a critic (built for estimators that take values)."""
     return trainer_setup.critic_trainer(self.rl_engine) is not None
 
+  def turn_budget(self, left: int | None) -> int | None:
+    """The most tokens one model call may generate: `max_tokens_per_turn`, or what is left
+    of the episode's budget (`left`, tunix's) when that is less or there is no cap.
+
+    Args:
+      left: the tokens tunix's loop allows this call (None: no episode budget).
+
+    Returns:
+      The call's token budget (None: the rollout config's `max_tokens_to_generate`).
+    """
+    cap = self.algo_config.max_tokens_per_turn
+    if cap is None:
+      return left
+    return cap if left is None else min(cap, left)
+
   def _ids(self) -> dict[str, int]:
     return {"pad_id": self.rl_engine.rollout.pad_id(), "eos_id": self.rl_engine.rollout.eos_id()}
 

@@ -13,7 +13,7 @@ import dataclasses
 
 from tunix.rl.agentic import agentic_rl_learner
 
-from tunix_ppo_ext._src.checks import ConfigError, FieldKeys
+from tunix_ppo_ext._src.checks import ConfigError, FieldKeys, check_integer
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, groups_of_one_problem
 
@@ -91,6 +91,14 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   `max_tokens_to_generate`), `use_rollout_logps` makes the sampler's log-probs the
   old (behaviour) log-probs, so an off-policy batch (`off_policy_steps`) is corrected
   with the policy it was sampled with.
+
+  `max_tokens_per_turn` (this learner's, not tunix's; None by default): the most tokens one
+  model call (one agent turn) may generate, an integer in `[1, max_response_length]`.
+  tunix's loop gives each call what is left of the episode's `max_response_length`, so one
+  long reply can spend the budget of every later turn; with a cap, each turn gets at most
+  `min(max_tokens_per_turn, what is left)` (as `max_tokens_to_generate` bounds a reply in
+  single-turn tunix). A reply cut at the cap ends without its end-of-sequence token and is
+  trained as it was sampled. None: tunix's behaviour.
   """
 
   algo_variant: str = "agentic_ppo"
@@ -128,6 +136,7 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   rollout_rs: str | None = None
   rollout_rs_threshold: float = 2.0
   rollout_rs_threshold_lower: float | None = None
+  max_tokens_per_turn: int | None = None
 
   def __post_init__(self):
     # AlgorithmConfig's own check allows tunix's estimator and loss names only: replaced
@@ -150,6 +159,21 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
           f"AgenticPpoConfig.{key}={getattr(self, key)!r} needs use_rollout_logps=False: "
           "with the sampler's log-probs as the old ones every weight is 1."
         )
+    self._check_turn_budget()
+
+  def _check_turn_budget(self) -> None:
+    """ConfigError (one line) unless `max_tokens_per_turn` is None or an integer in
+    `[1, max_response_length]` (a cap above the episode's budget never binds)."""
+    cap = self.max_tokens_per_turn
+    if cap is None:
+      return
+    name = "AgenticPpoConfig.max_tokens_per_turn"
+    check_integer(name, cap, 1)
+    if cap > self.max_response_length:
+      raise ConfigError(
+        f"{name}={cap!r} is invalid: must be at most "
+        f"max_response_length={self.max_response_length} (the episode's whole budget)."
+      )
 
   def ppo_ext_config(self) -> PpoExtConfig:
     """The `PpoExtConfig` of the PPO keys (validated as it is built): what the project's
