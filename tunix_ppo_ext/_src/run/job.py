@@ -32,7 +32,6 @@ from tunix_ppo_ext._src.metrics import samples as sample_log
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.plugins import registry as plugin_registry
 from tunix_ppo_ext._src.run import distributed, recipe, report, resume, run_dir
-from tunix_ppo_ext._src.run.dapo_section import dapo_source
 from tunix_ppo_ext._src.run.run_config import (
   ResolvedRun,
   RunConfig,
@@ -145,10 +144,11 @@ def _trajectory_source(resolved: ResolvedRun, tokenizer: Any, writer: Any) -> An
   """The multi-turn rollout wrapped, in order, by: observations in the loss (if asked),
   validation's own rollout, DAPO, score shaping and group filtering."""
   run = resolved.run
+  evaluation = _validation_rollout(resolved, writer)
   source: Any = MultiTurnRollout(
     run.env.name,
     run.env.kwargs,
-    envs=recipe.env_specs(list(resolved.env_entries)) if run.envs else None,
+    envs=list(resolved.rollout_envs) or None,
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
@@ -159,10 +159,10 @@ def _trajectory_source(resolved: ResolvedRun, tokenizer: Any, writer: Any) -> An
   )
   if run.env.loss_on_observations:
     source = ObservationsInLoss(source)
-  validation = _validation_rollout(resolved, writer)
-  source = recipe.validation_source(source, run.validation, validation)
-  source = dapo_source(source, run.dapo, resolved.episode_budget)
-  return recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
+  budget = resolved.episode_budget
+  return recipe.wrapped_source(
+    source, evaluation, run.validation, run.dapo, budget, run.shaping, run.filter
+  )
 
 
 def _prompt_batches(resolved: ResolvedRun) -> tuple[Any, list[Any]]:
@@ -191,12 +191,12 @@ def _prompt_batches(resolved: ResolvedRun) -> tuple[Any, list[Any]]:
 def _validation_rollout(resolved: ResolvedRun, on_samples: Any) -> MultiTurnRollout:
   """The multi-turn rollout of the `validation` section (environment(s), group size); its
   evaluation samples go to `on_samples` like the training environment's."""
-  run, specs = resolved.run, list(resolved.validation_entries)
+  run = resolved.run
   val = run.validation
   return MultiTurnRollout(
     val.env or run.env.name,
     val.kwargs if val.kwargs is not None else (run.env.kwargs if val.env is None else {}),
-    envs=recipe.env_specs(specs) if specs else None,
+    envs=list(resolved.validation_envs) or None,
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,

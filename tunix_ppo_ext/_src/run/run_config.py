@@ -330,6 +330,9 @@ class ResolvedRun:
   batch: recipe.BatchPlan  # every batch size in episodes, filled (`recipe.resolve_batch`)
   env_entries: tuple[recipe.EnvEntry, ...]  # the training environments with their groups
   validation_entries: tuple[recipe.EnvEntry, ...]  # validation's environments (or none)
+  # the rollouts' `EnvSpec`s of `envs` and of `validation_entries` (empty: one environment)
+  rollout_envs: tuple[envs.EnvSpec, ...]
+  validation_envs: tuple[envs.EnvSpec, ...]
   episode_budget: int  # the most agent tokens an episode holds
   checkpoint_roles: tuple[str, ...]  # "actor", and "critic" when the estimator uses one
   cluster: ClusterSpec  # tunix's trainer and rollout settings (`build_cluster`)
@@ -847,6 +850,8 @@ def resolve(run: RunConfig) -> ResolvedRun:
     batch=batch,
     env_entries=tuple(entries),
     validation_entries=tuple(validation),
+    rollout_envs=tuple(recipe.env_specs(run.envs)),
+    validation_envs=tuple(recipe.env_specs(validation)),
     episode_budget=budget,
     checkpoint_roles=resume.ROLES if ppo.uses_critic else ("actor",),
     cluster=_cluster_spec(run, batch, num_generations),
