@@ -86,10 +86,12 @@ def _build_run(resolved: ResolvedRun, output_dir: pathlib.Path, meshes: dict):
   tokenizer = _tokenizer(resolved)
   _check_round_trip(tokenizer, resolved)
   policy, critic, reference = _models(resolved, tokenizer, meshes.get(Role.ACTOR))
-  recipe.check_top_k(run.sampling, hf_models.vocab_size(policy))
+  vocab = hf_models.vocab_size(policy)
+  recipe.check_top_k(run.sampling, vocab)
+  train = run.train
+  optimizers = recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps)
   if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
     critic = None
-  train = run.train
   keys = dataclasses.replace(run.metrics.keys(), updates_per_batch=resolved.updates_per_batch)
   wandb_sinks: list[sinks.WandbSink] = []  # tunix's logger builds it; samples use it too
   max_return = resolved.max_return
@@ -101,7 +103,7 @@ def _build_run(resolved: ResolvedRun, output_dir: pathlib.Path, meshes: dict):
     resolved.cluster,
     reference=reference,
     role_meshes=meshes,
-    optimizers=recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps),
+    optimizers=optimizers,
     checkpoint_dir=str(output_dir / "checkpoints"),
     metrics_dir=str(output_dir / "tensorboard"),
     metric_backends=distributed.primary_only(jax.process_index(), backends),
