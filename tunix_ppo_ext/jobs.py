@@ -21,15 +21,16 @@ immediate; a job loads them when it runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tunix_ppo_ext import _lazy_attributes
 from tunix_ppo_ext._src.run.cli import console_main, main
 
 if TYPE_CHECKING:
   from tunix_ppo_ext._src.run.export_cmd import export_run
-  from tunix_ppo_ext._src.run.job import build_run, train
+  from tunix_ppo_ext._src.run.job import build_run
   from tunix_ppo_ext._src.run.plan import format_plan, plan
+  from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig
   from tunix_ppo_ext._src.run.sweep import seed_result, sweep
 
 # name -> module that defines it; imported on first access (these import tunix).
@@ -40,7 +41,6 @@ _LAZY = {
   "plan": "tunix_ppo_ext._src.run.plan",
   "seed_result": "tunix_ppo_ext._src.run.sweep",
   "sweep": "tunix_ppo_ext._src.run.sweep",
-  "train": "tunix_ppo_ext._src.run.job",
 }
 
 __all__ = [
@@ -56,3 +56,23 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = _lazy_attributes(_LAZY, globals(), __name__)
+
+
+def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict[str, Any]:
+  """Runs the main job (`tunix-ppo-ext train`); returns (and, on process 0, writes) the
+  summary. A `RunConfig` is resolved first (`config.load_resolved` resolves a file's).
+
+  With checkpoints in the output directory it resumes from the latest step that both actor
+  and critic saved; a run that is already complete is left as it is and its summary
+  returned. Other processes of a multi-host run write no files and return `{}`.
+
+  Args:
+    resolved: the run, resolved (`config.load_resolved`) or as a `RunConfig`.
+    meshes: the meshes per role, when built already; None: built here, once.
+
+  Returns:
+    The run's summary (`{}` on processes other than 0).
+  """
+  from tunix_ppo_ext._src.run import job, run_config  # noqa: PLC0415 (loads tunix)
+
+  return job.train(run_config.as_resolved(resolved), meshes)

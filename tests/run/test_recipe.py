@@ -14,7 +14,7 @@ from tunix_ppo_ext._src.envs.sokoban import SokobanEnv
 from tunix_ppo_ext._src.metrics.samples import read_samples
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import job, recipe
-from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
 
 
@@ -154,8 +154,9 @@ def test_a_warm_up_as_long_as_the_run_is_pointed_out():
 
 
 def test_a_short_run_shows_the_schedules_the_batching_and_the_eval_temperature(tmp_path):
-  run = load_run_config(str(SMOKE), [f"output_dir={tmp_path}", "wandb=disabled", *RECIPE])
-  summary = job.train(run)
+  resolved = load_resolved(str(SMOKE), [f"output_dir={tmp_path}", "wandb=disabled", *RECIPE])
+  run = resolved.run
+  summary = job.train(resolved)
   rows = {r["step"]: r for r in read_jsonl(tmp_path / "metrics.jsonl")}
   # tunix's steps are optimizer updates: 4 updates are 2 rollout batches of 2 mini-batches
   assert summary["steps"] == STEPS // 2
@@ -231,8 +232,9 @@ MIXED = [
 
 
 def test_a_mixed_run_reports_each_environment_and_the_format_penalty(tmp_path):
-  run = load_run_config(str(SMOKE), [f"output_dir={tmp_path}", "wandb=disabled", *MIXED])
-  summary = job.train(run)
+  resolved = load_resolved(str(SMOKE), [f"output_dir={tmp_path}", "wandb=disabled", *MIXED])
+  run = resolved.run
+  summary = job.train(resolved)
   rows = {r["step"]: r for r in read_jsonl(tmp_path / "metrics.jsonl")}
   sokoban_max = SokobanEnv(max_steps=3).max_return
   assert summary["max_return"] == pytest.approx((MemoryEnv().max_return + sokoban_max) / 2)

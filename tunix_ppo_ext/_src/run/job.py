@@ -26,21 +26,16 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.data.trajectory import episode_batches
-from tunix_ppo_ext._src.envs import base as envs
 from tunix_ppo_ext._src.metrics import collapse, sinks
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import samples as sample_log
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.plugins import registry as plugin_registry
 from tunix_ppo_ext._src.run import distributed, recipe, report, resume, run_dir
-from tunix_ppo_ext._src.run.dapo_section import dapo_source
 from tunix_ppo_ext._src.run.run_config import (
   ResolvedRun,
   RunConfig,
   as_resolved,
-  config_dict,
-  lora_section,
-  tokenizer_directory,
   toy_config,
 )
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster
@@ -81,20 +76,26 @@ def build_run(
     `(learner, train_batches, eval_batches, env_max_return)`.
   """
   resolved = as_resolved(resolved)
-  run, ppo, entries = resolved.run, resolved.ppo, list(resolved.env_entries)
-  meshes = run_meshes(run) if meshes is None else meshes
+  return _build_run(resolved, output_dir, run_meshes(resolved.run) if meshes is None else meshes)
+
+
+def _build_run(resolved: ResolvedRun, output_dir: pathlib.Path, meshes: dict):
+  """`build_run` of a resolved run on its meshes."""
+  run, ppo = resolved.run, resolved.ppo
   check_attention_backend(resolved.model.attention, jax.default_backend())
-  tokenizer = _tokenizer(run)
-  _check_round_trip(tokenizer, run, entries[0])
+  tokenizer = _tokenizer(resolved)
+  _check_round_trip(tokenizer, resolved)
   policy, critic, reference = _models(resolved, tokenizer, meshes.get(Role.ACTOR))
-  recipe.check_top_k(run.sampling, hf_models.vocab_size(policy))
+  vocab = hf_models.vocab_size(policy)
+  recipe.check_top_k(run.sampling, vocab)
+  train = run.train
+  optimizers = recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps)
   if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
     critic = None
-  train = run.train
   keys = dataclasses.replace(run.metrics.keys(), updates_per_batch=resolved.updates_per_batch)
   wandb_sinks: list[sinks.WandbSink] = []  # tunix's logger builds it; samples use it too
-  max_return = _max_return(entries)
-  backends = _metric_backends(run, keys, max_return, output_dir, wandb_sinks)
+  max_return = resolved.max_return
+  backends = _metric_backends(resolved, keys, output_dir, wandb_sinks)
   cluster = build_cluster(
     policy,
     critic,
@@ -102,7 +103,7 @@ def build_run(
     resolved.cluster,
     reference=reference,
     role_meshes=meshes,
-    optimizers=recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps),
+    optimizers=optimizers,
     checkpoint_dir=str(output_dir / "checkpoints"),
     metrics_dir=str(output_dir / "tensorboard"),
     metric_backends=distributed.primary_only(jax.process_index(), backends),
@@ -117,15 +118,15 @@ def build_run(
 
 
 def _metric_backends(
-  run: RunConfig,
+  resolved: ResolvedRun,
   keys: metric_keys.MetricKeys,
-  max_return: float,
   output_dir: pathlib.Path,
   wandb_sinks: list[sinks.WandbSink],
 ) -> list[Callable[[], Any]]:
   """The run's metric sinks as factories (`metrics.jsonl`, the progress bar, the Echo Trap
-  watch against `max_return`, W&B unless disabled, which lands in `wandb_sinks` when built,
-  and the configured plugin sinks)."""
+  watch against the run's `max_return`, W&B unless disabled, which lands in `wandb_sinks`
+  when built, and the configured plugin sinks)."""
+  run, config, max_return = resolved.run, resolved.config, resolved.max_return
   shown = {keys.final(k): label for k, label in SHOWN_METRICS.items() if keys.final(k)}
   step_done = keys.final(STEP_TIME_KEY)  # the bar compiles until the first one
   backends = [  # process 0 only (tunix's metrics logger also creates sinks only there)
@@ -134,11 +135,10 @@ def _metric_backends(
     lambda: collapse.EchoTrapWatch(keys, run.metrics.echo_trap, max_return),
   ]
   if run.wandb != "disabled":
-    config = config_dict(run)
     backends.append(lambda: _kept(wandb_sinks, sinks.WandbSink(run.wandb, output_dir, config)))
   for sink in run.sinks:  # extra sinks by name: `tunix_ppo_ext.metric_sinks` entry points
     build_sink = functools.partial(plugin_registry.build, plugin_registry.METRIC_SINKS, sink)
-    backends.append(functools.partial(build_sink, output_dir, config_dict(run)))
+    backends.append(functools.partial(build_sink, output_dir, config))
   return backends
 
 
@@ -146,10 +146,11 @@ def _trajectory_source(resolved: ResolvedRun, tokenizer: Any, writer: Any) -> An
   """The multi-turn rollout wrapped, in order, by: observations in the loss (if asked),
   validation's own rollout, DAPO, score shaping and group filtering."""
   run = resolved.run
+  evaluation = _validation_rollout(resolved, writer)
   source: Any = MultiTurnRollout(
     run.env.name,
     run.env.kwargs,
-    envs=recipe.env_specs(list(resolved.env_entries)) if run.envs else None,
+    envs=list(resolved.rollout_envs) or None,
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
@@ -160,10 +161,10 @@ def _trajectory_source(resolved: ResolvedRun, tokenizer: Any, writer: Any) -> An
   )
   if run.env.loss_on_observations:
     source = ObservationsInLoss(source)
-  validation = _validation_rollout(resolved, writer)
-  source = recipe.validation_source(source, run.validation, validation)
-  source = dapo_source(source, run.dapo, resolved.episode_budget)
-  return recipe.filtered_source(recipe.shaped_source(source, run.shaping), run.filter)
+  budget = resolved.episode_budget
+  return recipe.wrapped_source(
+    source, evaluation, run.validation, run.dapo, budget, run.shaping, run.filter
+  )
 
 
 def _prompt_batches(resolved: ResolvedRun) -> tuple[Any, list[Any]]:
@@ -189,22 +190,15 @@ def _prompt_batches(resolved: ResolvedRun) -> tuple[Any, list[Any]]:
   return train_batches, eval_batches
 
 
-def _max_return(entries: list[recipe.EnvEntry]) -> float:
-  """The best mean episode return of a batch: the environments' `max_return`, weighted by
-  their groups."""
-  total = sum(e.groups * envs.make_env(e.name, **e.kwargs).max_return for e in entries)
-  return total / sum(e.groups for e in entries)
-
-
 def _validation_rollout(resolved: ResolvedRun, on_samples: Any) -> MultiTurnRollout:
   """The multi-turn rollout of the `validation` section (environment(s), group size); its
   evaluation samples go to `on_samples` like the training environment's."""
-  run, specs = resolved.run, list(resolved.validation_entries)
+  run = resolved.run
   val = run.validation
   return MultiTurnRollout(
     val.env or run.env.name,
     val.kwargs if val.kwargs is not None else (run.env.kwargs if val.env is None else {}),
-    envs=recipe.env_specs(specs) if specs else None,
+    envs=list(resolved.validation_envs) or None,
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
     max_turn_tokens=run.env.max_tokens_per_turn,
@@ -257,28 +251,28 @@ def run_meshes(run: RunConfig) -> dict:
   return meshes
 
 
-def _tokenizer(run: RunConfig):
+def _tokenizer(resolved: ResolvedRun):
   """The Hugging Face tokenizer of `model.tokenizer` (or the checkpoint's), else the built-in
   character tokenizer.
 
   The built-in one keeps EOS and pad distinct: tunix's sampler masks pad ids in context.
   """
-  directory = tokenizer_directory(run.model)  # a checkpoint's own tokenizer by default
+  directory = resolved.tokenizer_dir  # a checkpoint's own tokenizer by default
   if directory is not None:
     import transformers  # noqa: PLC0415
 
     return transformers.AutoTokenizer.from_pretrained(directory)
-  return CharTokenizer(**({} if run.model.alphabet is None else {"alphabet": run.model.alphabet}))
+  alphabet = resolved.run.model.alphabet
+  return CharTokenizer(**({} if alphabet is None else {"alphabet": alphabet}))
 
 
-def _check_round_trip(tokenizer: Any, run: RunConfig, entry: recipe.EnvEntry) -> None:
+def _check_round_trip(tokenizer: Any, resolved: ResolvedRun) -> None:
   """Refuses a Hugging Face tokenizer that changes the text it encodes: the first
   environment's first observation must come back from `decode(encode(text))` as it was
   (a tokenizer class picked for another file layout can drop spaces and newlines)."""
-  directory = tokenizer_directory(run.model)
-  if directory is None:  # the built-in character tokenizer refuses what it cannot encode
-    return
-  text = envs.make_env(entry.name, **entry.kwargs).reset(0)[0]
+  directory, text = resolved.tokenizer_dir, resolved.first_observation
+  if directory is None or text is None:  # the built-in character tokenizer refuses what
+    return  # it cannot encode
   back = tokenizer.decode(tokenizer.encode(text, add_special_tokens=False))
   if back != text:
     raise ConfigError(
@@ -300,7 +294,7 @@ def build_models(resolved: ResolvedRun | RunConfig, mesh: Any = None) -> tuple[A
     `(policy, critic, reference)`.
   """
   resolved = as_resolved(resolved)
-  return _models(resolved, _tokenizer(resolved.run), mesh)
+  return _models(resolved, _tokenizer(resolved), mesh)
 
 
 def _models(resolved: ResolvedRun, tokenizer, mesh=None):
@@ -330,7 +324,7 @@ def role_models(resolved: ResolvedRun, policy: Any) -> tuple[Any, Any, Any]:
     `(actor, critic, reference)`.
   """
   run, spec = resolved.run, resolved.model
-  section, head = lora_section(run.model), run.model.value_head_init
+  section, head = resolved.lora, run.model.value_head_init
   if section is not None:
     roles = toy_models.lora_models(
       policy, section.spec(), run.seed, critic_lora=section.critic, head_init=head
@@ -393,11 +387,12 @@ def summarize(
   }
 
 
-def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict[str, Any]:
+def train(resolved: ResolvedRun, meshes: dict | None = None) -> dict[str, Any]:
   """Runs the main job; returns (and, on process 0, writes) the summary.
 
   Args:
-    resolved: the command's `ResolvedRun` (a `RunConfig` is resolved here first).
+    resolved: the command's `ResolvedRun` (`tunix_ppo_ext.jobs.train` resolves a
+      `RunConfig` first).
     meshes: its `run_meshes`, when the command built them already (else built here, once).
 
   Returns:
@@ -410,7 +405,6 @@ def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict
   is returned. One run at a time per directory (`run_dir.RunLock`). Other processes of a
   multi-host run write no files and return `{}`.
   """
-  resolved = as_resolved(resolved)
   out = pathlib.Path(resolved.run.output_dir).resolve()  # orbax wants absolute paths
   run_dir.make_output_dir(out)
   primary = distributed.is_primary(jax.process_index())
@@ -439,7 +433,7 @@ def _finished(out: pathlib.Path, resolved: ResolvedRun) -> dict[str, Any] | None
     return None
   run = resolved.run
   saved = resume.common_step(out / "checkpoints", resolved.checkpoint_roles)
-  run_dir.rerun_changes(out, config_dict(run), saved)  # a refused change says so
+  run_dir.rerun_changes(out, resolved.config, saved)  # a refused change says so
   summary = run_dir.finished_summary(out, saved, run.train.steps)
   if summary is not None:
     print(report.finished_line(run.output_dir, summary, run.train.steps))
@@ -453,7 +447,7 @@ def _build_restoring(resolved: ResolvedRun, out: pathlib.Path, primary: bool, me
   roles = resolved.checkpoint_roles
   while True:
     try:
-      return build_run(resolved, out, meshes)
+      return _build_run(resolved, out, meshes)
     except Exception as err:
       step = resume.align_role_checkpoints(out / "checkpoints", roles) if primary else None
       if step is None or jax.process_count() > 1 or not raised_in_orbax(err):
@@ -512,7 +506,7 @@ def _prepare(out: pathlib.Path, resolved: ResolvedRun) -> list[dict[str, Any]]:
   checked and saved, `metrics.jsonl` and the samples cut back to the checkpoint; returns
   the run's earlier parts (`run_dir.earlier_parts`)."""
   saved = resume.align_role_checkpoints(out / "checkpoints", resolved.checkpoint_roles)
-  run_dir.check_rerun(out, config_dict(resolved.run), saved)
+  run_dir.check_rerun(out, resolved.config, saved)
   if saved and not (out / "metrics.jsonl").is_file():
     print(
       f"tunix-ppo-ext: warning: {out / 'metrics.jsonl'} is missing: resuming at step "

@@ -38,6 +38,7 @@ from tunix_ppo_ext._src.data.trajectory import SEED_KEY, VAL_ENV_KEY, VAL_SEED_K
 from tunix_ppo_ext._src.envs.base import EnvSpec, make_env
 from tunix_ppo_ext._src.ops.score_norm import SCORE_NORMALIZATIONS
 from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer
+from tunix_ppo_ext._src.run.dapo_section import DapoSection, dapo_source
 from tunix_ppo_ext._src.tunix.rollout.sources import (
   FILTER_BY,
   GroupFilter,
@@ -130,14 +131,6 @@ class ShapingSection:
         f"to a malformed turn's reward (GRL's sign: -0.1 takes 0.1 off)"
       )
     check_number(keys.subject("format_penalty"), self.format_penalty)
-
-
-def shaped_source(source: Any, section: ShapingSection) -> Any:
-  """`source` wrapped in `ScoreShaping` by the section; `source` itself when neither the
-  normalization nor the format penalty is on."""
-  if section.method == "identity" and section.format_penalty == 0.0:
-    return source
-  return ScoreShaping(source, **dataclasses.asdict(section))
 
 
 @dataclasses.dataclass
@@ -233,13 +226,6 @@ def validate_filter(section: FilterSection, chunk: int, num_generations: int) ->
       f"receives rollouts in chunks of {chunk} episodes (train.batch_size, or the batch "
       f"section's micro-batches) = {groups} groups of ppo.num_generations={num_generations}"
     )
-
-
-def filtered_source(source: Any, section: FilterSection) -> Any:
-  """`source` wrapped in `GroupFilter` by the section (`keep_ratio` 1.0: `source` itself)."""
-  if section.keep_ratio >= 1.0:
-    return source
-  return GroupFilter(source, section.keep_ratio, section.by)
 
 
 @dataclasses.dataclass
@@ -360,15 +346,6 @@ def validation_batches(
     }
     for b in range(num_batches)
   ]
-
-
-def validation_source(source: Any, section: ValidationSection, evaluation: Any) -> Any:
-  """`source` in training; in evaluation the `evaluation` rollout (the validation
-  environment(s) and group size) on the rows' `validation_batches` episodes
-  (`ValidationEpisodes`); the default section: `source` itself."""
-  if section.is_default():
-    return source
-  return ValidationEpisodes(source, evaluation)
 
 
 def validate_optim(section: OptimSection, steps: int) -> None:
@@ -520,3 +497,39 @@ def sampling_kwargs(section: SamplingSection) -> tuple[dict[str, Any], dict[str,
   if section.eval_top_k is not None:
     evaluation["top_k"] = section.eval_top_k or None
   return train, evaluation
+
+
+def wrapped_source(
+  source: Any,
+  evaluation: Any,
+  validation: ValidationSection,
+  dapo: DapoSection,
+  budget: int,
+  shaping: ShapingSection,
+  groups: FilterSection,
+) -> Any:
+  """The training rollout `source` wrapped, in order, by what the sections turn on (each
+  left out when off; all off: `source` itself).
+
+  Args:
+    source: the training rollout.
+    evaluation: the `validation` section's own rollout (its environment(s), group size),
+      which evaluation plays on the rows' `validation_batches` episodes
+      (`ValidationEpisodes`) unless the section is the default.
+    validation: the `validation` section.
+    dapo: the `dapo` section (`dapo_section.dapo_source`, over `budget` agent tokens).
+    budget: the most agent tokens an episode holds.
+    shaping: the `shaping` section (`ScoreShaping`: normalization, format penalty).
+    groups: the `filter` section (`GroupFilter`; `keep_ratio` 1.0: off).
+
+  Returns:
+    The wrapped source.
+  """
+  if not validation.is_default():
+    source = ValidationEpisodes(source, evaluation)
+  source = dapo_source(source, dapo, budget)
+  if shaping.method != "identity" or shaping.format_penalty != 0.0:
+    source = ScoreShaping(source, **dataclasses.asdict(shaping))
+  if groups.keep_ratio < 1.0:
+    source = GroupFilter(source, groups.keep_ratio, groups.by)
+  return source

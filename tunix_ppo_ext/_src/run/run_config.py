@@ -330,9 +330,19 @@ class ResolvedRun:
   batch: recipe.BatchPlan  # every batch size in episodes, filled (`recipe.resolve_batch`)
   env_entries: tuple[recipe.EnvEntry, ...]  # the training environments with their groups
   validation_entries: tuple[recipe.EnvEntry, ...]  # validation's environments (or none)
+  # the rollouts' `EnvSpec`s of `envs` and of `validation_entries` (empty: one environment)
+  rollout_envs: tuple[envs.EnvSpec, ...]
+  validation_envs: tuple[envs.EnvSpec, ...]
   episode_budget: int  # the most agent tokens an episode holds
   checkpoint_roles: tuple[str, ...]  # "actor", and "critic" when the estimator uses one
   cluster: ClusterSpec  # tunix's trainer and rollout settings (`build_cluster`)
+  config: dict[str, Any]  # `config_dict(run)`: what `config.json`, W&B and the sinks get
+  lora: LoraSection | None  # `model.lora`, checked (None: full fine-tuning)
+  tokenizer_dir: str | None  # `tokenizer_directory(run.model)` (None: the built-in one)
+  max_return: float  # the best mean episode return of a batch (`env_max_return`)
+  # the first training environment's first observation, which a Hugging Face tokenizer
+  # must give back from `decode(encode(text))` (None: the built-in character tokenizer)
+  first_observation: str | None
 
   @property
   def num_generations(self) -> int:
@@ -827,6 +837,41 @@ def resolve(run: RunConfig) -> ResolvedRun:
   """
   ppo = run.ppo  # checked as it was read (`ppo_section`)
   num_generations = ppo.num_generations
+  batch, validation = _check_sections(run, num_generations)
+  budget = episode_budget(run)
+  validate_dapo(run.dapo, budget, num_generations)
+  entries = run_env_entries(run, num_generations)
+  tokenizer_dir = tokenizer_directory(run.model)
+  first = entries[0]
+  return ResolvedRun(
+    run=run,
+    ppo=ppo,
+    model=run.model.spec(),
+    batch=batch,
+    env_entries=tuple(entries),
+    validation_entries=tuple(validation),
+    rollout_envs=tuple(recipe.env_specs(run.envs)),
+    validation_envs=tuple(recipe.env_specs(validation)),
+    episode_budget=budget,
+    checkpoint_roles=resume.ROLES if ppo.uses_critic else ("actor",),
+    cluster=_cluster_spec(run, batch, num_generations),
+    config=config_dict(run),
+    lora=lora_section(run.model),
+    tokenizer_dir=tokenizer_dir,
+    max_return=env_max_return(entries),
+    first_observation=(
+      None if tokenizer_dir is None else envs.make_env(first.name, **first.kwargs).reset(0)[0]
+    ),
+  )
+
+
+def _check_sections(
+  run: RunConfig, num_generations: int
+) -> tuple[recipe.BatchPlan, list[recipe.EnvEntry]]:
+  """The checks across sections (`resolve`'s): groups, the environment mix, lengths, the
+  optimizers, the batch arithmetic, filtering and validation; `(batch plan, validation
+  entries)`."""
+  ppo = run.ppo
   problem = groups_of_one_problem(ppo.advantage_estimator, num_generations)
   if problem:
     raise ConfigError(f"config key 'ppo.num_generations'={num_generations} must be {problem}")
@@ -850,19 +895,21 @@ def resolve(run: RunConfig) -> ResolvedRun:
   validation = recipe.validation_entries(run.validation, run.envs, num_generations)
   for entry in run.validation.envs:
     _check_lengths(run, envs.make_env(entry.name, **entry.kwargs))
-  budget = episode_budget(run)
-  validate_dapo(run.dapo, budget, num_generations)
-  return ResolvedRun(
-    run=run,
-    ppo=ppo,
-    model=run.model.spec(),
-    batch=batch,
-    env_entries=tuple(run_env_entries(run, num_generations)),
-    validation_entries=tuple(validation),
-    episode_budget=budget,
-    checkpoint_roles=resume.ROLES if ppo.uses_critic else ("actor",),
-    cluster=_cluster_spec(run, batch, num_generations),
-  )
+  return batch, validation
+
+
+def env_max_return(entries: list[recipe.EnvEntry]) -> float:
+  """The best mean episode return of a batch: the environments' `max_return`, weighted by
+  their groups.
+
+  Args:
+    entries: the training environments with their groups.
+
+  Returns:
+    The weighted mean of their `max_return`.
+  """
+  total = sum(e.groups * envs.make_env(e.name, **e.kwargs).max_return for e in entries)
+  return total / sum(e.groups for e in entries)
 
 
 def _warn_long_warmup(ppo: PpoExtConfig, steps: int, updates_per_batch: int) -> None:
@@ -873,7 +920,7 @@ def _warn_long_warmup(ppo: PpoExtConfig, steps: int, updates_per_batch: int) -> 
     warnings.warn(
       f"ppo.critic_warmup_steps={ppo.critic_warmup_steps} is not below the run's {batches} "
       f"batches (train.steps={steps}): the actor never trains, only the critic",
-      stacklevel=3,
+      stacklevel=4,
     )
 
 
