@@ -325,18 +325,38 @@ def console_main() -> None:
   interpreter would wait for it for ever: threads still alive `EXIT_GRACE_S` seconds
   after a non-zero status are left behind (`os._exit`). Checkpoints already committed
   are kept; a save still being written is one orbax never committed, so a rerun resumes
-  from the one before.
+  from the one before. Idle thread-pool workers (orbax's executors, never shut down) are
+  woken to exit first, as the interpreter's own exit wakes them (`_wake_idle_workers`): the
+  grace waited for them in full, 30 s after every failed run.
   """
   code = main()
   if code != 0:
     sys.stdout.flush()
     sys.stderr.flush()
+    _wake_idle_workers()
     deadline = time.monotonic() + EXIT_GRACE_S
     for thread in _other_threads():
       _join_quietly(thread, max(0.0, deadline - time.monotonic()))
     if any(thread.is_alive() for thread in _other_threads()):
       os._exit(code)
   sys.exit(code)
+
+
+def _wake_idle_workers() -> None:
+  """What the interpreter's exit does first (`concurrent.futures.thread._python_exit`,
+  run before it joins the other threads): marks thread pools shut down and wakes every
+  worker, so an idle one exits at once and a busy one after its current task. Without
+  those private names (another Python), nothing: the grace still bounds the wait."""
+  from concurrent.futures import thread as pool  # noqa: PLC0415
+
+  lock = getattr(pool, "_global_shutdown_lock", None)
+  queues = getattr(pool, "_threads_queues", None)
+  if lock is None or queues is None or not hasattr(pool, "_shutdown"):
+    return
+  with lock:
+    pool._shutdown = True  # noqa: SLF001
+  for work_queue in list(queues.values()):
+    work_queue.put(None)
 
 
 def _join_quietly(thread: threading.Thread, timeout: float) -> None:
