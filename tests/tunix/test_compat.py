@@ -32,7 +32,10 @@ TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent
 # Python's own `sys` hooks: `disk_space.quiet_write_failures` sets `sys.unraisablehook`).
 # the package's own objects: names that are never a tunix object where they are assigned to
 # (the run config being built; loss functions named and documented where they are made)
+# names of this package's objects and of the standard library's modules (`sys`, and
+# `futures_thread`: the run's exit wakes idle thread-pool workers as the interpreter does)
 OWN_OBJECTS = {"episode", "batch", "config", "sys", "instance", "loss_fn", "policy_loss_fn"}
+OWN_OBJECTS |= {"futures_thread"}
 
 
 def test_installed_tunix_is_the_tested_one_and_has_every_pinned_name():

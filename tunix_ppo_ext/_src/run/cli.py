@@ -347,14 +347,14 @@ def _wake_idle_workers() -> None:
   run before it joins the other threads): marks thread pools shut down and wakes every
   worker, so an idle one exits at once and a busy one after its current task. Without
   those private names (another Python), nothing: the grace still bounds the wait."""
-  from concurrent.futures import thread as pool  # noqa: PLC0415
+  from concurrent.futures import thread as futures_thread  # noqa: PLC0415
 
-  lock = getattr(pool, "_global_shutdown_lock", None)
-  queues = getattr(pool, "_threads_queues", None)
-  if lock is None or queues is None or not hasattr(pool, "_shutdown"):
+  lock = getattr(futures_thread, "_global_shutdown_lock", None)
+  queues = getattr(futures_thread, "_threads_queues", None)
+  if lock is None or queues is None or not hasattr(futures_thread, "_shutdown"):
     return
   with lock:
-    pool._shutdown = True  # noqa: SLF001
+    futures_thread._shutdown = True  # noqa: SLF001
   for work_queue in list(queues.values()):
     work_queue.put(None)
 
