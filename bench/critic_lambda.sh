@@ -20,30 +20,25 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 OUT=bench/results/critic_lambda
 SEEDS=("${@:-0 1 2}")
-run() {  # run ROW KEY=VALUE...: one seed of one PPO row
-  local row=$1
-  shift
-  "$PY" bench/real_model.py --config configs/smollm2_ppo.yaml --steps 72 \
+PPO=(configs/smollm2_ppo.yaml 72)   # the PPO preset: 8 critic-only + 64 updates
+GRPO=(configs/smollm2.yaml 64)      # GRPO's preset: 64 updates
+run() {  # run CONFIG STEPS ROW KEY=VALUE...: one seed of one row
+  local config=$1 steps=$2 row=$3
+  shift 3
+  "$PY" bench/real_model.py --config "$config" --steps "$steps" \
     --baseline-from bench/results/real_model_ppo_recipe --seed-ids "$seed" \
     --out "$OUT/$row" train.checkpoint_every=8 "$@"
 }
 for seed in ${SEEDS[@]}; do
-  run guess10_lambda0 ppo.gae_lambda=0
-  run guess10_lambda0.5 ppo.gae_lambda=0.5
+  run "${PPO[@]}" guess10_lambda0 ppo.gae_lambda=0
+  run "${PPO[@]}" guess10_lambda0.5 ppo.gae_lambda=0.5
 done
 for seed in ${SEEDS[@]}; do
-  run guess10_lambda0.5_info_gain ppo.gae_lambda=0.5 env.kwargs.info_gain_reward=0.2
-done
-grpo() {  # grpo ROW KEY=VALUE...: one seed of one GRPO row
-  local row=$1
-  shift
-  "$PY" bench/real_model.py --config configs/smollm2.yaml --steps 64 \
-    --baseline-from bench/results/real_model_ppo_recipe --seed-ids "$seed" \
-    --out "$OUT/$row" train.checkpoint_every=8 "$@"
-}
-for seed in ${SEEDS[@]}; do
-  grpo guess10_grpo_info_gain env.kwargs.info_gain_reward=0.2
+  run "${PPO[@]}" guess10_lambda0.5_info_gain ppo.gae_lambda=0.5 env.kwargs.info_gain_reward=0.2
 done
 for seed in ${SEEDS[@]}; do
-  grpo guess10_grpo
+  run "${GRPO[@]}" guess10_grpo_info_gain env.kwargs.info_gain_reward=0.2
+done
+for seed in ${SEEDS[@]}; do
+  run "${GRPO[@]}" guess10_grpo
 done
