@@ -124,3 +124,13 @@ def test_a_failed_background_save_adds_no_traceback_after_the_error_line(capsys)
   assert capsys.readouterr().err == ""
   cli._join_quietly(_FailedSave(RuntimeError("boom\nmore")), 1.0)
   assert capsys.readouterr().err == "tunix-ppo-ext: error: orbax-save also failed: boom\n"
+
+
+def test_the_exit_s_wake_up_finds_the_thread_pool_names_it_reads():
+  """`cli._wake_idle_workers` reads private names of `concurrent.futures.thread` (what the
+  interpreter's exit does); without them it silently does nothing and a failed run waits
+  out the 30 s grace again. Pinned on the Python the project runs on."""
+  from concurrent.futures import thread as futures_thread  # noqa: PLC0415
+
+  for name in ("_global_shutdown_lock", "_threads_queues", "_shutdown"):
+    assert hasattr(futures_thread, name), name
