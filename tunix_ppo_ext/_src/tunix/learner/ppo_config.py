@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import Any
 
 from tunix.rl.ppo import ppo_learner
 
@@ -327,23 +328,26 @@ def _check_tunix_losses(config: PpoExtConfig, keys: FieldKeys) -> None:
       _fail(keys, "value_loss_agg_mode", mode, f"'token-mean' {own}: its only mode)")
 
 
+def tunix_own_losses(config: Any) -> list[tuple[str, str]]:
+  """`(field, name)` of the config's losses (`policy_loss_fn`, `value_loss_fn`) that only
+  tunix's registry holds: tunix runs their model pass, on the padded rows."""
+  kinds = (("policy_loss_fn", registry.POLICY_LOSSES), ("value_loss_fn", registry.VALUE_LOSSES))
+  values = [(name, kind, getattr(config, name)) for name, kind in kinds]
+  return [(name, value) for name, kind, value in values if not registry.has(kind, value)]
+
+
 def _check_packing(config: PpoExtConfig, keys: FieldKeys) -> None:
   """`packing` needs losses whose pass this package runs (tunix's own run theirs)."""
   if not config.packing:
     return
-  for name, kind in (
-    ("policy_loss_fn", registry.POLICY_LOSSES),
-    ("value_loss_fn", registry.VALUE_LOSSES),
-  ):
-    value = getattr(config, name)
-    if not registry.has(kind, value):
-      _fail(
-        keys,
-        "packing",
-        True,
-        f"used with a {name.split('_')[0]} loss of this package or a plugin "
-        f"({keys.key(name)}={value!r} is tunix's, whose pass runs on the padded rows)",
-      )
+  for name, value in tunix_own_losses(config):
+    _fail(
+      keys,
+      "packing",
+      True,
+      f"used with a {name.split('_')[0]} loss of this package or a plugin "
+      f"({keys.key(name)}={value!r} is tunix's, whose pass runs on the padded rows)",
+    )
 
 
 def fused_head_problem(fused_head: bool, chunk_size: int, keys: FieldKeys = OWN_KEYS) -> str | None:
