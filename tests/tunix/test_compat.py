@@ -14,6 +14,7 @@ import pytest
 import tunix
 from tunix.generate import sampler as sampler_lib
 from tunix.rl import rl_cluster
+from tunix.rl import utils as rl_utils
 from tunix.rl.agentic import agentic_rl_learner
 from tunix.rl.agentic.trajectory import trajectory_collect_engine
 from tunix.rl.ppo import ppo_learner
@@ -206,6 +207,25 @@ def test_tunix_s_agentic_loop_hands_each_model_call_its_token_budget():
   hook = inspect.signature(compat.AgenticHooks._model_call).parameters
   assert list(hook) == list(
     inspect.signature(agentic_rl_learner.AgenticRLLearner._model_call).parameters
+  )
+
+
+def test_tunix_s_packed_loop_hands_each_chunk_to_the_packed_rows_hook():
+  """tunix main's `train`, with `max_seq_token_per_tpu`, passes each chunk of packed rows
+  through `_compute_packed_logps` (`AgenticHooks` forwards it to `packed_example`) and trains
+  what it returns; tunix 0.1.7 has neither (nothing pinned there)."""
+  learner = agentic_rl_learner.AgenticRLLearner
+  if not hasattr(rl_cluster, "RLEngine"):
+    assert not hasattr(learner, "_compute_packed_logps") and not compat.PACKING_HOOKS
+    return
+  assert compat.PACKING_HOOKS == ("_compute_packed_logps",)
+  assert list(inspect.signature(learner._compute_packed_logps).parameters) == ["self", "example"]
+  source = inspect.getsource(learner.train)
+  call = r"(\w+) = self\._compute_packed_logps\(\s*(\w+)\s*\)"
+  [(name, argument)] = re.findall(call, source)
+  assert name == argument and source.index("_compute_packed_logps(") < source.index("update_actor(")
+  assert "rl_utils.pack_sequences(" in source and "unpad_train_example(" in inspect.getsource(
+    rl_utils.pack_sequences
   )
 
 

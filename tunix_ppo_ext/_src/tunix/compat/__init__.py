@@ -17,8 +17,8 @@ with the reason for each private name it uses and its own pins (`PINNED`,
   sharding, the fused LM head.
 - `qwix_adapters`: qwix's LoRA product (the adapters of tunix's LoRA models).
 - `agentic_hooks`: tunix's agentic learner (`tunix.rl.agentic.agentic_rl_learner`): its
-  results hook, its reward manager, and the probe for tunix main that `AgenticPpoLearner`
-  needs.
+  results hook, its packed-rows hook (tunix main), its reward manager, and the probe for
+  tunix main that `AgenticPpoLearner` needs.
 - `cli_hooks`: tunix main's command-line PPO pipeline (`tunix.cli.ppo_main`), for
   `tunix-ppo-ext tunix-agentic`; imported by that command alone (tunix 0.1.7 has no such
   pipeline), its pins checked on tunix main (`tests/tunix/test_compat.py`).
@@ -39,6 +39,7 @@ The names the rest of the package uses are re-exported here (`compat.NAME`).
 from __future__ import annotations
 
 from tunix_ppo_ext._src.tunix.compat.agentic_hooks import (
+  PACKING_HOOKS,
   AgenticHooks,
   agentic_rewards,
   episode_turn,
@@ -177,6 +178,7 @@ __all__ = [
   "uses_reward_model",
   # agentic_hooks
   "AgenticHooks",
+  "PACKING_HOOKS",
   "agentic_rewards",
   "needs_main",
   "episode_turn",

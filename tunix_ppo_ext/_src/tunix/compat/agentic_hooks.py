@@ -14,6 +14,11 @@ What tunix offers no public way to do, each with its reason:
   the same tokens (the same first reply for all of them; no spread for a group estimator,
   no exploration). It wraps the engine's public `generate` on the instance
   (`tests/tunix/test_agentic_ppo.py` checks that a group's episodes differ).
+- `AgenticHooks._compute_packed_logps`: the hook tunix's loop calls on each chunk of packed
+  rows (`max_seq_token_per_tpu`) before its trainers get it (tunix's agentic GRPO computes
+  its deferred log-probs there), forwarded to the public `packed_example`: where
+  `AgenticPpoLearner` gives the packed episodes back their padded rows and fields
+  (`learner.agentic_packing`).
 - `AgenticHooks._model_call`: the call that names the episode (its environment's
   `group_id` and `pair_index`, which tunix numbers from the checkpointed step) and the
   turn (the replies so far in its conversation). tunix runs the episodes concurrently, so
@@ -22,7 +27,8 @@ What tunix offers no public way to do, each with its reason:
   `max_generation_steps` (what tunix's collect engine allows the call: the rest of the
   episode's budget) passes through `turn_budget`, where a per-turn cap applies.
 
-Both names are on the two tested tunix versions. What differs between them is the
+The names but `_compute_packed_logps` (tunix main's, pinned there) are on the two tested
+tunix versions. What differs between them is the
 learner's API itself (0.1.7: `rl_cluster`, main: `rl_engine`, with main's `update_critic`
 path tested): `needs_main` is the version probe, `AgenticPpoLearner` runs on tunix main only.
 """
@@ -38,11 +44,13 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.agentic import agentic_rl_learner
 from tunix.rl.rollout import vanilla_rollout
 
+# tunix main's packed path only (0.1.7 has no `_compute_packed_logps` and no packing loop)
+PACKING_HOOKS = ("_compute_packed_logps",) if hasattr(rl_cluster_lib, "RLEngine") else ()
 PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
   # object the names live on -> (the object, private names used here)
   "tunix.rl.agentic.agentic_rl_learner.AgenticRLLearner": (
     agentic_rl_learner.AgenticRLLearner,
-    ("_process_results", "_compute_rewards", "_model_call"),
+    ("_process_results", "_compute_rewards", "_model_call", *PACKING_HOOKS),
   ),
 }
 # Instance attributes set in constructors (checked on live objects by the tests).
@@ -56,7 +64,8 @@ class AgenticHooks(agentic_rl_learner.AgenticRLLearner):
   """`AgenticRLLearner` whose private hook calls a public method a subclass defines:
   `process_results(trajectories, mode, expected_step)`, one group's (or, with
   `compute_logps_micro_batch_size > 1`, several groups') trajectories to a list of
-  `TrainExample`s; and each model call's token budget passes through `turn_budget`."""
+  `TrainExample`s; each model call's token budget passes through `turn_budget`; and under
+  sequence packing each packed chunk tunix trains passes through `packed_example`."""
 
   def _process_results(
     self,
@@ -68,6 +77,14 @@ class AgenticHooks(agentic_rl_learner.AgenticRLLearner):
 
   def process_results(self, trajectories: list[Any], mode: Any, expected_step: int | None):
     raise NotImplementedError
+
+  def _compute_packed_logps(self, example: Any) -> Any:
+    return self.packed_example(example)
+
+  def packed_example(self, example: Any) -> Any:
+    """What tunix's loop trains for one chunk of its packed rows (`max_seq_token_per_tpu`);
+    tunix's packed `example` itself here."""
+    return example
 
   def turn_budget(self, left: int | None) -> int | None:
     """The most tokens a model call may generate, given `left` (what tunix's loop allows:
