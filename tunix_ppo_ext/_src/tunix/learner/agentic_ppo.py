@@ -41,8 +41,8 @@ from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ppo import rollout_correction_step, rollout_phase
 from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.learner import agentic_packing, passes, ppo_config, trainer_setup
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
-from tunix_ppo_ext._src.tunix.learner import passes, trainer_setup
 from tunix_ppo_ext._src.tunix.learner import ppo_learner as ppo_ext
 from tunix_ppo_ext._src.tunix.learner.agentic_ppo_config import AgenticPpoConfig
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
@@ -99,8 +99,7 @@ class AgenticPpoLearner(compat.AgenticHooks):
       env_class=env_class,
       env_kwargs=env_kwargs,
     )
-    if engine.cluster_config.training_config.max_seq_token_per_tpu is not None:
-      raise ValueError("AgenticPpoLearner trains padded rows: set max_seq_token_per_tpu=None")
+    self._packed = self._packed_rows(engine)
     with warnings.catch_warnings():  # the warning names the caller's line: `_set_up` warns
       warnings.simplefilter("ignore")
       trainer_setup.check_critic(self.ppo_config, trainer_setup.critic_trainer(engine))
@@ -114,6 +113,31 @@ class AgenticPpoLearner(compat.AgenticHooks):
     compat.adjust_sampler(engine)  # as PpoExtLearner: this engine's sampler only
     compat.sample_each_call_anew(engine)
     self._set_up(engine)
+
+  def _packed_rows(self, engine: rl_cluster_lib.RLCluster) -> agentic_packing.PackedRows | None:
+    """The rows kept for tunix's sequence packing (`max_seq_token_per_tpu`; None: off).
+    Packing needs losses whose pass this package runs (tunix's read its packed rows alone)."""
+    if engine.cluster_config.training_config.max_seq_token_per_tpu is None:
+      return None
+    tunix_own = ppo_config.tunix_own_losses(self.ppo_config)
+    if tunix_own:
+      name, value = tunix_own[0]
+      raise ValueError(
+        f"max_seq_token_per_tpu (sequence packing) needs this package's or a plugin's "
+        f"losses: AgenticPpoConfig.{name}={value!r} is tunix's"
+      )
+    return agentic_packing.PackedRows()
+
+  def train(self, *args: Any, **kwargs: Any) -> Any:
+    """tunix's `train`; rows kept for packing by an earlier call are dropped first."""
+    if self._packed is not None:
+      self._packed.clear()
+    return super().train(*args, **kwargs)
+
+  def packed_example(self, example: Any) -> Any:
+    """tunix's hook on a chunk of its packed rows: the chunk's episodes as the padded rows
+    this learner made, placed in tunix's packed rows (`agentic_packing`)."""
+    return example if self._packed is None else self._packed.restore(example)
 
   def _set_up(self, engine: rl_cluster_lib.RLCluster) -> None:
     """The rollout phase's state and KL estimator, the passes, and the two trainers."""
@@ -194,7 +218,10 @@ class AgenticPpoLearner(compat.AgenticHooks):
     batch = agentic_rows.with_scores(rows.batch, scores)
     example = self.advantage_example(batch, rows.behaviour_logps, mode, expected_step)
     self._buffer_user_metrics(prompts, batch, example.advantages, mode, expected_step)
-    return [example.replace(policy_version=jnp.asarray(rows.policy_versions))]
+    example = example.replace(policy_version=jnp.asarray(rows.policy_versions))
+    if self._packed is not None and mode == Mode.TRAIN:  # tunix packs it, `packed_example`
+      example = self._packed.add(example)
+    return [example]
 
   def advantage_example(
     self,

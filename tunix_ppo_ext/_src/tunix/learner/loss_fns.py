@@ -16,8 +16,9 @@ of the matching tunix signature), for tunix's own learners.
 A `train_example` may carry `attention_mask` (all real completion tokens), `loss_mask`
 (agent tokens) and `kl_coef` (the controller's live value); without them tunix's
 `completion_mask` serves as the loss mask and the attention mask is derived from padding,
-exactly as in tunix. With `pack_slots` and `pack_rows` (`example_packing`) the pass runs
-on packed rows; with `prompt_groups`, each distinct prompt once (`passes.SharedPrompts`).
+exactly as in tunix. With `pack_slots` and `pack_rows` (`example_packing`), or `pack_slots`
+and tunix's packed `segment_ids`, the pass runs on packed rows; with `prompt_groups`, each
+distinct prompt once (`passes.SharedPrompts`).
 """
 
 from __future__ import annotations
@@ -54,13 +55,16 @@ def _masks(train_example: Any) -> tuple[jax.Array | None, jax.Array]:
 def example_packing(train_example: Any) -> Packing | passes.SharedPrompts | None:
   """The example's row layout for its passes: its `Packing` (its `pack_slots` `[B, P+T]`;
   its `pack_rows` `[B, R, k]` gives the packed shape, `R` rows of `k` batch widths,
-  static), its `SharedPrompts` (its `prompt_groups` `[B, U]`), or None for padded rows."""
+  static; without them, tunix's packed rows `segment_ids` `[R, L]`: `agentic_packing`),
+  its `SharedPrompts` (its `prompt_groups` `[B, U]`), or None for padded rows."""
   groups = getattr(train_example, "prompt_groups", None)
   if groups is not None:
     return passes.SharedPrompts(groups)
   slots = getattr(train_example, "pack_slots", None)
   if slots is None:
     return None
+  if getattr(train_example, "pack_rows", None) is None:  # tunix's packed rows: their shape
+    return Packing(slots, *train_example.segment_ids.shape)
   _, rows, k = train_example.pack_rows.shape
   return Packing(slots, rows, k * slots.shape[1])
 
