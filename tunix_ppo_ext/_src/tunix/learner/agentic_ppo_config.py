@@ -82,9 +82,12 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   from the trainer's old log-probs against the sampler's; it needs
   `use_rollout_logps=False`, so that the old log-probs are the trainer's own, and the
   rollout's `return_logprobs=True`). Not here: the exact KL (`kl_method="full"`), the
-  fused head, packing and the warm-up's early ends (`critic_warmup_until_ev`,
+  fused head, `PpoExtConfig.packing` and the warm-up's early ends (`critic_warmup_until_ev`,
   `critic_warmup_patience`: tunix scores a step's groups one call at a time, so a step has
-  no one explained variance to end it on).
+  no one explained variance to end it on). Sequence packing is tunix's own
+  (`max_seq_token_per_tpu` in the training config): the updates run on tunix's packed
+  rows, every loss aggregation mode per episode (`learner.agentic_packing`); it needs this
+  package's or a plugin's losses.
 
   tunix's keys keep their meaning: `num_generations` episodes per prompt form a group,
   `max_response_length` is the width of an episode's tokens (it must equal the rollout's
