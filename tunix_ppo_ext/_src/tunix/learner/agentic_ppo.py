@@ -19,6 +19,10 @@ sampler's, `use_rollout_logps`; else the rollout policy's pass), the critic's va
 token, the KL to the reference in the reward or the loss, advantages and value targets
 through the project's estimator registry and the pure rollout phase (`_src/ppo/`, as
 `PpoExtLearner`), and the project's metrics (`actor/...`, `critic/...`, `train/...` once published).
+
+Under tunix's sequence packing (`max_seq_token_per_tpu`) the rollout phase runs on the
+padded rows as above, and the actor's and the critic's updates on tunix's packed rows,
+each episode its own row again after the model pass (`agentic_packing`).
 """
 
 from __future__ import annotations
