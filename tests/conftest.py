@@ -489,19 +489,23 @@ def pytest_addoption(parser) -> None:
   )
 
 
-# The suite's slowest tests and their seconds (`tests/durations.json`, from a full run's
-# `--durations=120` on the 2-core machine; refresh it with `python tests/durations.py LOG`):
-# they start first, so that xdist's workers end together instead of one of them running a
-# long test alone at the end (longest first, as a list scheduler would). Data for the
-# order only: no test reads it.
+# The suite's test seconds (`tests/durations.json`, from a full run's `--durations=N` on the
+# 2-core machine; refresh it with `python tests/durations.py LOG`): the test files run
+# longest first, so that xdist's workers end together instead of one of them running a long
+# file alone at the end (longest first, as a list scheduler would). Each file's tests stay
+# together, in their own order: a file's module-scoped fixtures (a trained run, a loaded
+# model) are built once, and its compiled programs are released once (above), where a
+# test-by-test order rebuilt them at every change of file (354 changes on one worker).
+# Data for the order only: no test reads it.
 DURATIONS = pathlib.Path(__file__).with_name("durations.json")
 
 
 def pytest_collection_modifyitems(config, items):
   """The fast lane (`pytest -m fast`): every test whose file never reaches tunix, neither
   directly nor through this package or the tunix helpers above (`tests/import_graph.py`).
-  The tests of `DURATIONS` run first, longest first. With `--shuffle-seed N` the tests run
-  in an order shuffled with `N` instead (reproducible)."""
+  The test files run longest first by their tests' seconds in `DURATIONS`, each file's
+  tests together in their collected order. With `--shuffle-seed N` the tests run in an
+  order shuffled with `N` instead (reproducible)."""
   for item in items:
     if not reaches_tunix(pathlib.Path(str(item.fspath))) and not item.get_closest_marker("slow"):
       item.add_marker(pytest.mark.fast)
@@ -511,5 +515,14 @@ def pytest_collection_modifyitems(config, items):
 
     random.Random(seed).shuffle(items)
     return
-  seconds = json.loads(DURATIONS.read_text())
-  items.sort(key=lambda item: -seconds.get(item.nodeid, 0.0))  # stable: the rest keep order
+  items[:] = by_file_longest_first(items, json.loads(DURATIONS.read_text()))
+
+
+def by_file_longest_first(items: list, seconds: dict[str, float]) -> list:
+  """`items` grouped by file, the files longest first (the sum of their tests' `seconds`,
+  by node id; a test not there counts 0), each file's tests in their given order."""
+  files: dict[str, list] = {}
+  for item in items:
+    files.setdefault(item.nodeid.split("::")[0], []).append(item)
+  total = {name: sum(seconds.get(i.nodeid, 0.0) for i in tests) for name, tests in files.items()}
+  return [i for name in sorted(files, key=lambda name: -total[name]) for i in files[name]]

@@ -39,3 +39,17 @@ def test_phases_of_a_test_are_summed_and_the_longest_comes_first():
 
 def test_a_log_without_the_table_gives_nothing():
   assert _durations()("1 passed in 0.1s\n") == {}
+
+
+def test_the_suite_runs_file_by_file_longest_file_first():
+  """conftest's order: each file's tests together, in their order; files by their summed
+  seconds, longest first (a test without seconds counts 0)."""
+  from types import SimpleNamespace
+
+  from tests.conftest import by_file_longest_first
+
+  ids = ["a.py::t1", "b.py::t1", "a.py::t2", "c.py::t1", "b.py::t2"]
+  seconds = {"a.py::t1": 1.0, "a.py::t2": 1.5, "b.py::t2": 3.0, "c.py::t1": 0.5}
+  items = [SimpleNamespace(nodeid=i) for i in ids]
+  ordered = [i.nodeid for i in by_file_longest_first(items, seconds)]
+  assert ordered == ["b.py::t1", "b.py::t2", "a.py::t1", "a.py::t2", "c.py::t1"]
