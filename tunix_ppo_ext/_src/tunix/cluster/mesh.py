@@ -1,11 +1,11 @@
 """Device meshes from the run config: one shared mesh, or separate meshes for some roles.
 
 `make_mesh` makes one mesh (Auto axes; a mesh of CPUs quiets tunix's TPU notices,
-`quiet_cpu_notices`). `role_meshes` turns the config's `mesh` section into the `{Role:
-Mesh}` mapping of tunix's `ClusterConfig.role_to_mesh`. Roles given the same shape and axis
-names get one `Mesh` object; tunix then shares weights between actor and rollout instead of
-syncing a copy. What needs the device count lives here, not in the config validation, so
-configs written for a TPU slice still validate on a laptop.
+`quiet_cpu_notices`). `role_meshes` turns the config's `mesh` section into the
+`{Role: Mesh}` mapping of tunix's `ClusterConfig.role_to_mesh`. Roles given the same shape
+and axis names get one `Mesh` object; tunix then shares weights between actor and rollout
+instead of syncing a copy. What needs the device count lives here, not in the config
+validation, so configs written for a TPU slice still validate on a laptop.
 """
 
 from __future__ import annotations
