@@ -61,7 +61,8 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # tunix's cluster builders, re-exported for the tests that build clusters; imported on
 # first use, so that the fast lane (`pytest -m fast`) never imports tunix
 _CLUSTER = "tunix_ppo_ext._src.tunix.cluster.cluster_setup"
-_TUNIX_HELPERS = {"build_cluster": _CLUSTER, "make_mesh": _CLUSTER, "make_models": _CLUSTER}
+_MESH = "tunix_ppo_ext._src.tunix.cluster.mesh"
+_TUNIX_HELPERS = {"build_cluster": _CLUSTER, "make_mesh": _MESH, "make_models": _CLUSTER}
 
 
 def __getattr__(name: str) -> Any:

@@ -11,8 +11,8 @@ bfloat16 and what it trains in float32.
 from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
 from tunix_ppo_ext._src.optim.guards import guarded_adam
 from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer
-from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_mesh, make_models
-from tunix_ppo_ext._src.tunix.cluster.mesh import role_meshes
+from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_models
+from tunix_ppo_ext._src.tunix.cluster.mesh import make_mesh, role_meshes
 from tunix_ppo_ext._src.tunix.models.hf_export import save_hf_checkpoint
 from tunix_ppo_ext._src.tunix.models.hf_models import (
   cast_params,

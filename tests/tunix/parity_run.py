@@ -17,7 +17,7 @@ from tunix.rl.rollout import base_rollout
 
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
-from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
+from tunix_ppo_ext._src.tunix.cluster.mesh import make_mesh
 from tunix_ppo_ext._src.tunix.models import toy_models
 
 Role = rl_cluster_lib.Role

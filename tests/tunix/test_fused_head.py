@@ -39,7 +39,7 @@ from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
-from tunix_ppo_ext._src.tunix.cluster.cluster_setup import make_mesh
+from tunix_ppo_ext._src.tunix.cluster.mesh import make_mesh
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig

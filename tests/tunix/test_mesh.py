@@ -206,30 +206,30 @@ def test_a_cpu_mesh_drops_only_tunix_s_tpu_notices(caplog):
   "Resharding model from None to Mesh(...)" for errors: a mesh of CPUs drops those two
   from absl's logger, and every other record still passes."""
   absl = logging.getLogger("absl")
-  absl.removeFilter(cluster.drop_cpu_notices)  # another test's mesh may have installed it
+  absl.removeFilter(mesh.drop_cpu_notices)  # another test's mesh may have installed it
   try:
     with caplog.at_level(logging.WARNING):
       _tunix_warnings(jax.make_mesh((1,), ("fsdp",)))
       assert len(caplog.records) == 5  # without the filter every record passes
       caplog.clear()
-      mesh = cluster.make_mesh()
-      assert cluster.drop_cpu_notices in absl.filters
-      _tunix_warnings(mesh)
+      made = mesh.make_mesh()
+      assert mesh.drop_cpu_notices in absl.filters
+      _tunix_warnings(made)
     assert [r.getMessage() for r in caplog.records] == [
       "checkpoint 1 is kept",
-      f"Resharding model from {mesh} to Mesh('fsdp': 2)",
+      f"Resharding model from {made} to Mesh('fsdp': 2)",
       "Skipping non-TPU devices is not this message",
     ]
   finally:
-    absl.removeFilter(cluster.drop_cpu_notices)
+    absl.removeFilter(mesh.drop_cpu_notices)
 
 
 def test_the_notices_pass_where_a_device_is_not_a_cpu():
   absl = logging.getLogger("absl")
-  absl.removeFilter(cluster.drop_cpu_notices)
+  absl.removeFilter(mesh.drop_cpu_notices)
   tpu = types.SimpleNamespace(platform="tpu")
-  assert not cluster.quiet_cpu_notices([*jax.devices(), tpu])
-  assert cluster.drop_cpu_notices not in absl.filters
-  assert cluster.quiet_cpu_notices() and cluster.quiet_cpu_notices()  # CPUs here: on, once
-  assert absl.filters.count(cluster.drop_cpu_notices) == 1
-  absl.removeFilter(cluster.drop_cpu_notices)
+  assert not mesh.quiet_cpu_notices([*jax.devices(), tpu])
+  assert mesh.drop_cpu_notices not in absl.filters
+  assert mesh.quiet_cpu_notices() and mesh.quiet_cpu_notices()  # CPUs here: on, once
+  assert absl.filters.count(mesh.drop_cpu_notices) == 1
+  absl.removeFilter(mesh.drop_cpu_notices)

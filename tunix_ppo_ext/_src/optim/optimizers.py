@@ -128,4 +128,5 @@ def build_optimizer(
       return inner
     return optax.chain(optax.clip_by_global_norm(spec.clip_grad_norm), inner)
 
-  return guarded(make, lr_schedule(spec, lr, total_steps))
+  schedule = lr_schedule(spec, lr, total_steps)
+  return guarded(make, schedule)

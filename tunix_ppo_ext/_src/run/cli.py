@@ -206,7 +206,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   from tunix_ppo_ext._src.run import distributed, job  # noqa: PLC0415
   from tunix_ppo_ext._src.run.compile_cache import use_compile_cache  # noqa: PLC0415
   from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
-  from tunix_ppo_ext._src.tunix.cluster import cluster_setup, disk_space  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.cluster import disk_space, mesh  # noqa: PLC0415
   from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes  # noqa: PLC0415
 
   cache, uncached = use_compile_cache()  # before anything compiles
@@ -224,7 +224,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)
   if run.wandb == "online" and not sinks.has_wandb_key():
     print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
-  cluster_setup.quiet_cpu_notices()  # tunix's TPU notices, on a CPU-only run
+  mesh.quiet_cpu_notices()  # tunix's TPU notices, on a CPU-only run
   kept = f"; kept in {cache} for the next run" if cache else ""
   kept = f"; not kept: {uncached}" if uncached else kept
   print(

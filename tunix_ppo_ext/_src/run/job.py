@@ -32,12 +32,7 @@ from tunix_ppo_ext._src.metrics import samples as sample_log
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.plugins import registry as plugin_registry
 from tunix_ppo_ext._src.run import distributed, recipe, report, resume, run_dir
-from tunix_ppo_ext._src.run.run_config import (
-  ResolvedRun,
-  RunConfig,
-  as_resolved,
-  toy_config,
-)
+from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, as_resolved
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster
 from tunix_ppo_ext._src.tunix.cluster.mesh import (
   Role,
@@ -46,8 +41,8 @@ from tunix_ppo_ext._src.tunix.cluster.mesh import (
   role_meshes,
 )
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
-from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
-from tunix_ppo_ext._src.tunix.models import qwen3_safetensors as checkpoints
+from tunix_ppo_ext._src.tunix.models import lora
+from tunix_ppo_ext._src.tunix.models.role_models import build_roles
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
 from tunix_ppo_ext._src.tunix.rollout.sources import ObservationsInLoss
 
@@ -81,16 +76,13 @@ def build_run(
 
 def _build_run(resolved: ResolvedRun, output_dir: pathlib.Path, meshes: dict):
   """`build_run` of a resolved run on its meshes."""
-  run, ppo = resolved.run, resolved.ppo
-  check_attention_backend(resolved.model.attention, jax.default_backend())
+  run, ppo, models = resolved.run, resolved.ppo, resolved.models
+  check_attention_backend(models.spec.attention, jax.default_backend())
   tokenizer = _tokenizer(resolved)
   _check_round_trip(tokenizer, resolved)
-  policy, critic, reference = _models(resolved, tokenizer, meshes.get(Role.ACTOR))
-  vocab = hf_models.vocab_size(policy)
-  recipe.check_top_k(run.sampling, vocab)
-  train = run.train
-  optimizers = recipe.optimizers(run.optim, train.lr, train.critic_lr, train.steps)
-  if not ppo.uses_critic:  # group estimators: no critic built, trained or checkpointed
+  recipe.check_top_k(run.sampling, models.vocab_size(len(tokenizer)))
+  policy, critic, reference = build_roles(models, len(tokenizer), meshes.get(Role.ACTOR))
+  if not ppo.uses_critic:  # group estimators: no critic trained or checkpointed
     critic = None
   keys = dataclasses.replace(run.metrics.keys(), updates_per_batch=resolved.updates_per_batch)
   wandb_sinks: list[sinks.WandbSink] = []  # tunix's logger builds it; samples use it too
@@ -103,7 +95,7 @@ def _build_run(resolved: ResolvedRun, output_dir: pathlib.Path, meshes: dict):
     resolved.cluster,
     reference=reference,
     role_meshes=meshes,
-    optimizers=optimizers,
+    optimizers=resolved.optimizers,
     checkpoint_dir=str(output_dir / "checkpoints"),
     metrics_dir=str(output_dir / "tensorboard"),
     metric_backends=distributed.primary_only(jax.process_index(), backends),
@@ -283,8 +275,9 @@ def _check_round_trip(tokenizer: Any, resolved: ResolvedRun) -> None:
 
 
 def build_models(resolved: ResolvedRun | RunConfig, mesh: Any = None) -> tuple[Any, Any, Any]:
-  """`(policy, critic, reference)` as `train` builds them, with the run's own tokenizer
-  (`export` restores a checkpoint onto the policy; tests compare the roles).
+  """`(policy, critic, reference)` as `train` builds them (`role_models.build_roles`), with
+  the run's own tokenizer (`export` restores a checkpoint onto the policy; tests compare
+  the roles).
 
   Args:
     resolved: the run, resolved (`config.load_resolved`) or as a `RunConfig`.
@@ -294,75 +287,7 @@ def build_models(resolved: ResolvedRun | RunConfig, mesh: Any = None) -> tuple[A
     `(policy, critic, reference)`.
   """
   resolved = as_resolved(resolved)
-  return _models(resolved, _tokenizer(resolved), mesh)
-
-
-def _models(resolved: ResolvedRun, tokenizer, mesh=None):
-  """`(policy, critic, reference)`: the policy (a checkpoint with `config.json` in its own
-  family, else a toy or named-size Qwen3), its critic on the same backbone, a copy.
-
-  A checkpoint is loaded straight onto `mesh` (the actor's), sharded, so a real model
-  never sits whole on one chip; the reference copy keeps that sharding. With `model.lora`
-  the actor is the policy with adapters and the reference the policy itself (one copy of
-  the base weights, `models.lora_models`).
-  """
-  return role_models(resolved, _base_policy(resolved, tokenizer, mesh))
-
-
-def role_models(resolved: ResolvedRun, policy: Any) -> tuple[Any, Any, Any]:
-  """`(actor, critic, reference)` around a base `policy` as the run builds them: with
-  `model.lora` the adapted actor, its critic (`model.lora.critic`) and the base itself as
-  the reference (`models.lora_models`); else the policy, a critic from its backbone and a
-  copy (`tunix-ppo-ext plan` calls this under `nnx.eval_shape`); with `model.attention:
-  blockwise`, each attends blockwise on its cache-free passes.
-
-  Args:
-    resolved: the resolved run (its `model` section and `ModelSpec`, its seed).
-    policy: the base policy.
-
-  Returns:
-    `(actor, critic, reference)`.
-  """
-  run, spec = resolved.run, resolved.model
-  section, head = resolved.lora, run.model.value_head_init
-  if section is not None:
-    roles = toy_models.lora_models(
-      policy, section.spec(), run.seed, critic_lora=section.critic, head_init=head
-    )
-  else:
-    roles = toy_models.with_critic_and_reference(policy, run.seed, head_init=head)
-  if spec.attention == "blockwise":
-    hf_models.attend_blockwise(roles, spec.block_size)
-  if spec.dtype is not None:
-    hf_models.train_in_float32(*roles[:2])
-  return roles
-
-
-def _base_policy(resolved: ResolvedRun, tokenizer, mesh=None):
-  """The policy's base model (`_stored_policy`), its weights in `model.dtype` if given."""
-  policy = _stored_policy(resolved, tokenizer, mesh)
-  if resolved.model.dtype is None:
-    return policy
-  return hf_models.cast_params(policy, hf_models.DTYPES[resolved.model.dtype])
-
-
-def _stored_policy(resolved: ResolvedRun, tokenizer, mesh=None):
-  """The policy's base model: the checkpoint's (its own family), else a toy or named-size
-  Qwen3, loaded from the checkpoint's safetensors or randomly initialised (`run.seed`)."""
-  model, spec = resolved.run.model, resolved.model
-  if model.checkpoint is not None and hf_models.read_hf_config(model.checkpoint):
-    # family from config.json
-    policy = hf_models.load_model(model.checkpoint, mesh, spec)
-    hf_models.check_vocabulary(hf_models.vocab_size(policy), len(tokenizer))
-    return policy
-  if model.config_name is not None:
-    config = toy_models.named_qwen3_config(model.config_name)
-  else:
-    config = toy_config(model, len(tokenizer))
-  config = hf_models.configured(config, spec)
-  if model.checkpoint is not None:
-    return checkpoints.load_qwen3_checkpoint(model.checkpoint, config, mesh)
-  return toy_models.make_policy(config, resolved.run.seed)
+  return build_roles(resolved.models, len(_tokenizer(resolved)), mesh)
 
 
 def summarize(

@@ -1,13 +1,13 @@
 """`tunix-ppo-ext plan`: does a run config fit the chips, answered by the compiler, no TPU.
 
-The run's models are built abstractly (`tunix.abstract`: no weights) as the job builds
-them (`job.role_models`: LoRA adapters, the critic only when the estimator uses one, the
-reference sharing a LoRA actor's base), with the run's optimizers (`recipe.optimizers`,
-in tunix's `optax.MultiSteps` under a train micro-batch). Every jitted piece of a step
-(the multi-turn rollout's sampler programs, the log-prob and value passes, the train
-steps) is compiled for the rows tunix feeds it (`StepRows`) and the config's lengths and
-mesh on the devices of a TPU topology (`jax.experimental.topologies`, deviceless
-ahead-of-time compilation with the TPU compiler of `libtpu`: `pip install
+The run's models are built abstractly (`tunix.abstract`: no weights) as the job builds them
+(`role_models.roles_around`: LoRA adapters, the critic only when the estimator uses one, the
+reference sharing a LoRA actor's base), with the run's optimizers (`ResolvedRun.optimizers`,
+in tunix's `optax.MultiSteps` under a train micro-batch). Every jitted piece of a step (the
+multi-turn rollout's sampler programs, the log-prob and value passes, the train steps) is
+compiled for the rows tunix feeds it (`StepRows`) and the config's lengths and mesh on the
+devices of a TPU topology (`jax.experimental.topologies`, deviceless ahead-of-time
+compilation with the TPU compiler of `libtpu`: `pip install
 'tunix-ppo-ext[plan]'`), and the compiler's per-device memory figures are added up: the
 state every role keeps on the device all step (weights, optimizer state) plus the largest
 piece's transient memory (its batch or sampling state, temporaries, outputs not written
@@ -37,8 +37,7 @@ from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.ops.buckets import bucket, bucket_below
 from tunix_ppo_ext._src.ops.packing import PACK_EPISODES
 from tunix_ppo_ext._src.plugins import registry
-from tunix_ppo_ext._src.run import recipe
-from tunix_ppo_ext._src.run.job import check_attention_backend, role_models
+from tunix_ppo_ext._src.run.job import check_attention_backend
 from tunix_ppo_ext._src.run.run_config import (
   ResolvedRun,
   RunConfig,
@@ -51,6 +50,7 @@ from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
 from tunix_ppo_ext._src.tunix.learner import loss_fns
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
+from tunix_ppo_ext._src.tunix.models.role_models import roles_around
 
 GIB, MIB = 2**30, 2**20
 CPU_CAVEAT = (
@@ -143,7 +143,7 @@ def model_config(resolved: ResolvedRun) -> PlannedModel:
   Returns:
     The `PlannedModel`.
   """
-  planned, spec = _model_config(resolved.run), resolved.model
+  planned, spec = _model_config(resolved.run), resolved.models.spec
   config = hf_models.configured(planned.config, spec)
   weights = planned.weight_dtype if spec.dtype is None else hf_models.DTYPES[spec.dtype]
   return dataclasses.replace(planned, config=config, weight_dtype=weights)
@@ -271,7 +271,7 @@ def plan(
       "critic; valid here: " + str(built_pieces)
     )
   devices = plan_devices(topology, compiler)
-  check_attention_backend(resolved.model.attention, devices.compiler)  # splash: TPU compiler
+  check_attention_backend(resolved.models.spec.attention, devices.compiler)  # splash: TPU compiler
   meshes = role_meshes(run.mesh, devices.devices)
   check_batch_divisible(meshes, run.train.batch_size)
   planned = model_config(resolved)
@@ -378,11 +378,9 @@ class _Built:
     self.rows = step_rows(resolved)
     _check_rows(self.rows, meshes, self.ppo.uses_critic)
     self.actor, self.critic, self.reference = nnx.eval_shape(
-      lambda: role_models(resolved, _policy(planned, run.seed))
+      lambda: roles_around(resolved.models, _policy(planned, run.seed))
     )
-    actor_tx, critic_tx = recipe.optimizers(
-      run.optim, run.train.lr, run.train.critic_lr, run.train.steps
-    )
+    actor_tx, critic_tx = resolved.optimizers
     self.actor_wrt = nnx.LoRAParam if self.lora else nnx.Param
     self.critic_wrt = nnx.LoRAParam if self.lora and self.lora.critic else nnx.Param
     steps = self.rows.accumulation

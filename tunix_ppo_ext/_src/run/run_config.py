@@ -49,6 +49,7 @@ from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, groups_of_one_problem
 from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
+from tunix_ppo_ext._src.tunix.models.role_models import ModelPlan
 
 
 @dataclasses.dataclass
@@ -326,7 +327,7 @@ class ResolvedRun:
 
   run: RunConfig
   ppo: PpoExtConfig  # the `ppo` section over PpoExtConfig's defaults, validated
-  model: ModelSpec  # how every builder builds the models (`model.remat`, `.attention`, ...)
+  models: ModelPlan  # the models of the run's roles, as `role_models.build_roles` builds them
   batch: recipe.BatchPlan  # every batch size in episodes, filled (`recipe.resolve_batch`)
   env_entries: tuple[recipe.EnvEntry, ...]  # the training environments with their groups
   validation_entries: tuple[recipe.EnvEntry, ...]  # validation's environments (or none)
@@ -335,9 +336,10 @@ class ResolvedRun:
   validation_envs: tuple[envs.EnvSpec, ...]
   episode_budget: int  # the most agent tokens an episode holds
   checkpoint_roles: tuple[str, ...]  # "actor", and "critic" when the estimator uses one
+  # the `(actor, critic)` optax optimizers of the `optim` section (`recipe.optimizers`)
+  optimizers: tuple[Any, Any]
   cluster: ClusterSpec  # tunix's trainer and rollout settings (`build_cluster`)
   config: dict[str, Any]  # `config_dict(run)`: what `config.json`, W&B and the sinks get
-  lora: LoraSection | None  # `model.lora`, checked (None: full fine-tuning)
   tokenizer_dir: str | None  # `tokenizer_directory(run.model)` (None: the built-in one)
   max_return: float  # the best mean episode return of a batch (`env_max_return`)
   # the first training environment's first observation, which a Hugging Face tokenizer
@@ -643,11 +645,44 @@ def _abstract_policy(model: ModelSection) -> Any:
     return toy_models.abstract_model(
       hf_models.tunix_config(hf), hf_models.family_of(hf).model_class
     )
+  return toy_models.abstract_model(_policy_config(model, None))
+
+
+def _policy_config(model: ModelSection, hf: dict[str, Any] | None) -> Any:
+  """The base policy's tunix config: a checkpoint's `config.json` (`hf`) for its family,
+  else a Qwen3 of `config_name` or of the toy sizes (their vocabulary of 2 is the
+  tokenizer's when built: the paths and the rest of the config do not depend on it)."""
+  if hf:
+    return hf_models.tunix_config(hf)
   if model.config_name is not None:
-    config = toy_models.named_qwen3_config(model.config_name)
-  else:
-    config = toy_config(model, 2)  # the vocabulary leaves the paths alone
-  return toy_models.abstract_model(config)
+    return toy_models.named_qwen3_config(model.config_name)
+  return toy_config(model, 2)
+
+
+def model_plan(run: RunConfig) -> ModelPlan:
+  """The run's `ModelPlan`: the checkpoint's `config.json` read once (its family and
+  sizes), else `model.config_name`'s or the toy sizes' Qwen3, configured by `model.remat`,
+  `.attention` and `.dtype`; `model.lora` and the value head's start.
+
+  Args:
+    run: the checked run config.
+
+  Returns:
+    The `ModelPlan`.
+  """
+  model, spec, section = run.model, run.model.spec(), lora_section(run.model)
+  hf = hf_models.read_hf_config(model.checkpoint) if model.checkpoint is not None else None
+  return ModelPlan(
+    spec=spec,
+    config=hf_models.configured(_policy_config(model, hf), spec),
+    family=hf_models.family_of(hf) if hf else None,
+    checkpoint=model.checkpoint,
+    toy_vocab=not hf and model.config_name is None,
+    seed=run.seed,
+    lora=None if section is None else section.spec(),
+    critic_lora=section is not None and section.critic,
+    head_init=model.value_head_init,
+  )
 
 
 def _validate_checkpoint_config(model: ModelSection) -> None:
@@ -846,7 +881,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
   return ResolvedRun(
     run=run,
     ppo=ppo,
-    model=run.model.spec(),
+    models=model_plan(run),
     batch=batch,
     env_entries=tuple(entries),
     validation_entries=tuple(validation),
@@ -854,9 +889,9 @@ def resolve(run: RunConfig) -> ResolvedRun:
     validation_envs=tuple(recipe.env_specs(validation)),
     episode_budget=budget,
     checkpoint_roles=resume.ROLES if ppo.uses_critic else ("actor",),
+    optimizers=recipe.optimizers(run.optim, run.train.lr, run.train.critic_lr, run.train.steps),
     cluster=_cluster_spec(run, batch, num_generations),
     config=config_dict(run),
-    lora=lora_section(run.model),
     tokenizer_dir=tokenizer_dir,
     max_return=env_max_return(entries),
     first_observation=(

@@ -2,11 +2,11 @@
 
 What a run would hold on each device is answered without weights and without the devices:
 the models are built with `nnx.eval_shape` (shapes and dtypes only; `tunix-ppo-ext plan`
-builds them with the job's own `role_models`, LoRA adapters included), every array becomes a
-`jax.ShapeDtypeStruct` carrying its `NamedSharding` on the role's mesh (a mesh of real
-devices or of a TPU topology's compile-only devices), and each jitted piece of a step is
-lowered and compiled on those; `compiled.memory_analysis()` then gives the compiler's own
-per-device figures (arguments, outputs, donated aliases, temporaries).
+builds them as the job does, `role_models.roles_around`, LoRA adapters included), every
+array becomes a `jax.ShapeDtypeStruct` carrying its `NamedSharding` on the role's mesh (a
+mesh of real devices or of a TPU topology's compile-only devices), and each jitted piece of
+a step is lowered and compiled on those; `compiled.memory_analysis()` then gives the
+compiler's own per-device figures (arguments, outputs, donated aliases, temporaries).
 
 The pieces are the code a run executes:
 - `train_step`: the body of the train step tunix's `PeftTrainer` jits

@@ -7,7 +7,6 @@ rollout engine is tunix's "vanilla" sampler, and both trainers use optax Adam.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,62 +25,10 @@ from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.metrics.sinks import KeyedBackend, TensorboardBackend
 from tunix_ppo_ext._src.optim.guards import guarded_adam
 from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.cluster.mesh import make_mesh, quiet_cpu_notices
 from tunix_ppo_ext._src.tunix.models import toy_models
 
 Role = rl_cluster_lib.Role
-# tunix's absl warnings that every CPU-only run prints and that ask nothing of its user:
-# its memory report's (tunix/sft/utils.py, each learner's start) and RLCluster's note that
-# it moved a model built without a mesh onto its role's mesh (tunix/rl/rl_cluster.py).
-CPU_NOTICES = ("Skipping non-TPU device: cpu. ", "Resharding model from None to Mesh(")
-
-
-def make_mesh(
-  shape: Sequence[int] = (1, 1),
-  axis_names: Sequence[str] = ("fsdp", "tp"),
-  devices: Sequence[jax.Device] | None = None,
-) -> jax.sharding.Mesh:
-  """A mesh of `shape` (default 1x1) named like tunix's Qwen3 shardings (`fsdp`, `tp`).
-
-  It takes the first `prod(shape)` of `devices` (default `jax.devices()`); on all of them,
-  `jax.make_mesh` orders devices by the physical topology. Axis types must be Auto:
-  `jax.make_mesh` defaults to Explicit, under which tunix's embedding lookup fails with a
-  `ShardingTypeError`. A mesh of CPUs also quiets tunix's TPU notices (`quiet_cpu_notices`).
-
-  Args:
-    shape: the mesh's shape.
-    axis_names: one name per axis of `shape`.
-    devices: the devices to take from; None: `jax.devices()`.
-
-  Returns:
-    The `jax.sharding.Mesh`.
-  """
-  devices = list(jax.devices() if devices is None else devices)
-  size = math.prod(shape)
-  if size > len(devices):
-    raise ConfigError(f"mesh shape {tuple(shape)} needs {size} devices, got {len(devices)}")
-  auto = (jax.sharding.AxisType.Auto,) * len(shape)
-  chosen = None if size == len(jax.devices()) == len(devices) else devices[:size]
-  quiet_cpu_notices(devices[:size])
-  return jax.make_mesh(tuple(shape), tuple(axis_names), axis_types=auto, devices=chosen)
-
-
-def quiet_cpu_notices(devices: Sequence[jax.Device] | None = None) -> bool:
-  """On CPU only (`devices`, default `jax.devices()`, all CPUs), drops tunix's `CPU_NOTICES`
-  from the `absl` logger for the rest of the process (`drop_cpu_notices`); every other
-  record passes. Returns whether the filter is on. Called where a run's meshes are made
-  (`make_mesh`) and its cluster built (`build_cluster`); installing it twice installs it
-  once."""
-  devices = jax.devices() if devices is None else devices
-  if not devices or any(device.platform != "cpu" for device in devices):
-    return False
-  logging.getLogger("absl").addFilter(drop_cpu_notices)
-  return True
-
-
-def drop_cpu_notices(record: logging.LogRecord) -> bool:
-  """A logging filter: False (drop) for a record whose message begins with one of
-  `CPU_NOTICES`, True for any other."""
-  return not record.getMessage().startswith(CPU_NOTICES)
 
 
 def shard_to_mesh(

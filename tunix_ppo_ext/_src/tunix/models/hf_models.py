@@ -404,7 +404,11 @@ def check_sizes(hf: dict[str, Any], given: dict[str, int]) -> None:
 
 def vocab_size(model: nnx.Module) -> int:
   """Rows of the model's output vocabulary (tunix names it differently per family)."""
-  config = model.config
+  return config_vocab_size(model.config)
+
+
+def config_vocab_size(config: Any) -> int:
+  """Rows of the output vocabulary of a model of `config` (any family's `ModelConfig`)."""
   return config.num_embed if hasattr(config, "num_embed") else config.vocab_size
 
 
@@ -570,14 +574,39 @@ def load_model(
   Returns:
     The tunix model.
   """
-  directory = gguf_files.resolve(directory, weights=True)
   hf = read_hf_config(directory)
   if hf is None:
-    raise ConfigError(f"checkpoint directory {str(directory)!r} has no {CONFIG_FILE}")
-  family = family_of(hf)
+    where = gguf_files.resolve(directory)
+    raise ConfigError(f"checkpoint directory {str(where)!r} has no {CONFIG_FILE}")
   config = configured(tunix_config(hf), spec)
+  return load_family_model(directory, family_of(hf), config, mesh, spec.dtype)
+
+
+def load_family_model(
+  directory: str | pathlib.Path,
+  family: Family,
+  config: Any,
+  mesh: jax.sharding.Mesh | None,
+  dtype: str | None = None,
+) -> nnx.Module:
+  """The checkpoint in `directory` (a GGUF reference: its weights converted first) as a
+  model of `family` and its tunix `config` (`configured` already), loaded by the family's
+  own tunix loader straight onto `mesh` (sharded; None: the first device), in `dtype`
+  (`DTYPES`; None: the file's).
+
+  Args:
+    directory: a Hugging Face checkpoint directory (or a `.gguf` file).
+    family: the checkpoint's family (`family_of` its `config.json`).
+    config: the family's tunix `ModelConfig` for it.
+    mesh: the mesh the weights are sharded onto; None: the first device.
+    dtype: the weights' dtype (`"bfloat16"`, `"float32"`); None: the file's.
+
+  Returns:
+    The tunix model.
+  """
+  directory = gguf_files.resolve(directory, weights=True)
   try:
-    model = family.load(str(directory), config, mesh, DTYPES.get(spec.dtype))
+    model = family.load(str(directory), config, mesh, DTYPES.get(dtype))
   except (ValueError, TypeError, KeyError, OSError) as err:  # tunix's loader names no file
     detail = str(err).splitlines()[0] if str(err) else ""
     raise ConfigError(
