@@ -49,7 +49,7 @@ def test_a_family_without_splash_is_refused_naming_the_key():
 @pytest.mark.parametrize(
   ("overrides", "message"),
   [
-    (["model.attention=flash"], r"'model.attention' 'flash' unknown; did you mean 'splash'"),
+    (["model.attention=flash"], r"'model.attention'='flash' unknown; did you mean 'splash'"),
     (
       ["model.attention=splash", "model.attention_block_size=64", *ROWS],
       "must be an integer >= 128",

@@ -90,7 +90,7 @@ def test_main_job_trains_a_checkpoint_with_its_hugging_face_tokenizer(tmp_path):
     ),
     (
       "model.config_name=qwen3_0.6b",
-      "'model.config_name' 'qwen3_0.6b' unknown; did you mean 'qwen3_0p6b'",
+      "'model.config_name'='qwen3_0.6b' unknown; did you mean 'qwen3_0p6b'",
     ),
   ],
 )

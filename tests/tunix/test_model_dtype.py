@@ -146,8 +146,8 @@ def test_export_writes_the_dtype_asked_for(bfloat16_run, tmp_path):
 @pytest.mark.parametrize(
   "overrides, message",
   [
-    (["model.dtype=bf16"], "config key 'model.dtype' 'bf16' unknown; did you mean 'bfloat16'?"),
-    (["model.dtype=float16"], "config key 'model.dtype' 'float16' unknown"),
+    (["model.dtype=bf16"], "config key 'model.dtype'='bf16' unknown; did you mean 'bfloat16'?"),
+    (["model.dtype=float16"], "config key 'model.dtype'='float16' unknown"),
     (["model.dtype=bfloat16"], "config key 'model.dtype'='bfloat16' needs model.lora"),
   ],
 )

@@ -41,7 +41,7 @@ def test_a_bad_remat_is_one_line_naming_the_key():
   with pytest.raises(ConfigError) as err:
     load_resolved(None, ["model.remat=blok"])
   message = str(err.value)
-  assert message.startswith("config key 'model.remat' 'blok' unknown; did you mean 'block'?")
+  assert message.startswith("config key 'model.remat'='blok' unknown; did you mean 'block'?")
   assert "\n" not in message
 
 
@@ -50,7 +50,7 @@ def test_a_bad_value_head_init_is_one_line_naming_the_key():
   with pytest.raises(ConfigError) as err:
     load_resolved(None, ["model.value_head_init=zeros"])
   message = str(err.value)
-  assert message.startswith("config key 'model.value_head_init' 'zeros' unknown; did you mean")
+  assert message.startswith("config key 'model.value_head_init'='zeros' unknown; did you mean")
   assert "\n" not in message
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tunix_ppo_ext._src.checks import ConfigError, check_integer, did_you_mean
+from tunix_ppo_ext._src.checks import check_choice, check_integer
 
 REMAT_CHOICES = ("none", "block", "decoder")  # tunix's RematConfig members, lower case
 ATTENTION_CHOICES = ("dense", "splash", "blockwise")
@@ -34,15 +34,8 @@ class ModelSpec:
   dtype: str | None = None
 
   def __post_init__(self):
-    _check_choice("model.remat", self.remat, REMAT_CHOICES)
-    _check_choice("model.attention", self.attention, ATTENTION_CHOICES)
+    check_choice("config key 'model.remat'", self.remat, REMAT_CHOICES)
+    check_choice("config key 'model.attention'", self.attention, ATTENTION_CHOICES)
     check_integer("config key 'model.attention_block_size'", self.block_size, MIN_BLOCK_SIZE)
     if self.dtype is not None:
-      _check_choice("model.dtype", self.dtype, DTYPE_NAMES)
-
-
-def _check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
-  """ConfigError `config key 'KEY' 'x' unknown; did you mean 'y'? (one of (...))`."""
-  if value not in choices:
-    hint = did_you_mean(str(value), choices, n=1)
-    raise ConfigError(f"config key {key!r} {value!r} unknown{hint} (one of {choices})")
+      check_choice("config key 'model.dtype'", self.dtype, DTYPE_NAMES)

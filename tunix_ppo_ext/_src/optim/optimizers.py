@@ -24,7 +24,7 @@ import dataclasses
 import jax.numpy as jnp
 import optax
 
-from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number, did_you_mean
+from tunix_ppo_ext._src.checks import ConfigError, check_choice, check_integer, check_number
 from tunix_ppo_ext._src.optim.guards import guarded
 
 OPTIMIZERS = ("adam", "adamw")
@@ -55,16 +55,8 @@ class OptimizerSpec:
 
   def validate(self, where: str) -> None:
     """ValueError naming `<where>.<key>` and the bad value."""
-    if self.name not in OPTIMIZERS:
-      hint = did_you_mean(self.name, OPTIMIZERS)
-      raise ConfigError(
-        f"config key '{where}.name'={self.name!r} unknown{hint} (valid: {OPTIMIZERS})"
-      )
-    if self.schedule not in SCHEDULES:
-      hint = did_you_mean(self.schedule, SCHEDULES)
-      raise ConfigError(
-        f"config key '{where}.schedule'={self.schedule!r} unknown{hint} (valid: {SCHEDULES})"
-      )
+    check_choice(f"config key '{where}.name'", self.name, OPTIMIZERS)
+    check_choice(f"config key '{where}.schedule'", self.schedule, SCHEDULES)
     check_number(f"config key '{where}.weight_decay'", self.weight_decay, low=0.0)
     if self.name == "adam" and self.weight_decay:
       raise ConfigError(

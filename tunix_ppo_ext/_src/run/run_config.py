@@ -31,6 +31,7 @@ import yaml
 from tunix_ppo_ext._src.checks import (
   ConfigError,
   FieldKeys,
+  check_choice,
   check_integer,
   check_number,
   did_you_mean,
@@ -591,16 +592,10 @@ def _validate_model(model: ModelSection) -> None:
     raise ConfigError(f"config key 'model.tokenizer': {model.tokenizer!r} is not a directory")
   if model.config_name is not None:
     names = toy_models.qwen3_config_names()
-    if model.config_name not in names:
-      hint = did_you_mean(model.config_name, names, n=3)
-      raise ConfigError(f"config key 'model.config_name' {model.config_name!r} unknown{hint}")
+    check_choice("config key 'model.config_name'", model.config_name, names)
   model.spec()  # remat, attention, its block size, dtype: checked by ModelSpec
-  if model.value_head_init not in toy_models.VALUE_HEAD_INITS:
-    hint = did_you_mean(model.value_head_init, toy_models.VALUE_HEAD_INITS, n=1)
-    raise ConfigError(
-      f"config key 'model.value_head_init' {model.value_head_init!r} unknown{hint} "
-      f"(one of {toy_models.VALUE_HEAD_INITS})"
-    )
+  inits = toy_models.VALUE_HEAD_INITS
+  check_choice("config key 'model.value_head_init'", model.value_head_init, inits)
   _validate_dtype(model)
   _validate_lora(model)
 
