@@ -208,3 +208,5 @@ def test_an_adapted_projection_keeps_its_inputs_dtype_with_float32_adapters():
   scale = float(jnp.max(theirs) - jnp.min(theirs))
   assert float(jnp.max(jnp.abs(ours.astype(jnp.float32) - theirs))) <= 0.03 * scale
   assert qwix_adapters._in_input_dtype(einsum).__wrapped__ is einsum
+  for name, method in compat.QWIX_LORA_METHODS.items():  # installed again after qwix's own
+    assert getattr(qwix_lora.LoraProvider, name).__wrapped__ is method, name

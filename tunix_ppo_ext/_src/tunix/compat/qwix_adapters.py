@@ -33,11 +33,10 @@ QWIX_LORA_METHODS = {n: getattr(qwix_lora.LoraProvider, n) for n in ("einsum", "
 def install_lora_product() -> None:
   """Routes qwix's adapter products through `lora_product` and keeps an adapted
   projection in its inputs' dtype (idempotent; process-wide; float32 values unchanged)."""
-  if qwix_lora._compute_lora_delta is _lora_delta:
-    return  # installed: the methods' wrappers stay the same objects
   qwix_lora._compute_lora_delta = _lora_delta
   for name, method in QWIX_LORA_METHODS.items():
-    setattr(qwix_lora.LoraProvider, name, _in_input_dtype(method))
+    if getattr(getattr(qwix_lora.LoraProvider, name), "__wrapped__", None) is not method:
+      setattr(qwix_lora.LoraProvider, name, _in_input_dtype(method))  # else: installed, kept
 
 
 def _in_input_dtype(method: Any) -> Any:
