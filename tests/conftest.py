@@ -140,11 +140,12 @@ def train_in_process(config: str | pathlib.Path, out: pathlib.Path, *overrides: 
   `config.json` written first, so `export` and reruns find it) and returns the learner, its
   cluster closed."""
   from tunix_ppo_ext._src.run import job, run_dir  # noqa: PLC0415
-  from tunix_ppo_ext._src.run.run_config import config_dict, load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
 
-  run = load_run_config(str(config), [f"output_dir={out}", *overrides])
+  resolved = load_resolved(str(config), [f"output_dir={out}", *overrides])
+  run = resolved.run
   out.mkdir()
-  run_dir.check_rerun(out, config_dict(run), None)
+  run_dir.check_rerun(out, resolved.config, None, resolved.optimizers)
   learner, batches, eval_batches, _ = job.build_run(run, out)
   learner.train(batches, eval_ds=eval_batches)
   learner.rl_cluster.close()

@@ -382,8 +382,8 @@ def test_a_rerun_beside_checkpoints_without_a_readable_config_json_is_refused(
   if text is not None:
     (tmp_path / run_dir.CONFIG).write_text(text)
   with pytest.raises(ConfigError, match=rf"its config.json cannot be read \({reason}"):
-    run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}}, 4)
-  assert run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}}, None) == {}  # a new run
+    run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}}, 4, ())
+  assert run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}}, None, ()) == {}  # a new run
 
 
 @pytest.mark.parametrize("text", ["[1, 2]", '{"from_step": 0}', "null", "[{}, 3]"])

@@ -502,11 +502,11 @@ def smollm2_cluster():
   import transformers  # noqa: PLC0415
 
   from tunix_ppo_ext._src.data import gguf_files  # noqa: PLC0415
-  from tunix_ppo_ext._src.tunix.models import toy_models  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.models import role_models  # noqa: PLC0415
   from tunix_ppo_ext.models import ClusterSpec, LoraSpec, build_cluster, load_checkpoint  # noqa: PLC0415
 
   tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_files.resolve("smollm2"))
-  roles = toy_models.lora_models(load_checkpoint("smollm2"), LoraSpec(8, 16), critic_lora=True)
+  roles = role_models.lora_roles(load_checkpoint("smollm2"), LoraSpec(8, 16), critic_lora=True)
   actor, critic, reference = roles
   spec = ClusterSpec(
     max_steps=2,

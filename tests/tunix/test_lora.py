@@ -11,7 +11,7 @@ from flax import nnx
 
 from tests.conftest import toy_policy
 from tests.tunix.hf_fixtures import hf_config
-from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
+from tunix_ppo_ext._src.tunix.models import hf_models, lora, role_models, toy_models
 
 SPEC = lora.LoraSpec(rank=3, alpha=5.0, target_modules=".*")
 
@@ -79,7 +79,7 @@ def test_gemma3_s_stacked_kv_einsum_merges_too():
 def test_lora_models_share_the_base_arrays_instead_of_copying_them():
   base = toy_policy(12)
   spec = lora.LoraSpec(rank=2, alpha=4.0)
-  actor, critic, reference = toy_models.lora_models(base, spec, seed=0, critic_lora=True)
+  actor, critic, reference = role_models.lora_roles(base, spec, seed=0, critic_lora=True)
   assert reference is base and lora.shares_base(actor, base)
   assert lora.shares_base(critic.backbone, base)
   assert not lora.shares_base(toy_models.critic_from_policy(base).backbone, base)  # a full copy

@@ -129,11 +129,11 @@ def test_a_resumed_run_may_turn_remat_the_fused_head_and_attention_on_not_change
   (tmp_path / "config.json").write_text(json.dumps(saved))
   overrides = ["model.remat=block", "model.fused_head=true", "ppo.logits_chunk_size=8"]
   overrides += ["model.attention=blockwise", "model.attention_block_size=128"]
-  rerun = config_dict(load_resolved(None, overrides).run)
-  run_dir.check_rerun(tmp_path, rerun, checkpoint_step=1)
+  rerun = load_resolved(None, overrides)
+  run_dir.check_rerun(tmp_path, rerun.config, 1, rerun.optimizers)
   history = (tmp_path / run_dir.HISTORY).read_text()
   assert "model.remat" in history and "model.fused_head" in history
   assert "model.attention" in history
-  other = config_dict(load_resolved(None, ["model.embed_dim=48"]).run)
+  other = load_resolved(None, ["model.embed_dim=48"])
   with pytest.raises(ConfigError, match=r"model\.embed_dim: 64 -> 48"):
-    run_dir.check_rerun(tmp_path, other, checkpoint_step=1)
+    run_dir.check_rerun(tmp_path, other.config, 1, other.optimizers)

@@ -9,12 +9,16 @@ from tests.conftest import MetricsRecorder
 from tests.data.test_dynamic_sampling import multi_turn_batch
 from tunix_ppo_ext.rollout import (
   DynamicSampling,
+  FilterGroupsSection,
+  FilterSection,
   GroupFilter,
   Mode,
   MultiTurnRollout,
   ObservationsInLoss,
+  OverlongBufferSection,
   OverlongPenalty,
   ScoreShaping,
+  ShapingSection,
   SourceWrapper,
   ValidationEpisodes,
 )
@@ -42,7 +46,7 @@ SCORES = [1.0, 3.0, 2.0, 2.0, 0.0, 4.0]  # three groups of two: spreads 1, 0, 2
 
 def test_score_shaping_normalizes_within_groups_as_numpy_does():
   batch = multi_turn_batch(SCORES)
-  source = ScoreShaping(lambda *_: batch, method="mean_std", eps=1e-6)
+  source = ScoreShaping(lambda *_: batch, ShapingSection(method="mean_std", eps=1e-6))
   shaped = source(MetricsRecorder(), {}, Mode.TRAIN)
   groups = np.asarray(SCORES).reshape(3, 2)
   mean, std = groups.mean(1, keepdims=True), groups.std(1, keepdims=True)
@@ -54,7 +58,7 @@ def test_score_shaping_normalizes_within_groups_as_numpy_does():
 def test_the_group_filter_keeps_the_widest_groups_in_training_only():
   batch = multi_turn_batch(SCORES)
   learner = MetricsRecorder()
-  source = GroupFilter(lambda *_: batch, keep_ratio=2 / 3)
+  source = GroupFilter(lambda *_: batch, FilterSection(keep_ratio=2 / 3))
   kept = source(learner, {}, Mode.TRAIN)
   # spreads (population std) 1, 0, 2: the two widest are groups 0 and 2
   np.testing.assert_array_equal(kept.loss_mask.any(1), [True, True, False, False, True, True])
@@ -62,7 +66,8 @@ def test_the_group_filter_keeps_the_widest_groups_in_training_only():
   assert learner.metrics["rollout/in_group_std"] == pytest.approx(1.0)
   assert learner.metrics["rollout/kept_in_group_std"] == pytest.approx(1.5)
   assert source(learner, {}, Mode.EVAL) is batch
-  reverse = GroupFilter(lambda *_: batch, keep_ratio=1 / 3, by="std_rev")(learner, {}, Mode.TRAIN)
+  reverse = GroupFilter(lambda *_: batch, FilterSection(1 / 3, by="std_rev"))
+  reverse = reverse(learner, {}, Mode.TRAIN)
   np.testing.assert_array_equal(reverse.loss_mask.any(1), [False, False, True, True, False, False])
   # the mode as tunix's string value filters as the enum does; anything else is refused
   by_name = source(learner, {}, "train")
@@ -75,12 +80,9 @@ def test_stacked_wrappers_compose_in_order_and_keep_the_innermost_state():
   batch = multi_turn_batch([1.0, 1.0, 0.0, 1.0])  # group 0 uninformative, group 1 informative
   inner = StatefulSource(batch)
   learner = MetricsRecorder()
-  source = GroupFilter(
-    ScoreShaping(
-      DynamicSampling(OverlongPenalty(inner, budget=4, buffer_len=2), 2), "batch", "mean"
-    ),
-    keep_ratio=1.0,
-  )
+  overlong = OverlongPenalty(inner, 4, OverlongBufferSection(len=2))
+  sampled = DynamicSampling(overlong, FilterGroupsSection(max_num_gen_batches=2))
+  source = GroupFilter(ScoreShaping(sampled, ShapingSection("batch", "mean")), FilterSection())
   out = source(learner, {"seed": np.array([7, 7, 8, 8])}, Mode.TRAIN)
   # 3 agent tokens of a budget of 4 with a buffer of 2: -(3 - 2) / 2 = -0.5 each; each of
   # the two rounds keeps group 1 (rows 2, 3) and drops group 0, which fills the batch
@@ -95,7 +97,7 @@ def test_stacked_wrappers_compose_in_order_and_keep_the_innermost_state():
   assert source.state_dict() == {"calls": 2}
   source.load_state_dict({"calls": 0})
   assert inner.calls == 0
-  plain = ScoreShaping(lambda *_: batch)
+  plain = ScoreShaping(lambda *_: batch, ShapingSection())
   assert not hasattr(plain, "state_dict") and not hasattr(plain, "load_state_dict")
 
 
@@ -110,16 +112,22 @@ def test_observations_in_loss_does_not_change_the_inner_batch():
 @pytest.mark.parametrize(
   "build, message",
   [
-    (lambda s: ScoreShaping(s, method="mean_sd"), r"ScoreShaping's method='mean_sd' unknown; did"),
-    (lambda s: ScoreShaping(s, format_penalty=0.1), r"ScoreShaping's format_penalty=0.1"),
-    (lambda s: GroupFilter(s, keep_ratio=0.0), r"GroupFilter's keep_ratio=0.0 is invalid"),
-    (lambda s: GroupFilter(s, 0.5, by="spread"), r"GroupFilter's by='spread' unknown"),
-    (lambda s: OverlongPenalty(s, budget=4, buffer_len=5), r"buffer_len=5 exceeds budget=4"),
-    (lambda s: DynamicSampling(s, max_rounds=0), r"DynamicSampling's max_rounds=0 is invalid"),
-    (lambda s: DynamicSampling(s, metric="reward"), r"DynamicSampling's metric='reward' unk"),
+    (lambda s: ShapingSection(method="mean_sd"), r"'shaping.method'='mean_sd' unknown; did"),
+    (lambda s: ShapingSection(format_penalty=0.1), r"'shaping.format_penalty'=0.1 must be <= 0"),
+    (lambda s: FilterSection(keep_ratio=0.0), r"'filter.keep_ratio'=0.0 is invalid"),
+    (lambda s: FilterSection(0.5, by="spread"), r"'filter.by'='spread' unknown"),
+    (
+      lambda s: OverlongPenalty(s, 4, OverlongBufferSection(len=5)),
+      r"OverlongPenalty's budget=4 must be an integer of at least the buffer's len=5",
+    ),
+    (
+      lambda s: FilterGroupsSection(max_num_gen_batches=0),
+      r"'dapo.filter_groups.max_num_gen_batches'=0 is invalid",
+    ),
+    (lambda s: FilterGroupsSection(metric="reward"), r"'dapo.filter_groups.metric'='reward' unk"),
     (lambda s: SourceWrapper(None), r"SourceWrapper: the wrapped source None is not callable"),
     (
-      lambda s: OverlongPenalty(MultiTurnRollout, budget=8, buffer_len=4),
+      lambda s: OverlongPenalty(MultiTurnRollout, 8, OverlongBufferSection(len=4)),
       r"OverlongPenalty: the wrapped source MultiTurnRollout is a class, not a source: pass an "
       r"instance, e.g. MultiTurnRollout\(\.\.\.\)",
     ),

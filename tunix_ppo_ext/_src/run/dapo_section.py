@@ -24,51 +24,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tunix_ppo_ext._src.checks import (
-  ConfigError,
-  FieldKeys,
-  check_choice,
-  check_integer,
-  check_number,
-)
-from tunix_ppo_ext._src.data.dynamic_sampling import SCORE_METRICS
+from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.config.rollout_sections import FilterGroupsSection, OverlongBufferSection
 from tunix_ppo_ext._src.tunix.rollout.sources import DynamicSampling, OverlongPenalty
-
-_BUFFER, _GROUPS = "dapo.overlong_buffer", "dapo.filter_groups"  # the sections' own keys
-
-
-@dataclasses.dataclass
-class OverlongBufferSection:
-  """Soft overlong punishment (DAPO eq. 13): `-penalty_factor * (n - (L_max - len)) / len`
-  for an episode of `n` agent tokens in the last `len` of the budget `L_max`."""
-
-  enable: bool = False
-  len: int = 4
-  penalty_factor: float = 1.0
-  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
-
-  def __post_init__(self, keys: FieldKeys | None = None):
-    keys = keys or FieldKeys(prefix=f"{_BUFFER}.")
-    check_integer(keys.subject("len"), self.len, low=1)
-    check_number(keys.subject("penalty_factor"), self.penalty_factor, low=0.0)
-
-
-@dataclasses.dataclass
-class FilterGroupsSection:
-  """Dynamic sampling: groups whose `metric` scores are all equal are dropped and new
-  rounds generated, `max_num_gen_batches` rounds at most per rollout chunk (the first
-  included; verl's 0, unlimited, is refused: a run must not hang on a task it always or
-  never solves)."""
-
-  enable: bool = False
-  metric: str = "seq_reward"
-  max_num_gen_batches: int = 4
-  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
-
-  def __post_init__(self, keys: FieldKeys | None = None):
-    keys = keys or FieldKeys(prefix=f"{_GROUPS}.")
-    check_choice(keys.subject("metric"), self.metric, SCORE_METRICS)
-    check_integer(keys.subject("max_num_gen_batches"), self.max_num_gen_batches, low=1)
 
 
 @dataclasses.dataclass
@@ -105,9 +63,8 @@ def validate_dapo(section: DapoSection, budget: int, num_generations: int) -> No
 def dapo_source(source: Any, section: DapoSection, budget: int) -> Any:
   """`source` wrapped in `OverlongPenalty`, then `DynamicSampling` (each only when enabled;
   neither: `source` itself), so dynamic sampling judges scores with the penalty."""
-  over, groups = section.overlong_buffer, section.filter_groups
-  if over.enable:
-    source = OverlongPenalty(source, budget, over.len, over.penalty_factor)
-  if groups.enable:
-    source = DynamicSampling(source, groups.max_num_gen_batches, groups.metric)
+  if section.overlong_buffer.enable:
+    source = OverlongPenalty(source, budget, section.overlong_buffer)
+  if section.filter_groups.enable:
+    source = DynamicSampling(source, section.filter_groups)
   return source

@@ -358,7 +358,7 @@ def _finished(out: pathlib.Path, resolved: ResolvedRun) -> dict[str, Any] | None
     return None
   run = resolved.run
   saved = resume.common_step(out / "checkpoints", resolved.checkpoint_roles)
-  run_dir.rerun_changes(out, resolved.config, saved)  # a refused change says so
+  run_dir.rerun_changes(out, resolved.config, saved, resolved.optimizers)  # refused: says so
   summary = run_dir.finished_summary(out, saved, run.train.steps)
   if summary is not None:
     print(report.finished_line(run.output_dir, summary, run.train.steps))
@@ -431,7 +431,7 @@ def _prepare(out: pathlib.Path, resolved: ResolvedRun) -> list[dict[str, Any]]:
   checked and saved, `metrics.jsonl` and the samples cut back to the checkpoint; returns
   the run's earlier parts (`run_dir.earlier_parts`)."""
   saved = resume.align_role_checkpoints(out / "checkpoints", resolved.checkpoint_roles)
-  run_dir.check_rerun(out, resolved.config, saved)
+  run_dir.check_rerun(out, resolved.config, saved, resolved.optimizers)
   if saved and not (out / "metrics.jsonl").is_file():
     print(
       f"tunix-ppo-ext: warning: {out / 'metrics.jsonl'} is missing: resuming at step "

@@ -28,23 +28,16 @@ import optax
 from tunix_ppo_ext._src.checks import (
   ConfigError,
   FieldKeys,
-  check_choice,
   check_integer,
   check_number,
   whole_share,
 )
-from tunix_ppo_ext._src.data.score_shaping import GROUPINGS
+from tunix_ppo_ext._src.config.rollout_sections import FilterSection, ShapingSection
 from tunix_ppo_ext._src.data.trajectory import SEED_KEY, VAL_ENV_KEY, VAL_SEED_KEY, spread_env_ids
 from tunix_ppo_ext._src.envs.base import EnvSpec, make_env
-from tunix_ppo_ext._src.ops.score_norm import SCORE_NORMALIZATIONS
 from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, dapo_source
-from tunix_ppo_ext._src.tunix.rollout.sources import (
-  FILTER_BY,
-  GroupFilter,
-  ScoreShaping,
-  ValidationEpisodes,
-)
+from tunix_ppo_ext._src.tunix.rollout.sources import GroupFilter, ScoreShaping, ValidationEpisodes
 
 
 @dataclasses.dataclass
@@ -105,32 +98,6 @@ class SamplingSection:
       check_number(name("eval_top_p"), self.eval_top_p, low=0.0, high=1.0, low_open=True)
     if self.eval_top_k is not None:
       check_integer(name("eval_top_k"), self.eval_top_k, low=0)
-
-
-@dataclasses.dataclass
-class ShapingSection:
-  """Episode scores normalized before the estimator: `method` (`identity`, `mean`,
-  `mean_std`, `asym_clip`) within `grouping` (`group`, `batch`, `state`); then
-  `format_penalty` (<= 0, GRL's sign) added to the reward of every turn the environment
-  flagged malformed (`info["invalid_action"]`)."""
-
-  grouping: str = "group"
-  method: str = "identity"
-  eps: float = 1e-6
-  format_penalty: float = 0.0
-  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
-
-  def __post_init__(self, keys: FieldKeys | None = None):
-    keys = keys or FieldKeys(prefix="shaping.")
-    for key, choices in (("grouping", GROUPINGS), ("method", SCORE_NORMALIZATIONS)):
-      check_choice(keys.subject(key), getattr(self, key), choices)
-    check_number(keys.subject("eps"), self.eps, low=0.0, low_open=True)
-    if self.format_penalty > 0:
-      raise ConfigError(
-        f"{keys.subject('format_penalty')}={self.format_penalty} must be <= 0: it is added "
-        f"to a malformed turn's reward (GRL's sign: -0.1 takes 0.1 off)"
-      )
-    check_number(keys.subject("format_penalty"), self.format_penalty)
 
 
 @dataclasses.dataclass
@@ -197,21 +164,6 @@ def env_specs(entries: list[EnvEntry]) -> list[EnvSpec]:
 def entry_env_ids(entries: list[EnvEntry]) -> np.ndarray | None:
   """`[sum(groups)]` environment index per group (`spread_env_ids`); None for no entries."""
   return spread_env_ids([e.groups for e in entries]) if entries else None
-
-
-@dataclasses.dataclass
-class FilterSection:
-  """Rollout filtering: keep `keep_ratio` of each rollout chunk's groups, those with the
-  largest in-group score std (`by: std`) or the smallest (`std_rev`); 1.0: off."""
-
-  keep_ratio: float = 1.0
-  by: str = "std"
-  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
-
-  def __post_init__(self, keys: FieldKeys | None = None):
-    keys = keys or FieldKeys(prefix="filter.")
-    check_number(keys.subject("keep_ratio"), self.keep_ratio, 0.0, 1.0, low_open=True)
-    check_choice(keys.subject("by"), self.by, FILTER_BY)
 
 
 def validate_filter(section: FilterSection, chunk: int, num_generations: int) -> None:
@@ -528,8 +480,8 @@ def wrapped_source(
   if not validation.is_default():
     source = ValidationEpisodes(source, evaluation)
   source = dapo_source(source, dapo, budget)
-  if shaping.method != "identity" or shaping.format_penalty != 0.0:
-    source = ScoreShaping(source, **dataclasses.asdict(shaping))
+  if shaping.is_on():
+    source = ScoreShaping(source, shaping)
   if groups.keep_ratio < 1.0:
-    source = GroupFilter(source, groups.keep_ratio, groups.by)
+    source = GroupFilter(source, groups)
   return source

@@ -38,6 +38,7 @@ from tunix_ppo_ext._src.checks import (
 )
 from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
 from tunix_ppo_ext._src.config.model_spec import ModelSpec
+from tunix_ppo_ext._src.config.rollout_sections import FilterSection, ShapingSection
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.envs import base as envs
@@ -254,8 +255,8 @@ class RunConfig:
   optim: recipe.OptimSection = dataclasses.field(default_factory=recipe.OptimSection)
   batch: recipe.BatchSection = dataclasses.field(default_factory=recipe.BatchSection)
   sampling: recipe.SamplingSection = dataclasses.field(default_factory=recipe.SamplingSection)
-  shaping: recipe.ShapingSection = dataclasses.field(default_factory=recipe.ShapingSection)
-  filter: recipe.FilterSection = dataclasses.field(default_factory=recipe.FilterSection)
+  shaping: ShapingSection = dataclasses.field(default_factory=ShapingSection)
+  filter: FilterSection = dataclasses.field(default_factory=FilterSection)
   validation: recipe.ValidationSection = dataclasses.field(default_factory=recipe.ValidationSection)
   dapo: DapoSection = dataclasses.field(default_factory=DapoSection)
   # the `ppo` section, checked as it is read (`ppo_section`)

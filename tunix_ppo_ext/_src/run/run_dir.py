@@ -25,10 +25,12 @@ import json
 import os
 import pathlib
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics.sinks import write_atomically
@@ -53,6 +55,7 @@ COMPUTE_ONLY = (
 )
 # tunix wraps the optimizer in optax.MultiSteps when it accumulates gradients
 ACCUMULATION = ("batch.train_micro_batch_size", "batch.gradient_accumulation_steps")
+OPTIMIZER_ROLES = ("actor", "critic")  # the roles of `ResolvedRun.optimizers`, in order
 LOCK = ".lock"
 HISTORY = "config_history.jsonl"
 CONFIG = "config.json"
@@ -74,33 +77,49 @@ def _fixed(key: str) -> bool:
   return key not in COMPUTE_ONLY and any(key == f or key.startswith(f + ".") for f in FIXED)
 
 
-def _state_structure(spec: dict[str, Any]) -> str:
-  """The tree structure of the optimizer state `spec` builds (learning rate and steps do
-  not change it; a stand-in parameter does for any model)."""
-  optimizer = build_optimizer(OptimizerSpec(**spec), 1e-3, 1)
+def _state_structure(optimizer: optax.GradientTransformation) -> str:
+  """The tree structure of `optimizer`'s state (a stand-in parameter does for any model)."""
   params = {"w": jax.ShapeDtypeStruct((1,), jnp.float32)}
   return str(jax.tree.structure(jax.eval_shape(optimizer.init, params)))
 
 
-def _restructuring(changed: dict[str, Any], saved: dict, requested: dict) -> set[str]:
-  """The changed keys that would give the checkpoints' optimizer state another structure."""
+def _restructuring(
+  changed: dict[str, Any], saved: dict, optimizers: Sequence[optax.GradientTransformation]
+) -> set[str]:
+  """The changed keys that would give the checkpoints' optimizer state another structure:
+  the saved `optim.<role>` spec's optimizer against the run's own (learning rate and steps
+  do not change the structure)."""
   keys = {k for k in changed if k in ACCUMULATION}
-  for role, spec in (saved.get("optim") or {}).items():
+  for role, optimizer in zip(OPTIMIZER_ROLES, optimizers, strict=True):
+    spec = (saved.get("optim") or {}).get(role)
     mine = [k for k in changed if k.startswith(f"optim.{role}.")]
-    if mine and _state_structure(spec) != _state_structure(requested["optim"][role]):
-      keys.update(mine)
+    if mine and spec is not None:
+      saved_optimizer = build_optimizer(OptimizerSpec(**spec), 1e-3, 1)
+      if _state_structure(saved_optimizer) != _state_structure(optimizer):
+        keys.update(mine)
   return keys
 
 
-def check_rerun(out: pathlib.Path, config: dict[str, Any], checkpoint_step: int | None) -> None:
+def check_rerun(
+  out: pathlib.Path,
+  config: dict[str, Any],
+  checkpoint_step: int | None,
+  optimizers: Sequence[optax.GradientTransformation],
+) -> None:
   """Refuses a rerun that changes a `FIXED` setting or asks for fewer steps than are done
   (`rerun_changes`); records the other changes in `config_history.jsonl`. Writes
   `config.json` last.
 
+  Args:
+    out: the run's output directory.
+    config: the requested run's config (`ResolvedRun.config`).
+    checkpoint_step: the step of the directory's checkpoints (None: a new run).
+    optimizers: the requested run's `(actor, critic)` optimizers (`ResolvedRun.optimizers`).
+
   Raises:
     ValueError: one line listing every refused difference (`key: saved -> requested`).
   """
-  changed = rerun_changes(out, config, checkpoint_step)
+  changed = rerun_changes(out, config, checkpoint_step, optimizers)
   if changed:
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_step": checkpoint_step}
     record["changed"] = {k: {"from": a, "to": b} for k, (a, b) in changed.items()}
@@ -110,10 +129,14 @@ def check_rerun(out: pathlib.Path, config: dict[str, Any], checkpoint_step: int 
 
 
 def rerun_changes(
-  out: pathlib.Path, config: dict[str, Any], checkpoint_step: int | None
+  out: pathlib.Path,
+  config: dict[str, Any],
+  checkpoint_step: int | None,
+  optimizers: Sequence[optax.GradientTransformation],
 ) -> dict[str, tuple[Any, Any]]:
   """The settings `config` changes from the saved `config.json` of a run with checkpoints,
-  `{key: (saved, requested)}` ({} for a new run); writes nothing.
+  `{key: (saved, requested)}` ({} for a new run); writes nothing. `optimizers`: the
+  requested run's `(actor, critic)`, whose state structures the saved specs' must match.
 
   Raises:
     ValueError: one line listing every refused difference (`key: saved -> requested`).
@@ -140,7 +163,7 @@ def rerun_changes(
     for k in sorted(saved.keys() | requested.keys())
     if saved.get(k) != requested.get(k)
   }
-  optimizer = _restructuring(changed, saved_config, config)
+  optimizer = _restructuring(changed, saved_config, optimizers)
   refused = {k: v for k, v in changed.items() if _fixed(k) or k in optimizer}
   if refused:
     listed = "; ".join(

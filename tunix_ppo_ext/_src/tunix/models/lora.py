@@ -115,12 +115,6 @@ def apply_lora(model: nnx.Module, spec: LoraSpec, seed: int = 0) -> nnx.Module:
   return adapted
 
 
-def trainable(variable: nnx.Variable) -> nnx.LoRAParam:
-  """`variable` as an `nnx.LoRAParam` (same value and metadata): what a LoRA-enabled tunix
-  trainer trains, e.g. a value head that has no adapter of its own."""
-  return nnx.LoRAParam(variable[...], **variable.get_metadata())
-
-
 def parameter_counts(model: nnx.Module) -> dict[str, int]:
   """`{"total", "trainable"}` parameter counts: every `nnx.Param` (adapters included), and
   what a tunix trainer updates (the `LoRAParam`s when there are any, else every `Param`)."""

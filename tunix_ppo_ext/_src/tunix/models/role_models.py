@@ -97,8 +97,8 @@ def _stored_policy(plan: ModelPlan, tokenizer_vocab: int, mesh: Any) -> nnx.Modu
 
 def roles_around(plan: ModelPlan, policy: nnx.Module) -> tuple[nnx.Module, nnx.Module, nnx.Module]:
   """`(actor, critic, reference)` around a base `policy`: with `plan.lora` the adapted
-  actor, its critic and the base itself as the reference (`toy_models.lora_models`: one
-  copy of the base weights); else the policy, a critic from its backbone and a copy; with
+  actor, its critic and the base itself as the reference (`lora_roles`: one copy of the
+  base weights); else the policy, a critic from its backbone and a copy; with
   `attention: blockwise` each attends blockwise on its cache-free passes, and with a
   `dtype` what the actor and critic train stays float32.
 
@@ -110,7 +110,7 @@ def roles_around(plan: ModelPlan, policy: nnx.Module) -> tuple[nnx.Module, nnx.M
     `(actor, critic, reference)`.
   """
   if plan.lora is not None:
-    roles = toy_models.lora_models(
+    roles = lora_roles(
       policy, plan.lora, plan.seed, critic_lora=plan.critic_lora, head_init=plan.head_init
     )
   else:
@@ -120,3 +120,35 @@ def roles_around(plan: ModelPlan, policy: nnx.Module) -> tuple[nnx.Module, nnx.M
   if plan.spec.dtype is not None:
     hf_models.train_in_float32(*roles[:2])
   return roles
+
+
+def lora_roles(
+  policy: nnx.Module,
+  spec: lora.LoraSpec,
+  seed: int = 0,
+  critic_lora: bool = False,
+  head_init: str = "normal",
+) -> tuple[nnx.Module, nnx.Module, nnx.Module]:
+  """`(actor, critic, reference)` for LoRA training of a base `policy`, as tunix's own CLI
+  builds them: the reference is `policy` itself (frozen), the actor `policy` with adapters
+  holding the very same base arrays, so tunix's cluster shares one copy of the base weights
+  between actor, rollout and reference.
+
+  Args:
+    policy: the base policy (left unchanged).
+    spec: the adapters (`lora.apply_lora`).
+    seed: seeds the actor's adapters; `seed + 1` the critic's value head and adapters.
+    critic_lora: the critic holds the base's own arrays plus adapters, its value head
+      trainable (`LoRAParam`); else a full copy of the backbone with a value head.
+    head_init: the value head's initialisation (`toy_models.ValueModel`).
+
+  Returns:
+    `(actor, critic, reference)`.
+  """
+  critic = toy_models.critic_from_policy(
+    policy, seed + 1, share_weights=critic_lora, trainable_head=critic_lora, head_init=head_init
+  )
+  actor = lora.apply_lora(policy, spec, seed)
+  if critic_lora:
+    critic = lora.apply_lora(critic, spec, seed + 1)
+  return actor, critic, policy

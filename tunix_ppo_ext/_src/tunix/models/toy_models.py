@@ -19,7 +19,6 @@ from tunix.models.qwen2 import model as qwen2
 from tunix.models.qwen3 import model as qwen3
 
 from tunix_ppo_ext._src.tunix import compat
-from tunix_ppo_ext._src.tunix.models import lora
 
 
 def tiny_qwen3_config(
@@ -144,8 +143,9 @@ class ValueModel(nnx.Module):
       rngs=rngs,
     )
     if trainable_head:  # next to frozen LoRA-adapted weights: trained as the adapters are
-      self.value_head.kernel = lora.trainable(self.value_head.kernel)
-      self.value_head.bias = lora.trainable(self.value_head.bias)
+      for name in ("kernel", "bias"):  # an `nnx.LoRAParam`: what a LoRA trainer trains
+        weight = getattr(self.value_head, name)
+        setattr(self.value_head, name, nnx.LoRAParam(weight[...], **weight.get_metadata()))
 
   def hidden_states(
     self,
@@ -247,7 +247,7 @@ def critic_from_policy(
   any family in `BACKBONE_FAMILIES`; the copy keeps each array's sharding, so a sharded
   policy gives a sharded critic. Only the value head is new (from `seed`); the policy's
   `lm_head`, if any, is not copied. `share_weights`: the backbone holds the policy's own
-  arrays instead of copies (for a critic that trains only adapters, `lora_models`), and
+  arrays instead of copies (for a critic that trains only adapters, `role_models.lora_roles`), and
   `trainable_head` makes the head `LoRAParam`s, what a LoRA-enabled tunix trainer trains;
   `head_init` is `ValueModel`'s.
 
@@ -282,26 +282,3 @@ def with_critic_and_reference(policy: nnx.Module, seed: int = 0, head_init: str 
   PPO practice, seed `seed + 1` for its head, `head_init` as `ValueModel`'s) and the
   reference a copy of the policy."""
   return policy, critic_from_policy(policy, seed + 1, head_init=head_init), copy_model(policy)
-
-
-def lora_models(
-  policy: nnx.Module,
-  spec: lora.LoraSpec,
-  seed: int = 0,
-  critic_lora: bool = False,
-  head_init: str = "normal",
-):
-  """`(actor, critic, reference)` for LoRA training of a base `policy`, as tunix's own CLI
-  builds them: the reference is `policy` itself (frozen), the actor `policy` with adapters
-  (`lora.apply_lora`, seed `seed`) holding the very same base arrays, so tunix's cluster
-  shares one copy of the base weights between actor, rollout and reference. The critic is
-  a full copy of the backbone with a value head (seed `seed + 1`), or with `critic_lora` the
-  base's own arrays plus adapters, its value head made trainable (`LoRAParam`); `head_init`
-  is `ValueModel`'s."""
-  actor = lora.apply_lora(policy, spec, seed)
-  if not critic_lora:
-    return actor, critic_from_policy(policy, seed + 1, head_init=head_init), policy
-  critic = critic_from_policy(
-    policy, seed + 1, share_weights=True, trainable_head=True, head_init=head_init
-  )
-  return actor, lora.apply_lora(critic, spec, seed + 1), policy

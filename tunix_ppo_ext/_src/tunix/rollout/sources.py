@@ -6,11 +6,14 @@ A trajectory source is what `PpoExtLearner(trajectory_source=...)` takes: a call
 class here wraps another source and is a source itself, so they stack:
 
   source = MultiTurnRollout("memory", max_turns=4, max_completion_len=16)
-  source = OverlongPenalty(source, budget=8, buffer_len=4)   # DAPO eq. 13, training only
-  source = DynamicSampling(source, max_rounds=4)             # DAPO's dynamic sampling
-  source = ScoreShaping(source, method="mean_std")           # GRL / RAGEN score normalization
-  source = GroupFilter(source, keep_ratio=0.5)               # StarPO-S's rollout filter
+  source = OverlongPenalty(source, 8, OverlongBufferSection(len=4))  # DAPO eq. 13
+  source = DynamicSampling(source, FilterGroupsSection(max_num_gen_batches=4))  # DAPO
+  source = ScoreShaping(source, ShapingSection(method="mean_std"))  # GRL / RAGEN
+  source = GroupFilter(source, FilterSection(keep_ratio=0.5))  # StarPO-S's rollout filter
   learner = PpoExtLearner(rl_cluster, config, trajectory_source=source)
+
+Each takes its settings as the run config's section (`config.rollout_sections`), checked
+when the section is built; the wrapper checks nothing again.
 
 Order matters as it reads: dynamic sampling regenerates rounds through everything inside it
 (so it judges scores with the overlong penalty, as verl's `seq_reward` does); the filter
@@ -34,15 +37,19 @@ from typing import Any
 
 import numpy as np
 
-from tunix_ppo_ext._src.checks import ConfigError, check_choice, check_integer, check_number
+from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.config.rollout_sections import (
+  FilterGroupsSection,
+  FilterSection,
+  OverlongBufferSection,
+  ShapingSection,
+)
 from tunix_ppo_ext._src.data.dynamic_sampling import (
-  SCORE_METRICS,
   fill_with_informative_groups,
   overlong_shaped,
   round_input,
 )
 from tunix_ppo_ext._src.data.score_shaping import (
-  GROUPINGS,
   filter_groups,
   normalize_batch_scores,
   penalize_malformed_turns,
@@ -54,11 +61,9 @@ from tunix_ppo_ext._src.data.trajectory import (
   VAL_SEED_KEY,
   TrajectoryBatch,
 )
-from tunix_ppo_ext._src.ops.score_norm import SCORE_NORMALIZATIONS
 from tunix_ppo_ext._src.tunix.rollout.context import Mode, RolloutContext
 
 Source = Callable[[Any, dict[str, Any], Any], TrajectoryBatch]
-FILTER_BY = ("std", "std_rev")
 
 
 def buffer_rollout_stats(context: RolloutContext, stats: dict[str, Any], mode: Any) -> None:
@@ -162,18 +167,24 @@ class ValidationEpisodes(SourceWrapper):
 class OverlongPenalty(SourceWrapper):
   """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476, eq. 13; verl's
   `reward_model.overlong_buffer`) on training batches: an episode of `n` agent tokens in the
-  last `buffer_len` of the `budget` gets `-penalty_factor * (n - (budget - buffer_len)) /
-  buffer_len` (`ops.overlong_penalty`). Logs `rollout/overlong_penalty` (mean added reward)
-  and `rollout/overlong_frac` (share penalized). Evaluation: `inner` untouched."""
+  last `section.len` of the `budget` gets `-penalty_factor * (n - (budget - len)) / len`
+  (`ops.overlong_penalty`). Logs `rollout/overlong_penalty` (mean added reward) and
+  `rollout/overlong_frac` (share penalized). Evaluation: `inner` untouched.
 
-  def __init__(self, inner: Source, budget: int, buffer_len: int, penalty_factor: float = 1.0):
+  Args:
+    inner: the wrapped source.
+    budget: the most agent tokens an episode holds (DAPO's L_max), at least `section.len`.
+    section: the buffer's `len` and `penalty_factor` (`enable` is the run config's switch).
+  """
+
+  def __init__(self, inner: Source, budget: int, section: OverlongBufferSection):
     super().__init__(inner)
-    check_integer("OverlongPenalty's budget", budget, low=1)
-    check_integer("OverlongPenalty's buffer_len", buffer_len, low=1)
-    if buffer_len > budget:
-      raise ConfigError(f"OverlongPenalty's buffer_len={buffer_len} exceeds budget={budget}")
-    check_number("OverlongPenalty's penalty_factor", penalty_factor, low=0.0)
-    self.budget, self.buffer_len, self.penalty_factor = budget, buffer_len, penalty_factor
+    if not isinstance(budget, int) or budget < section.len:
+      raise ConfigError(
+        f"OverlongPenalty's budget={budget!r} must be an integer of at least the buffer's "
+        f"len={section.len} (dapo.overlong_buffer.len)"
+      )
+    self.budget, self.section = budget, section
 
   def _call(
     self, context: RolloutContext, training_input: dict[str, Any], mode: Any
@@ -181,7 +192,8 @@ class OverlongPenalty(SourceWrapper):
     batch = self.inner(context, training_input, mode)
     if mode != Mode.TRAIN:  # evaluation measures the environment's own rewards
       return batch
-    batch, penalty = overlong_shaped(batch, self.budget, self.buffer_len, self.penalty_factor)
+    over = self.section
+    batch, penalty = overlong_shaped(batch, self.budget, over.len, over.penalty_factor)
     stats = {"overlong_penalty": penalty.mean(), "overlong_frac": (penalty < 0).mean()}
     buffer_rollout_stats(context, stats, mode)
     return batch
@@ -189,17 +201,20 @@ class OverlongPenalty(SourceWrapper):
 
 class DynamicSampling(SourceWrapper):
   """DAPO's dynamic sampling (verl's `algorithm.filter_groups`) on training batches: groups
-  whose `metric` scores (`seq_reward`: the token rewards' sum; `episode_return`) are all equal
-  are dropped and `inner` plays new rounds (fresh episode seeds), `max_rounds` at most, the
-  first included; a batch still short is completed with masked groups. Logs
-  `rollout/dynamic_sampling_rounds`, `..._kept_frac` (share of generated groups kept) and
-  `..._masked_frac`. Evaluation: `inner` untouched."""
+  whose `section.metric` scores (`seq_reward`: the token rewards' sum; `episode_return`) are
+  all equal are dropped and `inner` plays new rounds (fresh episode seeds),
+  `section.max_num_gen_batches` at most, the first included; a batch still short is
+  completed with masked groups. Logs `rollout/dynamic_sampling_rounds`, `..._kept_frac`
+  (share of generated groups kept) and `..._masked_frac`. Evaluation: `inner` untouched.
 
-  def __init__(self, inner: Source, max_rounds: int = 4, metric: str = "seq_reward"):
+  Args:
+    inner: the wrapped source.
+    section: the metric and the most rounds (`enable` is the run config's switch).
+  """
+
+  def __init__(self, inner: Source, section: FilterGroupsSection):
     super().__init__(inner)
-    check_integer("DynamicSampling's max_rounds", max_rounds, low=1)
-    check_choice("DynamicSampling's metric", metric, SCORE_METRICS)
-    self.max_rounds, self.metric = max_rounds, metric
+    self.section = section
 
   def _call(
     self, context: RolloutContext, training_input: dict[str, Any], mode: Any
@@ -208,60 +223,57 @@ class DynamicSampling(SourceWrapper):
       return self.inner(context, training_input, mode)
     batch, stats = fill_with_informative_groups(
       lambda r: self.inner(context, round_input(training_input, r), mode),
-      self.max_rounds,
-      self.metric,
+      self.section.max_num_gen_batches,
+      self.section.metric,
     )
     buffer_rollout_stats(context, {f"dynamic_sampling_{k}": v for k, v in stats.items()}, mode)
     return batch
 
 
 class ScoreShaping(SourceWrapper):
-  """Episode scores normalized within their `grouping` (`group`, `batch`, `state`) by
-  `method` (`identity`, `mean`, `mean_std`, `asym_clip`; `ops.normalize_scores`), as GRL and
-  RAGEN do before any estimator; then `format_penalty` (<= 0) added to the reward of every
-  turn the environment flagged malformed, logging `rollout/malformed_turns` and
-  `rollout/format_penalty` (means per episode). Training and evaluation alike."""
+  """Episode scores normalized within the section's `grouping` (`group`, `batch`, `state`)
+  by its `method` (`identity`, `mean`, `mean_std`, `asym_clip`; `ops.normalize_scores`), as
+  GRL and RAGEN do before any estimator; then its `format_penalty` (<= 0) added to the
+  reward of every turn the environment flagged malformed, logging `rollout/malformed_turns`
+  and `rollout/format_penalty` (means per episode). Training and evaluation alike.
 
-  def __init__(
-    self,
-    inner: Source,
-    grouping: str = "group",
-    method: str = "identity",
-    eps: float = 1e-6,
-    format_penalty: float = 0.0,
-  ):
+  Args:
+    inner: the wrapped source.
+    section: grouping, method, eps and format penalty.
+  """
+
+  def __init__(self, inner: Source, section: ShapingSection):
     super().__init__(inner)
-    check_choice("ScoreShaping's grouping", grouping, GROUPINGS)
-    check_choice("ScoreShaping's method", method, SCORE_NORMALIZATIONS)
-    check_number("ScoreShaping's eps", eps, low=0.0, low_open=True)
-    check_number("ScoreShaping's format_penalty", format_penalty, high=0.0)
-    self.grouping, self.method, self.eps = grouping, method, eps
-    self.format_penalty = format_penalty
+    self.section = section
 
   def _call(
     self, context: RolloutContext, training_input: dict[str, Any], mode: Any
   ) -> TrajectoryBatch:
     batch = self.inner(context, training_input, mode)
-    batch = normalize_batch_scores(batch, self.grouping, self.method, self.eps)
-    if self.format_penalty == 0.0:
+    shaping = self.section
+    batch = normalize_batch_scores(batch, shaping.grouping, shaping.method, shaping.eps)
+    if shaping.format_penalty == 0.0:
       return batch
-    batch, stats = penalize_malformed_turns(batch, self.format_penalty)
+    batch, stats = penalize_malformed_turns(batch, shaping.format_penalty)
     buffer_rollout_stats(context, stats, mode)
     return batch
 
 
 class GroupFilter(SourceWrapper):
-  """The rollout filter (RAGEN's StarPO-S): in training, keeps `keep_ratio` of each batch's
-  groups, those with the largest in-group score std (`by="std"`) or the smallest
-  (`"std_rev"`); the others' loss masks are zeroed (`data.filter_groups`). Logs
+  """The rollout filter (RAGEN's StarPO-S): in training, keeps the section's `keep_ratio` of
+  each batch's groups, those with the largest in-group score std (`by="std"`) or the
+  smallest (`"std_rev"`); the others' loss masks are zeroed (`data.filter_groups`). Logs
   `rollout/filter_kept_frac`, `rollout/in_group_std`, `rollout/kept_in_group_std`.
-  Evaluation measures every episode."""
+  Evaluation measures every episode.
 
-  def __init__(self, inner: Source, keep_ratio: float, by: str = "std"):
+  Args:
+    inner: the wrapped source.
+    section: the share of groups kept and by what.
+  """
+
+  def __init__(self, inner: Source, section: FilterSection):
     super().__init__(inner)
-    check_number("GroupFilter's keep_ratio", keep_ratio, low=0.0, high=1.0, low_open=True)
-    check_choice("GroupFilter's by", by, FILTER_BY)
-    self.keep_ratio, self.by = keep_ratio, by
+    self.section = section
 
   def _call(
     self, context: RolloutContext, training_input: dict[str, Any], mode: Any
@@ -269,7 +281,7 @@ class GroupFilter(SourceWrapper):
     batch = self.inner(context, training_input, mode)
     if mode != Mode.TRAIN:
       return batch
-    batch, stats = filter_groups(batch, self.keep_ratio, self.by == "std_rev")
+    batch, stats = filter_groups(batch, self.section.keep_ratio, self.section.by == "std_rev")
     names = {"kept_frac": "filter_kept_frac"}
     buffer_rollout_stats(context, {names.get(k, k): v for k, v in stats.items()}, mode)
     return batch
