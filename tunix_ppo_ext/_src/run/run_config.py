@@ -153,6 +153,10 @@ def lora_section(model: ModelSection) -> LoraSection | None:
   return _build(LoraSection, model.lora, prefix=f"{lora.KEY}.")
 
 
+WANDB_MODES = ("disabled", "offline", "online")  # `wandb`
+KV_CACHE_MODES = ("continue", "reencode")  # `env.kv_cache`
+
+
 @dataclasses.dataclass
 class EnvSection:
   """The environment by name, its keyword arguments and the trajectory limits.
@@ -173,6 +177,9 @@ class EnvSection:
   loss_on_observations: bool = False  # ablation: train on environment tokens too
   chat_template: bool = False  # format episodes with the tokenizer's chat template
   kv_cache: str = "continue"  # each turn continues from the KV cache; "reencode": old path
+
+  def __post_init__(self):
+    check_choice("config key 'env.kv_cache'", self.kv_cache, KV_CACHE_MODES)
 
 
 @dataclasses.dataclass
@@ -267,6 +274,9 @@ class RunConfig:
     default=None, repr=False, compare=False, metadata={INTERNAL: True}
   )
 
+  def __post_init__(self):
+    check_choice("config key 'wandb'", self.wandb, WANDB_MODES)
+
 
 def ppo_section(
   given: dict[str, Any], train: TrainSection | None = None, model: ModelSection | None = None
@@ -316,8 +326,6 @@ def _ppo_changes(run: RunConfig) -> dict[str, Any]:
   return {k: getattr(run.ppo, k) for k in names if getattr(run.ppo, k) != getattr(default, k)}
 
 
-_WANDB_MODES = ("disabled", "offline", "online")
-_KV_CACHE_MODES = ("continue", "reencode")
 
 
 EMBEDDED_DEFAULT = pathlib.Path(__file__).with_name("default.yaml")
@@ -788,13 +796,6 @@ def _validate_env_mix(run: RunConfig, num_generations: int) -> None:
 
 def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
-  if run.wandb not in _WANDB_MODES:
-    raise ConfigError(f"config key 'wandb' must be one of {_WANDB_MODES}, got {run.wandb!r}")
-  if run.env.kv_cache not in _KV_CACHE_MODES:
-    hint = did_you_mean(str(run.env.kv_cache), _KV_CACHE_MODES, n=1)
-    raise ConfigError(
-      f"config key 'env.kv_cache' must be one of {_KV_CACHE_MODES}, got {run.env.kv_cache!r}{hint}"
-    )
   if not run.output_dir or pathlib.Path(run.output_dir).is_file():
     raise ConfigError(
       f"config key 'output_dir' (--output-dir) must name a directory, got {run.output_dir!r}"
