@@ -326,8 +326,6 @@ def _ppo_changes(run: RunConfig) -> dict[str, Any]:
   return {k: getattr(run.ppo, k) for k in names if getattr(run.ppo, k) != getattr(default, k)}
 
 
-
-
 EMBEDDED_DEFAULT = pathlib.Path(__file__).with_name("default.yaml")
 
 

@@ -164,7 +164,21 @@ class ValidationEpisodes(SourceWrapper):
     return self.evaluation(context, inputs, mode)
 
 
-class OverlongPenalty(SourceWrapper):
+class SectionWrapper(SourceWrapper):
+  """A wrapper configured by one config section (`self.section`), checked when it was built
+  (`config.rollout_sections`).
+
+  Args:
+    inner: the wrapped source.
+    section: the wrapper's settings.
+  """
+
+  def __init__(self, inner: Source, section: Any):
+    super().__init__(inner)
+    self.section = section
+
+
+class OverlongPenalty(SectionWrapper):
   """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476, eq. 13; verl's
   `reward_model.overlong_buffer`) on training batches: an episode of `n` agent tokens in the
   last `section.len` of the `budget` gets `-penalty_factor * (n - (budget - len)) / len`
@@ -178,13 +192,13 @@ class OverlongPenalty(SourceWrapper):
   """
 
   def __init__(self, inner: Source, budget: int, section: OverlongBufferSection):
-    super().__init__(inner)
+    super().__init__(inner, section)
     if not isinstance(budget, int) or budget < section.len:
       raise ConfigError(
         f"OverlongPenalty's budget={budget!r} must be an integer of at least the buffer's "
         f"len={section.len} (dapo.overlong_buffer.len)"
       )
-    self.budget, self.section = budget, section
+    self.budget = budget
 
   def _call(
     self, context: RolloutContext, training_input: dict[str, Any], mode: Any
@@ -199,7 +213,7 @@ class OverlongPenalty(SourceWrapper):
     return batch
 
 
-class DynamicSampling(SourceWrapper):
+class DynamicSampling(SectionWrapper):
   """DAPO's dynamic sampling (verl's `algorithm.filter_groups`) on training batches: groups
   whose `section.metric` scores (`seq_reward`: the token rewards' sum; `episode_return`) are
   all equal are dropped and `inner` plays new rounds (fresh episode seeds),
@@ -212,9 +226,7 @@ class DynamicSampling(SourceWrapper):
     section: the metric and the most rounds (`enable` is the run config's switch).
   """
 
-  def __init__(self, inner: Source, section: FilterGroupsSection):
-    super().__init__(inner)
-    self.section = section
+  section: FilterGroupsSection
 
   def _call(
     self, context: RolloutContext, training_input: dict[str, Any], mode: Any
@@ -230,7 +242,7 @@ class DynamicSampling(SourceWrapper):
     return batch
 
 
-class ScoreShaping(SourceWrapper):
+class ScoreShaping(SectionWrapper):
   """Episode scores normalized within the section's `grouping` (`group`, `batch`, `state`)
   by its `method` (`identity`, `mean`, `mean_std`, `asym_clip`; `ops.normalize_scores`), as
   GRL and RAGEN do before any estimator; then its `format_penalty` (<= 0) added to the
@@ -242,9 +254,7 @@ class ScoreShaping(SourceWrapper):
     section: grouping, method, eps and format penalty.
   """
 
-  def __init__(self, inner: Source, section: ShapingSection):
-    super().__init__(inner)
-    self.section = section
+  section: ShapingSection
 
   def _call(
     self, context: RolloutContext, training_input: dict[str, Any], mode: Any
@@ -259,7 +269,7 @@ class ScoreShaping(SourceWrapper):
     return batch
 
 
-class GroupFilter(SourceWrapper):
+class GroupFilter(SectionWrapper):
   """The rollout filter (RAGEN's StarPO-S): in training, keeps the section's `keep_ratio` of
   each batch's groups, those with the largest in-group score std (`by="std"`) or the
   smallest (`"std_rev"`); the others' loss masks are zeroed (`data.filter_groups`). Logs
@@ -271,9 +281,7 @@ class GroupFilter(SourceWrapper):
     section: the share of groups kept and by what.
   """
 
-  def __init__(self, inner: Source, section: FilterSection):
-    super().__init__(inner)
-    self.section = section
+  section: FilterSection
 
   def _call(
     self, context: RolloutContext, training_input: dict[str, Any], mode: Any
