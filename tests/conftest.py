@@ -58,6 +58,31 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   _flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0"
   os.environ["XLA_FLAGS"] = _flags.strip()
 
+# The subprocesses the tests start (`tunix-ppo-ext` commands, scripts) run without torch, as
+# a user's install does: torch is the `[dev]` extra's, for the tests' own cross-checks with
+# transformers. With it installed, importing tunix imports it (tunix's metrics logger ->
+# metrax -> tensorboardX, which imports torch when it can): 1.5-3.5 CPU-s in every one of
+# the suite's ~90 subprocesses. A `sitecustomize` on PYTHONPATH makes `import torch` raise
+# ImportError there; the test processes themselves keep torch (`pytest_configure`).
+NO_TORCH_SITE = JAX_CACHE.parent / "subprocess-site"
+
+
+def pytest_configure(config) -> None:
+  """In the processes that run tests (an xdist worker, or pytest without workers), the
+  subprocesses they start get `NO_TORCH_SITE` on their PYTHONPATH."""
+  if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+    return  # the xdist controller: its workers must keep torch
+  NO_TORCH_SITE.mkdir(parents=True, exist_ok=True)
+  site = NO_TORCH_SITE / "sitecustomize.py"
+  if not site.is_file():
+    text = "import sys\n\nsys.modules.setdefault('torch', None)  # import torch: ImportError\n"
+    partial = site.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(text)
+    partial.replace(site)  # the two workers write it at once
+  paths = [str(NO_TORCH_SITE), *filter(None, [os.environ.get("PYTHONPATH")])]
+  os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+
+
 # tunix's cluster builders, re-exported for the tests that build clusters; imported on
 # first use, so that the fast lane (`pytest -m fast`) never imports tunix
 _CLUSTER = "tunix_ppo_ext._src.tunix.cluster.cluster_setup"

@@ -1,9 +1,12 @@
-"""`tests/durations.py`: the order file read from a `--durations` table."""
+"""How the suite spends its time: the order file read from a `--durations` table
+(`tests/durations.py`), the order it gives, and the subprocesses started without torch."""
 
 from __future__ import annotations
 
 import importlib.util
 import pathlib
+import subprocess
+import sys
 
 LOG = """\
 tests/a.py ....                                                    [100%]
@@ -53,3 +56,16 @@ def test_the_suite_runs_file_by_file_longest_file_first():
   items = [SimpleNamespace(nodeid=i) for i in ids]
   ordered = [i.nodeid for i in by_file_longest_first(items, seconds)]
   assert ordered == ["b.py::t1", "b.py::t2", "a.py::t1", "a.py::t2", "c.py::t1"]
+
+
+def test_the_tests_subprocesses_run_without_torch_and_the_tests_with_it():
+  """`conftest.NO_TORCH_SITE`: a subprocess cannot import torch (importing tunix would),
+  the test's own process can (the cross-checks with transformers need it)."""
+  import torch  # noqa: PLC0415
+
+  assert torch.zeros(2).sum().item() == 0.0
+  code = "import sys, tensorboardX; print(sys.modules['torch'])"  # tensorboardX tried it
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert done.stdout.strip() == "None"
+  done = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True)
+  assert done.returncode != 0 and "import of torch halted" in done.stderr
