@@ -18,6 +18,7 @@ length, type: 1 full, 2 first, 3 middle, 4 last) and a chunk of a serialized
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import json
@@ -98,15 +99,27 @@ def __getattr__(name: str) -> Any:
 
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
-  """After each test module, JAX's in-memory caches are cleared, which unloads the
-  compiled programs the module left loaded. Each loaded XLA:CPU program holds about six
-  memory mappings; an xdist worker that kept the whole suite's (about 10,000) passed the
-  kernel's 65,530 (`vm.max_map_count`) and died loading the next one from the persistent
-  cache (a segfault or abort in `compilation_cache.get_executable_and_time`, in all three
-  full runs on 2026-12-04). A later module reloads what it needs from that cache."""
+  """Each test module runs over a frozen heap, and leaves no compiled program loaded.
+
+  tunix collects garbage in full where it builds a cluster or a learner (`gc.collect()` in
+  `RLCluster.__init__` and `show_hbm_usage`, and in some passes): a full collection walks
+  every object of the xdist worker's heap, which grows with every module it ran (a tenth of
+  a worker's samples under py-spy were those collections). The heap a module finds is
+  frozen (`gc.freeze`) while its tests run, so those collections walk only what the module
+  made; at its end the heap is unfrozen and collected once.
+
+  After each test module JAX's in-memory caches are cleared, which unloads the compiled
+  programs the module left loaded. Each loaded XLA:CPU program holds about six memory
+  mappings; an xdist worker that kept the whole suite's (about 10,000) passed the kernel's
+  65,530 (`vm.max_map_count`) and died loading the next one from the persistent cache (a
+  segfault or abort in `compilation_cache.get_executable_and_time`, in all three full runs
+  on 2026-12-04). A later module reloads what it needs from that cache."""
+  gc.freeze()
   yield
+  gc.unfreeze()
   if "jax" in sys.modules:
     sys.modules["jax"].clear_caches()
+  gc.collect()
 
 
 settings.register_profile(
