@@ -1,9 +1,13 @@
 """Refreshes `tests/durations.json` (the order `conftest.py` starts the slowest tests in)
-from the `--durations` table of a full run's log:
+from the `--durations` tables of a full run's log:
 
-  python -m pytest -n 2 --durations=120 > run.log; python tests/durations.py run.log
+  PYTEST_ADDOPTS=--durations=0 bash .ci/run > ci.log; python tests/durations.py ci.log
 
-A test's setup, call and teardown seconds are summed; the file lists them longest first.
+A test's setup, call and teardown seconds are summed. With several tables (`.ci/run`
+prints one per pytest run: lane 1 on tunix 0.1.7, lane 2 on tunix main), a test keeps its
+longest, so a test that runs only in lane 2 (skipped in lane 1) is ordered by its lane-2
+seconds. Only the suite's own tests (`tests/...`) are kept; the file lists them longest
+first.
 """
 
 from __future__ import annotations
@@ -16,15 +20,24 @@ import sys
 ROW = re.compile(r"\s*([\d.]+)s (?:call|setup|teardown)\s+(\S+)")
 
 
-def durations(log: str) -> dict[str, float]:
-  """Seconds per test node id from the log's `slowest N durations` table (its rows, up to
-  the first line that is not one), longest first."""
-  _, _, table = log.partition(" durations ==")
+def _table(rows: str) -> dict[str, float]:
+  """Seconds per test node id of one table's rows (up to the first line that is not one)."""
   seconds: dict[str, float] = {}
-  for line in table.splitlines()[1:]:  # the header line's rest, then the rows
+  for line in rows.splitlines()[1:]:  # the header line's rest, then the rows
     if not (row := ROW.match(line)):
       break
     seconds[row.group(2)] = round(seconds.get(row.group(2), 0.0) + float(row.group(1)), 1)
+  return seconds
+
+
+def durations(log: str) -> dict[str, float]:
+  """Seconds per test node id of the suite (`tests/...`) from the log's `slowest N
+  durations` tables, each test's longest of them, longest first."""
+  seconds: dict[str, float] = {}
+  for rows in log.split(" durations ==")[1:]:
+    for test, value in _table(rows).items():
+      if test.startswith("tests/"):
+        seconds[test] = max(value, seconds.get(test, 0.0))
   return dict(sorted(seconds.items(), key=lambda kv: -kv[1]))
 
 

@@ -40,6 +40,21 @@ def test_phases_of_a_test_are_summed_and_the_longest_comes_first():
   assert found["tests/run/test_x.py::test_fast"] == 5.2  # setup and call (5.25, rounded)
 
 
+def test_each_test_keeps_its_longest_of_the_lanes_tables():
+  """`.ci/run` prints a table per pytest run: a test skipped in lane 1 (tunix 0.1.7) is
+  ordered by its lane-2 seconds; tunix's own swapped-in tests are not the suite's."""
+  lane2 = LOG.replace(
+    "20.00s call     tests/tunix/test_y.py", "30.00s call     tests/tunix/test_y.py"
+  )
+  lane2 = lane2.replace("12.50s call", "1.00s call")
+  upstream = "== slowest 1 durations ==\n5.00s call     build/ci/ppo_learner_test.py::T::t\n"
+  found = _durations()(LOG + lane2 + upstream)
+  assert found["tests/tunix/test_y.py::test_slowest"] == 30.0
+  assert found["tests/run/test_x.py::test_slow[a-b]"] == 12.6  # lane 1's, the longer
+  assert list(found)[0] == "tests/tunix/test_y.py::test_slowest"
+  assert not any(test.startswith("build/") for test in found)
+
+
 def test_a_log_without_the_table_gives_nothing():
   assert _durations()("1 passed in 0.1s\n") == {}
 

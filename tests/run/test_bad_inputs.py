@@ -517,7 +517,8 @@ CASES: dict[str, Case] = {
   "run_unknown_environment": Case(run_config("env.name=mazee"), match="env.name"),
   "run_wandb_mode": Case(run_config("wandb=sometimes"), match="'wandb'='sometimes' unknown"),
   "run_kv_cache": Case(
-    run_config("env.kv_cache=reencod"), match="'env.kv_cache'='reencod' unknown; did you mean 'reencode'"
+    run_config("env.kv_cache=reencod"),
+    match="'env.kv_cache'='reencod' unknown; did you mean 'reencode'",
   ),
   "run_batch_not_multiple_of_group": Case(
     run_config("ppo.num_generations=4", "train.batch_size=6"),
