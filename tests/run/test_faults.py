@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import types
 
@@ -206,15 +207,33 @@ def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
   rerun_and_check(out, steps)
 
 
-def test_the_command_exits_after_a_failure_even_with_a_thread_left_waiting(tmp_path):
+# A thread left waiting for ever: a plain one; and a thread-pool worker busy for ever, started
+# from a daemon thread, so a daemon itself, which the interpreter's exit still joins
+# (`concurrent.futures` joins every worker): tunix's agentic loop runs its prompt queue's
+# `get` on such a worker, and `tunix-agentic` stopped by Ctrl-C never exited.
+WAITING_THREADS = {
+  "thread": "threading.Thread(target=threading.Event().wait).start()\n",
+  "pool_worker_of_a_daemon": (
+    "def start_pool():\n"
+    "  pool = concurrent.futures.ThreadPoolExecutor(1)\n"
+    "  pool.submit(threading.Event().wait)\n"
+    "threading.Thread(target=start_pool, daemon=True).start()\n"
+  ),
+}
+
+
+@pytest.mark.parametrize("waiting", WAITING_THREADS)
+def test_the_command_exits_after_a_failure_even_with_a_thread_left_waiting(tmp_path, waiting):
   """A worker thread that waits for ever (as one of tunix's or orbax's can after Ctrl-C)
   would hold the interpreter's exit: the console script leaves it after the grace."""
+  start = textwrap.indent(WAITING_THREADS[waiting], "  ")
   program = (
-    "import threading\n"
+    "import concurrent.futures, threading, time\n"
     "from tunix_ppo_ext._src.run import cli\n"
     "cli.EXIT_GRACE_S = 1.0\n"
     "def interrupted_run():\n"
-    "  threading.Thread(target=threading.Event().wait).start()  # never set\n"
+    f"{start}"
+    "  time.sleep(0.1)  # the worker has taken its work item\n"
     "  return cli.EXIT_INTERRUPTED\n"
     "cli.main = interrupted_run\n"
     "cli.console_main()\n"

@@ -312,9 +312,19 @@ def _plugins_command() -> int:
 
 
 def _other_threads() -> list[threading.Thread]:
-  """The live non-daemon threads besides this one (those the interpreter waits for)."""
+  """The live threads besides this one that the interpreter's exit waits for: the
+  non-daemon ones, and every thread-pool worker, daemon or not (`concurrent.futures` joins
+  them all at exit; a worker started from a daemon thread, as tunix's agentic loop starts
+  its executor's, is a daemon). Without that private name (another Python): the first."""
+  from concurrent.futures import thread as futures_thread  # noqa: PLC0415
+
+  workers = set(getattr(futures_thread, "_threads_queues", {}))
   me = threading.current_thread()
-  return [t for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
+  return [
+    t
+    for t in threading.enumerate()
+    if t is not me and t.is_alive() and (not t.daemon or t in workers)
+  ]
 
 
 def console_main() -> None:
