@@ -175,10 +175,14 @@ def test_a_trainer_s_metrics_after_another_closed_w_and_b_are_left_out(monkeypat
 
   monkeypatch.setenv("WANDB_MODE", "disabled")
   monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+  # W&B reads its settings once a process (`wandb.setup`): an earlier test's W&B run in
+  # this worker kept its own, and W&B then asked for an API key instead
+  wandb.teardown()
   options = metrics_logger.MetricsLoggerOptions(log_dir=str(tmp_path / "tb"))
   tensorboard, make_wandb = cli_hooks.default_metrics_backends(options)
   assert isinstance(tensorboard(), metrics_logger.TensorboardBackend)
   actor, critic = make_wandb(), make_wandb()
+  assert actor.wandb is not None and critic.wandb is not None  # both started W&B
   tunix_s = metrics_logger.WandbBackend(project="tunix")
   actor.close()  # the actor's trainer closes first: W&B's run is finished
   critic.log_scalar("critic/train/vf_loss", 0.5, step=1)
