@@ -181,10 +181,9 @@ def train_in_process(config: str | pathlib.Path, out: pathlib.Path, *overrides: 
   from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
 
   resolved = load_resolved(str(config), [f"output_dir={out}", *overrides])
-  run = resolved.run
   out.mkdir()
   run_dir.check_rerun(out, resolved.config, None, resolved.optimizers)
-  learner, batches, eval_batches, _ = job.build_run(run, out)
+  learner, batches, eval_batches, _ = job.build_run(resolved, out)
   learner.train(batches, eval_ds=eval_batches)
   learner.rl_cluster.close()
   return learner

@@ -118,7 +118,8 @@ def test_observations_in_loss_does_not_change_the_inner_batch():
     (lambda s: FilterSection(0.5, by="spread"), r"'filter.by'='spread' unknown"),
     (
       lambda s: OverlongPenalty(s, 4, OverlongBufferSection(len=5)),
-      r"OverlongPenalty's budget=4 must be an integer of at least the buffer's len=5",
+      r"'dapo.overlong_buffer.len'=5 exceeds the budget of 4 agent tokens: OverlongPenalty's "
+      r"budget$",
     ),
     (
       lambda s: FilterGroupsSection(max_num_gen_batches=0),

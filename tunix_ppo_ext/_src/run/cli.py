@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import os
+import queue
 import sys
 import threading
 import time
@@ -316,9 +317,7 @@ def _other_threads() -> list[threading.Thread]:
   non-daemon ones, and every thread-pool worker, daemon or not (`concurrent.futures` joins
   them all at exit; a worker started from a daemon thread, as tunix's agentic loop starts
   its executor's, is a daemon). Without that private name (another Python): the first."""
-  from concurrent.futures import thread as futures_thread  # noqa: PLC0415
-
-  workers = set(getattr(futures_thread, "_threads_queues", {}))
+  workers = set(_pool_workers())
   me = threading.current_thread()
   return [
     t
@@ -360,13 +359,21 @@ def _wake_idle_workers() -> None:
   from concurrent.futures import thread as futures_thread  # noqa: PLC0415
 
   lock = getattr(futures_thread, "_global_shutdown_lock", None)
-  queues = getattr(futures_thread, "_threads_queues", None)
-  if lock is None or queues is None or not hasattr(futures_thread, "_shutdown"):
+  if lock is None or not hasattr(futures_thread, "_shutdown"):
     return
   with lock:
     futures_thread._shutdown = True  # noqa: SLF001
-  for work_queue in list(queues.values()):
+  for work_queue in _pool_workers().values():
     work_queue.put(None)
+
+
+def _pool_workers() -> dict[threading.Thread, queue.SimpleQueue]:
+  """Every live `concurrent.futures` thread-pool worker and its work queue: the private
+  registry the interpreter's exit reads (`concurrent.futures.thread._threads_queues`, a
+  weak mapping). Without it (another Python): none."""
+  from concurrent.futures import thread as futures_thread  # noqa: PLC0415
+
+  return dict(getattr(futures_thread, "_threads_queues", {}))
 
 
 def _join_quietly(thread: threading.Thread, timeout: float) -> None:

@@ -28,6 +28,9 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.config.rollout_sections import FilterGroupsSection, OverlongBufferSection
 from tunix_ppo_ext._src.tunix.rollout.sources import DynamicSampling, OverlongPenalty
 
+# where a run's budget comes from, as the overlong buffer's check names it
+BUDGET_SOURCE = "min(env.max_completion_len, env.max_turns * env.max_tokens_per_turn)"
+
 
 @dataclasses.dataclass
 class DapoSection:
@@ -48,11 +51,8 @@ def validate_dapo(section: DapoSection, budget: int, num_generations: int) -> No
   (`ppo.num_generations` >= 2: groups of one are always kept); each key's own range: its
   section's checks."""
   over, groups = section.overlong_buffer, section.filter_groups
-  if over.enable and over.len > budget:
-    raise ConfigError(
-      f"config key 'dapo.overlong_buffer.len'={over.len} exceeds the budget of {budget} agent "
-      "tokens: min(env.max_completion_len, env.max_turns * env.max_tokens_per_turn)"
-    )
+  if over.enable:
+    over.check_budget(budget, BUDGET_SOURCE)
   if groups.enable and num_generations < 2:
     raise ConfigError(
       f"config key 'dapo.filter_groups.enable'=True needs groups: ppo.num_generations="

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.config.rollout_sections import (
   FilterGroupsSection,
   FilterSection,
@@ -193,11 +192,7 @@ class OverlongPenalty(SectionWrapper):
 
   def __init__(self, inner: Source, budget: int, section: OverlongBufferSection):
     super().__init__(inner, section)
-    if not isinstance(budget, int) or budget < section.len:
-      raise ConfigError(
-        f"OverlongPenalty's budget={budget!r} must be an integer of at least the buffer's "
-        f"len={section.len} (dapo.overlong_buffer.len)"
-      )
+    section.check_budget(budget, "OverlongPenalty's budget")
     self.budget = budget
 
   def _call(
