@@ -20,7 +20,7 @@ from tests.tunix.gguf_fixtures import CHATML, llama_cpp_permute, write_gguf
 from tests.tunix.hf_fixtures import hf_config
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.chat import ChatFormat
-from tunix_ppo_ext._src.run.run_config import load_run_config, tokenizer_directory
+from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config, tokenizer_directory
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
 pytest.importorskip("torch")
@@ -447,7 +447,7 @@ def test_plan_plans_the_gguf_checkpoint_not_the_toy_model(tmp_path):
 
   file = tmp_path / "tiny.gguf"
   write_gguf(file, _tiny_llama())
-  planned = plan._model_config(load_run_config(None, [f"model.checkpoint={file}"]))
+  planned = plan.model_config(load_resolved(None, [f"model.checkpoint={file}"]))
   assert planned.model_class is hf_models.FAMILIES["llama"].model_class
   assert (planned.config.vocab_size, planned.config.embed_dim) == (32, 64)
   assert planned.weight_dtype == jnp.float32 and "float32 weights" in planned.source

@@ -89,22 +89,6 @@ class OverlongBufferSection:
     check_integer(keys.subject("len"), self.len, low=1)
     check_number(keys.subject("penalty_factor"), self.penalty_factor, low=0.0)
 
-  def check_budget(self, budget: int, budget_source: str) -> None:
-    """Refuses a `budget` (DAPO's L_max) the buffer does not fit in.
-
-    Args:
-      budget: the most agent tokens an episode holds.
-      budget_source: where the budget came from, for the message.
-
-    Raises:
-      ConfigError: `budget` is not an integer of at least `len`.
-    """
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < self.len:
-      raise ConfigError(
-        f"config key 'dapo.overlong_buffer.len'={self.len} exceeds the budget of {budget!r} "
-        f"agent tokens: {budget_source}"
-      )
-
 
 @dataclasses.dataclass
 class FilterGroupsSection:

@@ -26,7 +26,11 @@ from typing import Any
 
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.config.rollout_sections import FilterGroupsSection, OverlongBufferSection
-from tunix_ppo_ext._src.tunix.rollout.sources import DynamicSampling, OverlongPenalty
+from tunix_ppo_ext._src.tunix.rollout.sources import (
+  DynamicSampling,
+  OverlongPenalty,
+  check_overlong_budget,
+)
 
 # where a run's budget comes from, as the overlong buffer's check names it
 BUDGET_SOURCE = "min(env.max_completion_len, env.max_turns * env.max_tokens_per_turn)"
@@ -52,7 +56,7 @@ def validate_dapo(section: DapoSection, budget: int, num_generations: int) -> No
   section's checks."""
   over, groups = section.overlong_buffer, section.filter_groups
   if over.enable:
-    over.check_budget(budget, BUDGET_SOURCE)
+    check_overlong_budget(over, budget, BUDGET_SOURCE)
   if groups.enable and num_generations < 2:
     raise ConfigError(
       f"config key 'dapo.filter_groups.enable'=True needs groups: ppo.num_generations="

@@ -39,18 +39,18 @@ from tunix_ppo_ext._src.ops.packing import PACK_EPISODES
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run.job import check_attention_backend
 from tunix_ppo_ext._src.run.run_config import (
+  ModelSection,
   ResolvedRun,
   RunConfig,
   as_resolved,
   lora_section,
-  toy_config,
 )
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.cluster.mesh import Role, check_batch_divisible, role_meshes
 from tunix_ppo_ext._src.tunix.learner import loss_fns
-from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
-from tunix_ppo_ext._src.tunix.models.role_models import roles_around
+from tunix_ppo_ext._src.tunix.models import hf_models
+from tunix_ppo_ext._src.tunix.models.role_models import ModelPlan, roles_around
 
 GIB, MIB = 2**30, 2**20
 CPU_CAVEAT = (
@@ -134,8 +134,10 @@ class PlannedModel:
 
 
 def model_config(resolved: ResolvedRun) -> PlannedModel:
-  """The policy as the job builds it, its `remat_config`, attention and dtype from
-  `model.remat`, `model.attention` and `model.dtype` (its `ModelSpec`, as the job's).
+  """The policy as the job builds it: the run's `ModelPlan` (`resolved.models`: the family
+  and sizes, configured by `model.remat`, `.attention` and `.dtype`, as the job's), the toy
+  sizes with the tokenizer's vocabulary, and the weights' dtype: `model.dtype`, else as
+  stored (`_stored_weights`).
 
   Args:
     resolved: the resolved run.
@@ -143,38 +145,34 @@ def model_config(resolved: ResolvedRun) -> PlannedModel:
   Returns:
     The `PlannedModel`.
   """
-  planned, spec = _model_config(resolved.run), resolved.models.spec
-  config = hf_models.configured(planned.config, spec)
-  weights = planned.weight_dtype if spec.dtype is None else hf_models.DTYPES[spec.dtype]
-  return dataclasses.replace(planned, config=config, weight_dtype=weights)
+  models = resolved.models
+  config = models.config
+  if models.toy_vocab:
+    config = dataclasses.replace(config, vocab_size=len(_tokenizer(resolved.run)))
+  config, weights, source = _stored_weights(resolved.run.model, models, config)
+  if models.spec.dtype is not None:
+    weights = hf_models.DTYPES[models.spec.dtype]
+  family = models.family.model_class if models.family is not None else QWEN3
+  return PlannedModel(config, family, weights, source)
 
 
-def _model_config(run: RunConfig) -> PlannedModel:
-  """The policy as the job builds it: a checkpoint's `config.json` (a GGUF file's: that of
-  the directory it converts into) gives the family (its
-  `model_type`, as `hf_models` loads it) and the sizes, and the weights' dtype (`dtype`, the
-  key transformers >= 4.56 writes, else `torch_dtype`; bfloat16 when neither is there);
-  else `model.config_name` (a named checkpoint is assumed bfloat16, as Qwen3's are); else
-  the toy sizes (random init, float32)."""
-  model = run.model
-  # a GGUF file or short name (`smollm2`): its converted directory's config.json (float32)
+def _stored_weights(model: ModelSection, models: ModelPlan, config: Any) -> tuple[Any, Any, str]:
+  """`(config, weight dtype, source)` of the policy's stored weights: a checkpoint's
+  `config.json` (a GGUF file's: that of the directory it converts into) gives their dtype
+  (`checkpoint_dtype`); a named checkpoint without one is assumed bfloat16, as Qwen3's are
+  (in `config`); random init: as `config` builds them (None)."""
   directory = gguf_files.resolve(model.checkpoint) if model.checkpoint is not None else ""
   hf_config = pathlib.Path(directory, "config.json")
-  if model.checkpoint is not None and hf_config.is_file():
-    hf = hf_models.read_hf_config(directory) or {}
-    family = hf_models.family_of(hf)
-    name, dtype = checkpoint_dtype(hf, hf_config)
-    source = f"{hf_config} ({family.name}, {name} weights)"
-    return PlannedModel(hf_models.tunix_config(hf), family.model_class, dtype, source)
-  if model.config_name is not None:
-    config = toy_models.named_qwen3_config(model.config_name)
-    if model.checkpoint is not None:
-      config = abstract.with_weight_dtype(config, "bfloat16")
-      source = f"ModelConfig.{model.config_name} (bfloat16 weights assumed: no {hf_config})"
-      return PlannedModel(config, QWEN3, None, source)
-    return PlannedModel(config, QWEN3, None, f"ModelConfig.{model.config_name} (random init)")
-  config = toy_config(model, len(_tokenizer(run)))
-  return PlannedModel(config, QWEN3, None, "the model section's toy sizes (random init)")
+  if models.family is not None:  # a checkpoint with its config.json
+    name, dtype = checkpoint_dtype(hf_models.read_hf_config(directory) or {}, hf_config)
+    return config, dtype, f"{hf_config} ({models.family.name}, {name} weights)"
+  if model.config_name is None:
+    return config, None, "the model section's toy sizes (random init)"
+  named = f"ModelConfig.{model.config_name}"
+  if model.checkpoint is None:
+    return config, None, f"{named} (random init)"
+  config = abstract.with_weight_dtype(config, "bfloat16")
+  return config, None, f"{named} (bfloat16 weights assumed: no {hf_config})"
 
 
 QWEN3 = hf_models.FAMILIES["qwen3"].model_class  # the family of named and toy configs

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.config.rollout_sections import (
   FilterGroupsSection,
   FilterSection,
@@ -177,6 +178,24 @@ class SectionWrapper(SourceWrapper):
     self.section = section
 
 
+def check_overlong_budget(section: OverlongBufferSection, budget: int, budget_source: str) -> None:
+  """Refuses a `budget` (DAPO's L_max) that `section`'s buffer does not fit in.
+
+  Args:
+    section: the overlong buffer.
+    budget: the most agent tokens an episode holds.
+    budget_source: where the budget came from, for the message.
+
+  Raises:
+    ConfigError: `budget` is not an integer of at least `section.len`.
+  """
+  if isinstance(budget, bool) or not isinstance(budget, int) or budget < section.len:
+    raise ConfigError(
+      f"config key 'dapo.overlong_buffer.len'={section.len} exceeds the budget of {budget!r} "
+      f"agent tokens: {budget_source}"
+    )
+
+
 class OverlongPenalty(SectionWrapper):
   """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476, eq. 13; verl's
   `reward_model.overlong_buffer`) on training batches: an episode of `n` agent tokens in the
@@ -192,7 +211,7 @@ class OverlongPenalty(SectionWrapper):
 
   def __init__(self, inner: Source, budget: int, section: OverlongBufferSection):
     super().__init__(inner, section)
-    section.check_budget(budget, "OverlongPenalty's budget")
+    check_overlong_budget(section, budget, "OverlongPenalty's budget")
     self.budget = budget
 
   def _call(
