@@ -113,45 +113,13 @@ def _release_compiled_programs():
   mappings; an xdist worker that kept the whole suite's (about 10,000) passed the kernel's
   65,530 (`vm.max_map_count`) and died loading the next one from the persistent cache (a
   segfault or abort in `compilation_cache.get_executable_and_time`, in all three full runs
-  on 2026-12-04). A later module reloads what it needs from that cache.
-
-  The caches are cleared only once the worker holds `MAX_MAPPINGS` memory mappings or
-  `MAX_RESIDENT_BYTES` of memory (`_worker_holds_too_much`): clearing them after every
-  module cost 0.1-1.6 s each time, and the next module traced and lowered again the
-  programs it shares with the last one (the suite's own jitted functions)."""
+  on 2026-12-04). A later module reloads what it needs from that cache."""
   gc.freeze()
   yield
   gc.unfreeze()
-  if "jax" in sys.modules and _worker_holds_too_much():
+  if "jax" in sys.modules:
     sys.modules["jax"].clear_caches()
   gc.collect()
-
-
-MAX_MAPPINGS = 20_000  # a third of the kernel's usual limit, `vm.max_map_count` = 65,530
-MAX_RESIDENT_BYTES = 4 << 30  # two workers on the 24 GiB machine, with room for subprocesses
-
-
-def _worker_holds_too_much() -> bool:
-  """Whether this process holds `MAX_MAPPINGS` memory mappings (`/proc/self/maps`' lines)
-  or `MAX_RESIDENT_BYTES` resident (`/proc/self/statm`); True without `/proc` (clear every
-  time)."""
-  try:
-    with open("/proc/self/maps", "rb") as maps:
-      mappings = sum(1 for _ in maps)
-    with open("/proc/self/statm") as statm:
-      resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-  except OSError:
-    return True
-  return mappings >= MAX_MAPPINGS or resident >= MAX_RESIDENT_BYTES
-
-
-@pytest.fixture(autouse=True)
-def _frozen_heap_per_test():
-  """Each test starts over a frozen heap too (`gc.freeze` moves what is there out of the
-  collector's sight): tunix's full collections during a test walk only what the test made,
-  not what the module's earlier tests left (their trained clusters, from a test file's
-  third test on). The module's end unfreezes and collects it all (above)."""
-  gc.freeze()
 
 
 settings.register_profile(
