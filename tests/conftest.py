@@ -122,6 +122,17 @@ def _release_compiled_programs():
   gc.collect()
 
 
+@pytest.fixture(autouse=True)
+def _frozen_heap_per_test():
+  """Each test starts over a frozen heap too: tunix's full collections during a test walk
+  only what the test made, not what the module's earlier tests left (their clusters and
+  traced programs). Timed by `gc.callbacks` on `test_learner.py` + `test_shared_prompts.py`
+  in one process: 26.3 s in collections with the module's freeze alone, 5.6 s with this
+  (peak memory 2.3 -> 2.9 GB: the module's garbage waits for its end). The module's end
+  unfreezes and collects it all (above)."""
+  gc.freeze()
+
+
 settings.register_profile(
   "ci",
   derandomize=True,

@@ -2,6 +2,8 @@
 
 import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -134,3 +136,20 @@ def test_the_exit_s_wake_up_finds_the_thread_pool_names_it_reads():
 
   for name in ("_global_shutdown_lock", "_threads_queues", "_shutdown"):
     assert hasattr(futures_thread, name), name
+
+
+def test_the_console_script_freezes_the_imported_heap_and_a_python_caller_s_is_left_alone():
+  """A job started by the console script runs over a frozen heap (`gc.freeze`: tunix's full
+  collections skip the imported modules); `cli.main`, called from Python, freezes nothing."""
+  program = (
+    "import gc, sys\n"
+    "from tunix_ppo_ext._src.run import cli\n"
+    "cli._train_command = lambda args, overrides: print(gc.get_freeze_count()) or 0\n"
+    "assert cli.main(['train']) == 0 and gc.get_freeze_count() == 0\n"
+    "sys.argv = ['tunix-ppo-ext', 'train']\n"
+    "cli.console_main()\n"
+  )
+  done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+  assert done.returncode == 0, done.stderr[-2000:]
+  from_python, from_console = map(int, done.stdout.split())
+  assert from_python == 0 and from_console > 100_000  # jax's and tunix's modules, at least
