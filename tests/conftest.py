@@ -35,29 +35,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests import compile_settings
 from tests.import_graph import reaches_tunix
 
 if TYPE_CHECKING:
   from flax import nnx
 
-# One persistent XLA compilation cache for the whole suite: both xdist workers and every
-# subprocess the tests start. The toy runs compile the same programs again and again, and
-# on CPU compiling is most of their time. Entries are keyed by the program and by the jax
-# and XLA versions and flags, so none is ever used for another program. Set before jax is
-# imported (it reads the variables once); a cache directory set by the caller wins.
-JAX_CACHE = pathlib.Path(__file__).resolve().parents[1] / "build" / "jax-test-cache"
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(JAX_CACHE))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-# XLA:CPU compiles the suite's programs with LLVM at -O0: the same HLO programs (XLA's own
-# passes, fusion and buffer assignment are unchanged; no fast-math either way), built with
-# less LLVM work. From a cold cache compiling is most of the suite's CPU time (a cold run:
-# 2378 s of XLA compiles in 3400 CPU-s); at -O0 the cold suite took 2750 CPU-s, and the
-# toy programs still run in milliseconds. Subprocesses inherit it with the environment (the
-# tests that set XLA_FLAGS for a device count add to it); a caller's own
-# `xla_backend_optimization_level` wins.
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-  _flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0"
-  os.environ["XLA_FLAGS"] = _flags.strip()
+# How the suite compiles (the persistent cache, XLA:CPU's flags): set before jax is imported,
+# inherited by every subprocess the tests start (tests/compile_settings.py)
+os.environ.update(compile_settings.settings(os.environ))
+JAX_CACHE = compile_settings.JAX_CACHE
 
 # The subprocesses the tests start (`tunix-ppo-ext` commands, scripts) run without torch, as
 # a user's install does: torch is the `[dev]` extra's, for the tests' own cross-checks with
