@@ -395,9 +395,12 @@ def test_fused_kl_values_and_grads(b, t, v, chunk, temperature):
 def test_fused_kl_of_a_model_with_itself_is_zero_and_it_is_never_negative():
   hidden, weight, _, w, _ = head_inputs(2, 13, 50, seed=3)
   kl, d_hidden, d_weight, _, _ = fused_kl(hidden, weight, hidden, weight, w, 0.7, 4)
-  np.testing.assert_allclose(kl, 0.0, atol=1e-6)
-  np.testing.assert_allclose(d_hidden, 0.0, atol=1e-6)  # KL's minimum: no gradient
-  np.testing.assert_allclose(d_weight, 0.0, atol=1e-6)
+  # zero up to a few float32 ulps of the log-probs (about 4 here: 5e-7 each): the policy's
+  # and the reference's log-softmax are separate XLA fusions, equal bit for bit only where
+  # XLA happens to emit them alike (its loop emitters, which the suite compiles with, do not)
+  np.testing.assert_allclose(kl, 0.0, atol=1e-5)
+  np.testing.assert_allclose(d_hidden, 0.0, atol=1e-5)  # KL's minimum: no gradient
+  np.testing.assert_allclose(d_weight, 0.0, atol=1e-5)
   other = (hidden[:, ::-1] * 3.0).copy()  # huge log-ratios
   kl = fused_kl(hidden, weight, other, weight, w, 1.0, 5)[0]
   assert np.all(np.asarray(kl) >= -1e-6) and np.all(np.isfinite(kl))
