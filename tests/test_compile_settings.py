@@ -1,0 +1,24 @@
+"""`tests/compile_settings.py`: the suite's compile settings over a caller's environment."""
+
+from tests import compile_settings
+
+
+def test_missing_flags_are_added_and_the_caller_s_own_values_win():
+  mine = {
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=2",
+    "JAX_COMPILATION_CACHE_DIR": "/elsewhere",
+  }
+  got = compile_settings.settings(mine)
+  assert got["XLA_FLAGS"].split() == [
+    "--xla_force_host_platform_device_count=4",
+    "--xla_backend_optimization_level=2",
+    "--xla_cpu_use_fusion_emitters=false",
+    "--xla_cpu_parallel_codegen_split_count=1",
+  ]
+  assert got["JAX_COMPILATION_CACHE_DIR"] == "/elsewhere"
+  assert got["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+  assert compile_settings.settings({})["XLA_FLAGS"].split() == [
+    "--xla_backend_optimization_level=0",
+    "--xla_cpu_use_fusion_emitters=false",
+    "--xla_cpu_parallel_codegen_split_count=1",
+  ]
