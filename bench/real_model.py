@@ -9,6 +9,7 @@ time; rollout and training tokens per second) and `OUT/curves.png`.
 
   python bench/real_model.py [--seeds 3 --steps 64 --baseline-steps 8 --out DIR] [KEY=VALUE ...]
   python bench/real_model.py --seed-ids 1 2 --out DIR [KEY=VALUE ...]   # these seeds only
+  python bench/real_model.py --baseline-steps 0 ...   # no baseline run
 
 Each seed's summary is written to `OUT/seed<N>/result.json` as it finishes, and
 `OUT/results.json` gathers every seed present (and keeps those an earlier `results.json`
@@ -104,13 +105,17 @@ def table(results: dict[str, Any]) -> str:
     "| --- | --- | --- | --- | --- | --- | --- | --- |",
   ]
   for seed, row in results["seeds"].items():
-    base, done = row["baseline"], row["trained"]
+    base, done = row["baseline"] or _NO_BASELINE, row["trained"]
     lines.append(
       f"| {seed} | {base['success']:.3f} | {done['success']:.3f} | {base['return']:.3f} | "
       f"{done['return']:.3f} | {done['rollout_tokens_per_s'] or 0:.1f} | "
       f"{done['step_tokens_per_s'] or 0:.1f} | {row['wall_s'][0]:.0f} + {row['wall_s'][1]:.0f} |"
     )
   return "\n".join(lines) + "\n"
+
+
+# a seed run with `--baseline-steps 0` has none: its table shows NaN
+_NO_BASELINE = {"success": float("nan"), "return": float("nan")}
 
 
 def plot(results: dict[str, Any], path: pathlib.Path) -> None:
@@ -122,7 +127,8 @@ def plot(results: dict[str, Any], path: pathlib.Path) -> None:
   fig, ax = plt.subplots(figsize=(6, 4))
   for seed, row in results["seeds"].items():
     ax.plot(row["trained"]["success_curve"], label=f"trained, seed {seed}")
-    ax.axhline(row["baseline"]["success"], linestyle=":", color="gray")
+    if row["baseline"]:
+      ax.axhline(row["baseline"]["success"], linestyle=":", color="gray")
   ax.set_xlabel("batch")
   ax.set_ylabel("success rate (train batches)")
   ax.legend()
@@ -140,7 +146,14 @@ def _label(results: dict[str, Any]) -> str:
   return " ".join([f"{pathlib.Path(args['config']).stem}: {estimator}", *kept])
 
 
+def _baseline_curve(row: dict[str, Any], key: str) -> list[float]:
+  """A seed's baseline batches of `key` (`success`, `return`); none without a baseline."""
+  return row["baseline"][f"{key}_curve"] if row["baseline"] else []
+
+
 def _spread(values: list[float]) -> str:
+  if not values:
+    return "-"
   mean = statistics.fmean(values)
   sd = statistics.pstdev(values) if len(values) > 1 else 0.0
   return f"{mean:.3f} ± {sd:.3f} [{min(values):.3f}, {max(values):.3f}]"
@@ -168,8 +181,8 @@ def report(runs: list[dict[str, Any]]) -> str:
   ]
   for results in runs:
     rows = list(results["seeds"].values())
-    base = [x for r in rows for x in r["baseline"]["success_curve"]]
-    base_return = [x for r in rows for x in r["baseline"]["return_curve"]]
+    base = [x for r in rows for x in _baseline_curve(r, "success")]
+    base_return = [x for r in rows for x in _baseline_curve(r, "return")]
     done = [r["trained"] for r in rows]
     median = statistics.median(d["step_s_median"] for d in done)
     explained = [d["explained_variance"] for d in done if d.get("explained_variance") is not None]
@@ -194,8 +207,9 @@ def plot_report(runs: list[dict[str, Any]], out: pathlib.Path) -> None:
     curves = {
       _label(res): [r["trained"][f"{key}_curve"] for r in res["seeds"].values()] for res in runs
     }
-    base = [x for res in runs for r in res["seeds"].values() for x in r["baseline"][f"{key}_curve"]]
-    plot_spread(curves, out / f"report_{key}.png", f"{name} (batches of 8)", ("baseline", base))
+    base = [x for res in runs for r in res["seeds"].values() for x in _baseline_curve(r, key)]
+    baseline = ("baseline", base) if base else None
+    plot_spread(curves, out / f"report_{key}.png", f"{name} (batches of 8)", baseline)
   curves = {
     _label(res): [r["trained"].get("explained_variance_curve") or [] for r in res["seeds"].values()]
     for res in runs
@@ -253,7 +267,7 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace, seed
   from tunix_ppo_ext.config import ConfigError, load_run_config  # noqa: PLC0415
 
   steps = {"trained": args.steps, "baseline": args.baseline_steps}
-  if args.baseline_from:
+  if args.baseline_from or args.baseline_steps == 0:
     del steps["baseline"]
   for seed in seeds:
     for name, count in steps.items():
@@ -281,8 +295,10 @@ def run_seed(args: argparse.Namespace, out: pathlib.Path, seed: int) -> None:
   if args.baseline_from:
     summaries["baseline"] = _reused_baseline(pathlib.Path(args.baseline_from), seed)
     walls.append(0.0)
-  else:
+  elif args.baseline_steps > 0:
     runs.insert(0, ("baseline", [f"train.steps={args.baseline_steps}", f"train.lr={FROZEN_LR}"]))
+  else:  # `--baseline-steps 0`: no baseline run
+    summaries["baseline"], walls = None, [0.0]
   for name, extra in runs:
     start = time.perf_counter()
     rows = run_once(args.config, out / f"seed{seed}" / name, [*common, *extra])

@@ -1,0 +1,220 @@
+"""Credit across turns with the power to decide: GRPO, PPO with a critic and GiGPO on
+SmolLM2-135M-Instruct, `guess` 1..32 with 5 turns and the information-gain reward 0.2,
+8 seeds an arm (issue 70).
+
+Arms (each the same 48 actor updates of 8 episodes; `bench/real_model.py` runs every
+seed, `--baseline-steps 0`):
+- `grpo`: `configs/smollm2.yaml` (2 secrets x 4 samples a batch, std-normalized GRPO);
+- `ppo`: `configs/smollm2_ppo.yaml` with the actor's lambda 0.5 and 8 distinct secrets
+  x 1 (no group baseline knows the secret): 8 critic-only steps + 48 updates;
+- `gigpo`: `configs/smollm2.yaml` with `ppo.advantage_estimator=gigpo` (2 x 4; the step
+  groups are the episodes of a group that reached the same allowed interval).
+
+  python bench/credit_study.py run [--seeds 8] [--arms grpo ppo gigpo] [--out DIR]
+  python bench/credit_study.py report [--out DIR]
+
+`run` trains one seed of one arm at a time, always the arm with the fewest finished seeds
+(ties in the order given), so an interrupted study has balanced arms; resumable: a rerun
+skips every finished seed and tunix resumes an unfinished one from its checkpoint (every
+8 steps). An arm whose estimator is not available in the installed package is skipped
+with a line saying so.
+
+`report` writes `DIR/report.md`: per arm, each seed's mean success over the batches the
+policy sampled after 16 through 48 updates (batches 17-48 of the actor's), the mean over
+seeds ± its standard error, and Welch's t test for every pair; `DIR/report_success.png`
+the per-batch success, mean over seeds with the seeds' min-max band.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import pathlib
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GAME = (
+  "env.kwargs.high=32",
+  "env.kwargs.max_turns=5",
+  "env.max_turns=5",
+  "env.max_completion_len=160",
+  "env.kwargs.info_gain_reward=0.2",
+  "train.checkpoint_every=8",
+)
+UPDATES = 48  # actor updates an arm
+WINDOW = (16, 48)  # the batches sampled after this many updates, [first, last)
+ARMS: dict[str, dict[str, Any]] = {
+  "grpo": {"config": "configs/smollm2.yaml", "warmup": 0, "overrides": ()},
+  "ppo": {
+    "config": "configs/smollm2_ppo.yaml",
+    "warmup": 8,  # critic-only steps before the first actor update
+    "overrides": ("ppo.gae_lambda=0.5", "ppo.num_generations=1"),
+  },
+  "gigpo": {
+    "config": "configs/smollm2.yaml",
+    "warmup": 0,
+    "overrides": ("ppo.advantage_estimator=gigpo",),
+  },
+}
+
+
+def finished(out: pathlib.Path, arm: str) -> set[int]:
+  """The seeds of `arm` with a result (a seed's `result.json` or the gathered file)."""
+  done = {int(p.parent.name[4:]) for p in (out / arm).glob("seed*/result.json")}
+  gathered = out / arm / "results.json"
+  if gathered.is_file():
+    done |= {int(s) for s in json.loads(gathered.read_text())["seeds"]}
+  return done
+
+
+def available(arm: str) -> bool:
+  """Whether the installed package knows the arm's estimator."""
+  from tunix_ppo_ext.config import ConfigError, load_run_config  # noqa: PLC0415
+
+  spec = ARMS[arm]
+  try:
+    load_run_config(str(ROOT / spec["config"]), [*GAME, *spec["overrides"]])
+  except ConfigError as err:
+    print(f"arm {arm}: not available ({err}); skipped", flush=True)
+    return False
+  return True
+
+
+def next_run(out: pathlib.Path, arms: list[str], seeds: int) -> tuple[str, int] | None:
+  """The arm with the fewest finished seeds (ties: `arms`' order) and its lowest seed left."""
+  left = [(len(finished(out, a)), i, a) for i, a in enumerate(arms)]
+  for _, _, arm in sorted(left):
+    todo = sorted(set(range(seeds)) - finished(out, arm))
+    if todo:
+      return arm, todo[0]
+  return None
+
+
+def run(args: argparse.Namespace) -> None:
+  out = pathlib.Path(args.out)
+  arms = [a for a in args.arms if available(a)]
+  while (job := next_run(out, arms, args.seeds)) is not None:
+    arm, seed = job
+    spec = ARMS[arm]
+    print(f"credit study: arm {arm}, seed {seed}", flush=True)
+    command = [
+      sys.executable,
+      str(ROOT / "bench" / "real_model.py"),
+      "--config",
+      str(ROOT / spec["config"]),
+      "--steps",
+      str(spec["warmup"] + UPDATES),
+      "--baseline-steps",
+      "0",
+      "--seed-ids",
+      str(seed),
+      "--out",
+      str(out / arm),
+      *GAME,
+      *spec["overrides"],
+    ]
+    subprocess.run(command, check=True, cwd=ROOT)
+
+
+def seed_success(curve: list[float], warmup: int) -> float:
+  """Mean success over the actor's batches `WINDOW` (after `warmup` critic-only batches)."""
+  window = curve[warmup + WINDOW[0] : warmup + WINDOW[1]]
+  return statistics.fmean(window)
+
+
+def welch(a: list[float], b: list[float]) -> tuple[float, float]:
+  """Welch's t statistic and two-sided p value of mean(a) - mean(b)."""
+  from scipy import stats  # noqa: PLC0415
+
+  result = stats.ttest_ind(a, b, equal_var=False)
+  return float(result.statistic), float(result.pvalue)
+
+
+def arm_results(out: pathlib.Path, arm: str) -> dict[int, dict[str, Any]]:
+  """Each finished seed's trained summary (`real_model.py`'s), by seed."""
+  seeds = {}
+  gathered = out / arm / "results.json"
+  if gathered.is_file():
+    seeds |= {int(k): v["trained"] for k, v in json.loads(gathered.read_text())["seeds"].items()}
+  for path in (out / arm).glob("seed*/result.json"):
+    seeds[int(path.parent.name[4:])] = json.loads(path.read_text())["trained"]
+  return dict(sorted(seeds.items()))
+
+
+def report(args: argparse.Namespace) -> str:
+  out = pathlib.Path(args.out)
+  rows, per_arm = [], {}
+  for arm in args.arms:
+    seeds = arm_results(out, arm)
+    full = {s: r for s, r in seeds.items() if len(r["success_curve"]) >= ARMS[arm]["warmup"] + 48}
+    if not full:
+      continue
+    values = [seed_success(r["success_curve"], ARMS[arm]["warmup"]) for r in full.values()]
+    per_arm[arm] = values
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+    walls = [r.get("step_s_median") or 0.0 for r in full.values()]
+    shown = ", ".join(f"{s}: {v:.3f}" for s, v in zip(full, values, strict=True))
+    rows.append(
+      f"| {arm} | {len(values)} | {statistics.fmean(values):.3f} ± {se:.3f} | {shown} | "
+      f"{statistics.median(walls):.1f} |"
+    )
+  lines = [
+    f"Success over the actor's batches {WINDOW[0] + 1}-{WINDOW[1]} (the policy after "
+    f"{WINDOW[0]} through {WINDOW[1] - 1} updates), per seed; mean ± standard error.",
+    "",
+    "| arm | seeds | success | per seed | step s (median) |",
+    "| --- | --- | --- | --- | --- |",
+    *rows,
+    "",
+    "| pair | difference ± SE | Welch t | p (two-sided) |",
+    "| --- | --- | --- | --- |",
+  ]
+  for a, b in itertools.combinations(per_arm, 2):
+    x, y = per_arm[a], per_arm[b]
+    if len(x) < 2 or len(y) < 2:
+      continue
+    diff = statistics.fmean(x) - statistics.fmean(y)
+    se = math.sqrt(statistics.variance(x) / len(x) + statistics.variance(y) / len(y))
+    t, p = welch(x, y)
+    lines.append(f"| {a} - {b} | {diff:+.3f} ± {se:.3f} | {t:.2f} | {p:.3f} |")
+  text = "\n".join(lines) + "\n"
+  (out / "report.md").write_text(text)
+  _plot(out, args.arms)
+  return text
+
+
+def _plot(out: pathlib.Path, arms: list[str]) -> None:
+  from tunix_ppo_ext.metrics import plot_spread  # noqa: PLC0415
+
+  curves = {}
+  for arm in arms:
+    warm = ARMS[arm]["warmup"]
+    seeds = arm_results(out, arm)
+    curves[arm] = [r["success_curve"][warm:] for r in seeds.values()]
+  curves = {arm: c for arm, c in curves.items() if c}
+  if curves:
+    plot_spread(curves, out / "report_success.png", "success rate (the actor's batches of 8)")
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("command", choices=("run", "report"))
+  parser.add_argument("--seeds", type=int, default=8)
+  parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+  parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "credit_study"))
+  args = parser.parse_args()
+  if args.seeds < 1:
+    parser.error(f"--seeds {args.seeds}: at least 1")
+  if args.command == "run":
+    run(args)
+  else:
+    print(report(args))
+
+
+if __name__ == "__main__":
+  main()
