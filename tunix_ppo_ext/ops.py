@@ -4,9 +4,10 @@ Masked reductions; log-probs, entropy and the full-vocabulary KL from logits, an
 log-probs and entropy from hidden states through a fused LM head; per-token
 KL estimators and KL controllers; PPO policy and value losses with verl's aggregation
 modes; verl's other policy losses (GSPO, SAPO, GMPO, CISPO, Clip-Cov, KL-Cov, GPG);
-advantage estimators (GAE, turn-level GAE, GRPO, RLOO, REINFORCE++); rollout correction (verl's
-`rollout_is` / `rollout_rs`); DAPO's overlong penalty and informative groups; score
-normalization; segment-masked attention computed blockwise (`segment_attention`, never a
+advantage estimators (GAE, turn-level GAE, GRPO, RLOO, REINFORCE++, GiGPO); rollout
+correction (verl's `rollout_is` / `rollout_rs`); DAPO's overlong penalty and informative
+groups; score normalization; segment-masked attention computed blockwise
+(`segment_attention`, never a
 `[T, T]` array; segment ids from an attention mask or packed episode lengths, the mask
 tunix's TPU splash kernel takes); packing a batch's episodes into fewer rows and back
 (`plan_packing`, `pack`, `unpack`, `packed_model_inputs`). Nothing here knows tunix;
@@ -16,6 +17,7 @@ tunix's TPU splash kernel takes); packing a batch's episodes into fewer rows and
 
 from tunix_ppo_ext._src.ops.advantages import (
   compute_gae_advantages,
+  compute_gigpo_advantages,
   compute_grpo_advantages,
   compute_reinforce_plus_plus_advantages,
   compute_rloo_advantages,
@@ -72,6 +74,7 @@ __all__ = [
   "cispo_loss",
   "clip_cov_loss",
   "compute_gae_advantages",
+  "compute_gigpo_advantages",
   "compute_grpo_advantages",
   "compute_reinforce_plus_plus_advantages",
   "compute_rloo_advantages",

@@ -169,3 +169,28 @@ def test_valid_outputs_are_normalised():
     validate_reset_output("grid", "o")
   with pytest.raises(ValueError, match="turn 0: observation must be a str"):
     validate_reset_output("grid", (None, {}))
+
+
+def test_anchor_key_is_the_environment_s_or_the_exact_history():
+  """GiGPO's anchors: an environment without `anchor()` is keyed by its token history; one
+  with it by its key (never equal to a history); an unhashable key names the environment."""
+  from tunix_ppo_ext._src.envs.base import anchor_key  # noqa: PLC0415
+
+  memory = MemoryEnv()
+  assert anchor_key(memory, 2, (1, 2, 3)) == (1, 2, 3)
+
+  class Keyed(MemoryEnv):
+    def anchor(self):
+      return ("room", 3)
+
+  assert anchor_key(Keyed(), 1, (1, 2)) == ("anchor", ("room", 3))
+  assert anchor_key(Keyed(), 1, (0,)) != anchor_key(memory, 1, (0,))
+
+  class Unhashable(MemoryEnv):
+    name = "unhashable"
+
+    def anchor(self):
+      return ["room"]
+
+  with pytest.raises(ValueError, match=r"'unhashable', turn 4: anchor\(\) must return a hashable"):
+    anchor_key(Unhashable(), 4, ())

@@ -224,3 +224,18 @@ def test_max_return_is_the_best_of_every_episode_played_out(kwargs):
           break
       best = max(best, total)
   assert env.max_return == pytest.approx(best)
+
+
+def test_anchor_is_the_allowed_interval_and_the_guesses_made():
+  """Two episodes of one secret that reach the same interval after as many guesses share
+  an anchor; another route to another interval does not."""
+  first, second = GuessEnv(high=32, max_turns=5), GuessEnv(high=32, max_turns=5)
+  first.reset(seed=3)
+  second.reset(seed=3)
+  secret = first.optimal_action()
+  assert first.anchor() == second.anchor() == (1, 32, 0)
+  low = int(secret) - 1 if int(secret) > 1 else int(secret) + 1
+  first.step(str(low))
+  second.step("oops")  # no number: the interval stays, one guess is made
+  assert first.anchor() != second.anchor()
+  assert second.anchor() == (1, 32, 1)

@@ -13,6 +13,7 @@ from hypothesis.extra import numpy as hnp
 from tests.conftest import flush_subnormals
 from tunix_ppo_ext._src.ops.advantages import (
   compute_gae_advantages,
+  compute_gigpo_advantages,
   compute_grpo_advantages,
   compute_reinforce_plus_plus_advantages,
   compute_rloo_advantages,
@@ -463,6 +464,7 @@ def test_estimator_table():
     "rloo": compute_rloo_advantages,
     "reinforce_plus_plus": compute_reinforce_plus_plus_advantages,
     "turn_gae": compute_turn_gae_advantages,
+    "gigpo": compute_gigpo_advantages,
   }
 
 

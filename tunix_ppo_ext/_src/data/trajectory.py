@@ -38,6 +38,8 @@ class TrajectoryBatch:
     texts: optional completion texts (for user metric functions).
     episode_returns, num_turns, truncated, turn_limited: optional `[B]` episode outcomes
       (sum of environment rewards, agent turns, cut at the width, out of turns) for metrics.
+    anchor_ids: optional `[B, K]` ints, the anchor state of each row's k-th agent turn
+      (equal ids in one group: the same state; GiGPO's step groups); turns not played -1.
   """
 
   prompt_ids: np.ndarray
@@ -52,6 +54,7 @@ class TrajectoryBatch:
   num_turns: np.ndarray | None = None
   truncated: np.ndarray | None = None
   turn_limited: np.ndarray | None = None
+  anchor_ids: np.ndarray | None = None
 
   def validate(self, allow_nonfinite_rewards: bool = False) -> None:
     """Raises ValueError naming the field when shapes, masks or rewards are wrong.
@@ -85,6 +88,9 @@ class TrajectoryBatch:
       value = getattr(self, name)
       if value is not None and np.shape(value) != (b,):
         raise ValueError(f"{name} shape {np.shape(value)} must be [B={b}]")
+    anchors = self.anchor_ids
+    if anchors is not None and (np.ndim(anchors) != 2 or np.shape(anchors)[0] != b):
+      raise ValueError(f"anchor_ids shape {np.shape(anchors)} must be [B={b}, K]")
 
 
 @dataclasses.dataclass

@@ -4,7 +4,8 @@ An environment speaks text both ways: `reset(seed)` gives the first observation 
 `step(action)` takes the agent's reply (decoded, without the end-of-turn EOS) and gives
 `(observation, reward, terminated, truncated, info)` as in Gymnasium. Outputs are
 checked with `validate_reset_output` / `validate_step_output`, whose errors name the
-environment and the turn.
+environment and the turn. An environment may also have `anchor()`: a hashable key of the
+state the agent is about to act in (GiGPO's anchor state; `anchor_key`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,24 @@ def _check_info(env_name: str, turn: int, info: Any) -> dict[str, Any]:
   if not isinstance(info, dict):
     raise _fail(env_name, turn, f"info must be a dict, got {type(info).__name__}")
   return info
+
+
+def anchor_key(env: Any, turn: int, history: tuple[int, ...]) -> Any:
+  """The anchor of the state the agent acts in at `turn` (GiGPO's step groups): the
+  environment's `anchor()` when it has one, else `history` (the episode's exact tokens so
+  far, always a valid anchor: equal histories are equal states). A key that cannot be
+  hashed is a ValueError naming the environment and the turn."""
+  method = getattr(env, "anchor", None)
+  if not callable(method):
+    return history
+  try:
+    key = method()
+    hash(key)
+  except Exception as err:
+    raise _fail(
+      env_name(env), turn, f"anchor() must return a hashable key: {type(err).__name__}: {err}"
+    ) from err
+  return ("anchor", key)
 
 
 def validate_reset_output(env_name: str, output: Any) -> tuple[str, dict[str, Any]]:

@@ -151,6 +151,11 @@ class GuessEnv:
       self._allowed = (low, min(high, guess - 1))
     return allowed
 
+  def anchor(self) -> tuple[int, int, int]:
+    """The state the agent acts in (GiGPO's anchor): the interval the feedback still allows
+    and the guesses made (with the group's shared secret, all that decides what follows)."""
+    return (*self._allowed, self._turn)
+
   def optimal_action(self) -> str:
     """The secret (for scripted baselines and tests)."""
     if self._secret is None:

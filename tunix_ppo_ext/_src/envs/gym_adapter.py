@@ -208,12 +208,28 @@ class GymEnv:
     over_budget = self.max_steps is not None and self._steps >= self.max_steps
     return text, float(reward), bool(terminated), bool(truncated) or over_budget, info
 
+  def anchor(self) -> tuple[Any, int]:
+    """The state the agent acts in (GiGPO's anchor): the last observation (arrays as nested
+    tuples) and the steps taken."""
+    return _hashable(self._observation), self._steps
+
   def _with_success(self, info: dict[str, Any], reward: float, terminated: bool) -> dict[str, Any]:
     if "is_success" in info:
       info["success"] = bool(info["is_success"])
     elif self.success_reward is not None:
       info["success"] = terminated and reward >= self.success_reward
     return info
+
+
+def _hashable(value: Any) -> Any:
+  """`value` as a hashable key: arrays and sequences as tuples, mappings as sorted items."""
+  if isinstance(value, np.ndarray):
+    return (value.shape, tuple(value.reshape(-1).tolist()))
+  if isinstance(value, dict):
+    return tuple(sorted((str(k), _hashable(v)) for k, v in value.items()))
+  if isinstance(value, list | tuple):
+    return tuple(_hashable(v) for v in value)
+  return value.item() if isinstance(value, np.generic) else value
 
 
 _RESETS: collections.Counter[tuple[str, int]] = collections.Counter()

@@ -208,6 +208,12 @@ class SokobanEnv:
     self._steps = 0
     return self.room.text(), {}
 
+  def anchor(self) -> tuple[str, int]:
+    """The state the agent acts in (GiGPO's anchor): the room and the steps taken."""
+    if self.room is None:
+      raise RuntimeError("call reset() before anchor()")
+    return self.room.text(), self._steps
+
   def step(self, action: str) -> StepOutput:
     """Moves (or not, for an invalid reply); rewards as in the module docstring."""
     if self.room is None:

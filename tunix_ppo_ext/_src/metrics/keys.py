@@ -45,6 +45,9 @@ _CRITIC = ("vf_loss", "vf_clipfrac", "vpred_mean", "grad_norm", "loss")
 TRAINER_PREFIXES = ("actor", "critic")
 # ... the learner buffers the rest at tunix's global step, which counts from 0.
 _LEARNER_ACTOR = ("kl", "kl_coef", "entropy_coef", "advantage_sq_mean", "advantage_sq_mean_turn")
+_GIGPO = ("gigpo_step_group_size", "gigpo_step_singleton_frac")  # GiGPO's step groups
+_LEARNER_ACTOR += _GIGPO
+GIGPO_KEYS = frozenset(f"actor/{name}" for name in _GIGPO)
 _TIMING = (
   "rollout",
   "old_logp",
@@ -64,9 +67,10 @@ DAPO = ("overlong_penalty", "overlong_frac", "dynamic_sampling_rounds")
 DAPO += ("dynamic_sampling_kept_frac", "dynamic_sampling_masked_frac")
 DAPO_KEYS = frozenset(f"rollout/{name}" for name in DAPO)
 # published only while the feature that makes them is configured (`ppo.rollout_is/rs`, `dapo`,
-# tunix's own policy loss, `ppo.critic_warmup_steps`)
+# tunix's own policy loss, `ppo.critic_warmup_steps`, `ppo.advantage_estimator=gigpo`)
 CRITIC_WARMUP_KEYS = frozenset({"critic/warmup", "critic/warmup_steps"})
 CONDITIONAL_KEYS = ROLLOUT_CORRECTION_KEYS | DAPO_KEYS | TUNIX_LOSS_KEYS | CRITIC_WARMUP_KEYS
+CONDITIONAL_KEYS |= GIGPO_KEYS
 
 # internal name -> published key (`{mode}`: train/eval); `None` drops the metric by default.
 TAXONOMY: dict[str, str | None] = {

@@ -9,6 +9,7 @@ per-episode families (`score`, `reward`, `episode_return`, `response_length`,
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import jax.numpy as jnp
@@ -69,6 +70,31 @@ def advantage_noise(advantages: Any, mask: Any) -> dict[str, float]:
   return {
     "learner/advantage_sq_mean": float(np.mean(advantages[agent] ** 2)),
     "learner/advantage_sq_mean_turn": float(np.mean(means**2)),
+  }
+
+
+def step_group_statistics(anchor_ids: Any, groups: Any, mask: Any) -> dict[str, float]:
+  """GiGPO's step groups on a batch (`ops.compute_gigpo_advantages`): the mean number of
+  agent turns in the step group of an agent turn (`learner/gigpo_step_group_size`) and the
+  share of agent turns alone in theirs (`learner/gigpo_step_singleton_frac`, whose step
+  advantage is 0); {} without agent turns. Turns are maximal runs of `mask == 1`; a row's
+  k-th turn has anchor `anchor_ids[row, k]`."""
+  agent = np.asarray(mask) > 0
+  anchors = np.asarray(anchor_ids)
+  starts = agent & ~np.pad(agent[:, :-1], ((0, 0), (1, 0)))
+  played = np.minimum(starts.sum(axis=1), anchors.shape[1])
+  keys = [
+    (int(g), int(anchors[row, k]))
+    for row, g in enumerate(np.asarray(groups))
+    for k in range(played[row])
+  ]
+  if not keys:
+    return {}
+  sizes = collections.Counter(keys)
+  size = np.array([sizes[key] for key in keys], np.float64)
+  return {
+    "learner/gigpo_step_group_size": float(size.mean()),
+    "learner/gigpo_step_singleton_frac": float(np.mean(size == 1)),
   }
 
 

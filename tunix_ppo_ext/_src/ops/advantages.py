@@ -1,4 +1,4 @@
-"""Advantage estimators: GAE (multi-turn aware), GRPO / Dr. GRPO, RLOO, REINFORCE++.
+"""Advantage estimators: GAE (multi-turn aware), GRPO / Dr. GRPO, RLOO, REINFORCE++, GiGPO.
 
 Every estimator follows verl's published definitions (`verl/trainer/ppo/core_algos.py`)
 token for token, computes in float32 whatever the input dtype, is jit-compiled, and never
@@ -28,6 +28,7 @@ __all__ = [
   "compute_grpo_advantages",
   "compute_reinforce_plus_plus_advantages",
   "compute_rloo_advantages",
+  "compute_gigpo_advantages",
 ]
 
 
@@ -323,16 +324,23 @@ def compute_grpo_advantages(
      [ 1.      1.    ]]
   """
   _check_group_inputs(scores, group_ids, mask)
-  scores = _f32(scores)
+  adv = _group_relative(_f32(scores), group_ids, norm_by_std, epsilon)
+  return adv[:, None] * _f32(mask)
+
+
+def _group_relative(
+  scores: jax.Array, group_ids: jax.Array, norm_by_std: bool, epsilon: float | jax.Array
+) -> jax.Array:
+  """`[B]` GRPO's per-row advantage: the score minus its group's mean, divided by the
+  group's sample std + `epsilon` with `norm_by_std`; a group of one keeps its score (mean
+  0, std 1, as verl)."""
   count, dev, var = _group_stats(scores, group_ids)
   single = count < 2
   centered = jnp.where(single, scores, dev)
-  if norm_by_std:
-    std = jnp.where(single, 1.0, jnp.sqrt(var))
-    adv = centered / (std + jnp.asarray(epsilon, jnp.float32))
-  else:
-    adv = centered
-  return adv[:, None] * _f32(mask)
+  if not norm_by_std:
+    return centered
+  std = jnp.where(single, 1.0, jnp.sqrt(var))
+  return centered / (std + jnp.asarray(epsilon, jnp.float32))
 
 
 @jax.jit
@@ -367,6 +375,126 @@ def compute_rloo_advantages(scores: jax.Array, group_ids: jax.Array, mask: jax.A
   count, dev, _ = _group_stats(scores, group_ids)
   adv = jnp.where(count > 1, dev * count / jnp.maximum(count - 1.0, 1.0), scores)
   return adv[:, None] * _f32(mask)
+
+
+# ------------------------------------------------------------------------------------
+# GiGPO
+# ------------------------------------------------------------------------------------
+
+
+def _turn_returns(rewards: jax.Array, mask: jax.Array, gamma_turn: jax.Array) -> jax.Array:
+  """`[B, T + 1]` each agent turn's discounted return `G_k = sum_{j >= k} gamma_turn^(j-k)
+  r_j` (`r_j` the sum of turn j's agent-token rewards), by turn index; 0 past the last."""
+  batch, width = mask.shape
+  turn = turn_ids(mask)
+  rows = jnp.arange(batch)[:, None]
+  turn_rewards = jnp.zeros((batch, width + 1)).at[rows, turn].add(jnp.where(mask > 0, rewards, 0.0))
+
+  def step(later, r_k):
+    g_k = r_k + gamma_turn * later
+    return g_k, g_k
+
+  _, returns_t = jax.lax.scan(step, jnp.zeros((batch,)), turn_rewards.T, reverse=True)
+  return returns_t.T
+
+
+def _step_groups(group_ids: jax.Array, anchor_ids: jax.Array, played: jax.Array) -> jax.Array:
+  """`[B * K]` int32 dense ids of the step groups: turns of one episode group with equal
+  anchors; a turn not played is a group of its own."""
+  batch, turns = anchor_ids.shape
+  size = batch * turns
+  _, group = jnp.unique(group_ids, size=batch, return_inverse=True)
+  _, anchor = jnp.unique(anchor_ids.reshape(-1), size=size, return_inverse=True)
+  pair = jnp.repeat(group.reshape(batch), turns) * size + anchor.reshape(size)
+  key = jnp.where(played.reshape(-1), pair, batch * size + jnp.arange(size))
+  _, dense = jnp.unique(key, size=size, return_inverse=True)
+  return dense.reshape(size)
+
+
+@functools.partial(jax.jit, static_argnames=("norm_by_std",))
+def _gigpo(rewards, mask, group_ids, anchor_ids, gamma_turn, step_weight, norm_by_std, epsilon):
+  rewards, mask = _f32(rewards), _f32(mask)
+  batch, turns = anchor_ids.shape
+  epsilon = jnp.asarray(epsilon, jnp.float32)
+  episode = _group_relative(jnp.sum(rewards * mask, axis=-1), group_ids, norm_by_std, epsilon)
+  turn = turn_ids(mask)
+  returns = _turn_returns(rewards, mask, jnp.asarray(gamma_turn, jnp.float32))
+  played = jnp.zeros((batch, mask.shape[1] + 1), jnp.bool_).at[jnp.arange(batch)[:, None], turn]
+  played = played.set(mask > 0)[:, :turns]
+  padded = jnp.pad(returns, ((0, 0), (0, max(0, turns - returns.shape[1]))))[:, :turns]
+  count, dev, var = _group_stats(padded.reshape(-1), _step_groups(group_ids, anchor_ids, played))
+  step = dev / (jnp.sqrt(var) + epsilon) if norm_by_std else dev
+  step = jnp.where(count > 1, step, 0.0).reshape(batch, turns)
+  # tokens of turn k get step[k]; turns past K (and masked tokens) none
+  per_token = jnp.take_along_axis(jnp.pad(step, ((0, 0), (0, 1))), jnp.minimum(turn, turns), -1)
+  step_weight = jnp.asarray(step_weight, jnp.float32)
+  return jnp.where(mask > 0, episode[:, None] + step_weight * per_token, 0.0)
+
+
+def compute_gigpo_advantages(
+  rewards: jax.Array,
+  mask: jax.Array,
+  group_ids: jax.Array,
+  anchor_ids: jax.Array,
+  gamma_turn: float | jax.Array = 1.0,
+  step_weight: float | jax.Array = 1.0,
+  norm_by_std: bool = False,
+  epsilon: float | jax.Array = 1e-6,
+) -> jax.Array:
+  """GiGPO's advantage: an episode-level group advantage plus a step-level one from the
+  turns of a group that reached the same anchor state (Feng et al. 2025, "Group-in-Group
+  Policy Optimization for LLM Agent Training", arXiv:2505.10978, eqs. 3 and 5-8;
+  verl-agent's `compute_gigpo_outcome_advantage`).
+
+  Episode part (eq. 3), per row `i` of group `g`: `A^E_i = (R_i - mean_g R) / F`, `R_i`
+  the row's score (the sum of its agent-token rewards), `F` the group's sample std +
+  `epsilon` with `norm_by_std`, else 1; a group of one keeps its score (as
+  `compute_grpo_advantages`). Step part (eqs. 5-7): turn `k` of row `i` (the k-th maximal
+  run of `mask == 1`) has the discounted return `G_ik = sum_{j >= k} gamma_turn^(j-k)
+  r_ij` (`r_ij` the sum of turn j's agent-token rewards); its step group is every turn of
+  the same episode group whose anchor (`anchor_ids[i, k]`) is equal, and `A^S_ik = (G_ik -
+  mean G) / F` over that step group, `F` its sample std + `epsilon` with `norm_by_std`; a
+  step group of one gets 0 (no other episode saw that state: verl-agent's
+  `step_norm_reward` gives it its return instead). Eq. 8: every token of turn `k` gets
+  `A^E_i + step_weight * A^S_ik`; 0 off the mask. Turns past the `K` anchors of a row get
+  only the episode part.
+
+  Args:
+    rewards: `[B, T]` token-level rewards (any float dtype); those off the mask are ignored.
+    mask: `[B, T]` 0/1 loss mask (agent tokens).
+    group_ids: `[B]` integer episode groups (arbitrary ids, need not be contiguous).
+    anchor_ids: `[B, K]` integers: the anchor state of each row's k-th agent turn (the
+      state its observation left); equal ids in one group are one state. Turns not played
+      may hold anything. `B * K * B` must stay below 2^31.
+    gamma_turn: the discount per turn, in [0, 1].
+    step_weight: the step part's weight `omega`, >= 0.
+    norm_by_std: divide both parts by their group's std (static; the paper's
+      `mean_std_norm`; False: `mean_norm`).
+    epsilon: added to each std.
+
+  Returns:
+    float32 `[B, T]`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from tunix_ppo_ext import ops
+    >>> rewards = jnp.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])  # two turns: token 0, token 2
+    >>> mask = jnp.array([[1, 0, 1], [1, 0, 1]])
+    >>> anchors = jnp.array([[0, 5], [0, 5]])  # both rows saw the same two states
+    >>> adv = ops.compute_gigpo_advantages(rewards, mask, jnp.array([0, 0]), anchors)
+    >>> print(np.round(adv, 4))
+    [[ 1.  0.  1.]
+     [-1.  0. -1.]]
+  """
+  _check_unit_interval("gamma_turn", gamma_turn)
+  if isinstance(step_weight, numbers.Real):
+    check_number("step_weight", step_weight, low=0.0)
+  chex.assert_rank([rewards, mask, group_ids, anchor_ids], [2, 2, 1, 2])
+  chex.assert_equal_shape([rewards, mask])
+  chex.assert_equal_shape_prefix([rewards, group_ids, anchor_ids], 1)
+  chex.assert_type([group_ids, anchor_ids], int)
+  return _gigpo(rewards, mask, group_ids, anchor_ids, gamma_turn, step_weight, norm_by_std, epsilon)
 
 
 # ------------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ ADVANTAGE_INPUTS = (
   "gamma_turn",
   "whiten",
   "norm_by_std",
+  "anchor_ids",
+  "step_weight",
 )
 
 StepOutput = tuple[str, float, bool, bool, dict[str, Any]]

@@ -40,19 +40,28 @@ def estimate(
   *,
   normalize: bool = True,
   fallback: Callable[..., Any] | None = None,
+  anchors: Any | None = None,
 ) -> tuple[Any, Any]:
   """`(advantages [B, T], returns [B, T])` of the configured estimator with `gae_lambda`
   (a float, or one per row); `normalize=False` turns the config's `whiten_advantages` and
-  `norm_adv_by_std` off. A name not in the plugin registry runs `fallback` (tunix's
-  estimator of that name, tunix's PPO signature).
+  its group std division (`group_norm_by_std`) off. `anchors`: the batch's `[B, K]`
+  anchor ids (GiGPO's step groups). A name not in the plugin registry runs `fallback`
+  (tunix's estimator of that name, tunix's PPO signature).
 
   Raises:
     KeyError: the name is not in the plugin registry and no `fallback` is given.
   """
   name = config.advantage_estimator
   if registry.has(registry.ADVANTAGE_ESTIMATORS, name):
+    estimator = registry.get(registry.ADVANTAGE_ESTIMATORS, name)
+    if anchors is None and "anchor_ids" in (protocols.wanted_inputs(estimator) or ()):
+      raise ValueError(
+        f"advantage estimator {name!r} needs each agent turn's anchor state (the batch's "
+        "`anchor_ids`), which this trajectory source does not give: use the multi-turn "
+        "rollout (MultiTurnRollout, AgenticPpoLearner) or set TrajectoryBatch.anchor_ids"
+      )
     return protocols.call_estimator(
-      registry.get(registry.ADVANTAGE_ESTIMATORS, name),
+      estimator,
       rewards=rewards,
       values=values,
       mask=loss_mask,
@@ -62,7 +71,9 @@ def estimate(
       gae_lambda=gae_lambda,
       gamma_turn=config.turn_discount,
       whiten=normalize and config.whiten_advantages,
-      norm_by_std=normalize and config.norm_adv_by_std,
+      norm_by_std=normalize and config.group_norm_by_std,
+      step_weight=config.gigpo_step_weight,
+      **({} if anchors is None else {"anchor_ids": jnp.asarray(anchors)}),
     )
   if fallback is None:
     raise KeyError(f"advantage estimator {name!r} is not in the plugin registry")
@@ -85,13 +96,16 @@ def advantages_and_returns(
   warming_up: bool,
   has_critic: bool,
   fallback: Callable[..., Any] | None = None,
+  anchors: Any | None = None,
 ) -> tuple[Any, Any]:
   """`(advantages [B, T], returns [B, T])`: the advantages with the policy's lambda
   (`gae_lambda`, or per row `adaptive_lambda_alpha`'s), the returns with the value
   targets' (`critic_warmup_lambda` on warm-up steps, else `target_lambda`; estimated again
   only for a critic, and only where that lambda differs)."""
   actor_lambda = policy_lambda(config, loss_mask)
-  run = functools.partial(estimate, config, rewards, values, loss_mask, groups, fallback=fallback)
+  run = functools.partial(
+    estimate, config, rewards, values, loss_mask, groups, fallback=fallback, anchors=anchors
+  )
   advantages, returns = run(actor_lambda)
   target = config.critic_warmup_lambda if warming_up else config.target_lambda
   if has_critic and not (isinstance(actor_lambda, float) and target == actor_lambda):
@@ -113,14 +127,23 @@ def unnormalized_advantages(
   loss_mask: Any,
   groups: np.ndarray,
   fallback: Callable[..., Any] | None = None,
+  anchors: Any | None = None,
 ) -> Any:
   """`[B, T]` the configured estimator's advantages with the policy's lambda, in the
   rewards' units: neither whitened (`whiten_advantages`) nor divided by the group's std
-  (`norm_adv_by_std`), so every estimator's are on one scale (`metrics.stats.
+  (`group_norm_by_std`), so every estimator's are on one scale (`metrics.stats.
   advantage_noise`). An estimator that normalizes regardless (REINFORCE++ whitens over
   the batch) gives its normalized ones."""
   lam = policy_lambda(config, loss_mask)
   advantages, _ = estimate(
-    config, rewards, values, loss_mask, groups, lam, normalize=False, fallback=fallback
+    config,
+    rewards,
+    values,
+    loss_mask,
+    groups,
+    lam,
+    normalize=False,
+    fallback=fallback,
+    anchors=anchors,
   )
   return advantages

@@ -279,13 +279,21 @@ def rollout_phase(
   )
   groups = advantage_step.group_ids(batch, config.num_generations)
   terms = (config, rewards, passes.values, inputs.loss_mask, groups)
+  anchors = getattr(batch, "anchor_ids", None)
   with timer("advantages"):
     advantages, returns = advantage_step.advantages_and_returns(
-      *terms, warming_up=warm, has_critic=where.has_critic, fallback=where.fallback
+      *terms,
+      warming_up=warm,
+      has_critic=where.has_critic,
+      fallback=where.fallback,
+      anchors=anchors,
     )
     timer.ready((advantages, returns))
-  raw = advantage_step.unnormalized_advantages(*terms, where.fallback)
-  metrics = {k: (v, np.mean) for k, v in batch_stats.advantage_noise(raw, inputs.loss_mask).items()}
+  raw = advantage_step.unnormalized_advantages(*terms, where.fallback, anchors)
+  noise = batch_stats.advantage_noise(raw, inputs.loss_mask)
+  if anchors is not None and config.advantage_estimator == "gigpo":
+    noise |= batch_stats.step_group_statistics(anchors, groups, inputs.loss_mask)
+  metrics = {k: (v, np.mean) for k, v in noise.items()}
   beta = kl_coef(config, state)
   stats, variance = rollout_metrics(
     config,

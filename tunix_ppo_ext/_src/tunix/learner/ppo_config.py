@@ -46,11 +46,16 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     kl_target, kl_horizon: the adaptive controller's target KL and horizon.
     loss_agg_mode, value_loss_agg_mode: `token-mean`, `seq-mean-token-sum`,
       `seq-mean-token-mean` or `seq-mean-token-sum-norm`.
-    advantage_estimator: `gae`, `grpo`, `rloo`, `reinforce_plus_plus`, a plugin's (entry
+    advantage_estimator: `gae`, `turn_gae`, `grpo`, `rloo`, `reinforce_plus_plus`,
+      `gigpo`, a plugin's (entry
       points, `tunix_ppo_ext._src.plugins.registry`), or a name in tunix's `function_registry`.
     policy_loss_fn, value_loss_fn: `ppo_ext`, a plugin's, or a name in tunix's registry.
     Plugin names may be pinned to a distribution, `name@distribution`.
     norm_adv_by_std: divide group advantages by the group std (`False` is Dr. GRPO).
+    gigpo_step_weight: GiGPO's weight of the step advantage, `omega` (`ops.
+      compute_gigpo_advantages`); used only by `advantage_estimator="gigpo"`.
+    gigpo_norm_by_std: GiGPO divides its episode and step advantages by their groups' std
+      (the paper's and verl-agent's default `mean_std_norm`; False: `mean_norm`).
     whiten_advantages: whiten GAE advantages over the loss mask.
     critic_lambda: GAE lambda of the critic's value targets (`returns`); `None`: `gae_lambda`,
       one lambda for both as in verl and tunix. VC-PPO (arXiv:2503.01491) decouples them:
@@ -123,6 +128,8 @@ class PpoExtConfig(ppo_learner.PPOConfig):
   loss_agg_mode: str = "token-mean"
   value_loss_agg_mode: str = "token-mean"
   norm_adv_by_std: bool = True
+  gigpo_step_weight: float = 1.0
+  gigpo_norm_by_std: bool = True
   whiten_advantages: bool = True
   critic_lambda: float | None = None
   adaptive_lambda_alpha: float | None = None
@@ -177,6 +184,14 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     """The GAE lambda of the critic's value targets after the warm-up (`critic_lambda`,
     else `gae_lambda`)."""
     return self.gae_lambda if self.critic_lambda is None else self.critic_lambda
+
+  @property
+  def group_norm_by_std(self) -> bool:
+    """Whether the configured group estimator divides by its groups' std
+    (`gigpo_norm_by_std` for `gigpo`, else `norm_adv_by_std`)."""
+    if self.advantage_estimator == "gigpo":
+      return self.gigpo_norm_by_std
+    return self.norm_adv_by_std
 
   @property
   def turn_discount(self) -> float:
@@ -248,6 +263,7 @@ _NUMBERS: tuple[tuple[str, dict[str, float | bool]], ...] = (
   ("beta", {"low": 0.0}),
   ("kl_loss_coef", {"low": 0.0}),
   ("gamma", {"low": 0.0, "high": 1.0}),
+  ("gigpo_step_weight", {"low": 0.0}),
   ("gae_lambda", {"low": 0.0, "high": 1.0}),
   ("critic_lambda", {"low": 0.0, "high": 1.0, "none_ok": True}),
   ("adaptive_lambda_alpha", {"low": 0.0, "low_open": True, "none_ok": True}),
@@ -269,7 +285,8 @@ _INTEGERS = (
   ("num_generations", 1),
   ("max_nonfinite_steps", 1),
 )
-_FLAGS = ("norm_adv_by_std", "whiten_advantages", "fused_head", "packing", "recompute_old_logps")
+_FLAGS = ("norm_adv_by_std", "gigpo_norm_by_std", "whiten_advantages", "fused_head", "packing")
+_FLAGS += ("recompute_old_logps",)
 
 
 def _check_critic_keys(config: PpoExtConfig, keys: FieldKeys) -> None:

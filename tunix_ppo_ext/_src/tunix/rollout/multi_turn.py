@@ -56,6 +56,7 @@ from tunix_ppo_ext._src.data.trajectory import (
 )
 from tunix_ppo_ext._src.envs.base import (
   EnvSpec,
+  anchor_key,
   env_name,
   is_malformed,
   validate_reset_output,
@@ -96,6 +97,11 @@ class _Episode:
   transcript: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (role, text)
   env_done: bool = False
   out_of_room: bool = False
+  anchors: list[Any] = dataclasses.field(default_factory=list)  # each agent turn's state
+
+  def note_anchor(self, turn: int) -> None:
+    """Records the anchor of the state the agent acts in at `turn` (`anchor_key`)."""
+    self.anchors.append(anchor_key(self.env, turn, (*self.prompt, *self.tokens)))
 
   @property
   def done(self) -> bool:
@@ -305,7 +311,7 @@ class MultiTurnRollout:
         f"environment {env_name(env)!r}: first observation is {len(prompt)} tokens, longer "
         f"than the rollout max_prompt_length {config.max_prompt_length}"
       )
-    return _Episode(
+    episode = _Episode(
       env=env,
       prompt=prompt,
       seed=int(seed),
@@ -313,6 +319,8 @@ class MultiTurnRollout:
       messages=[] if self.chat is None else [user(observation)],
       tag=spec.tag,
     )
+    episode.note_anchor(1)
+    return episode
 
   def _play_turn(
     self,
@@ -364,6 +372,8 @@ class MultiTurnRollout:
     episode.extend(self._observation_ids(episode, turn, observation, ids, agent), loss=0)
     episode.transcript.append(("observation", observation))
     episode.out_of_room = len(episode.tokens) >= self.max_completion_len
+    if not episode.out_of_room:
+      episode.note_anchor(turn + 1)
 
   def _observation_ids(
     self, episode: _Episode, turn: int, observation: str, ids: _Ids, agent: list[int]
@@ -527,7 +537,19 @@ class MultiTurnRollout:
       malformed_turns=stack["malformed_turns"],
       group_ids=group_ids,
       texts=texts,
+      anchor_ids=anchor_ids([e.anchors for e in episodes], self.max_turns),
     )
+
+
+def anchor_ids(anchors: Sequence[Sequence[Any]], turns: int) -> np.ndarray:
+  """`[B, turns]` int32: each distinct anchor key of the batch numbered in order of first
+  appearance; -1 where a row played fewer turns."""
+  numbers: dict[Any, int] = {}
+  out = np.full((len(anchors), turns), -1, np.int32)
+  for row, keys in enumerate(anchors):
+    for turn, key in enumerate(keys[:turns]):
+      out[row, turn] = numbers.setdefault(key, len(numbers))
+  return out
 
 
 def _row(episode: _Episode, width: int, pad_id: int) -> dict[str, np.ndarray]:
