@@ -328,6 +328,20 @@ def test_rows_come_in_group_and_pair_order_whatever_order_the_episodes_finished_
 
 
 @needs_main
+def test_each_turn_s_anchor_is_the_observation_it_answers():
+  """GiGPO's anchors on tunix's rows: the first turn's is the prompt, a later turn's the
+  tokens since the previous agent turn; equal observations share an id."""
+  from tunix_ppo_ext._src.tunix.rollout.agentic_rows import observation_anchors  # noqa: PLC0415
+
+  prompts = np.array([[0, 5, 6], [0, 5, 6], [0, 0, 7]])
+  tokens = np.array([[1, 2, 9, 9, 3, 0], [1, 8, 9, 9, 4, 4], [1, 2, 8, 0, 0, 0]])
+  mask = np.array([[1, 0, 0, 0, 1, 0], [1, 0, 0, 0, 1, 1], [1, 0, 0, 0, 0, 0]])
+  got = observation_anchors(prompts, tokens, mask, pad_id=0)
+  # rows 0 and 1: one prompt; their second turns answer [2, 9, 9] and [8, 9, 9]
+  np.testing.assert_array_equal(got, [[0, 1], [0, 2], [3, -1]])
+
+
+@needs_main
 def test_a_model_call_is_keyed_by_its_episode_and_turn_not_by_arrival():
   env = CountTheAs({"prompts": "ab"}, group_id=7, pair_index=1)
   chat = [{"role": "user", "content": "U"}, {"role": "assistant", "content": "a"}]
@@ -454,6 +468,7 @@ ESTIMATORS = [
   ("grpo", {"norm_adv_by_std": False}),  # Dr. GRPO
   ("rloo", {}),
   ("reinforce_plus_plus", {}),
+  ("gigpo", {"gigpo_step_weight": 0.5}),  # anchors: the observation each turn answers
 ]
 
 
@@ -461,7 +476,7 @@ ESTIMATORS = [
 @pytest.mark.parametrize(
   ("estimator", "keys"),
   ESTIMATORS,
-  ids=["gae", "turn_gae", "grpo", "dr_grpo", "rloo", "reinforce_plus_plus"],
+  ids=["gae", "turn_gae", "grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "gigpo"],
 )
 def test_each_estimator_trains_a_step(estimator, keys):
   critic = estimator in ("gae", "turn_gae")

@@ -11,7 +11,9 @@ tool outputs are attended, never trained), groups are tunix's `group_id`s. Its a
 are the runs of the loss mask. Rows come in (group, pair) order, not in the order tunix's
 concurrent episodes finished: a positional reward function, a batch's float sums and a
 resumed run then see the same rows. `with_scores` puts each episode's score on its last agent
-token (tunix's episode engine keeps no per-turn reward in its token rows).
+token (tunix's episode engine keeps no per-turn reward in its token rows). Each agent
+turn's anchor state (GiGPO's step groups) is the observation it answers: the prompt's
+tokens for the first turn, the tokens between the previous turn and it for the others.
 """
 
 from __future__ import annotations
@@ -87,6 +89,30 @@ def turn_counts(loss_mask: np.ndarray) -> np.ndarray:
   return (agent & ~before).sum(-1).astype(np.int32)
 
 
+def observation_anchors(
+  prompt_ids: np.ndarray, completion_ids: np.ndarray, loss_mask: np.ndarray, pad_id: int
+) -> np.ndarray:
+  """`[B, K]` int32 anchor ids (K the most agent turns of a row, at least 1): turn k's is
+  the observation before it (the prompt's real tokens for the first turn, the episode's
+  tokens since the previous agent turn for the others); equal observations, one id (as
+  verl-agent's anchor observations); -1 where a row played fewer turns."""
+  agent = np.asarray(loss_mask) > 0
+  turns = max(1, int(turn_counts(agent).max(initial=0)))
+  keys: list[list[tuple[int, ...]]] = []
+  for prompt, tokens, mask in zip(prompt_ids, completion_ids, agent, strict=True):
+    starts = np.flatnonzero(mask & ~np.pad(mask[:-1], (1, 0)))
+    ends = np.flatnonzero(mask & ~np.pad(mask[1:], (0, 1))) + 1
+    first = tuple(int(t) for t in prompt if t != pad_id)
+    between = zip(ends[:-1], starts[1:], strict=True)
+    keys.append([first, *(tuple(tokens[e:s].tolist()) for e, s in between)])
+  numbers: dict[tuple[int, ...], int] = {}
+  out = np.full((len(keys), turns), -1, np.int32)
+  for row, observations in enumerate(keys):
+    for k in range(len(observations) if agent[row].any() else 0):
+      out[row, k] = numbers.setdefault(observations[k], len(numbers))
+  return out
+
+
 def _row(traj: dict[str, Any], prompt_len: int, width: int, pad_id: int) -> dict[str, Any]:
   """One episode padded: prompt, completion, both masks, behaviour log-probs (or None)."""
   tokens = np.asarray(traj.get("conversation_tokens"), np.int32).reshape(-1)
@@ -133,6 +159,7 @@ def agentic_rows(
     num_turns=turn_counts(loss),
     truncated=stack("truncated"),
     turn_limited=stack("turn_limited"),
+    anchor_ids=observation_anchors(stack("prompt"), stack("completion"), loss, pad_id),
   )
   return AgenticRows(
     batch=batch,
