@@ -45,6 +45,8 @@ _CRITIC = ("vf_loss", "vf_clipfrac", "vpred_mean", "grad_norm", "loss")
 TRAINER_PREFIXES = ("actor", "critic")
 # ... the learner buffers the rest at tunix's global step, which counts from 0.
 _LEARNER_ACTOR = ("kl", "kl_coef", "entropy_coef", "advantage_sq_mean", "advantage_sq_mean_turn")
+_LEARNER_ACTOR += ("advantage_noise", "advantage_noise_turn")  # on the true advantage's scale
+_LEARNER_ACTOR += ("advantage_noise_trained", "advantage_noise_trained_turn")
 _GIGPO = ("gigpo_step_group_size", "gigpo_step_singleton_frac")  # GiGPO's step groups
 _LEARNER_ACTOR += _GIGPO
 GIGPO_KEYS = frozenset(f"actor/{name}" for name in _GIGPO)

@@ -12,12 +12,11 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.metrics import signal
 from tunix_ppo_ext._src.metrics.keys import STATS
-from tunix_ppo_ext._src.ops.advantages import turn_ids
 
 _REDUCERS = {"min": np.min, "mean": np.mean, "max": np.max}
 
@@ -54,22 +53,18 @@ def advantage_noise(advantages: Any, mask: Any) -> dict[str, float]:
   of the square of the turn's mean advantage); {} without agent tokens.
 
   Fed advantages in the rewards' units (`advantage_step.unnormalized_advantages`), this is
-  how noisy the policy-gradient's weights are: the gradient's variance grows with
-  `E[A^2] E[|grad log pi|^2]` (Greensmith et al. 2004), so a baseline (a critic, a group's
-  mean) pays by how far it lowers `E[A^2]` on the same batch.
+  how large the policy-gradient's weights are: the gradient's variance grows with
+  `E[A^2] E[|grad log pi|^2]` (Greensmith et al. 2004). Estimators that scale their signal
+  differently (GRPO's group mean includes the episode itself) compare on one scale only
+  divided by their signal coefficients (`metrics.signal`, `learner/advantage_noise`).
   """
-  advantages = np.asarray(advantages, np.float64)
   agent = np.asarray(mask) > 0
-  if not agent.any():
+  noise = signal.common_scale_noise(advantages, agent.astype(np.float64), agent)
+  if not noise:
     return {}
-  per_row = np.asarray(turn_ids(jnp.asarray(agent, jnp.float32)))  # the turn GAE's turns
-  turn = (np.arange(agent.shape[0])[:, None] * (agent.shape[1] + 1) + per_row)[agent]
-  counts = np.bincount(turn)
-  sums = np.bincount(turn, weights=advantages[agent])[counts > 0]
-  means = sums / counts[counts > 0]
   return {
-    "learner/advantage_sq_mean": float(np.mean(advantages[agent] ** 2)),
-    "learner/advantage_sq_mean_turn": float(np.mean(means**2)),
+    "learner/advantage_sq_mean": noise["token"],
+    "learner/advantage_sq_mean_turn": noise["turn"],
   }
 
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch, contiguous_group_ids
+from tunix_ppo_ext._src.metrics import signal
 from tunix_ppo_ext._src.ops.advantages import length_adaptive_lambda
 from tunix_ppo_ext._src.plugins import protocols, registry
 
@@ -147,3 +148,37 @@ def unnormalized_advantages(
     anchors=anchors,
   )
   return advantages
+
+
+def common_scale_noise(
+  config: Any,
+  rewards: Any,
+  loss_mask: Any,
+  groups: np.ndarray,
+  advantages: tuple[Any, Any, Any],
+  anchors: Any | None = None,
+) -> dict[str, float]:
+  """The advantages' noise on the true advantage's scale (`metrics.signal`): each agent
+  token's advantage divided by the configured estimator's signal coefficient, as
+  `learner/advantage_noise` (raw: `unnormalized_advantages`) and
+  `learner/advantage_noise_trained` (as trained: after the std division or whitening),
+  each with its per-turn form (`_turn`). `advantages`: `(raw, trained, returns)` `[B, T]`."""
+  raw, trained, returns = (np.asarray(a, np.float64) for a in advantages)
+  terms = {
+    "rewards": np.asarray(rewards, np.float64),
+    "mask": np.asarray(loss_mask),
+    "groups": np.asarray(groups),
+    "anchors": None if anchors is None else np.asarray(anchors),
+    "advantages_raw": raw,
+    "returns": returns,
+    "step_weight": float(config.gigpo_step_weight),
+    "gamma_turn": float(config.turn_discount),
+  }
+  name, metrics = config.advantage_estimator, {}
+  options = {"": (False, False), "_trained": (config.group_norm_by_std, config.whiten_advantages)}
+  for suffix, (std_division, whiten) in options.items():
+    c = signal.signal_coefficients(name, terms, std_division=std_division, whiten=whiten)
+    values = raw if not suffix else trained
+    for unit, value in signal.common_scale_noise(values, c, terms["mask"]).items():
+      metrics[f"learner/advantage_noise{suffix}{'_turn' if unit == 'turn' else ''}"] = value
+  return metrics

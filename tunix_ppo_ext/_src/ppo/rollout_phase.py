@@ -291,6 +291,9 @@ def rollout_phase(
     timer.ready((advantages, returns))
   raw = advantage_step.unnormalized_advantages(*terms, where.fallback, anchors)
   noise = batch_stats.advantage_noise(raw, inputs.loss_mask)
+  noise |= advantage_step.common_scale_noise(
+    config, rewards, inputs.loss_mask, groups, (raw, advantages, returns), anchors
+  )
   if anchors is not None and config.advantage_estimator == "gigpo":
     noise |= batch_stats.step_group_statistics(anchors, groups, inputs.loss_mask)
   metrics = {k: (v, np.mean) for k, v in noise.items()}
