@@ -1,5 +1,6 @@
 """GiGPO end to end: `ppo.advantage_estimator=gigpo` trains on every built-in multi-turn
-environment in one mixed run, logs its step groups, and its keys refuse nonsense."""
+environment in one mixed run, logs its step groups and, with `metrics.shadow_estimators`,
+the shadows' metrics; its keys refuse nonsense."""
 
 import math
 
@@ -22,6 +23,7 @@ EVERY_ENV = [
   "ppo.entropy_coef=0.0",
   "ppo.kl_penalty=none",
   "ppo.whiten_advantages=false",
+  "metrics.shadow_estimators=[grpo, rloo]",
   "model.alphabet=null",  # letters, digits, punctuation: every environment's replies
   "train.max_prompt_length=160",
   "env.max_turns=3",
@@ -45,6 +47,10 @@ def test_gigpo_trains_on_every_built_in_environment(tmp_path):
     assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
     for name in ENVS:
       assert f"train/env/{name}/episode_return" in row
+    for name in ("grpo", "rloo", "gigpo"):  # the shadows, and the run's own gradient beside
+      assert -1.0 <= row[f"shadow/{name}/grad_cosine"] <= 1.0
+    assert row["shadow/grpo/advantage_noise"] == pytest.approx(row["shadow/rloo/advantage_noise"])
+    assert row["timing_s/shadow"] > 0.0
 
 
 @pytest.mark.parametrize(
@@ -55,6 +61,7 @@ def test_gigpo_trains_on_every_built_in_environment(tmp_path):
     ("ppo.gigpo_step_weight=[1]", r"ppo.gigpo_step_weight"),
     ("ppo.gigpo_norm_by_std=maybe", r"ppo.gigpo_norm_by_std"),
     ("ppo.advantage_estimator=gipgo", r"did you mean 'gigpo'"),
+    ("metrics.shadow_estimators=[gae]", r"'gae' needs a critic's values"),
   ],
 )
 def test_bad_gigpo_keys_are_refused_in_one_line(override, message):

@@ -42,17 +42,18 @@ def estimate(
   normalize: bool = True,
   fallback: Callable[..., Any] | None = None,
   anchors: Any | None = None,
+  name: str | None = None,
 ) -> tuple[Any, Any]:
-  """`(advantages [B, T], returns [B, T])` of the configured estimator with `gae_lambda`
-  (a float, or one per row); `normalize=False` turns the config's `whiten_advantages` and
-  its group std division (`group_norm_by_std`) off. `anchors`: the batch's `[B, K]`
-  anchor ids (GiGPO's step groups). A name not in the plugin registry runs `fallback`
-  (tunix's estimator of that name, tunix's PPO signature).
+  """`(advantages [B, T], returns [B, T])` of the configured estimator (or estimator
+  `name`) with `gae_lambda` (a float, or one per row); `normalize=False` turns the config's
+  `whiten_advantages` and its group std division (`norm_by_std_of`) off. `anchors`: the
+  batch's `[B, K]` anchor ids (GiGPO's step groups). A name not in the plugin registry
+  runs `fallback` (tunix's estimator of that name, tunix's PPO signature).
 
   Raises:
     KeyError: the name is not in the plugin registry and no `fallback` is given.
   """
-  name = config.advantage_estimator
+  name = name or config.advantage_estimator
   if registry.has(registry.ADVANTAGE_ESTIMATORS, name):
     estimator = registry.get(registry.ADVANTAGE_ESTIMATORS, name)
     if anchors is None and "anchor_ids" in (protocols.wanted_inputs(estimator) or ()):
@@ -72,7 +73,7 @@ def estimate(
       gae_lambda=gae_lambda,
       gamma_turn=config.turn_discount,
       whiten=normalize and config.whiten_advantages,
-      norm_by_std=normalize and config.group_norm_by_std,
+      norm_by_std=normalize and config.norm_by_std_of(name),
       step_weight=config.gigpo_step_weight,
       **({} if anchors is None else {"anchor_ids": jnp.asarray(anchors)}),
     )
@@ -132,7 +133,7 @@ def unnormalized_advantages(
 ) -> Any:
   """`[B, T]` the configured estimator's advantages with the policy's lambda, in the
   rewards' units: neither whitened (`whiten_advantages`) nor divided by the group's std
-  (`group_norm_by_std`), so every estimator's are on one scale (`metrics.stats.
+  (`norm_by_std_of`), so every estimator's are on one scale (`metrics.stats.
   advantage_noise`). An estimator that normalizes regardless (REINFORCE++ whitens over
   the batch) gives its normalized ones."""
   lam = policy_lambda(config, loss_mask)
@@ -157,10 +158,11 @@ def common_scale_noise(
   groups: np.ndarray,
   advantages: tuple[Any, Any, Any],
   anchors: Any | None = None,
+  name: str | None = None,
 ) -> dict[str, float]:
   """The advantages' noise on the true advantage's scale (`metrics.signal`): each agent
-  token's advantage divided by the configured estimator's signal coefficient, as
-  `learner/advantage_noise` (raw: `unnormalized_advantages`) and
+  token's advantage divided by the configured estimator's (or `name`'s) signal coefficient,
+  as `learner/advantage_noise` (raw: `unnormalized_advantages`) and
   `learner/advantage_noise_trained` (as trained: after the std division or whitening),
   each with its per-turn form (`_turn`). `advantages`: `(raw, trained, returns)` `[B, T]`."""
   raw, trained, returns = (np.asarray(a, np.float64) for a in advantages)
@@ -174,8 +176,9 @@ def common_scale_noise(
     "step_weight": float(config.gigpo_step_weight),
     "gamma_turn": float(config.turn_discount),
   }
-  name, metrics = config.advantage_estimator, {}
-  options = {"": (False, False), "_trained": (config.group_norm_by_std, config.whiten_advantages)}
+  name, metrics = name or config.advantage_estimator, {}
+  trained_options = (config.norm_by_std_of(name), config.whiten_advantages)
+  options = {"": (False, False), "_trained": trained_options}
   for suffix, (std_division, whiten) in options.items():
     c = signal.signal_coefficients(name, terms, std_division=std_division, whiten=whiten)
     values = raw if not suffix else trained

@@ -103,7 +103,8 @@ def _build_run(resolved: ResolvedRun, output_dir: pathlib.Path, meshes: dict):
   )
   writer = _sample_writer(output_dir, wandb_sinks, resolved.updates_per_batch)
   source = _trajectory_source(resolved, tokenizer, writer)
-  learner = PpoExtLearner(cluster, ppo, trajectory_source=source)
+  shadow = tuple(resolved.run.metrics.shadow_estimators)
+  learner = PpoExtLearner(cluster, ppo, trajectory_source=source, shadow_estimators=shadow)
   lora.keep_base_shared(cluster)  # LoRA: one copy of the base weights between steps
   train_batches, eval_batches = _prompt_batches(resolved)
   return learner, train_batches, eval_batches, max_return

@@ -45,6 +45,7 @@ from tunix_ppo_ext._src.envs import base as envs
 from tunix_ppo_ext._src.metrics.collapse import EchoTrapRule
 from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.ppo import shadow_step
 from tunix_ppo_ext._src.run import recipe, resume
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
@@ -205,13 +206,16 @@ class MetricsSection:
   `rename`: published key -> the key to use instead (e.g. to keep existing dashboards);
   `drop`: keys or glob patterns (`timing_s/*`) that no sink receives; `echo_trap`: the
   thresholds of the Echo Trap warning (`early`, `window`, `std_frac`, `entropy_frac`,
-  `grad_spike`).
+  `grad_spike`); `shadow_estimators`: advantage estimators measured beside the run's own
+  on every training batch (`shadow/<name>/*`: their noise on one scale and how well two
+  halves of the batch agree on the policy gradient; `tunix_ppo_ext._src.ppo.shadow_step`).
   """
 
   rename: dict[str, str] = dataclasses.field(default_factory=dict)
   drop: list[str] = dataclasses.field(default_factory=list)
   # the Echo Trap rule every run watches with (`tunix_ppo_ext._src.metrics.collapse`)
   echo_trap: EchoTrapRule = dataclasses.field(default_factory=EchoTrapRule)
+  shadow_estimators: list[str] = dataclasses.field(default_factory=list)
 
   def keys(self) -> MetricKeys:
     """The validated `MetricKeys` of this section."""
@@ -868,6 +872,9 @@ def resolve(run: RunConfig) -> ResolvedRun:
   ppo = run.ppo  # checked as it was read (`ppo_section`)
   num_generations = ppo.num_generations
   batch, validation = _check_sections(run, num_generations)
+  shadow_step.check_shadow_estimators(
+    run.metrics.shadow_estimators, ppo.uses_critic, "config key 'metrics.shadow_estimators'"
+  )
   budget = episode_budget(run)
   validate_dapo(run.dapo, budget, num_generations)
   entries = run_env_entries(run, num_generations)

@@ -185,13 +185,10 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     else `gae_lambda`)."""
     return self.gae_lambda if self.critic_lambda is None else self.critic_lambda
 
-  @property
-  def group_norm_by_std(self) -> bool:
-    """Whether the configured group estimator divides by its groups' std
+  def norm_by_std_of(self, estimator: str) -> bool:
+    """Whether group estimator `estimator` divides by its groups' std here
     (`gigpo_norm_by_std` for `gigpo`, else `norm_adv_by_std`)."""
-    if self.advantage_estimator == "gigpo":
-      return self.gigpo_norm_by_std
-    return self.norm_adv_by_std
+    return self.gigpo_norm_by_std if estimator == "gigpo" else self.norm_adv_by_std
 
   @property
   def turn_discount(self) -> float:

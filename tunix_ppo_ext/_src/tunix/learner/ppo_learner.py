@@ -26,10 +26,15 @@ from tunix_ppo_ext._src.data.rewards import DROPPED_METRIC, NonFiniteRewards
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.ops import kl_methods
 from tunix_ppo_ext._src.plugins import registry
-from tunix_ppo_ext._src.ppo import rollout_correction_step, rollout_phase
+from tunix_ppo_ext._src.ppo import (
+  advantage_step,
+  rollout_correction_step,
+  rollout_phase,
+  shadow_step,
+)
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.cluster import disk_space, nan_guard, timing
-from tunix_ppo_ext._src.tunix.learner import loss_fns, passes, trainer_setup
+from tunix_ppo_ext._src.tunix.learner import loss_fns, passes, shadow_gradients, trainer_setup
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
 from tunix_ppo_ext._src.tunix.learner.single_turn import SingleTurn
@@ -78,10 +83,14 @@ class PpoExtLearner(compat.LearnerHooks):
     *,
     rl_engine: rl_cluster_lib.RLCluster | None = None,
     algo_config: PpoExtConfig | None = None,
+    shadow_estimators: Sequence[str] = (),
   ):
     """tunix's `PPOLearner` arguments, in either spelling: tunix 0.1.7 names them
     `rl_cluster` and `ppo_config`, tunix main `rl_engine` (`rl_cluster` still accepted
-    there) and `algo_config`; both spellings work on both versions, one of each pair."""
+    there) and `algo_config`; both spellings work on both versions, one of each pair.
+    `shadow_estimators`: advantage estimators measured beside the run's own on every
+    training batch (`shadow/<name>/*`: their noise on one scale and the two halves'
+    policy-gradient agreement; `ppo.shadow_step`), none by default."""
     rl_cluster = compat.one_of("rl_engine", rl_engine, "rl_cluster", rl_cluster)
     config = compat.one_of("algo_config", algo_config, "ppo_config", ppo_config)
     if not isinstance(config, PpoExtConfig):
@@ -93,6 +102,8 @@ class PpoExtLearner(compat.LearnerHooks):
     compat.init_learner(self, rl_cluster, config, reward_fns, metric_fns, data_shuffle_seed)
     compat.adjust_sampler(rl_cluster)  # this cluster's sampler only (a hand-built one)
     self.trajectory_source, self.has_critic = trajectory_source, critic is not None
+    key = "PpoExtLearner(shadow_estimators=...)"
+    self._shadow = shadow_step.check_shadow_estimators(shadow_estimators, self.has_critic, key)
     restored = compat.restored_metadata(rl_cluster.actor_trainer)
     self.state = rollout_phase.initial_state(config, restored)
     if "trajectory_source" in restored and hasattr(trajectory_source, "load_state_dict"):
@@ -217,6 +228,9 @@ class PpoExtLearner(compat.LearnerHooks):
     )
     self.state = result.state
     self._buffer(result.metrics, mode)
+    if self._shadow and mode == Mode.TRAIN:
+      with timer("shadow"):
+        self._buffer(self._shadow_metrics(batch, inputs, model_passes, result), mode)
     prompts = training_input["prompts"]
     for metrics in rollout_phase.user_metrics(self.metric_fns, prompts, batch, result.advantages):
       self._buffer(metrics, mode)
@@ -227,6 +241,24 @@ class PpoExtLearner(compat.LearnerHooks):
     if mode == Mode.TRAIN and one_rollout_per_step(self.rl_cluster):
       compat.log_step_metrics_now(self.rl_cluster)  # on disk before the step's checkpoint
     return example
+
+  def _shadow_metrics(self, batch, inputs: ModelInputs, model_passes, result) -> dict[str, Any]:
+    """`shadow/<name>/*` of every shadow estimator (`shadow_step`), the run's own
+    estimator's gradient agreement beside them (`shadow/<own>/grad_cosine`)."""
+    config = self.algo_config
+    groups = advantage_step.group_ids(batch, config.num_generations)
+    terms = (result.rewards, model_passes.values, inputs.loss_mask, groups)
+    anchors = batch.anchor_ids
+    found, metrics = shadow_step.shadow_advantages(config, self._shadow, terms, anchors)
+    found.setdefault(config.advantage_estimator, np.asarray(result.advantages, np.float32))
+    model = self.rl_cluster.actor_trainer.model
+    halves = shadow_step.halves(groups)
+    cosines = shadow_gradients.gradient_agreement(
+      model, inputs, np.stack(list(found.values())), halves
+    )
+    for name, cosine in zip(found, cosines, strict=True):
+      metrics[f"{shadow_step.PREFIX}/{name}/grad_cosine"] = float(cosine)
+    return {k: (v, np.mean) for k, v in metrics.items()}
 
   def _trajectories(self, training_input, mode: Mode, timer) -> TrajectoryBatch:
     """The batch of episodes (single-turn or the trajectory source's), rewards checked."""
