@@ -64,7 +64,10 @@ class CountTheAs(base_environment.BaseTaskEnv):
     return base_environment.EnvStepResult(observation="b", reward=reward, done=False, info={})
 
 
-def agentic_cluster(seed: int = 0, *, critic: bool = True, max_steps: int = 2):
+def agentic_cluster(
+  seed: int = 0, *, critic: bool = True, max_steps: int = 2, reference: bool = True, **kwargs
+):
+  """The toy cluster of these tests; `kwargs` are `toy_cluster`'s (e.g. `checkpoint_dir`)."""
   return toy_cluster(
     tokenizer(),
     seed,
@@ -74,7 +77,9 @@ def agentic_cluster(seed: int = 0, *, critic: bool = True, max_steps: int = 2):
     max_steps=max_steps,
     batch=2,
     with_critic=critic,
+    with_reference=reference,
     lr=1e-4,
+    **kwargs,
   )
 
 
@@ -141,6 +146,53 @@ def test_the_per_turn_token_cap_is_checked_in_one_line():
     with pytest.raises(ValueError, match=r"Config\.max_tokens_per_turn=.* is invalid") as info:
       AgenticPpoConfig(max_response_length=T, max_tokens_per_turn=bad)
     assert "\n" not in str(info.value)
+
+
+AGENTIC_COUNTS = [  # tunix's agentic keys, which tunix's own config accepts
+  ("max_response_length", 0),  # every episode cut at once
+  ("max_response_length", -1),
+  ("off_policy_steps", -1),  # no prompt ever queued: tunix's loop waited forever
+  ("max_concurrency", 0),  # no episode ever runs
+  ("max_concurrency", -2),
+  ("episode_timeout", -1),  # every episode timed out at once
+  ("episode_timeout", 0),
+  ("episode_timeout", float("nan")),
+  ("off_policy_steps", 1.5),
+  ("max_concurrency", True),
+]
+
+
+@pytest.mark.parametrize(("key", "bad"), AGENTIC_COUNTS)
+def test_tunix_s_agentic_counts_are_checked_in_one_line(key, bad):
+  with pytest.raises(ValueError, match=rf"^AgenticPpoConfig\.{key}=.* is invalid: must be") as info:
+    AgenticPpoConfig(**{"max_response_length": T, key: bad})
+  assert "\n" not in str(info.value)
+  config = AgenticPpoConfig(
+    max_response_length=1, off_policy_steps=0, max_concurrency=1, episode_timeout=0.5
+  )
+  assert (config.max_response_length, config.off_policy_steps) == (1, 0)
+
+
+@needs_main
+def test_a_kl_without_a_reference_or_no_chat_parser_is_refused_as_the_learner_is_built():
+  """Each passed construction and failed inside tunix at the first rollout."""
+  cluster = agentic_cluster(critic=False, max_steps=1, reference=False)
+  keys = {"num_generations": 2, "max_response_length": T, "advantage_estimator": "grpo"}
+  chat = PlainChat(cluster.tokenizer)
+  for config, named in [
+    ({}, r"^AgenticPpoConfig\.beta=0\.04 takes a KL to the reference model, but the engine"),
+    (
+      {"kl_penalty": "loss", "kl_loss_coef": 0.1, "kl_method": "kl", "beta": 0.0},
+      r"^AgenticPpoConfig\.kl_penalty='loss' with kl_loss_coef=0\.1 takes a KL",
+    ),
+  ]:
+    with pytest.raises(ValueError, match=named) as info:
+      AgenticPpoLearner(cluster, AgenticPpoConfig(**keys, **config), chat_parser=chat)
+    assert "\n" not in str(info.value)
+  with pytest.raises(ValueError, match=r"^AgenticPpoLearner\(chat_parser=None\) is invalid"):
+    AgenticPpoLearner(cluster, AgenticPpoConfig(**keys, beta=0.0), env_class=CountTheAs)
+  for config in ({"beta": 0.0}, {"kl_penalty": "none"}, {"kl_penalty": "loss", "beta": 0.5}):
+    AgenticPpoLearner(cluster, AgenticPpoConfig(**keys, **config), chat_parser=chat)
 
 
 class Recording(AgenticPpoLearner):

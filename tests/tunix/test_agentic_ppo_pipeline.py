@@ -117,6 +117,8 @@ def test_on_tunix_0_1_7_the_command_says_it_needs_tunix_main(capsys):
     ("ok", ["training_mode=agentic_ppoo"], "training_mode='agentic_ppoo' is invalid"),
     ("ok", ["env_class_path=no.such.Env"], "env_class_path='no.such.Env' names no class"),
     ("ok", ["agentic_ppo_config.max_response_length=32"], "must be rollout_config.total_gen"),
+    ("ok", ["agentic_ppo_config.off_policy_steps=-1"], "Config.off_policy_steps=-1 is invalid"),
+    ("ok", ["agentic_ppo_config.max_concurrency=0"], "Config.max_concurrency=0 is invalid"),
     ("ok", ["agentic_ppo_config=5"], "with agentic_ppo_config=5: tunix's config refused it"),
     ("ok", ["no_such_key=1"], "Key no_such_key was passed at the command line"),
     ("ok", ["gae_lambda"], "override 'gae_lambda' must look like key=value"),
@@ -126,7 +128,8 @@ def test_a_bad_file_mode_class_or_width_is_one_line_before_any_model(
   tmp_path, capsys, write, extra, named
 ):
   """Each was Python's or tunix's error (exit 1; a class path only once the tokenizer and
-  models had loaded), or (a narrower max_response_length) episodes silently cut."""
+  models had loaded), or (a narrower max_response_length) episodes silently cut, or (a
+  negative off_policy_steps) a run that waited forever once its models had compiled."""
   path = tmp_path / "agentic_ppo.yaml"
   if write == "ok":
     pipeline_yaml(tmp_path)  # its tokenizer path does not exist: nothing may load it

@@ -62,15 +62,27 @@ class AgenticTrainExample(ppo_ext.TrainExample):
   policy_version: jax.Array | None = None
 
 
+def check_chat_parser(chat_parser: Any) -> None:
+  """ValueError (one line) for `chat_parser=None`: tunix's loop then sends the chat through
+  the tokenizer's own template and keeps no token ids of an episode, so there is nothing
+  to train on (the first rollout failed inside tunix)."""
+  if chat_parser is None:
+    raise ValueError(
+      "AgenticPpoLearner(chat_parser=None) is invalid: give tunix's chat template parser "
+      "(e.g. tunix.rl.agentic.parser.chat_template_parser.parser.DefaultChatTemplateParser"
+      "(tokenizer)); without one tunix's episodes carry no token ids to train on"
+    )
+
+
 class AgenticPpoLearner(compat.AgenticHooks):
   """PPO with a critic on tunix main's `AgenticRLLearner` (see the module docstring).
 
   Takes `AgenticRLLearner`'s arguments: `rl_engine` (tunix's `RLEngine`/`RLCluster`: a
   critic for estimators that take values, e.g. `gae`, `turn_gae`; none for `grpo`, `rloo`,
-  `reinforce_plus_plus`; a reference for a KL), an `AgenticPpoConfig`, `reward_fns`,
-  `chat_parser` (tunix's, needed to tokenize the episodes), `metric_fns`, `agent_class`,
-  `agent_kwargs`, `env_class`, `env_kwargs`; `train(dataset)` is tunix's. Runs on tunix
-  main only: on tunix 0.1.7 building it raises one line saying so.
+  `reinforce_plus_plus`; a reference for a KL, which building checks), an `AgenticPpoConfig`,
+  `reward_fns`, `chat_parser` (tunix's, needed to tokenize the episodes: None is refused),
+  `metric_fns`, `agent_class`, `agent_kwargs`, `env_class`, `env_kwargs`; `train(dataset)`
+  is tunix's. Runs on tunix main only: on tunix 0.1.7 building it raises one line saying so.
   """
 
   def __init__(
@@ -92,6 +104,8 @@ class AgenticPpoLearner(compat.AgenticHooks):
     if not isinstance(algo_config, AgenticPpoConfig):
       raise TypeError(f"algo_config must be an AgenticPpoConfig, got {type(algo_config).__name__}")
     self.ppo_config = algo_config.ppo_ext_config()  # what the losses and estimators read
+    check_chat_parser(chat_parser)
+    trainer_setup.check_reference(self.ppo_config, engine, "AgenticPpoConfig")
     super().__init__(  # first: tunix's checks of the rollout config
       rl_engine=engine,
       algo_config=algo_config,
