@@ -5,7 +5,9 @@
 its file name), DST the rewritten copy to run with pytest.
 
 - `agentic_rl_learner_test.py`: its `DummyLearner` subclasses `AgenticPpoLearner` instead of
-  tunix's `AgenticRLLearner`, and its configs are `AgenticPpoConfig`s.
+  tunix's `AgenticRLLearner`, with a stand-in chat parser where the test gives none
+  (`AgenticPpoLearner` refuses `chat_parser=None`; these tests never run an episode), and
+  its configs are `AgenticPpoConfig`s.
 - `agentic_grpo_learner_test.py`: every `GRPOLearner` (built, or subclassed) is
   `AgenticPpoLearner`, and every `GRPOConfig(...)` becomes the `AgenticPpoConfig` of the
   same keys (`grpo_keys_as_ppo`: the `grpo` estimator, GRPO's `beta` as the KL in the loss).
@@ -37,7 +39,9 @@ RULES = {
     IMPORT,
     {
       "class DummyLearner(agentic_rl_learner.AgenticRLLearner):": (
-        "class DummyLearner(AgenticPpoLearner):"
+        "class DummyLearner(AgenticPpoLearner):\n"
+        "  def __init__(self, *args, chat_parser=None, **kwargs):\n"
+        "    super().__init__(*args, chat_parser=chat_parser or mock.Mock(), **kwargs)\n"
       ),
       "agentic_rl_learner.AgenticRLConfig(": "AgenticPpoConfig(",
     },

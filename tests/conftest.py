@@ -295,12 +295,14 @@ def toy_cluster(
   max_steps: int = 2,
   batch: int = 4,
   with_critic: bool = True,
+  with_reference: bool = True,
   **kwargs: Any,
 ) -> Any:
   """A tunix cluster of toy models (`make_models(tokenizer, seed)`, the critic left out
-  with `with_critic=False`): `prompt_len` prompt tokens, `tokens_per_call` generated tokens
-  per engine call; the policy is `cluster.actor_trainer.model`. `kwargs` are
-  `ClusterSpec` fields or `build_cluster` keywords."""
+  with `with_critic=False`, the reference with `with_reference=False`): `prompt_len` prompt
+  tokens, `tokens_per_call` generated tokens per engine call; the policy is
+  `cluster.actor_trainer.model`. `kwargs` are `ClusterSpec` fields or `build_cluster`
+  keywords."""
   import dataclasses  # noqa: PLC0415
 
   from tunix_ppo_ext.models import ClusterSpec, build_cluster, make_models  # noqa: PLC0415
@@ -315,6 +317,7 @@ def toy_cluster(
   )
   policy, critic, reference = make_models(tokenizer, seed=seed)
   others = {key: value for key, value in kwargs.items() if key not in fields}
+  reference = reference if with_reference else None
   return build_cluster(
     policy, critic if with_critic else None, tokenizer, spec, reference=reference, **others
   )

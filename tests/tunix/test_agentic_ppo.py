@@ -6,6 +6,7 @@ building the learner fails in one line (the rest is skipped there)."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 
 import jax
 import numpy as np
@@ -20,6 +21,7 @@ from tests.conftest import toy_cluster
 from tunix_ppo_ext import AgenticPpoConfig, AgenticPpoLearner, PpoExtConfig, PpoExtLearner
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.ppo import rollout_phase
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import loss_fns
 from tunix_ppo_ext._src.tunix.rollout.agentic_rows import agentic_rows
@@ -64,7 +66,10 @@ class CountTheAs(base_environment.BaseTaskEnv):
     return base_environment.EnvStepResult(observation="b", reward=reward, done=False, info={})
 
 
-def agentic_cluster(seed: int = 0, *, critic: bool = True, max_steps: int = 2):
+def agentic_cluster(
+  seed: int = 0, *, critic: bool = True, max_steps: int = 2, reference: bool = True, **kwargs
+):
+  """The toy cluster of these tests; `kwargs` are `toy_cluster`'s (e.g. `checkpoint_dir`)."""
   return toy_cluster(
     tokenizer(),
     seed,
@@ -74,7 +79,9 @@ def agentic_cluster(seed: int = 0, *, critic: bool = True, max_steps: int = 2):
     max_steps=max_steps,
     batch=2,
     with_critic=critic,
+    with_reference=reference,
     lr=1e-4,
+    **kwargs,
   )
 
 
@@ -143,6 +150,53 @@ def test_the_per_turn_token_cap_is_checked_in_one_line():
     assert "\n" not in str(info.value)
 
 
+AGENTIC_COUNTS = [  # tunix's agentic keys, which tunix's own config accepts
+  ("max_response_length", 0),  # every episode cut at once
+  ("max_response_length", -1),
+  ("off_policy_steps", -1),  # no prompt ever queued: tunix's loop waited forever
+  ("max_concurrency", 0),  # no episode ever runs
+  ("max_concurrency", -2),
+  ("episode_timeout", -1),  # every episode timed out at once
+  ("episode_timeout", 0),
+  ("episode_timeout", float("nan")),
+  ("off_policy_steps", 1.5),
+  ("max_concurrency", True),
+]
+
+
+@pytest.mark.parametrize(("key", "bad"), AGENTIC_COUNTS)
+def test_tunix_s_agentic_counts_are_checked_in_one_line(key, bad):
+  with pytest.raises(ValueError, match=rf"^AgenticPpoConfig\.{key}=.* is invalid: must be") as info:
+    AgenticPpoConfig(**{"max_response_length": T, key: bad})
+  assert "\n" not in str(info.value)
+  config = AgenticPpoConfig(
+    max_response_length=1, off_policy_steps=0, max_concurrency=1, episode_timeout=0.5
+  )
+  assert (config.max_response_length, config.off_policy_steps) == (1, 0)
+
+
+@needs_main
+def test_a_kl_without_a_reference_or_no_chat_parser_is_refused_as_the_learner_is_built():
+  """Each passed construction and failed inside tunix at the first rollout."""
+  cluster = agentic_cluster(critic=False, max_steps=1, reference=False)
+  keys = {"num_generations": 2, "max_response_length": T, "advantage_estimator": "grpo"}
+  chat = PlainChat(cluster.tokenizer)
+  for config, named in [
+    ({}, r"^AgenticPpoConfig\.beta=0\.04 takes a KL to the reference model, but the engine"),
+    (
+      {"kl_penalty": "loss", "kl_loss_coef": 0.1, "kl_method": "kl", "beta": 0.0},
+      r"^AgenticPpoConfig\.kl_penalty='loss' with kl_loss_coef=0\.1 takes a KL",
+    ),
+  ]:
+    with pytest.raises(ValueError, match=named) as info:
+      AgenticPpoLearner(cluster, AgenticPpoConfig(**keys, **config), chat_parser=chat)
+    assert "\n" not in str(info.value)
+  with pytest.raises(ValueError, match=r"^AgenticPpoLearner\(chat_parser=None\) is invalid"):
+    AgenticPpoLearner(cluster, AgenticPpoConfig(**keys, beta=0.0), env_class=CountTheAs)
+  for config in ({"beta": 0.0}, {"kl_penalty": "none"}, {"kl_penalty": "loss", "beta": 0.5}):
+    AgenticPpoLearner(cluster, AgenticPpoConfig(**keys, **config), chat_parser=chat)
+
+
 class Recording(AgenticPpoLearner):
   """Keeps every example the rollout phase hands tunix's trainers."""
 
@@ -207,6 +261,61 @@ def test_a_warm_up_step_trains_only_the_critic():
   assert not moved(policy, cluster.actor_trainer.model)
   assert moved(critic, cluster.critic_trainer.model)
   assert history(cluster, "learner", "critic_warmup")[0] == 1.0
+
+
+ADAPTIVE_KL = {  # the coefficient moves by up to 8% a group (4 rows over a horizon of 10)
+  "advantage_estimator": "grpo",
+  "beta": 0.04,
+  "kl_ctrl": "adaptive",
+  "kl_target": 0.01,
+  "kl_horizon": 10,
+}
+
+
+@needs_main
+def test_the_adaptive_kl_controller_resumes_where_the_uninterrupted_run_is(tmp_path):
+  """4 steps straight against 2, then 2 more resumed from the checkpoint (same seed): the
+  same `kl_coef` at the end. The resumed run restarted at beta: the controller's state was
+  in no checkpoint."""
+  config = AgenticPpoConfig(num_generations=2, max_response_length=T, **ADAPTIVE_KL)
+  config = config.ppo_ext_config()  # what the rollout phase reads
+
+  def run(max_steps: int) -> AgenticPpoLearner:
+    cluster = agentic_cluster(critic=False, max_steps=max_steps, checkpoint_dir=str(tmp_path))
+    learner = agentic_learner(cluster, **ADAPTIVE_KL)
+    learner.train(prompts(max_steps + 1))
+    assert cluster.actor_trainer.train_steps == max_steps
+    return learner
+
+  straight = rollout_phase.kl_coef(config, run(4).state)
+  shutil.rmtree(tmp_path)
+  halfway = rollout_phase.kl_coef(config, run(2).state)
+  assert halfway != pytest.approx(config.beta, rel=1e-3)  # it moved
+  resumed = agentic_learner(
+    agentic_cluster(critic=False, max_steps=4, checkpoint_dir=str(tmp_path)), **ADAPTIVE_KL
+  )
+  assert rollout_phase.kl_coef(config, resumed.state) == pytest.approx(halfway, rel=1e-9)
+  resumed.train(prompts(5))
+  assert resumed.rl_engine.actor_trainer.train_steps == 4
+  assert rollout_phase.kl_coef(config, resumed.state) == pytest.approx(straight, rel=1e-5)
+  assert straight != pytest.approx(halfway, rel=1e-3)  # and moved on after the resume
+
+
+@needs_main
+def test_a_checkpoint_holds_the_state_its_step_starts_from_whatever_was_scored_ahead():
+  """tunix's producer scores the groups of later steps while the trainer is still on one
+  (`off_policy_steps > 0`): a checkpoint saved during step 0 holds the controller as step
+  1's first group found it, so a rerun from it does not count step 1's groups twice."""
+  cluster = agentic_cluster(critic=False, max_steps=1)
+  learner = agentic_learner(cluster, **ADAPTIVE_KL)
+  tok = tokenizer()
+  items = [episode(tok, n % 2, g, turns, r, "ab") for n, (g, turns, r) in enumerate(EPISODES)]
+  learner.process_results(items, Mode.TRAIN, 0)
+  after_step_0 = learner.state.to_metadata()
+  learner.process_results(items, Mode.TRAIN, 1)  # ahead of the trainer
+  assert learner.state.to_metadata()["kl_ctrl"] != after_step_0["kl_ctrl"]
+  saved = cluster.actor_trainer.custom_checkpoint_metadata()  # as tunix saves in step 0
+  assert saved["global_step"] == 1 and saved["kl_ctrl"] == after_step_0["kl_ctrl"]
 
 
 class Replies(CountTheAs):

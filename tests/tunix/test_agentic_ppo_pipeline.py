@@ -27,9 +27,14 @@ MODEL = {
 }
 
 
-def pipeline_yaml(directory: pathlib.Path, **section) -> pathlib.Path:
+def pipeline_yaml(
+  directory: pathlib.Path, *, training: dict | None = None, **section
+) -> pathlib.Path:
   """A tunix pipeline config for `training_mode: agentic_ppo` (tunix's keys, a local
-  tokenizer path so tunix asks for no Hugging Face token)."""
+  tokenizer path so tunix asks for no Hugging Face token); `training`: the
+  `rl_training_config` (default: 2 steps of Adam)."""
+  optimizer = {"opt_type": "adamw", "learning_rate": 1e-5}
+  default = {"max_steps": 2, "eval_every_n_steps": 10, "actor_optimizer_config": optimizer}
   config = {
     "training_mode": "agentic_ppo",
     "model_config": MODEL,
@@ -40,7 +45,7 @@ def pipeline_yaml(directory: pathlib.Path, **section) -> pathlib.Path:
       "add_bos": False,
       "add_eos": False,
     },
-    "rl_training_config": {"max_steps": 2},
+    "rl_training_config": default if training is None else training,
     "rollout_config": {"total_generation_steps": 64, "max_prompt_length": 32},
     "agentic_ppo_config": section,
     "agent_class_path": "tunix.rl.agentic.agents.model_agent.ModelAgent",
@@ -117,6 +122,8 @@ def test_on_tunix_0_1_7_the_command_says_it_needs_tunix_main(capsys):
     ("ok", ["training_mode=agentic_ppoo"], "training_mode='agentic_ppoo' is invalid"),
     ("ok", ["env_class_path=no.such.Env"], "env_class_path='no.such.Env' names no class"),
     ("ok", ["agentic_ppo_config.max_response_length=32"], "must be rollout_config.total_gen"),
+    ("ok", ["agentic_ppo_config.off_policy_steps=-1"], "Config.off_policy_steps=-1 is invalid"),
+    ("ok", ["agentic_ppo_config.max_concurrency=0"], "Config.max_concurrency=0 is invalid"),
     ("ok", ["agentic_ppo_config=5"], "with agentic_ppo_config=5: tunix's config refused it"),
     ("ok", ["no_such_key=1"], "Key no_such_key was passed at the command line"),
     ("ok", ["gae_lambda"], "override 'gae_lambda' must look like key=value"),
@@ -126,7 +133,8 @@ def test_a_bad_file_mode_class_or_width_is_one_line_before_any_model(
   tmp_path, capsys, write, extra, named
 ):
   """Each was Python's or tunix's error (exit 1; a class path only once the tokenizer and
-  models had loaded), or (a narrower max_response_length) episodes silently cut."""
+  models had loaded), or (a narrower max_response_length) episodes silently cut, or (a
+  negative off_policy_steps) a run that waited forever once its models had compiled."""
   path = tmp_path / "agentic_ppo.yaml"
   if write == "ok":
     pipeline_yaml(tmp_path)  # its tokenizer path does not exist: nothing may load it
@@ -135,6 +143,70 @@ def test_a_bad_file_mode_class_or_width_is_one_line_before_any_model(
   assert cli.main(["tunix-agentic", str(path), *extra]) == cli.EXIT_BAD_INPUT
   err = capsys.readouterr().err.strip()
   assert named.format(path=path) in err and "\n" not in err, err
+
+
+# The `rl_training_config` of tunix's own agentic example (examples/frozenlake/configs/
+# gemma4_e2b.yaml at the pinned commit, c7d8950f; tunix's wheel ships no example YAML):
+# micro-batches accumulated into a mini-batch, and metrics options
+FROZENLAKE_TRAINING = {
+  "mini_batch_size": 64,
+  "train_micro_batch_size": 2,
+  "actor_optimizer_config": {
+    "opt_type": "adamw",
+    "peak_value": 1e-6,
+    "schedule_type": "warmup_cosine_decay_schedule",
+    "init_value": 0.0,
+    "end_value": 0.0,
+    "warmup_ratio": 0.1,
+    "warmup_steps": 0,
+    "decay_steps": 9,
+    "b1": 0.9,
+    "b2": 0.95,
+    "weight_decay": 0.0,
+    "max_grad_norm": 100.0,
+  },
+  "eval_every_n_steps": 10,
+  "max_steps": 5,
+  "metrics_logging_options": {"log_dir": "/tmp/logging", "flush_every_n_steps": 1},
+  "checkpointing_options": {"save_interval_steps": 50, "max_to_keep": 4},
+  "profiler_options": {},
+  "compute_logps_chunk_size": 2048,
+}
+
+
+@needs_main
+@pytest.mark.parametrize(
+  ("keys", "accumulated"),
+  [({}, 32), ({"train_micro_batch_size": 16}, 4), ({"gradient_accumulation_steps": None}, 32)],
+  ids=["tunix_s", "other_micro_batches", "accumulation_null"],
+)
+def test_tunix_s_own_training_config_passes_the_config_stage(tmp_path, keys, accumulated):
+  """tunix's example's training config failed the launcher with tunix's `ValueError: For
+  RL training, gradient_accumulation_steps should be None` (`null` in the YAML too): the
+  launcher rebuilt tunix's config (`dataclasses.replace`), whose check then saw the
+  accumulation steps tunix had filled in. It is built once, as tunix's CLI builds it, with
+  the launcher's W&B backend in its metrics options."""
+  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline as pipeline  # noqa: PLC0415
+
+  metrics = {"log_dir": str(tmp_path / "metrics"), "flush_every_n_steps": 1}
+  training = {**FROZENLAKE_TRAINING, "metrics_logging_options": metrics, **keys}
+  path = pipeline_yaml(tmp_path, training=training, num_generations=8)
+  configured = pipeline.configure([str(path)])
+  config = configured.create_rl_training_config()
+  assert config.gradient_accumulation_steps == accumulated  # mini_batch_size // micro, tunix's
+  backends = config.metrics_logging_options.backend_kwargs["custom_backend"]
+  assert [backend.__name__ for backend in backends] == ["tensorboard", "wandb"]
+  assert configured.agentic_ppo_config().num_generations == 8
+
+
+@needs_main
+def test_a_training_config_tunix_refuses_is_one_line_before_any_model(tmp_path, capsys):
+  training = {key: v for key, v in FROZENLAKE_TRAINING.items() if key != "mini_batch_size"}
+  path = pipeline_yaml(tmp_path, training=training)
+  assert cli.main(["tunix-agentic", str(path)]) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip()
+  refused = "tunix's rl_training_config refused it (ValueError: For RL training, `mini_batch_size`"
+  assert refused in err and "\n" not in err, err
 
 
 @needs_main

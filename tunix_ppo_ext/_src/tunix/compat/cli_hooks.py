@@ -13,10 +13,12 @@ no public way to do, each with its reason:
   builds only coordinate boxes), the same roles share the same meshes (tunix's
   `_resolve_mesh_owners`, owners in its `_ROLE_TO_MODEL_KEY` order), each owner's mesh of
   the next devices of `jax.devices()` (`role_meshes_without_coords`). Its
-  `create_rl_training_config()` gives `metrics_logging_options` without `custom_backend`
-  tunix's default backends with W&B's `WandbOnSharedRun`, which reads metrax's
-  `WandbBackend` state (`wandb`, `_is_active`): tunix's own W&B fails a run with a critic
-  as it closes.
+  `obtain_training_config_dict()` (the fields tunix's `create_rl_training_config` builds
+  the training config from, once, so that tunix's checks see the YAML's values and not the
+  ones they filled in, e.g. `gradient_accumulation_steps`) gives `metrics_logging_options`
+  without `custom_backend` tunix's default backends with W&B's `WandbOnSharedRun`, which
+  reads metrax's `WandbBackend` state (`wandb`, `_is_active`): tunix's own W&B fails a run
+  with a critic as it closes.
 - the pipeline's helpers an agentic run needs, which tunix's own agentic GRPO pipeline
   calls and `BasePipeline` keeps private: a config section as a mapping
   (`config_mapping`) or a string (`config_string`), the tokenizer (`tokenizer`), the chat
@@ -80,18 +82,16 @@ class PipelineHooks(object if ppo_main is None else ppo_main.PpoPipeline):
   def run_agentic_ppo(self) -> None:
     raise NotImplementedError
 
-  def create_rl_training_config(self) -> Any:
-    """tunix's training config; `metrics_logging_options` without `custom_backend` get
-    tunix's default backends with W&B's `WandbOnSharedRun` (tunix's own W&B fails a run with
-    a critic as it closes)."""
-    config = super().create_rl_training_config()
-    options = config.metrics_logging_options
-    custom = options is not None and (options.backend_kwargs or {}).get("custom_backend")
-    if options is None or custom or env_utils.is_internal_env():
-      return config
-    backends = {"custom_backend": default_metrics_backends(options)}
-    options = dataclasses.replace(options, backend_kwargs=backends)
-    return dataclasses.replace(config, metrics_logging_options=options)
+  def obtain_training_config_dict(self, key: str) -> dict[str, Any]:
+    """tunix's training config's fields of section `key`, from which tunix's
+    `create_rl_training_config` builds the config once (its checks run on the YAML's values,
+    as in tunix's own CLI); `rl_training_config`'s `metrics_logging_options` get
+    `shared_run_backends`."""
+    values = super().obtain_training_config_dict(key)
+    options = values.get("metrics_logging_options")
+    if key == "rl_training_config" and isinstance(options, metrics_logger.MetricsLoggerOptions):
+      values["metrics_logging_options"] = shared_run_backends(options)
+    return values
 
   def create_role_to_mesh(self) -> dict[Any, jax.sharding.Mesh]:
     """tunix's meshes by role; on devices without physical coordinates (CPU, GPU), which
@@ -119,6 +119,18 @@ class WandbOnSharedRun(metrics_logger.WandbBackend):
     if self.wandb is not None and self.wandb.run is None:
       return
     super().log_scalar(event, value, **kwargs)
+
+
+def shared_run_backends(
+  options: metrics_logger.MetricsLoggerOptions,
+) -> metrics_logger.MetricsLoggerOptions:
+  """`options` whose backends are tunix's default ones with W&B's `WandbOnSharedRun`
+  (tunix's own W&B fails a run with a critic as it closes); options with a
+  `custom_backend`, and tunix's internal environment, are left as they are."""
+  if (options.backend_kwargs or {}).get("custom_backend") or env_utils.is_internal_env():
+    return options
+  backends = {"custom_backend": default_metrics_backends(options)}
+  return dataclasses.replace(options, backend_kwargs=backends)
 
 
 def default_metrics_backends(options: metrics_logger.MetricsLoggerOptions) -> list[Any]:

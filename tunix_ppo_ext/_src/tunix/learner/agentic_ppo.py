@@ -19,6 +19,8 @@ sampler's, `use_rollout_logps`; else the rollout policy's pass), the critic's va
 token, the KL to the reference in the reward or the loss, advantages and value targets
 through the project's estimator registry and the pure rollout phase (`_src/ppo/`, as
 `PpoExtLearner`), and the project's metrics (`actor/...`, `critic/...`, `train/...` once published).
+The rollout phase's state (`PhaseState`: the adaptive KL controller's, the critic
+warm-up's) goes into the actor's checkpoints and comes back with them, as `PpoExtLearner`'s.
 
 Under tunix's sequence packing (`max_seq_token_per_tpu`) the rollout phase runs on the
 padded rows as above, and the actor's and the critic's updates on tunix's packed rows,
@@ -45,6 +47,7 @@ from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ppo import rollout_correction_step, rollout_phase
 from tunix_ppo_ext._src.tunix import compat
+from tunix_ppo_ext._src.tunix.cluster import nan_guard
 from tunix_ppo_ext._src.tunix.learner import agentic_packing, passes, ppo_config, trainer_setup
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import ppo_learner as ppo_ext
@@ -62,15 +65,27 @@ class AgenticTrainExample(ppo_ext.TrainExample):
   policy_version: jax.Array | None = None
 
 
+def check_chat_parser(chat_parser: Any) -> None:
+  """ValueError (one line) for `chat_parser=None`: tunix's loop then sends the chat through
+  the tokenizer's own template and keeps no token ids of an episode, so there is nothing
+  to train on (the first rollout failed inside tunix)."""
+  if chat_parser is None:
+    raise ValueError(
+      "AgenticPpoLearner(chat_parser=None) is invalid: give tunix's chat template parser "
+      "(e.g. tunix.rl.agentic.parser.chat_template_parser.parser.DefaultChatTemplateParser"
+      "(tokenizer)); without one tunix's episodes carry no token ids to train on"
+    )
+
+
 class AgenticPpoLearner(compat.AgenticHooks):
   """PPO with a critic on tunix main's `AgenticRLLearner` (see the module docstring).
 
   Takes `AgenticRLLearner`'s arguments: `rl_engine` (tunix's `RLEngine`/`RLCluster`: a
   critic for estimators that take values, e.g. `gae`, `turn_gae`; none for `grpo`, `rloo`,
-  `reinforce_plus_plus`; a reference for a KL), an `AgenticPpoConfig`, `reward_fns`,
-  `chat_parser` (tunix's, needed to tokenize the episodes), `metric_fns`, `agent_class`,
-  `agent_kwargs`, `env_class`, `env_kwargs`; `train(dataset)` is tunix's. Runs on tunix
-  main only: on tunix 0.1.7 building it raises one line saying so.
+  `reinforce_plus_plus`; a reference for a KL, which building checks), an `AgenticPpoConfig`,
+  `reward_fns`, `chat_parser` (tunix's, needed to tokenize the episodes: None is refused),
+  `metric_fns`, `agent_class`, `agent_kwargs`, `env_class`, `env_kwargs`; `train(dataset)`
+  is tunix's. Runs on tunix main only: on tunix 0.1.7 building it raises one line saying so.
   """
 
   def __init__(
@@ -92,6 +107,8 @@ class AgenticPpoLearner(compat.AgenticHooks):
     if not isinstance(algo_config, AgenticPpoConfig):
       raise TypeError(f"algo_config must be an AgenticPpoConfig, got {type(algo_config).__name__}")
     self.ppo_config = algo_config.ppo_ext_config()  # what the losses and estimators read
+    check_chat_parser(chat_parser)
+    trainer_setup.check_reference(self.ppo_config, engine, "AgenticPpoConfig")
     super().__init__(  # first: tunix's checks of the rollout config
       rl_engine=engine,
       algo_config=algo_config,
@@ -133,10 +150,37 @@ class AgenticPpoLearner(compat.AgenticHooks):
     return agentic_packing.PackedRows()
 
   def train(self, *args: Any, **kwargs: Any) -> Any:
-    """tunix's `train`; rows kept for packing by an earlier call are dropped first."""
+    """tunix's `train`; rows kept for packing and states kept for checkpoints by an earlier
+    call are dropped first. The checkpoint tunix's trainers save as they close, when the
+    newest one is older, carries the global step and the learner's state as the scheduled
+    ones do (`compat.save_at_close`)."""
+    self._states.clear()
     if self._packed is not None:
       self._packed.clear()
-    return super().train(*args, **kwargs)
+    with compat.save_at_close(self.rl_engine, self._save_at_close):
+      return super().train(*args, **kwargs)
+
+  def _save_at_close(self, trainer: Any) -> None:
+    engine = self.rl_engine  # the step is counted: the rerun starts at `global_steps`
+    metadata = compat.metadata_after_the_step(engine, trainer)
+    nan_guard.save_state(trainer, {**metadata, **self._learner_state(engine.global_steps)})
+
+  def _learner_state(self, resume_step: int | None = None) -> dict[str, Any]:
+    """The checkpoint's learner state (`rollout_phase.PhaseState.to_metadata`: the KL
+    controller's, the critic warm-up's) for a rerun that starts at global step
+    `resume_step` (None: the step after tunix's current one, as its metadata counts): the
+    state as the first group of that step was scored, when tunix's producer got to it
+    before the save (`off_policy_steps > 0`), else the current one."""
+    step = self.rl_engine.global_steps + 1 if resume_step is None else resume_step
+    return self._states.get(step, self.state).to_metadata()
+
+  def _keep_state_at(self, step: int) -> None:
+    """Keeps the state as training step `step`'s first group is scored (`_learner_state`);
+    the states of steps tunix has counted are dropped."""
+    done = self.rl_engine.global_steps
+    for old in [kept for kept in self._states if kept < done]:
+      del self._states[old]
+    self._states.setdefault(step, self.state)
 
   def packed_example(self, example: Any) -> Any:
     """tunix's hook on a chunk of its packed rows: the chunk's episodes as the padded rows
@@ -152,7 +196,12 @@ class AgenticPpoLearner(compat.AgenticHooks):
         "has one: it is trained for nothing (build the engine with critic=None)",
         stacklevel=3,
       )
-    self.state = rollout_phase.initial_state(config)
+    # the rollout phase's state: the checkpoint's on a resumed run (tunix set the global step
+    # from the checkpoint it restored), else the configured one
+    resumed = compat.restored_metadata(engine.actor_trainer) if engine.global_steps else {}
+    self.state = rollout_phase.initial_state(config, resumed)
+    self._states: dict[int, rollout_phase.PhaseState] = {}  # by training step, `_learner_state`
+    compat.add_checkpoint_metadata(engine.actor_trainer, self._learner_state)
     self._kl_method = names.resolve_kl_method(config.kl_method)
     logps_rows = engine.cluster_config.training_config.compute_logps_micro_batch_size
     rows = None if logps_rows is None else logps_rows * config.num_generations
@@ -252,6 +301,8 @@ class AgenticPpoLearner(compat.AgenticHooks):
       has_critic=self.has_critic,
       fallback=tunix_losses.tunix_estimator(config.advantage_estimator),
     )  # `step`: the step tunix scores the group for (a warm-up step: actor_scale 0)
+    if where.train:
+      self._keep_state_at(where.step)
     result = rollout_phase.rollout_phase(config, self.state, where, batch, inputs, model_passes)
     self.state = result.state
     self._buffer(result.metrics, mode, step)

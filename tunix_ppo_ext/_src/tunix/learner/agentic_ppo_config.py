@@ -13,7 +13,7 @@ import dataclasses
 
 from tunix.rl.agentic import agentic_rl_learner
 
-from tunix_ppo_ext._src.checks import ConfigError, FieldKeys, check_integer
+from tunix_ppo_ext._src.checks import ConfigError, FieldKeys, check_integer, check_number
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, groups_of_one_problem
 
@@ -142,6 +142,7 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   max_tokens_per_turn: int | None = None
 
   def __post_init__(self):
+    self._check_agentic_keys()
     # AlgorithmConfig's own check allows tunix's estimator and loss names only: replaced
     ppo = self.ppo_ext_config()
     for name in PPO_FIELDS:  # defaults filled in and names made canonical, as PpoExtConfig's
@@ -163,6 +164,17 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
           "with the sampler's log-probs as the old ones every weight is 1."
         )
     self._check_turn_budget()
+
+  def _check_agentic_keys(self) -> None:
+    """ConfigError (one line, naming the key) for tunix's agentic keys that tunix's own
+    config accepts and its loop cannot run: `max_response_length` and `max_concurrency`
+    below 1 (episodes cut at once; no episode ever runs), `off_policy_steps` below 0
+    (no prompt is ever queued: the loop waits forever), an `episode_timeout` that is not a
+    positive finite number of seconds (at 0 or below every episode times out at once)."""
+    check_integer("AgenticPpoConfig.max_response_length", self.max_response_length, 1)
+    check_integer("AgenticPpoConfig.max_concurrency", self.max_concurrency, 1)
+    check_integer("AgenticPpoConfig.off_policy_steps", self.off_policy_steps, 0)
+    check_number("AgenticPpoConfig.episode_timeout", self.episode_timeout, 0.0, low_open=True)
 
   def _check_turn_budget(self) -> None:
     """ConfigError (one line) unless `max_tokens_per_turn` is None or an integer in

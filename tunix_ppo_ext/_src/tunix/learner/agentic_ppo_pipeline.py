@@ -12,7 +12,8 @@ of `PpoExtConfig` and tunix's agentic ones), `max_response_length` defaulting to
 `rollout_config.total_generation_steps` as in tunix's agentic GRPO pipeline. A critic
 needs `critic_model_config` (and `rl_training_config.critic_optimizer_config`).
 
-`run(argv)` is the `tunix-ppo-ext tunix-agentic CONFIG.yaml [KEY=VALUE ...]` command.
+`run(argv)` is the `tunix-ppo-ext tunix-agentic CONFIG.yaml [KEY=VALUE ...]` command;
+`configure(argv)` its config stage, every check before a tokenizer, dataset or model loads.
 """
 
 from __future__ import annotations
@@ -141,10 +142,18 @@ def check_config_file(path: str) -> None:
     raise ConfigError(f"CONFIG {path!r}: expected a mapping at the top level")
 
 
-def run(argv: Sequence[str]) -> None:
-  """tunix's `PpoPipeline` command line (`CONFIG.yaml [KEY=VALUE ...]`, as tunix's
-  `python -m tunix.cli.ppo_main`) with `training_mode: agentic_ppo` trained here; the
-  config file and `training_mode` checked first."""
+def _refused(argv: Sequence[str], what: str, err: Exception) -> ConfigError:
+  """The one line for tunix's refusal (`err`) of `what` in the config of `argv`."""
+  given = f" with {' '.join(argv[1:])}" if len(argv) > 1 else ""
+  reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+  return ConfigError(f"CONFIG {argv[0]!r}{given}: tunix's {what} refused it ({reason})")
+
+
+def configure(argv: Sequence[str]) -> AgenticPpoPipeline:
+  """The launcher's config stage, before any tokenizer, dataset or model loads: the config
+  file, tunix's parsing of it and of the overrides, `training_mode`, tunix's training
+  config (`rl_training_config`, built as tunix builds it, its checks run) and, for
+  `agentic_ppo`, the `AgenticPpoConfig`. ConfigError (one line) on the first problem."""
   check_config_file(argv[0])
   for override in argv[1:]:
     if "=" not in override:
@@ -153,10 +162,21 @@ def run(argv: Sequence[str]) -> None:
     # TypeError)
     pipeline = AgenticPpoPipeline(["tunix-agentic", *argv])
   except (ValueError, TypeError) as err:
-    given = f" with {' '.join(argv[1:])}" if len(argv) > 1 else ""
-    reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-    raise ConfigError(f"CONFIG {argv[0]!r}{given}: tunix's config refused it ({reason})") from None
+    raise _refused(argv, "config", err) from None
   mode = pipeline.config.get("training_mode", "ppo")
   if mode not in MODES:
     raise ConfigError(f"training_mode={mode!r} is invalid: must be one of {MODES}")
-  pipeline.run_trainer()
+  try:  # e.g. train_micro_batch_size without mini_batch_size, or no log_dir for metrics
+    pipeline.create_rl_training_config()
+  except (ValueError, TypeError) as err:
+    raise _refused(argv, "rl_training_config", err) from None
+  if mode == cli_hooks.AGENTIC_PPO:
+    pipeline.agentic_ppo_config()
+  return pipeline
+
+
+def run(argv: Sequence[str]) -> None:
+  """tunix's `PpoPipeline` command line (`CONFIG.yaml [KEY=VALUE ...]`, as tunix's
+  `python -m tunix.cli.ppo_main`) with `training_mode: agentic_ppo` trained here; the
+  config checked first (`configure`)."""
+  configure(argv).run_trainer()

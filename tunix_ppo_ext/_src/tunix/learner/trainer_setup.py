@@ -40,6 +40,32 @@ def check_critic(config: Any, critic: Any) -> None:
     )
 
 
+def has_reference(rl_cluster: Any) -> bool:
+  """Whether the cluster was built with a reference model."""
+  try:
+    rl_cluster.inference_worker.get_model("reference")
+  except ValueError:  # tunix: "Model role reference is not available."
+    return False
+  return True
+
+
+def check_reference(config: Any, rl_cluster: Any, owner: str) -> None:
+  """ValueError (one line, naming `owner`'s key) when the config takes a KL to the reference
+  (`kl_penalty` `reward` with `beta > 0`, or `loss` with `kl_loss_coef > 0`) and the
+  cluster has no reference model: else the first rollout fails inside tunix."""
+  if config.kl_penalty == "none" or config.kl_coef <= 0 or has_reference(rl_cluster):
+    return
+  if config.kl_penalty == "reward":
+    key, fix = f"{owner}.beta={config.beta!r}", "beta=0"
+  else:
+    key = f"{owner}.kl_penalty='loss' with kl_loss_coef={config.kl_loss_coef!r}"
+    fix = "kl_loss_coef=0"
+  raise ValueError(
+    f"{key} takes a KL to the reference model, but the engine has none: build it with a "
+    f"reference, or set {fix} (or kl_penalty='none')"
+  )
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainerInputs:
   """The inputs of the actor's and the critic's loss for an example. tunix's own losses
