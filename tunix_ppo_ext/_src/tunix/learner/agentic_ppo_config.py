@@ -30,6 +30,8 @@ PPO_FIELDS = (
   "gamma_turn",
   "adaptive_lambda_alpha",
   "norm_adv_by_std",
+  "gigpo_step_weight",
+  "gigpo_norm_by_std",
   "whiten_advantages",
   "epsilon",
   "epsilon_low",
@@ -67,8 +69,10 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   estimators and PPO losses over tunix's agentic episodes (`AgenticPpoLearner`).
 
   The PPO keys are `PpoExtConfig`'s (same names, defaults and checks; `PPO_FIELDS`):
-  `advantage_estimator` (`gae`, `turn_gae`, `grpo`, `rloo`, `reinforce_plus_plus`, a
-  plugin's; Dr. GRPO is `grpo` with `norm_adv_by_std=False`), `gamma`, `gae_lambda`,
+  `advantage_estimator` (`gae`, `turn_gae`, `grpo`, `rloo`, `reinforce_plus_plus`,
+  `gigpo`, a plugin's; Dr. GRPO is `grpo` with `norm_adv_by_std=False`; GiGPO's
+  `gigpo_step_weight`, `gigpo_norm_by_std`, its anchor states the observation each turn
+  answers), `gamma`, `gae_lambda`,
   `critic_lambda`, `gamma_turn`, `adaptive_lambda_alpha`, `whiten_advantages`, the clip
   ranges `epsilon`, `epsilon_low`, `epsilon_high`, `epsilon_c`, `entropy_coef`, the KL
   (`beta`, `kl_method`, `kl_penalty`, `kl_loss_coef`, `kl_ctrl`, `kl_target`,
@@ -114,6 +118,8 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   gamma_turn: float | None = None
   adaptive_lambda_alpha: float | None = None
   norm_adv_by_std: bool = True
+  gigpo_step_weight: float = 1.0
+  gigpo_norm_by_std: bool = True
   whiten_advantages: bool = True
   epsilon: float = 0.2
   epsilon_low: float | None = None
