@@ -24,12 +24,14 @@ and every estimator runs on the same rows through `tunix_ppo_ext.ops`:
 Per estimator, over every agent turn of every batch: `noise` `E[(A / c)^2]` (`c` the signal
 coefficient, `tunix_ppo_ext._src.metrics.signal`), on the true advantage's scale; and `SNR`
 of the batch policy gradient `g = sum_turns A grad log pi(a|s)` (the tabular softmax's
-exact score function) divided by `c`: `|mean g|^2 / mean |g - mean g|^2` over batches,
-reported relative to GRPO's as trained. The `grpo (raw)`, `rloo` and `exact critic` rows'
-raw `E[A^2]` are printed beside `critic_ceiling.py --noise`'s exact figures for the same
-game and policy, with Monte Carlo standard errors. `signal` is the true advantage's
-`E[A*^2]` per visited turn, `A*(h, a) = Q(h, a) - V(h)` with `Q` averaged over the secrets
-the history allows (exact values; games small enough to enumerate).
+exact score function) divided by `c`: `|E g|^2 / E|g - E g|^2` over batches (the numerator
+less the mean's own variance), reported relative to GRPO's as trained; with few batches
+or a policy whose true gradient is small it is itself noisy. The `grpo (raw)`, `rloo` and
+`exact critic` rows' raw `E[A^2]` are printed beside `critic_ceiling.py --noise`'s exact
+figures for the same game and policy, with Monte Carlo standard errors. `signal` is the
+true advantage's `E[A*^2]` per visited turn, `A*(h, a) = Q(h, a) - V(h)` with `Q`
+averaged over the secrets the history allows (exact values; games small enough to
+enumerate).
 
 The issue's form on SmolLM2 checkpoints (64 batches of the real model, 32 continuations of
 the model per visited history) needs an accelerator: on the 2-core CPU one batch's
@@ -287,10 +289,12 @@ def _per_turn_mean(batches: list[np.ndarray]) -> dict[str, float]:
 
 
 def _snr(batch_grads: list[np.ndarray]) -> float:
+  """`|E g|^2 / E|g - E g|^2` over batches, the numerator unbiased: `|mean g|^2` less the
+  mean's own variance `E|g - E g|^2 / n` (noise alone would otherwise read as signal)."""
   g = np.array(batch_grads)
   mean = g.mean(axis=0)
-  spread = np.mean(np.sum((g - mean) ** 2, axis=1))
-  return float(mean @ mean / spread) if spread > 0 else float("nan")
+  spread = np.sum((g - mean) ** 2) / (len(g) - 1)
+  return float((mean @ mean - spread / len(g)) / spread) if spread > 0 else float("nan")
 
 
 def exact(args) -> dict[str, float]:
