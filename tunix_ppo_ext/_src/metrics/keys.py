@@ -59,6 +59,7 @@ _TIMING = (
   "update_actor",
   "update_critic",
   "step",
+  "shadow",  # the shadow estimators' passes (`metrics.shadow_estimators`)
 )
 
 ROLLOUT_CORRECTION = ("is_mean", "is_std", "is_max", "is_ess", "is_frac_high", "is_frac_low")
@@ -72,7 +73,7 @@ DAPO_KEYS = frozenset(f"rollout/{name}" for name in DAPO)
 # tunix's own policy loss, `ppo.critic_warmup_steps`, `ppo.advantage_estimator=gigpo`)
 CRITIC_WARMUP_KEYS = frozenset({"critic/warmup", "critic/warmup_steps"})
 CONDITIONAL_KEYS = ROLLOUT_CORRECTION_KEYS | DAPO_KEYS | TUNIX_LOSS_KEYS | CRITIC_WARMUP_KEYS
-CONDITIONAL_KEYS |= GIGPO_KEYS
+CONDITIONAL_KEYS |= GIGPO_KEYS | {"timing_s/shadow"}
 
 # internal name -> published key (`{mode}`: train/eval); `None` drops the metric by default.
 TAXONOMY: dict[str, str | None] = {
