@@ -22,11 +22,13 @@ and every estimator runs on the same rows through `tunix_ppo_ext.ops`:
   own sampling error adds about `2 Var(G | h) / N` to each TD error's square.
 
 Per estimator, over every agent turn of every batch: `noise` `E[(A / c)^2]` (`c` the signal
-coefficient, `tunix_ppo_ext._src.metrics.signal`), on the true advantage's scale; and `SNR`
+coefficient, `tunix_ppo_ext.metrics.signal_coefficients`), on the true advantage's scale; and `SNR`
 of the batch policy gradient `g = sum_turns A grad log pi(a|s)` (the tabular softmax's
-exact score function) divided by `c`: `|E g|^2 / E|g - E g|^2` over batches (the numerator
-less the mean's own variance), reported relative to GRPO's as trained; with few batches
-or a policy whose true gradient is small it is itself noisy. The `grpo (raw)`, `rloo` and
+exact score function) divided by `c`, relative to GRPO's as trained: divided by their
+signal coefficients every estimator's gradient has the same expectation (the true policy
+gradient), so the ratio of SNRs `|E g|^2 / E|g - E g|^2` is the inverse ratio of their
+noise `E|g - E g|^2` over batches (estimating `|E g|^2` itself, small next to the noise,
+would add error to every row). The `grpo (raw)`, `rloo` and
 `exact critic` rows' raw `E[A^2]` are printed beside `critic_ceiling.py --noise`'s exact
 figures for the same game and policy, with Monte Carlo standard errors. `signal` is the
 true advantage's `E[A*^2]` per visited turn, `A*(h, a) = Q(h, a) - V(h)` with `Q`
@@ -52,8 +54,8 @@ from typing import Any
 import numpy as np
 
 from tunix_ppo_ext import ops
-from tunix_ppo_ext._src.metrics import signal
 from tunix_ppo_ext.envs import GuessEnv
+from tunix_ppo_ext.metrics import signal_coefficients
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -262,17 +264,17 @@ def run(args) -> dict[str, dict[str, float]]:
     found = estimators(args, mask, rewards, critics, groups, terms["anchors"])
     for row, (adv, name, std) in found.items():
       terms["advantages_raw"] = adv
-      c = signal.signal_coefficients(name, terms, std_division=std, whiten=False)
+      c = signal_coefficients(name, terms, std_division=std, whiten=False)
       scaled = np.where(c != 0, adv / np.where(c != 0, c, 1.0), 0.0)
       noise[row].extend((scaled[:, 0::2][mask[:, 0::2] > 0] ** 2).tolist())
       raw[row].append(adv[:, 0::2][mask[:, 0::2] > 0] ** 2)
       grads[row].append(sum(scaled[i, 0 : 2 * len(g) : 2] @ g for i, g in enumerate(scores)))
-  grpo = _snr(grads["grpo (as trained)"])
+  grpo = _spread(grads["grpo (as trained)"])
   return {
     row: {
       "noise": float(np.mean(noise[row])),
       **_per_turn_mean(raw[row]),
-      "snr_vs_grpo": _snr(grads[row]) / grpo if row in grads and grpo > 0 else float("nan"),
+      "snr_vs_grpo": grpo / _spread(grads[row]) if row in grads else float("nan"),
     }
     for row in noise
   }
@@ -288,13 +290,10 @@ def _per_turn_mean(batches: list[np.ndarray]) -> dict[str, float]:
   return {"raw": float(mean), "raw_se": float(residual.std(ddof=1) / np.sqrt(len(batches)))}
 
 
-def _snr(batch_grads: list[np.ndarray]) -> float:
-  """`|E g|^2 / E|g - E g|^2` over batches, the numerator unbiased: `|mean g|^2` less the
-  mean's own variance `E|g - E g|^2 / n` (noise alone would otherwise read as signal)."""
+def _spread(batch_grads: list[np.ndarray]) -> float:
+  """`E|g - E g|^2` over batches (unbiased): the batch gradient's noise."""
   g = np.array(batch_grads)
-  mean = g.mean(axis=0)
-  spread = np.sum((g - mean) ** 2) / (len(g) - 1)
-  return float((mean @ mean - spread / len(g)) / spread) if spread > 0 else float("nan")
+  return float(np.sum((g - g.mean(axis=0)) ** 2) / (len(g) - 1))
 
 
 def exact(args) -> dict[str, float]:

@@ -6,6 +6,8 @@ read a run's `metrics.jsonl` and TensorBoard events back; `plot_run` draws `curv
 `plot_spread` curves of several seeds with their spread, smoothed by `trailing_mean`.
 `EchoTrapRule` and `echo_trap_step` detect RAGEN's multi-turn collapse in a run's rows
 (`EchoTrapWatch` does it while the main job trains, warning with `EchoTrapWarning`).
+`signal_coefficients` and `common_scale_noise` put every advantage estimator's noise on the
+true advantage's scale (the metrics guide, "The advantages' noise").
 """
 
 from tunix_ppo_ext._src.metrics.collapse import (
@@ -16,6 +18,7 @@ from tunix_ppo_ext._src.metrics.collapse import (
 )
 from tunix_ppo_ext._src.metrics.keys import known_keys, published_key
 from tunix_ppo_ext._src.metrics.plot import plot_run, plot_spread
+from tunix_ppo_ext._src.metrics.signal import common_scale_noise, signal_coefficients
 from tunix_ppo_ext._src.metrics.sinks import jsonl_sink, read_jsonl, read_tensorboard
 from tunix_ppo_ext._src.metrics.stats import trailing_mean
 
@@ -29,6 +32,8 @@ __all__ = [
   "plot_run",
   "plot_spread",
   "published_key",
+  "common_scale_noise",
+  "signal_coefficients",
   "read_jsonl",
   "read_tensorboard",
   "trailing_mean",

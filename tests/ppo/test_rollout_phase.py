@@ -37,6 +37,8 @@ class Config:
   turn_discount: float = 1.0
   whiten_advantages: bool = True
   norm_adv_by_std: bool = True
+  gigpo_step_weight: float = 1.0
+  gigpo_norm_by_std: bool = True
   num_generations: int = 1
   kl_penalty: str = "reward"
   kl_ctrl: str = "adaptive"

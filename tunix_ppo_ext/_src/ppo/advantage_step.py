@@ -24,6 +24,12 @@ from tunix_ppo_ext._src.ops.advantages import length_adaptive_lambda
 from tunix_ppo_ext._src.plugins import protocols, registry
 
 
+def norm_by_std(config: Any, estimator: str) -> bool:
+  """Whether group estimator `estimator` divides by its groups' std under `config`
+  (`gigpo_norm_by_std` for `gigpo`, else `norm_adv_by_std`)."""
+  return config.gigpo_norm_by_std if estimator == "gigpo" else config.norm_adv_by_std
+
+
 def group_ids(batch: TrajectoryBatch, num_generations: int) -> np.ndarray:
   """Each row's group: the source's, else consecutive runs of `num_generations` rows."""
   if batch.group_ids is not None:
@@ -46,7 +52,7 @@ def estimate(
 ) -> tuple[Any, Any]:
   """`(advantages [B, T], returns [B, T])` of the configured estimator (or estimator
   `name`) with `gae_lambda` (a float, or one per row); `normalize=False` turns the config's
-  `whiten_advantages` and its group std division (`norm_by_std_of`) off. `anchors`: the
+  `whiten_advantages` and its group std division (`norm_by_std`) off. `anchors`: the
   batch's `[B, K]` anchor ids (GiGPO's step groups). A name not in the plugin registry
   runs `fallback` (tunix's estimator of that name, tunix's PPO signature).
 
@@ -73,7 +79,7 @@ def estimate(
       gae_lambda=gae_lambda,
       gamma_turn=config.turn_discount,
       whiten=normalize and config.whiten_advantages,
-      norm_by_std=normalize and config.norm_by_std_of(name),
+      norm_by_std=normalize and norm_by_std(config, name),
       step_weight=config.gigpo_step_weight,
       **({} if anchors is None else {"anchor_ids": jnp.asarray(anchors)}),
     )
@@ -133,7 +139,7 @@ def unnormalized_advantages(
 ) -> Any:
   """`[B, T]` the configured estimator's advantages with the policy's lambda, in the
   rewards' units: neither whitened (`whiten_advantages`) nor divided by the group's std
-  (`norm_by_std_of`), so every estimator's are on one scale (`metrics.stats.
+  (`norm_by_std`), so every estimator's are on one scale (`metrics.stats.
   advantage_noise`). An estimator that normalizes regardless (REINFORCE++ whitens over
   the batch) gives its normalized ones."""
   lam = policy_lambda(config, loss_mask)
@@ -177,7 +183,7 @@ def common_scale_noise(
     "gamma_turn": float(config.turn_discount),
   }
   name, metrics = name or config.advantage_estimator, {}
-  trained_options = (config.norm_by_std_of(name), config.whiten_advantages)
+  trained_options = (norm_by_std(config, name), config.whiten_advantages)
   options = {"": (False, False), "_trained": trained_options}
   for suffix, (std_division, whiten) in options.items():
     c = signal.signal_coefficients(name, terms, std_division=std_division, whiten=whiten)

@@ -185,11 +185,6 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     else `gae_lambda`)."""
     return self.gae_lambda if self.critic_lambda is None else self.critic_lambda
 
-  def norm_by_std_of(self, estimator: str) -> bool:
-    """Whether group estimator `estimator` divides by its groups' std here
-    (`gigpo_norm_by_std` for `gigpo`, else `norm_adv_by_std`)."""
-    return self.gigpo_norm_by_std if estimator == "gigpo" else self.norm_adv_by_std
-
   @property
   def turn_discount(self) -> float:
     """The discount between agent turns (`gamma_turn`, else `gamma`)."""
