@@ -195,7 +195,7 @@ def _ignored(target: str) -> bool:
   return done.returncode == 0  # 1: not ignored; 128: not a git checkout
 
 
-# the probe tables (`bench/probes_round5.py`) quote bad keys and metric names on purpose
+# the probe tables (`tools/fault_probes.py`) quote bad keys and metric names on purpose
 PROBE_TABLES = DOCS / "probes"
 
 

@@ -1,10 +1,12 @@
 """Plugins (stdlib only, no side effects): the kinds, what each must be, and the registry.
 
-A plugin is a name in one of the `tunix_ppo_ext.<kind>` entry-point groups (kinds:
-`kl_estimators`, `policy_losses`, `value_losses`, `advantage_estimators`,
+This package's own names are registered in code (a table in the package); a plugin is a
+name in one of the `tunix_ppo_ext.<kind>` entry-point groups of another distribution
+(kinds: `kl_estimators`, `policy_losses`, `value_losses`, `advantage_estimators`,
 `metric_sinks`, `environments`) or an in-code `register(kind, name)`. `get(kind, name)`
 loads one (`name@distribution` picks one of two offers); `report()` lists what is
-installed and whether it loads (`tunix-ppo-ext plugins`). An environment plugin is a
+available and whether it loads (`tunix-ppo-ext plugins`); `needs_critic(name)` says
+whether an advantage estimator takes a critic's values. An environment plugin is a
 `tunix_ppo_ext.envs.Environment`.
 """
 
@@ -23,6 +25,7 @@ from tunix_ppo_ext._src.plugins.registry import (
   format_report,
   get,
   names,
+  needs_critic,
   register,
   report,
   unregister,
@@ -41,6 +44,7 @@ __all__ = [
   "format_report",
   "get",
   "names",
+  "needs_critic",
   "register",
   "report",
   "unregister",

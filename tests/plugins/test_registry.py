@@ -1,4 +1,4 @@
-"""The plugin registry: entry points, built-ins, real installed plugins, errors, `plugins`.
+"""The plugin registry: built-ins in code, entry points, real installed plugins, errors, `plugins`.
 
 The plugin distributions (`examples/`, `tests/plugins/`) are really built and installed
 with pip (`--target` into a per-session temporary directory, offline, no build isolation)
@@ -25,10 +25,11 @@ from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.ops import kl
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ops.advantages import compute_gae_advantages
-from tunix_ppo_ext._src.plugins import registry
+from tunix_ppo_ext._src.plugins import builtins, protocols, registry
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.learner.loss_fns import ppo_ext_policy_loss_fn, register_configured
+from tunix_ppo_ext._src.tunix.learner.ppo_config import estimator_takes_values
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
@@ -92,7 +93,7 @@ def _plugin_modules(top: str) -> set[str]:
 # ----- built-ins -----
 
 
-def test_builtins_are_entry_points_of_this_distribution():
+def test_builtins_are_registered_in_code_for_this_distribution():
   expected = {
     KL: {"kl", "abs", "mse_kl", "low_var_kl"},
     ADV: {"gae", "grpo", "rloo", "reinforce_plus_plus"},
@@ -102,8 +103,10 @@ def test_builtins_are_entry_points_of_this_distribution():
     SINK: {"jsonl"},
   }
   for kind, wanted in expected.items():
-    own = {e.name for e in registry.entries(kind) if e.distribution == "tunix-ppo-ext"}
-    assert wanted <= own, kind
+    own = [e for e in registry.entries(kind) if e.distribution == "tunix-ppo-ext"]
+    assert wanted <= {e.name for e in own}, kind
+    assert all(e.builtin and e.entry_point is None for e in own), kind
+    assert {e.name for e in own} == set(builtins.BUILTINS[kind]), kind
     installed = [e for e in registry.entries(kind) if e.entry_point is not None]
     assert all(e.entry_point.group == f"tunix_ppo_ext.{kind}" for e in installed)
   assert registry.get(KL, "low_var_kl") is kl.kl_k3 is registry.RegistryView(KL)["low_var_kl"]
@@ -113,6 +116,117 @@ def test_builtins_are_entry_points_of_this_distribution():
   assert "nope" not in registry.RegistryView(KL) and len(registry.RegistryView(KL)) == len(
     registry.names(KL)
   )
+
+
+def test_builtins_need_no_installed_metadata(monkeypatch):
+  """No entry point installed at all (a source tree never `pip install`ed): every built-in
+  is there, from this distribution, and loads."""
+  monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda **_: ())
+  registry.clear_cache()
+  try:
+    for kind in registry.KINDS:
+      assert registry.names(kind) == sorted(builtins.BUILTINS[kind]), kind
+    rows = registry.report()
+    assert all(row.error is None and not row.clashes_with for kind in rows for row in rows[kind])
+    assert registry.get(KL, "low_var_kl@tunix-ppo-ext") is kl.kl_k3
+  finally:
+    monkeypatch.undo()
+    registry.clear_cache()
+
+
+def test_builtin_advantage_estimators_declare_whether_they_need_a_critic():
+  """Each built-in estimator's `needs_critic` is set, agrees with its signature (the rule
+  for plugins that declare nothing) and decides `uses_critic`."""
+  for entry in registry.entries(ADV):
+    if not entry.builtin:
+      continue
+    assert isinstance(entry.needs_critic, bool), entry.name
+    wanted = protocols.wanted_inputs(registry.get(ADV, entry.name))
+    assert entry.needs_critic == ("values" in wanted), entry.name
+    assert registry.needs_critic(entry.name) is entry.needs_critic
+    assert PpoExtConfig(advantage_estimator=entry.name).uses_critic is entry.needs_critic
+  assert {e.name for e in registry.entries(ADV) if e.needs_critic} == {"gae", "turn_gae"}
+
+
+TREE_MODULE = """
+import jax.numpy as jnp
+
+
+def mean_baseline(scores, mask):
+  \"\"\"The score less the batch's mean, on every masked token.\"\"\"
+  return (scores - jnp.mean(scores))[:, None] * mask
+
+
+def values_baseline(rewards, values, mask):
+  return (rewards - values) * mask, rewards * mask
+"""
+
+
+@pytest.fixture
+def tree_builtin(tmp_path, monkeypatch):
+  """`add(name, attribute, needs_critic)`: a row added to the built-ins' table for this test
+  only, naming a function of a new module in a temporary source directory: what adding an
+  estimator to the tree is, with no reinstall."""
+  (tmp_path / "ppo_ext_tree_estimators.py").write_text(TREE_MODULE)
+  monkeypatch.syspath_prepend(str(tmp_path))
+
+  def add(name: str, attribute: str, needs_critic: bool) -> None:
+    row = builtins.Builtin(f"ppo_ext_tree_estimators:{attribute}", needs_critic=needs_critic)
+    monkeypatch.setitem(builtins.BUILTINS[ADV], name, row)
+
+  yield add
+  monkeypatch.undo()
+  sys.modules.pop("ppo_ext_tree_estimators", None)
+  registry.clear_cache()
+
+
+def test_an_estimator_added_in_the_tree_works_without_reinstalling(tree_builtin):
+  tree_builtin("test_mean_baseline", "mean_baseline", needs_critic=False)
+  tree_builtin("test_values_baseline", "values_baseline", needs_critic=True)
+  assert {"test_mean_baseline", "test_values_baseline"} <= set(registry.names(ADV))
+  entry = registry.resolve(ADV, "test_mean_baseline@tunix-ppo-ext")
+  assert (entry.distribution, entry.builtin) == ("tunix-ppo-ext", True)
+  assert not estimator_takes_values("test_mean_baseline")  # the row says so: nothing loaded
+  assert "ppo_ext_tree_estimators" not in sys.modules
+  config = PpoExtConfig(advantage_estimator="test_mean_baseline")
+  assert not config.uses_critic
+  assert PpoExtConfig(advantage_estimator="test_values_baseline").uses_critic
+  mask = jnp.ones((2, 3))
+  advantages, _ = protocols.call_estimator(
+    registry.get(ADV, "test_mean_baseline"),
+    rewards=jnp.zeros((2, 3)),
+    values=None,
+    mask=mask,
+    scores=jnp.array([1.0, 3.0]),
+  )
+  np.testing.assert_allclose(advantages, [[-1.0] * 3, [1.0] * 3])
+
+
+def test_a_needs_critic_that_contradicts_the_signature_is_refused(tree_builtin):
+  tree_builtin("test_wrong_flag", "values_baseline", needs_critic=False)
+  with pytest.raises(registry.PluginError, match="built-in 'test_wrong_flag.*requires 'values'"):
+    registry.get(ADV, "test_wrong_flag")
+  with pytest.raises(registry.PluginError, match="needs_critic=True.*takes no 'values'"):
+    registry.register(ADV, "test_bad", needs_critic=True)(lambda scores, mask: scores)
+  with pytest.raises(ValueError, match="needs_critic is for advantage estimators"):
+    registry.register(KL, "test_bad", needs_critic=True)
+
+
+def test_in_code_estimators_may_declare_whether_they_need_a_critic():
+  @registry.register(ADV, "test_any_inputs", needs_critic=False)
+  def any_inputs(mask, **inputs):
+    return inputs["scores"][:, None] * mask
+
+  @registry.register(ADV, "test_any_inputs_default")
+  def any_inputs_default(mask, **inputs):
+    return inputs["scores"][:, None] * mask
+
+  try:
+    assert not PpoExtConfig(advantage_estimator="test_any_inputs").uses_critic
+    assert PpoExtConfig(advantage_estimator="test_any_inputs_default").uses_critic  # **kwargs
+  finally:
+    registry.unregister(ADV, "test_any_inputs")
+    registry.unregister(ADV, "test_any_inputs_default")
 
 
 def test_unknown_names_list_the_available_ones_and_suggest_the_closest():

@@ -154,6 +154,24 @@ def wanted_inputs(estimator: Callable[..., Any]) -> tuple[str, ...] | None:
   return tuple(p.name for p in params if p.name in ADVANTAGE_INPUTS)
 
 
+def critic_mismatch(estimator: Callable[..., Any], needs_critic: bool) -> str | None:
+  """Why an estimator registered with `needs_critic` cannot be called so (None: it can):
+  one that needs a critic must take `values`, one that does not must not require them."""
+  if _signature(estimator) is None:
+    return None
+  wanted = wanted_inputs(estimator)
+  if wanted is None:  # `**kwargs`: takes values or leaves them
+    return None
+  required = {
+    p.name for p in inspect.signature(estimator).parameters.values() if p.default is p.empty
+  }
+  if needs_critic and "values" not in wanted:
+    return "it is registered with needs_critic=True but its signature takes no 'values'"
+  if not needs_critic and "values" in required:
+    return "it is registered with needs_critic=False but its signature requires 'values'"
+  return None
+
+
 def call_estimator(estimator: Callable[..., Any], **inputs: Any) -> tuple[Any, Any]:
   """Calls an advantage estimator with the inputs its signature names (its protocol).
 

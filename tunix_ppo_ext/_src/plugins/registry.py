@@ -1,9 +1,9 @@
 """Plugin registry: named KL estimators, losses, advantage estimators, metric sinks, environments.
 
-Every name a config can hold is looked up here, built-ins included: the package declares
-its own functions as entry points in its `pyproject.toml`, exactly as a third-party plugin
-does, so there is one code path. A plugin is a distribution with entry points in these
-groups (`tunix_ppo_ext.<kind>`), each naming an object that satisfies its kind's protocol:
+Every name a config can hold is looked up here. This package's own names come from the
+table in `plugins/builtins.py` (a name added there works from the source tree, no
+reinstall); other distributions offer theirs as entry points in these groups
+(`tunix_ppo_ext.<kind>`), each naming an object that satisfies its kind's protocol:
 
 - `kl_estimators`: `fn(logp, ref_logp) -> values`, per-token float arrays of one shape;
   `name+` selects the straight-through form (the value of `fn`, the gradient of k2).
@@ -12,6 +12,9 @@ groups (`tunix_ppo_ext.<kind>`), each naming an object that satisfies its kind's
   loss mask), `scores`, `group_ids` (`[B]`: summed rewards, sample groups), `gamma`,
   `gae_lambda`, `gamma_turn`, `whiten`, `norm_by_std` (the config's values). It must take `mask` and
   `rewards` or `scores`, and returns `advantages [B, T]` or `(advantages, returns)`.
+  Whether it needs a critic is its registration's `needs_critic` (the built-ins' table,
+  `register(..., needs_critic=)`); a plugin's entry point without one needs a critic when
+  its signature names `values` or takes `**kwargs` (`needs_critic`).
 - `policy_losses`: tunix's policy-loss signature `fn(model, train_example, algo_config,
   pad_id, eos_id, **kwargs) -> (loss, metrics)` (called with `temperature`, `ref_model`).
 - `value_losses`: `fn(model, train_example, clip_range_value, pad_id, eos_id, **kwargs)
@@ -20,24 +23,30 @@ groups (`tunix_ppo_ext.<kind>`), each naming an object that satisfies its kind's
 - `metric_sinks`: a factory `fn(output_dir: pathlib.Path, config: dict) -> backend`, a
   metrax `LoggingBackend`-like object with `log_scalar(event, value, *, step)` and `close()`.
 
-Discovery reads installed metadata through `importlib.metadata` and imports nothing; a
-plugin's module is imported when one of its names is looked up (or listed with `report`),
-and the result is cached. A name offered by two distributions is an error naming both,
-unless pinned as `name@distribution`. A plugin that fails to import or breaks its protocol
-raises `PluginError` naming the entry point, its distribution and the cause, only when
-that name is used. `register` adds names in code (notebooks) with the same checks.
+Discovery reads the built-ins' table and installed metadata and imports nothing; an
+object's module is imported when one of its names is looked up (or listed with `report`),
+and the result is cached. The built-ins belong to the distribution `tunix-ppo-ext` (its
+own installed entry points, if an older install declares them, are ignored). A name
+offered by two distributions is an error naming both, unless pinned as
+`name@distribution`. A plugin that fails to import or breaks its protocol raises
+`PluginError` naming the entry point, its distribution and the cause, only when that name
+is used. `register` adds names in code (notebooks) with the same checks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import importlib.metadata
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tunix_ppo_ext._src.checks import did_you_mean
+from tunix_ppo_ext._src.plugins import protocols
+from tunix_ppo_ext._src.plugins.builtins import BUILTINS
 from tunix_ppo_ext._src.plugins.kinds import (  # noqa: F401 (the kinds: re-exported)
   ADVANTAGE_ESTIMATORS,
   ENVIRONMENTS,
@@ -74,7 +83,11 @@ class UnknownNameError(PluginError):
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-  """One name offered by one distribution (or registered in code)."""
+  """One name offered by one distribution: an entry point, a built-in or an in-code object.
+
+  `needs_critic`: an advantage estimator's declared need of critic values (None: not
+  declared, the signature decides; `needs_critic`).
+  """
 
   kind: str
   name: str
@@ -83,12 +96,16 @@ class Entry:
   value: str  # `module:attribute`
   entry_point: importlib.metadata.EntryPoint | None = dataclasses.field(default=None, repr=False)
   obj: Any = dataclasses.field(default=None, repr=False, compare=False)
+  builtin: bool = False  # a row of `plugins/builtins.py`, imported from `value`
+  needs_critic: bool | None = dataclasses.field(default=None, compare=False)
 
   def describe(self) -> str:
     """`entry point 'name = module:attr' (group ...) of distribution 'dist' 1.0`."""
+    where = f"distribution {self.distribution!r}" + (f" {self.version}" if self.version else "")
+    if self.builtin:
+      return f"built-in '{self.name} = {self.value}' ({LABELS[self.kind]}) of {where}"
     if self.entry_point is None:
       return f"in-code registration '{self.name} = {self.value}' ({LABELS[self.kind]})"
-    where = f"distribution {self.distribution!r}" + (f" {self.version}" if self.version else "")
     return f"entry point '{self.name} = {self.value}' (group {group(self.kind)}) of {where}"
 
 
@@ -108,21 +125,45 @@ def normalize_distribution(name: str) -> str:
   return re.sub(r"[-_.]+", "-", name).lower()
 
 
-# ----- discovery (metadata only, nothing imported) -----
+# ----- discovery (the built-ins' table and metadata only, nothing imported) -----
 
 
 @functools.cache
-def _discovered(kind: str) -> tuple[Entry, ...]:
-  entries, seen = [], set()
+def _installed(kind: str) -> tuple[Entry, ...]:
+  """Other distributions' entry points of `kind` (this package's own, if any, skipped)."""
+  entries, seen, own = [], set(), normalize_distribution(OWN_DISTRIBUTION)
   for ep in importlib.metadata.entry_points(group=group(kind)):
     dist = getattr(ep, "dist", None)
     dist_name = dist.name if dist is not None else "<unknown>"
     key = (ep.name, normalize_distribution(dist_name))
-    if key not in seen:  # the same distribution seen twice on sys.path
+    if key[1] != own and key not in seen:  # the same distribution seen twice on sys.path
       seen.add(key)
       version = dist.version if dist is not None else ""
       entries.append(Entry(kind, ep.name, dist_name, version, ep.value, ep))
-  return tuple(sorted(entries, key=lambda e: (e.name, normalize_distribution(e.distribution))))
+  return tuple(entries)
+
+
+def _builtins(kind: str) -> tuple[Entry, ...]:
+  """This package's names of `kind`, read from the table at each call (it is small)."""
+  version = _own_version()
+  return tuple(
+    Entry(
+      kind, name, OWN_DISTRIBUTION, version, row.target, builtin=True, needs_critic=row.needs_critic
+    )
+    for name, row in BUILTINS.get(kind, {}).items()
+  )
+
+
+def _own_version() -> str:
+  """`tunix_ppo_ext.__version__`: Python imports the package before any module of it, so
+  it is read from `sys.modules` (an import here would climb above this layer)."""
+  return getattr(sys.modules.get("tunix_ppo_ext"), "__version__", "")
+
+
+def _discovered(kind: str) -> tuple[Entry, ...]:
+  """The built-ins and the installed entry points of `kind`, by name and distribution."""
+  found = _builtins(kind) + _installed(kind)
+  return tuple(sorted(found, key=lambda e: (e.name, normalize_distribution(e.distribution))))
 
 
 _IN_CODE: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
@@ -150,7 +191,7 @@ def names(kind: str) -> list[str]:
 def clear_cache() -> None:
   """Forgets discovered entry points and loaded objects (after installing a plugin)."""
   importlib.invalidate_caches()
-  _discovered.cache_clear()
+  _installed.cache_clear()
   _LOADED.clear()
   _RESOLVED.clear()
 
@@ -205,10 +246,7 @@ def _unknown_message(kind: str, name: str, dist: str | None) -> str:
   if dist is not None and name in available:
     offered = sorted({e.distribution for e in entries(kind) if e.name == name})
     return f"no {label} {name!r} in distribution {dist!r}; it is offered by {offered}"
-  message = f"unknown {label} {name!r}; available: {available}{did_you_mean(name, available)}"
-  if not any(e.distribution == OWN_DISTRIBUTION for e in _discovered(kind)):
-    message += f" (no entry points of {OWN_DISTRIBUTION} found: reinstall it, `pip install -e .`)"
-  return message
+  return f"unknown {label} {name!r}; available: {available}{did_you_mean(name, available)}"
 
 
 def get(kind: str, spec: str) -> Any:
@@ -242,7 +280,7 @@ def _load(entry: Entry) -> Any:
   if entry in _LOADED:
     return cached
   try:
-    obj = entry.obj if entry.entry_point is None else entry.entry_point.load()
+    obj = _object_of(entry)
     problem = _conformance_problem(entry, obj)
     if problem:
       cause = f"does not satisfy the {LABELS[entry.kind]} protocol: {problem}"
@@ -259,10 +297,46 @@ def _load(entry: Entry) -> Any:
   return obj
 
 
+def _object_of(entry: Entry) -> Any:
+  if entry.entry_point is not None:
+    return entry.entry_point.load()
+  if not entry.builtin:
+    return entry.obj
+  module, _, attribute = entry.value.partition(":")
+  obj = importlib.import_module(module)
+  for part in attribute.split("."):
+    obj = getattr(obj, part)
+  return obj
+
+
 def _conformance_problem(entry: Entry, obj: Any) -> str | None:
   if entry.name in _RESERVED.get(entry.kind, ()) or not _NAME.match(entry.name):
     return f"the name {entry.name!r} is reserved or not of the form [A-Za-z0-9_.-]+"
-  return PROTOCOLS[entry.kind](obj)
+  problem = PROTOCOLS[entry.kind](obj)
+  if problem is None and entry.needs_critic is not None:
+    problem = protocols.critic_mismatch(obj, entry.needs_critic)
+  return problem
+
+
+def needs_critic(spec: str) -> bool:
+  """Whether advantage estimator `spec` takes a critic's values (the learner builds one).
+
+  Args:
+    spec: an advantage estimator's `name` or `name@distribution`.
+
+  Returns:
+    Its registration's `needs_critic` (the built-ins declare it, and so may `register`);
+    where none is declared (a plugin's entry point), whether its signature names `values`
+    or takes `**kwargs`, loading it.
+
+  Raises:
+    PluginError: as `get`.
+  """
+  entry = resolve(ADVANTAGE_ESTIMATORS, spec)
+  if entry.needs_critic is not None:
+    return entry.needs_critic
+  wanted = protocols.wanted_inputs(get(ADVANTAGE_ESTIMATORS, spec))
+  return wanted is None or "values" in wanted
 
 
 def build(kind: str, spec: str, *args: Any, **kwargs: Any) -> Any:
@@ -278,27 +352,38 @@ def build(kind: str, spec: str, *args: Any, **kwargs: Any) -> Any:
 # ----- in-code registration -----
 
 
-def register(kind: str, name: str | None = None, *, replace: bool = False) -> Callable[[Any], Any]:
+def register(
+  kind: str,
+  name: str | None = None,
+  *,
+  replace: bool = False,
+  needs_critic: bool | None = None,
+) -> Callable[[Any], Any]:
   """Decorator: registers the object under `name` (default: its `__name__`) in code.
 
-  The object is checked against the kind's protocol at once; a name an installed
-  distribution offers is refused, and so is another in-code object under a taken name
-  unless `replace=True` (re-running the same notebook cell replaces its own function).
+  The object is checked against the kind's protocol at once; a name a built-in or an
+  installed distribution offers is refused, and so is another in-code object under a
+  taken name unless `replace=True` (re-running the same notebook cell replaces its own
+  function).
 
   Args:
     kind: a plugin kind (one of `KINDS`).
     name: the name to register under; None: the object's `__name__`.
     replace: replace an in-code object already registered under `name`.
+    needs_critic: advantage estimators only: whether it takes a critic's values (None:
+      its signature decides, `needs_critic`); checked against the signature.
 
   Returns:
     The decorator; it returns the object unchanged.
   """
   _check_kind(kind)
+  if needs_critic is not None and kind != ADVANTAGE_ESTIMATORS:
+    raise ValueError(f"needs_critic is for advantage estimators, not a {LABELS[kind]}")
 
   def decorator(obj: Any) -> Any:
     key = name if name is not None else getattr(obj, "__name__", None)
     target = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', repr(obj))}"
-    entry = Entry(kind, str(key), IN_CODE, "", target, obj=obj)
+    entry = Entry(kind, str(key), IN_CODE, "", target, obj=obj, needs_critic=needs_critic)
     problem = _conformance_problem(entry, obj)
     if problem:
       raise PluginError(f"cannot register {LABELS[kind]} {key!r} ({target}): {problem}")
@@ -401,9 +486,7 @@ def report(kinds: tuple[str, ...] = KINDS) -> dict[str, list[Status]]:
         error = None
       except PluginError as err:
         error = err.cause
-      others = tuple(
-        e.distribution for e in entries(kind) if e.name == entry.name and e is not entry
-      )
+      others = tuple(e.distribution for e in entries(kind) if e.name == entry.name and e != entry)
       rows[kind].append(Status(entry, error, others))
   return rows
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tunix_ppo_ext._src.checks import ConfigError
-from tunix_ppo_ext._src.plugins import protocols, registry
+from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.ppo import advantage_step
 
 PREFIX = "shadow"
@@ -32,18 +32,13 @@ def check_shadow_estimators(names: Sequence[str], has_critic: bool, key: str) ->
   for name in names:
     if not isinstance(name, str) or not registry.has(registry.ADVANTAGE_ESTIMATORS, name):
       raise ConfigError(f"{key}: {name!r} is not an advantage estimator; one of {list(known)}")
-    if not has_critic and _takes_values(name):
+    if not has_critic and registry.needs_critic(name):
       raise ConfigError(
         f"{key}: {name!r} needs a critic's values; this run has none (its estimator takes none)"
       )
   if len(set(names)) != len(names):
     raise ConfigError(f"{key}={list(names)!r} names an estimator twice")
   return tuple(names)
-
-
-def _takes_values(name: str) -> bool:
-  wanted = protocols.wanted_inputs(registry.get(registry.ADVANTAGE_ESTIMATORS, name))
-  return wanted is None or "values" in wanted
 
 
 def halves(groups: np.ndarray) -> np.ndarray:

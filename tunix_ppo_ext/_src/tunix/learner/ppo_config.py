@@ -377,15 +377,16 @@ def fused_head_problem(fused_head: bool, chunk_size: int, keys: FieldKeys = OWN_
 
 
 def estimator_takes_values(name: str) -> bool:
-  """Whether advantage estimator `name` takes critic values.
+  """Whether advantage estimator `name` takes critic values (the learner builds a critic).
 
-  A plugin-registry estimator (built-ins included) does when its signature names `values`
-  or takes `**kwargs`; tunix's own estimators always get values (tunix's signature).
+  A plugin-registry estimator does when its registration says so (`needs_critic`: the
+  built-ins' table, `register(..., needs_critic=)`), or else when its signature names
+  `values` or takes `**kwargs` (`registry.needs_critic`); tunix's own estimators always
+  get values (tunix's signature).
   """
   if not registry.has(registry.ADVANTAGE_ESTIMATORS, name):
     return True
-  wanted = protocols.wanted_inputs(registry.get(registry.ADVANTAGE_ESTIMATORS, name))
-  return wanted is None or "values" in wanted
+  return registry.needs_critic(name)
 
 
 def estimator_takes_groups(name: str) -> bool:

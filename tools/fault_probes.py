@@ -1,7 +1,7 @@
-"""Probe round 5 (issue #61): this round's features tried with bad values, interrupted runs,
-read-only and full disks, and reruns with another config; writes `docs/probes/round5.md`.
+"""Fault probes (issue #61): features tried with bad values, interrupted runs, read-only
+and full disks, and reruns with another config; writes `docs/probes/fault_probes.md`.
 
-  python bench/probes_round5.py [--only ID ...] [--python PY] [--main-python PY]
+  python tools/fault_probes.py [--only ID ...] [--python PY] [--main-python PY]
 
 Every probe runs the command a user would type (`tunix-ppo-ext ...`, a bench script, a
 Python line) and records its exit status and the first line of its error (or of its
@@ -10,7 +10,7 @@ naming the culprit (no traceback, exit 2), for a run the files it must leave. `-
 runs this tree's package with tunix 0.1.7 (default: this interpreter), `--main-python` with
 tunix main (the agentic learner's probes; default: `/work/main/.venv-main/bin/python`).
 The agentic probes need tunix main, the disk probes `mount` (root): without them those
-rows say so. Runs go to `/tmp/probes_round5` (`$P` in the table), emptied first.
+rows say so. Runs go to `/tmp/fault_probes` (`$P` in the table), emptied first.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-TABLE = REPO / "docs" / "probes" / "round5.md"
-P = pathlib.Path(os.environ.get("PROBES_DIR", "/tmp/probes_round5"))
+TABLE = REPO / "docs" / "probes" / "fault_probes.md"
+P = pathlib.Path(os.environ.get("PROBES_DIR", "/tmp/fault_probes"))
 RESULTS = P.with_name(P.name + ".json")  # every probe's last row (`--only` keeps the rest)
 SMOKE = "configs/smoke.yaml"
 MAIN_PYTHON = "/work/main/.venv-main/bin/python"
@@ -520,16 +520,16 @@ def render(rows: dict[str, dict[str, str]]) -> str:
   good = sum(1 for r in rows.values() if r["verdict"] == "ok" or r["verdict"].startswith("fixed"))
   fixed = sum(1 for r in rows.values() if r["verdict"].startswith("fixed"))
   lines = [
-    "# Probe round 5",
+    "# Fault probes",
     "",
-    "Issue #61's fifth round of probes: this round's features (tunix main's agentic",
+    "Issue #61's fault probes of these features (tunix main's agentic",
     "learner and its `tunix-agentic` command, the critic studies' keys and bench scripts, a",
     "finished run's rerun, `parts.json`, `plot --out`, `export`) tried with nonsense values,",
     "interrupted runs, read-only and full disks and reruns with another config. Each row is",
     "the command (`$P` a scratch directory), what a user should expect, what was observed",
     "(the exit status and the first line of the error, or of the output; for runs, the files",
     "left) and the verdict: `ok`, or `fixed in <commit>` for a probe that failed before that",
-    "commit. `python bench/probes_round5.py` runs every probe again and rewrites this page",
+    "commit. `python tools/fault_probes.py` runs every probe again and rewrites this page",
     "(`--only ID ...` reruns some and keeps the other rows).",
     "",
     f"{len(rows)} probes: {good} ok, of which {fixed} after a fix.",
