@@ -202,6 +202,23 @@ def test_a_kl_without_a_reference_or_no_chat_parser_is_refused_as_the_learner_is
     AgenticPpoLearner(cluster, AgenticPpoConfig(**keys, **config), chat_parser=chat)
 
 
+@needs_main
+def test_a_value_estimator_without_a_critic_is_refused_in_the_agentic_names():
+  cluster = agentic_cluster(critic=False, max_steps=1)
+  with pytest.raises(ValueError, match=r"AgenticPpoConfig\.advantage_estimator='gae' \(") as info:
+    agentic_learner(cluster, advantage_estimator="gae", beta=0.0)
+  message = str(info.value)
+  assert "agentic_ppo_config.advantage_estimator" in message and "critic_model_config" in message
+  assert "PpoExtConfig" not in message and "RLCluster" not in message and "\n" not in message
+
+
+def test_gigpo_s_keys_are_agentic_ppo_config_s():
+  config = AgenticPpoConfig(gigpo_step_weight=0.5, gigpo_norm_by_std=False)
+  assert (config.ppo_ext_config().gigpo_step_weight, config.gigpo_norm_by_std) == (0.5, False)
+  with pytest.raises(ValueError, match=r"AgenticPpoConfig\.gigpo_step_weight=-1 is invalid"):
+    AgenticPpoConfig(gigpo_step_weight=-1)
+
+
 class Recording(AgenticPpoLearner):
   """Keeps every example the rollout phase hands tunix's trainers."""
 

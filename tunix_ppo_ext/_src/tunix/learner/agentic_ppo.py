@@ -137,7 +137,9 @@ class AgenticPpoLearner(compat.AgenticHooks):
     self._packed = self._packed_rows(engine)
     with warnings.catch_warnings():  # the warning names the caller's line: `_set_up` warns
       warnings.simplefilter("ignore")
-      trainer_setup.check_critic(self.ppo_config, trainer_setup.critic_trainer(engine))
+      trainer_setup.check_critic(
+        self.ppo_config, trainer_setup.critic_trainer(engine), agentic=True
+      )
     # the engine's own adjustment, not a process-wide patch: else a group's episodes are copies
     if rollout_correction_step.enabled(self.ppo_config):
       if not engine.get_rollout_config(Mode.TRAIN).return_logprobs:

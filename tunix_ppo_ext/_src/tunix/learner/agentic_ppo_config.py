@@ -58,6 +58,8 @@ PPO_FIELDS = (
   "rollout_rs",
   "rollout_rs_threshold",
   "rollout_rs_threshold_lower",
+  "gigpo_step_weight",
+  "gigpo_norm_by_std",
 )
 
 
@@ -67,8 +69,10 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   estimators and PPO losses over tunix's agentic episodes (`AgenticPpoLearner`).
 
   The PPO keys are `PpoExtConfig`'s (same names, defaults and checks; `PPO_FIELDS`):
-  `advantage_estimator` (`gae`, `turn_gae`, `grpo`, `rloo`, `reinforce_plus_plus`, a
-  plugin's; Dr. GRPO is `grpo` with `norm_adv_by_std=False`), `gamma`, `gae_lambda`,
+  `advantage_estimator` (`gae`, `turn_gae`, `grpo`, `rloo`, `reinforce_plus_plus`,
+  `gigpo` with `gigpo_step_weight` and `gigpo_norm_by_std`, a plugin's or one registered in
+  tunix's `function_registry`; Dr. GRPO is `grpo` with `norm_adv_by_std=False`), `gamma`,
+  `gae_lambda`,
   `critic_lambda`, `gamma_turn`, `adaptive_lambda_alpha`, `whiten_advantages`, the clip
   ranges `epsilon`, `epsilon_low`, `epsilon_high`, `epsilon_c`, `entropy_coef`, the KL
   (`beta`, `kl_method`, `kl_penalty`, `kl_loss_coef`, `kl_ctrl`, `kl_target`,
@@ -139,6 +143,8 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
   rollout_rs: str | None = None
   rollout_rs_threshold: float = 2.0
   rollout_rs_threshold_lower: float | None = None
+  gigpo_step_weight: float = 1.0
+  gigpo_norm_by_std: bool = True
   max_tokens_per_turn: int | None = None
 
   def __post_init__(self):
