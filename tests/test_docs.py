@@ -421,3 +421,24 @@ def test_math_examples_run():
         failed.append(f"^ {name}")
   assert not without, f"public ops functions without a doctest example: {without}"
   assert not failed, "".join(failed)[-8000:]
+
+
+AGENTIC_GUIDE = DOCS / "guides" / "agentic_ppo.md"
+
+
+def _undocumented_agentic_keys(text: str) -> list[str]:
+  """The `AgenticPpoConfig` fields (tunix's inherited ones too) that `text` never names in
+  backticks."""
+  import dataclasses  # noqa: PLC0415
+
+  from tunix_ppo_ext import AgenticPpoConfig  # noqa: PLC0415
+
+  named = set(re.findall(r"`([a-z_0-9]+)`", text))
+  return [f.name for f in dataclasses.fields(AgenticPpoConfig) if f.name not in named]
+
+
+def test_every_agentic_ppo_config_key_is_in_the_guide():
+  missing = _undocumented_agentic_keys(AGENTIC_GUIDE.read_text())
+  assert not missing, f"AgenticPpoConfig keys missing from {AGENTIC_GUIDE.name}: {missing}"
+  without = AGENTIC_GUIDE.read_text().replace("`kl_clamp_value`", "kl_clamp_value")
+  assert _undocumented_agentic_keys(without) == ["kl_clamp_value"]  # the check catches one

@@ -5,7 +5,10 @@ building the learner fails in one line (the rest is skipped there)."""
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
+import pathlib
+import re
 import shutil
 
 import jax
@@ -21,6 +24,8 @@ from tests.conftest import toy_cluster
 from tunix_ppo_ext import AgenticPpoConfig, AgenticPpoLearner, PpoExtConfig, PpoExtLearner
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.metrics import stats as batch_stats
+from tunix_ppo_ext._src.metrics.sinks import JsonlBackend, read_jsonl
 from tunix_ppo_ext._src.ppo import rollout_phase
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import loss_fns
@@ -197,6 +202,23 @@ def test_a_kl_without_a_reference_or_no_chat_parser_is_refused_as_the_learner_is
     AgenticPpoLearner(cluster, AgenticPpoConfig(**keys, **config), chat_parser=chat)
 
 
+@needs_main
+def test_a_value_estimator_without_a_critic_is_refused_in_the_agentic_names():
+  cluster = agentic_cluster(critic=False, max_steps=1)
+  with pytest.raises(ValueError, match=r"AgenticPpoConfig\.advantage_estimator='gae' \(") as info:
+    agentic_learner(cluster, advantage_estimator="gae", beta=0.0)
+  message = str(info.value)
+  assert "agentic_ppo_config.advantage_estimator" in message and "critic_model_config" in message
+  assert "PpoExtConfig" not in message and "RLCluster" not in message and "\n" not in message
+
+
+def test_gigpo_s_keys_are_agentic_ppo_config_s():
+  config = AgenticPpoConfig(gigpo_step_weight=0.5, gigpo_norm_by_std=False)
+  assert (config.ppo_ext_config().gigpo_step_weight, config.gigpo_norm_by_std) == (0.5, False)
+  with pytest.raises(ValueError, match=r"AgenticPpoConfig\.gigpo_step_weight=-1 is invalid"):
+    AgenticPpoConfig(gigpo_step_weight=-1)
+
+
 class Recording(AgenticPpoLearner):
   """Keeps every example the rollout phase hands tunix's trainers."""
 
@@ -243,6 +265,74 @@ def test_a_tiny_model_trains_multi_turn_episodes_with_a_critic():
   # each request is sampled with its own key: a group's episodes are not copies
   assert any(len({r.tobytes() for r in np.asarray(e.completion_ids)}) > 1 for e in learner.examples)
   assert_observations_are_never_trained(learner.examples, tokenizer())
+
+
+def guide_keys() -> set[str]:
+  """Every key of docs/guides/metrics.md's table (`{stats}` expanded; a row of several
+  names, e.g. `rollout/is_mean`, `is_max`, ..., gives each its section)."""
+  text = (pathlib.Path(__file__).parents[2] / "docs/guides/metrics.md").read_text()
+  table = text.split("| key | meaning |")[1].split("\n\n")[0]
+  found = set()
+  for line in table.splitlines():
+    if not line.startswith("| `"):
+      continue
+    names = re.findall(r"`([^`]+)`", line.split(" | ")[0])
+    section = names[0].split("/")[0]
+    for name in names:
+      name = name if "/" in name else f"{section}/{name}"
+      stats = ("min", "mean", "max") if "{stats}" in name else ("",)
+      found |= {name.replace("{stats}", s) for s in stats}
+  return found
+
+
+# what the guide lists that a run of `test_an_agentic_run_logs_the_guide_s_names` has not
+# (the guide's section "tunix's agentic stack" says why): the `train` job's own families,
+# features the run leaves off, and the names of other estimators' or other jobs' metrics.
+NOT_IN_AN_AGENTIC_RUN = (
+  "eval/*",
+  "timing_s/*",
+  "rollout/*",
+  "custom/*",
+  "train/env/*",
+  "train/echo_trap",
+  "train/success_rate",
+  "train/dropped_episodes",
+  "actor/gigpo_*",
+  "actor/kl_loss",
+  "actor/nonfinite_skips",
+  "critic/nonfinite_skips",
+  "rewards/...",
+  "generation/...",
+  "advantages/...",
+)
+
+
+@needs_main
+def test_an_agentic_run_logs_the_guide_s_names(tmp_path):
+  """A short agentic run (a critic, a KL in the reward, the trainer's old log-probs beside
+  the sampler's) publishes every key of the metrics guide that such a run has, tunix's
+  agentic `sampler_trainer/*` and `trajectory/*`, and no internal or second family."""
+  jsonl = tmp_path / "metrics.jsonl"
+  cluster = agentic_cluster(
+    metrics_dir=str(tmp_path / "tb"), metric_backends=[lambda: JsonlBackend(jsonl)]
+  )
+  learner = agentic_learner(cluster, beta=0.01, use_rollout_logps=False)
+  learner.train(prompts(3))
+  cluster.close()
+  rows = read_jsonl(jsonl)
+  logged = {key for row in rows for key in row if key != "step"}
+  expected = {
+    key for key in guide_keys() if not any(fnmatch.fnmatch(key, p) for p in NOT_IN_AN_AGENTIC_RUN)
+  }
+  assert expected - logged == set()
+  assert {f"sampler_trainer/{name}" for name in batch_stats.SAMPLER_TRAINER} <= logged
+  assert any(key.startswith("trajectory/env_time/") for key in logged), sorted(logged)
+  families = {key.split("/")[0] for key in logged}
+  assert families.isdisjoint({"batch", "learner", "advantages", "generation"}), sorted(logged)
+  assert not [key for key in logged if "/train/" in key or "/eval/" in key], sorted(logged)
+  # a training batch's keys sit at the update that trains on it, as in the `train` job
+  steps = lambda key: [row["step"] for row in rows if key in row]  # noqa: E731
+  assert steps("train/advantage/mean") == steps("actor/pg_loss") == [1, 2]
 
 
 @needs_main

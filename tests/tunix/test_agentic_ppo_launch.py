@@ -3,7 +3,7 @@ tunix's own model loading (`model_source: gcs`, a local checkpoint in Gemma's up
 layout, which tunix's `map_from_upstream_checkpoint` maps onto tunix's Gemma3 270m),
 tunix's Hugging Face tokenizer from a local directory (SmolLM2's), tunix's `data_module`
 and `reward_functions`, tunix's meshes, rollout and trainers, `AgenticPpoLearner` with a
-critic: one PPO step, its `actor/` and `critic/` metrics in TensorBoard.
+critic: one PPO step, its metrics in TensorBoard under the `train` job's keys.
 
 Nothing of tunix is replaced: the checkpoint holds random weights of tunix's real
 Gemma3 270m architecture, written here in the layout tunix reads."""
@@ -160,9 +160,10 @@ def test_a_gemma3_checkpoint_trains_a_ppo_step_through_the_launcher(tmp_path):
   command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "tunix-agentic", str(config)]
   done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
-  metrics = read_tensorboard(tmp_path / "metrics")
-  for name in ("actor/train/pg_loss", "critic/train/vf_loss", "rewards/train/has_an_a"):
+  metrics = read_tensorboard(tmp_path / "metrics")  # the `train` job's keys (metrics guide)
+  for name in ("actor/pg_loss", "critic/vf_loss", "train/advantage/mean", "rewards/has_an_a"):
     assert name in metrics, sorted(metrics)
     assert all(np.isfinite(value) for _, value in metrics[name]), (name, metrics[name])
-  for name in ("actor/train/pg_loss", "critic/train/vf_loss"):  # one step of each trainer
+  for name in ("actor/pg_loss", "critic/vf_loss", "train/advantage/mean"):  # one step
     assert {step for step, _ in metrics[name]} == {1}, (name, metrics[name])
+  assert not [tag for tag in metrics if tag.split("/")[0] in ("batch", "learner", "advantages")]

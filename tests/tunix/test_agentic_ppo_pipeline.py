@@ -197,6 +197,11 @@ def test_tunix_s_own_training_config_passes_the_config_stage(tmp_path, keys, acc
   backends = config.metrics_logging_options.backend_kwargs["custom_backend"]
   assert [backend.__name__ for backend in backends] == ["tensorboard", "wandb"]
   assert configured.agentic_ppo_config().num_generations == 8
+  tensorboard = backends[0]()  # behind the `train` job's keys (the metrics guide's)
+  assert tensorboard._keys.key("learner/train/explained_variance") == "critic/explained_variance"
+  assert tensorboard._keys.key("batch/train/advantage/mean") == "train/advantage/mean"
+  assert tensorboard._keys.updates_per_batch == 1  # one update per batch of 1 prompt
+  tensorboard.close()
 
 
 @needs_main

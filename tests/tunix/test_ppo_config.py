@@ -183,6 +183,45 @@ def test_register_builtins_puts_its_functions_in_tunix():
   assert registry.get("advantage_estimator", "gae") is algo_core.compute_gae_advantages
 
 
+def test_register_builtins_puts_every_estimator_in_tunix_under_its_name():
+  """`turn_gae`, `reinforce_plus_plus` and `gigpo` under their own names (tunix keeps its
+  `gae`, `grpo`, `rloo`): `turn_gae` through tunix's PPO signature is the package's, and
+  `gigpo`, whose anchor states tunix's signature does not pass, says where to select it."""
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  from tunix_ppo_ext import ops  # noqa: PLC0415
+
+  tunix_losses.register_builtins()
+  get = function_registry.get_advantage_estimator
+  rewards = jnp.array([[0.0, 0.0, 1.0, 0.0, 0.5], [0.0, 1.0, 0.0, 0.0, 0.0]])
+  values = jnp.array([[0.1, 0.2, 0.3, 0.0, 0.4], [0.5, 0.1, 0.0, 0.2, 0.1]])
+  mask = jnp.array([[1.0, 1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0]])
+  ours = ops.compute_turn_gae_advantages(rewards, values, mask, gamma_turn=1.0, gae_lambda=0.9)
+  theirs = get("turn_gae")(rewards, values, mask, 1.0, 0.9)
+  for a, b in zip(ours, theirs, strict=True):
+    assert jnp.allclose(a, b)
+  assert callable(get("reinforce_plus_plus"))
+  with pytest.raises(ValueError, match=r"'compute_gigpo_advantages' needs each agent turn's"):
+    get("gigpo")(rewards, values, mask, 1.0, 0.9)
+  from tunix.rl import algo_core  # noqa: PLC0415
+
+  assert get("gae") is algo_core.compute_gae_advantages  # tunix's own names stay tunix's
+
+
+def test_a_tunix_registered_estimator_is_accepted_and_an_unknown_one_lists_every_name():
+  @function_registry.register_advantage_estimator("my_tunix_gae_72")
+  def my_tunix_gae_72(rewards, values, completion_mask, gamma, gae_lambda):
+    return rewards, rewards
+
+  assert PpoExtConfig(advantage_estimator="my_tunix_gae_72").advantage_estimator == (
+    "my_tunix_gae_72"
+  )
+  with pytest.raises(ValueError, match=r"advantage_estimator='gea' is invalid") as info:
+    PpoExtConfig(advantage_estimator="gea")
+  for name in ("my_tunix_gae_72", "turn_gae", "reinforce_plus_plus", "gae"):
+    assert f"'{name}'" in str(info.value), str(info.value)
+
+
 def test_only_estimators_that_take_values_use_a_critic():
   assert PpoExtConfig(advantage_estimator="gae").uses_critic
   for name in ("grpo", "rloo", "reinforce_plus_plus"):

@@ -255,3 +255,41 @@ def rollout_statistics(
   tunix_stats = tunix_statistics(**common, attention_mask=batch.attention_mask, kl=kl)
   tunix_stats = {k: v for k, v in tunix_stats.items() if has_critic or "old_values" not in k}
   return stats, tunix_stats, variance
+
+
+SAMPLER_TRAINER = ("logp_diff_mean", "logp_diff_max", "prob_diff_mean", "prob_diff_max")
+SAMPLER_TRAINER += ("probs_pearson_corr",)
+
+
+def sampler_trainer_agreement(
+  sampler_logps: Any, trainer_logps: Any, mask: Any
+) -> dict[str, tuple[float, Any]]:
+  """tunix's agentic GRPO's `sampler_trainer/*` on agent tokens (`mask`), under its names
+  and aggregations: the mean and max of `|sampler - trainer|` log-prob and probability,
+  and the Pearson correlation of the two probabilities; {} without agent tokens.
+
+  Args:
+    sampler_logps: `[B, T]` the sampler's log-probs of the sampled tokens.
+    trainer_logps: `[B, T]` the trainer's log-probs of the same tokens.
+    mask: `[B, T]` 1 on agent tokens.
+
+  Returns:
+    `{name: (value, aggregation)}`, as tunix's `buffer_metrics` takes them.
+  """
+  agent = np.asarray(mask) > 0
+  if not agent.any():
+    return {}
+  sampler = np.asarray(sampler_logps, np.float64)[agent]
+  trainer = np.asarray(trainer_logps, np.float64)[agent]
+  logp_diff = np.abs(sampler - trainer)
+  p_sampler, p_trainer = np.exp(sampler), np.exp(trainer)
+  prob_diff = np.abs(p_sampler - p_trainer)
+  d_sampler, d_trainer = p_sampler - p_sampler.mean(), p_trainer - p_trainer.mean()
+  variance = max(float(np.mean(d_sampler**2) * np.mean(d_trainer**2)), 1e-12)
+  pearson = float(np.mean(d_sampler * d_trainer) / np.sqrt(variance))
+  values = (logp_diff.mean(), logp_diff.max(), prob_diff.mean(), prob_diff.max(), pearson)
+  reducers = (np.mean, np.max, np.mean, np.max, np.mean)
+  return {
+    f"sampler_trainer/{name}": (float(value), reduce)
+    for name, value, reduce in zip(SAMPLER_TRAINER, values, reducers, strict=True)
+  }

@@ -26,7 +26,8 @@ with the reason for each private name it uses and its own pins (`PINNED`,
   or qwix process-wide (qwix's LoRA product, names in tunix's `function_registry`) and a
   given cluster's sampler, explicitly and idempotently; importing this package changes
   nothing, and building a learner changes only the cluster it is given
-  (`adjust_sampler`: that cluster's own sampler object, as `install(cluster)` does).
+  (`adjust_sampler`: that cluster's own sampler object, as `install(cluster)` does); the
+  names tunix's registry holds (`tunix_names`, through its private category names).
 - `tunix_versions`: the tested tunix versions, the parts' pins merged (`PINNED`) and
   `check_tunix()`, which runs as this package is imported: it only reads tunix (its
   version and whether the pinned names are there) and fails early, at the import that
@@ -85,6 +86,7 @@ from tunix_ppo_ext._src.tunix.compat.patches import (
   install,
   tunix_entry,
   tunix_holds,
+  tunix_names,
 )
 from tunix_ppo_ext._src.tunix.compat.qwix_adapters import (
   QWIX_LORA_DELTA,
@@ -166,6 +168,7 @@ __all__ = [
   "install",
   "tunix_entry",
   "tunix_holds",
+  "tunix_names",
   # learner_hooks
   "LearnerHooks",
   "compute_entropy_from_logits",

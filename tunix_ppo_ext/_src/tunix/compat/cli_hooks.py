@@ -40,6 +40,8 @@ from tunix.sft import metrics_logger
 from tunix.utils import env_utils
 
 from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.metrics.keys import MetricKeys
+from tunix_ppo_ext._src.metrics.sinks import KeyedBackend
 
 try:
   from tunix.cli import ppo_main
@@ -90,8 +92,14 @@ class PipelineHooks(object if ppo_main is None else ppo_main.PpoPipeline):
     values = super().obtain_training_config_dict(key)
     options = values.get("metrics_logging_options")
     if key == "rl_training_config" and isinstance(options, metrics_logger.MetricsLoggerOptions):
-      values["metrics_logging_options"] = shared_run_backends(options)
+      values["metrics_logging_options"] = shared_run_backends(options, self.metric_keys(values))
     return values
+
+  def metric_keys(self, training_config: Mapping[str, Any]) -> MetricKeys | None:
+    """The taxonomy the default backends publish under (None: tunix's own event names);
+    `training_config` is the training config's fields."""
+    del training_config
+    return None
 
   def create_role_to_mesh(self) -> dict[Any, jax.sharding.Mesh]:
     """tunix's meshes by role; on devices without physical coordinates (CPU, GPU), which
@@ -122,15 +130,29 @@ class WandbOnSharedRun(metrics_logger.WandbBackend):
 
 
 def shared_run_backends(
-  options: metrics_logger.MetricsLoggerOptions,
+  options: metrics_logger.MetricsLoggerOptions, keys: MetricKeys | None = None
 ) -> metrics_logger.MetricsLoggerOptions:
   """`options` whose backends are tunix's default ones with W&B's `WandbOnSharedRun`
-  (tunix's own W&B fails a run with a critic as it closes); options with a
-  `custom_backend`, and tunix's internal environment, are left as they are."""
+  (tunix's own W&B fails a run with a critic as it closes), each behind the metrics
+  taxonomy `keys` when given (`KeyedBackend`: the `train` job's keys, e.g.
+  `critic/explained_variance` for the event `learner/train/explained_variance`); options
+  with a `custom_backend`, and tunix's internal environment, are left as they are."""
   if (options.backend_kwargs or {}).get("custom_backend") or env_utils.is_internal_env():
     return options
-  backends = {"custom_backend": default_metrics_backends(options)}
-  return dataclasses.replace(options, backend_kwargs=backends)
+  factories = default_metrics_backends(options)
+  if keys is not None:
+    factories = [_keyed(factory, keys) for factory in factories]
+  return dataclasses.replace(options, backend_kwargs={"custom_backend": factories})
+
+
+def _keyed(factory: Any, keys: MetricKeys) -> Any:
+  """`factory`'s backend behind `keys`, as a factory of the same name."""
+
+  def build() -> KeyedBackend:
+    return KeyedBackend(factory(), keys)
+
+  build.__name__ = factory.__name__
+  return build
 
 
 def default_metrics_backends(options: metrics_logger.MetricsLoggerOptions) -> list[Any]:

@@ -47,6 +47,18 @@ _REGISTRY = {  # tunix's public registration decorators and lookups, per kind
   ),
 }
 _PUT_BY_US: dict[tuple[str, str], Any] = {}  # (kind, name) -> the object we registered
+# `function_registry`'s category names: its public `default_registry.list_functions(category)`
+# lists a kind's names (for an error that names every choice), but the categories that its
+# public `register_*`/`get_*` pass are module-private constants.
+_CATEGORIES = {
+  registry.POLICY_LOSSES: "_POLICY_LOSS_FN_CATEGORY",
+  registry.VALUE_LOSSES: "_VALUE_LOSS_FN_CATEGORY",
+  registry.ADVANTAGE_ESTIMATORS: "_ADVANTAGE_ESTIMATOR_CATEGORY",
+}
+PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
+  "tunix.rl.function_registry": (function_registry, tuple(_CATEGORIES.values())),
+}
+PINNED_INSTANCE_ATTRIBUTES: dict[str, tuple[str, ...]] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +125,16 @@ def tunix_holds(kind: str, name: str) -> bool:
   except LookupError:
     return False
   return True
+
+
+def tunix_names(kind: str) -> list[str]:
+  """The names tunix's `function_registry` holds for the kind (its own and every user's
+  registration), sorted; [] for a kind it has no category of yet."""
+  category = getattr(function_registry, _CATEGORIES[kind])
+  try:
+    return sorted(function_registry.default_registry.list_functions(category))
+  except LookupError:  # nothing registered under the category yet
+    return []
 
 
 def tunix_entry(kind: str, name: str) -> Any:

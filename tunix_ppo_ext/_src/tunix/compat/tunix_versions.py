@@ -33,6 +33,7 @@ from tunix_ppo_ext._src.tunix.compat import (
   cluster_hooks,
   learner_hooks,
   model_internals,
+  patches,
   sampler_internals,
   trainer_hooks,
 )
@@ -46,7 +47,7 @@ API_0_1_7, API_MAIN = "0.1.7", "main"
 EXPECTED_API = {TUNIX_0_1_7: API_0_1_7, TUNIX_MAIN: API_MAIN}
 
 PARTS = (learner_hooks, cluster_hooks, trainer_hooks, sampler_internals, model_internals)
-PARTS += (agentic_hooks,)
+PARTS += (agentic_hooks, patches)
 
 
 def _merged_pins(parts: Sequence[ModuleType]) -> dict[str, tuple[Any, tuple[str, ...]]]:

@@ -44,6 +44,8 @@ from tunix.rl.agentic.agents import model_agent
 from tunix.rl.agentic.environments import task_environment
 
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.metrics import stats as batch_stats
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ppo import rollout_correction_step, rollout_phase
 from tunix_ppo_ext._src.tunix import compat
@@ -63,6 +65,18 @@ class AgenticTrainExample(ppo_ext.TrainExample):
   """`PpoExtLearner`'s example plus tunix's agentic `policy_version` (`[B]`)."""
 
   policy_version: jax.Array | None = None
+
+
+def agentic_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+  """The rollout phase's metrics as this learner logs them: without tunix 0.1.7's
+  `PPOLearner` family (`advantages/*`, `rewards/score/*`, ...; `metric_keys.TUNIX_NAMES`),
+  which tunix's agentic learners do not log and which would report the quantities of
+  `train/advantage/*`, `train/score/*`, ... a second time, aggregated otherwise over a
+  step's groups (tunix's reward manager logs its own `rewards/*`)."""
+  return {name: value for name, value in metrics.items() if name not in _TUNIX_NAMES}
+
+
+_TUNIX_NAMES = frozenset(metric_keys.TUNIX_NAMES)
 
 
 def check_chat_parser(chat_parser: Any) -> None:
@@ -123,7 +137,9 @@ class AgenticPpoLearner(compat.AgenticHooks):
     self._packed = self._packed_rows(engine)
     with warnings.catch_warnings():  # the warning names the caller's line: `_set_up` warns
       warnings.simplefilter("ignore")
-      trainer_setup.check_critic(self.ppo_config, trainer_setup.critic_trainer(engine))
+      trainer_setup.check_critic(
+        self.ppo_config, trainer_setup.critic_trainer(engine), agentic=True
+      )
     # the engine's own adjustment, not a process-wide patch: else a group's episodes are copies
     if rollout_correction_step.enabled(self.ppo_config):
       if not engine.get_rollout_config(Mode.TRAIN).return_logprobs:
@@ -270,6 +286,7 @@ class AgenticPpoLearner(compat.AgenticHooks):
     )
     batch = agentic_rows.with_scores(rows.batch, scores)
     example = self.advantage_example(batch, rows.behaviour_logps, mode, expected_step)
+    self._buffer(agentic_rows.trajectory_times(trajectories), mode, expected_step)
     self._buffer_user_metrics(prompts, batch, example.advantages, mode, expected_step)
     example = example.replace(policy_version=jnp.asarray(rows.policy_versions))
     if self._packed is not None and mode == Mode.TRAIN:  # tunix packs it, `packed_example`
@@ -305,7 +322,12 @@ class AgenticPpoLearner(compat.AgenticHooks):
       self._keep_state_at(where.step)
     result = rollout_phase.rollout_phase(config, self.state, where, batch, inputs, model_passes)
     self.state = result.state
-    self._buffer(result.metrics, mode, step)
+    self._buffer(agentic_metrics(result.metrics), mode, step)
+    if behaviour_logps is not None and not self._sampler_logps_are_old(behaviour_logps):
+      agreement = batch_stats.sampler_trainer_agreement(
+        behaviour_logps, model_passes.old_logps, batch.loss_mask
+      )
+      self._buffer(agreement, mode, step)
     example = AgenticTrainExample(**result.fields)
     sampled = dataclasses.replace(batch, sampler_logps=behaviour_logps)
     example, corrected = rollout_correction_step.correct(config, sampled, example)
@@ -322,13 +344,18 @@ class AgenticPpoLearner(compat.AgenticHooks):
       **self._ids(),
     )
 
+  def _sampler_logps_are_old(self, behaviour_logps: np.ndarray | None) -> bool:
+    """Whether the sampler's log-probs are the old ones (`use_rollout_logps`; no trainer
+    pass then, and no `sampler_trainer/*` to compare it with)."""
+    return bool(self.algo_config.use_rollout_logps) and behaviour_logps is not None
+
   def _passes_of(
     self, inputs: ModelInputs, behaviour_logps: np.ndarray | None
   ) -> rollout_phase.Passes:
     """The behaviour log-probs `[B, T]` (the sampler's with `use_rollout_logps`, else the
     rollout policy's pass), the critic's values (0 off agent tokens; all 0 without one)
     and, when the step takes a KL, the reference's log-probs and the KL to them."""
-    if self.algo_config.use_rollout_logps and behaviour_logps is not None:
+    if self._sampler_logps_are_old(behaviour_logps):
       old_logps = jnp.asarray(behaviour_logps, jnp.float32) * inputs.loss_mask
     else:
       old_logps = self._passes.old_logps(inputs)

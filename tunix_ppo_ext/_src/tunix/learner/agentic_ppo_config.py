@@ -70,9 +70,9 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
 
   The PPO keys are `PpoExtConfig`'s (same names, defaults and checks; `PPO_FIELDS`):
   `advantage_estimator` (`gae`, `turn_gae`, `grpo`, `rloo`, `reinforce_plus_plus`,
-  `gigpo`, a plugin's; Dr. GRPO is `grpo` with `norm_adv_by_std=False`; GiGPO's
-  `gigpo_step_weight`, `gigpo_norm_by_std`, its anchor states the observation each turn
-  answers), `gamma`, `gae_lambda`,
+  `gigpo` with `gigpo_step_weight` and `gigpo_norm_by_std`, a plugin's or one registered in
+  tunix's `function_registry`; Dr. GRPO is `grpo` with `norm_adv_by_std=False`), `gamma`,
+  `gae_lambda`,
   `critic_lambda`, `gamma_turn`, `adaptive_lambda_alpha`, `whiten_advantages`, the clip
   ranges `epsilon`, `epsilon_low`, `epsilon_high`, `epsilon_c`, `entropy_coef`, the KL
   (`beta`, `kl_method`, `kl_penalty`, `kl_loss_coef`, `kl_ctrl`, `kl_target`,

@@ -27,6 +27,7 @@ import yaml
 from tunix.cli.utils import data as data_lib
 
 from tunix_ppo_ext._src.checks import ConfigError, did_you_mean
+from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.tunix.compat import cli_hooks
 from tunix_ppo_ext._src.tunix.learner.agentic_ppo import AgenticPpoLearner
 from tunix_ppo_ext._src.tunix.learner.agentic_ppo_config import AgenticPpoConfig
@@ -66,6 +67,17 @@ class AgenticPpoPipeline(cli_hooks.PipelineHooks):
     """Builds the learner and trains it on the configured dataset."""
     learner, dataset = self.agentic_ppo_learner()
     learner.train(dataset)
+
+  def metric_keys(self, training_config: Mapping[str, Any]) -> MetricKeys | None:
+    """For `agentic_ppo`, the `train` job's metric keys (`metrics.keys`), each training
+    batch's keys at the first update that trains on it: tunix's agentic loop makes
+    `num_iterations` passes of `batch_size // mini_batch_size` updates over a batch."""
+    if self.config.get("training_mode", "ppo") != cli_hooks.AGENTIC_PPO:
+      return None
+    batch = int(self.config.get("batch_size", 1) or 1)
+    mini_batch = int(training_config.get("mini_batch_size") or batch)
+    iterations = int(cli_hooks.config_mapping(self, SECTION).get("num_iterations", 1) or 1)
+    return MetricKeys(updates_per_batch=iterations * max(1, batch // mini_batch))
 
   def agentic_ppo_config(self) -> AgenticPpoConfig:
     """The `agentic_ppo_config` section as an `AgenticPpoConfig`."""

@@ -321,12 +321,26 @@ def register_in_tunix(kind: str, name: str, obj: Any) -> None:
   compat.install(entries=[compat.RegistryEntry(kind, name, obj, value)])
 
 
+def _needs_anchors(name: str, *args: Any, **kwargs: Any) -> Any:
+  del args, kwargs
+  raise ValueError(
+    f"advantage estimator {name!r} needs each agent turn's anchor state, which tunix's "
+    "estimator signature does not pass: select it in AgenticPpoConfig (tunix's agentic "
+    "stack) or PpoExtConfig (advantage_estimator), whose learners give it"
+  )
+
+
 def tunix_advantage_estimator(estimator: Callable[..., Any]) -> Callable[..., Any]:
   """A registry estimator behind tunix's signature: GRPO's if it takes `scores` (not
   `rewards`), `(rewards [B], num_generations) -> [B]`; else PPO's, `(rewards, values,
-  completion_mask, gamma, gae_lambda) -> (advantages, returns)`, each sequence its own group.
+  completion_mask, gamma, gae_lambda) -> (advantages, returns)`, each sequence its own
+  group, `gamma` also the discount between turns (`turn_gae`'s `gamma_turn`). One that
+  takes anchor states (GiGPO's step groups), which neither signature passes, raises
+  ValueError naming the configs whose learners give them.
   """
   wanted = protocols.wanted_inputs(estimator)
+  if wanted is not None and "anchor_ids" in wanted:
+    return functools.partial(_needs_anchors, getattr(estimator, "__name__", str(estimator)))
   if wanted is not None and "scores" in wanted and "rewards" not in wanted:
 
     def grpo_signature(rewards, num_generations):
@@ -349,17 +363,31 @@ def tunix_advantage_estimator(estimator: Callable[..., Any]) -> Callable[..., An
       scores=jnp.sum(rewards * completion_mask, axis=-1),
       group_ids=jnp.arange(rewards.shape[0]),
       gamma=gamma,
+      gamma_turn=gamma,  # tunix's one discount: `turn_gae`'s between turns
       gae_lambda=gae_lambda,
     )
 
   return ppo_signature
 
 
+# this package's estimators under their own names; tunix keeps its `gae`, `grpo`, `rloo`
+BUILTIN_ESTIMATORS = {
+  "gae": advantages.compute_gae_advantages,
+  "turn_gae": advantages.compute_turn_gae_advantages,
+  "grpo": advantages.compute_grpo_advantages,
+  "rloo": advantages.compute_rloo_advantages,
+  "reinforce_plus_plus": advantages.compute_reinforce_plus_plus_advantages,
+  "gigpo": advantages.compute_gigpo_advantages,
+}
+
+
 def register_builtins() -> None:
   """Puts this package's losses and estimators into tunix's `function_registry`, for stock
-  tunix learners: losses `ppo_ext`, estimators `ppo_ext_gae`, `ppo_ext_reinforce_plus_plus`
-  (tunix's PPO signature), `ppo_ext_grpo`, `ppo_ext_drgrpo`, `ppo_ext_rloo` (its GRPO one),
-  with `compat.install`. Importing the package or building a learner registers nothing.
+  tunix learners: losses `ppo_ext`; estimators under their own names where tunix holds
+  none (`turn_gae`, `reinforce_plus_plus`, `gigpo`: tunix keeps its `gae`, `grpo`, `rloo`)
+  and as `ppo_ext_gae`, `ppo_ext_reinforce_plus_plus` (tunix's PPO signature),
+  `ppo_ext_grpo`, `ppo_ext_drgrpo`, `ppo_ext_rloo` (its GRPO one), with `compat.install`.
+  Importing the package or building a learner registers nothing.
   """
   policy, value = ppo_ext_policy_loss_fn, ppo_ext_value_loss_fn
   entries = [
@@ -367,6 +395,7 @@ def register_builtins() -> None:
     compat.RegistryEntry(registry.VALUE_LOSSES, VALUE_LOSS_NAME, value, value),
   ]
   estimators = {
+    **BUILTIN_ESTIMATORS,
     "ppo_ext_gae": advantages.compute_gae_advantages,
     "ppo_ext_reinforce_plus_plus": advantages.compute_reinforce_plus_plus_advantages,
     "ppo_ext_grpo": advantages.compute_grpo_advantages,

@@ -431,7 +431,7 @@ def _registry_choice(config: PpoExtConfig, keys: FieldKeys, name: str, kind: str
   except registry.UnknownNameError as err:
     if isinstance(value, str) and "@" in value:
       _fail(keys, name, value, f"a registered name ({err})")
-    _choice(config, keys, name, registry.names(kind))
+    _choice(config, keys, name, sorted({*registry.names(kind), *compat.tunix_names(kind)}))
   except (registry.PluginError, ValueError) as err:
     raise ConfigError(f"{keys.subject(name)}={value!r} is invalid: {err}") from None
 

@@ -24,9 +24,21 @@ def critic_trainer(rl_cluster: Any) -> Any:
     return None
 
 
-def check_critic(config: Any, critic: Any) -> None:
-  """ValueError when the estimator needs critic values and the cluster has no critic; a
-  warning when a critic is there but unused (it is still trained, for nothing)."""
+CRITIC_FREE = "grpo, rloo, reinforce_plus_plus or gigpo"  # estimators that take no values
+
+
+def check_critic(config: Any, critic: Any, *, agentic: bool = False) -> None:
+  """ValueError when the estimator needs critic values and the cluster has no critic, in
+  the names its user typed (`agentic`: `AgenticPpoConfig` and tunix's pipeline YAML, else
+  `PpoExtConfig` and `RLCluster`); a warning when a critic is there but unused (it is still
+  trained, for nothing)."""
+  if config.uses_critic and critic is None and agentic:
+    raise ValueError(
+      f"AgenticPpoConfig.advantage_estimator={config.advantage_estimator!r} (the pipeline "
+      "YAML's agentic_ppo_config.advantage_estimator) takes critic values, but the rl_engine "
+      "has no critic: build it with a critic model (the YAML's critic_model_config), or "
+      f"choose {CRITIC_FREE}"
+    )
   if config.uses_critic and critic is None:
     raise ValueError(
       f"PpoExtConfig.advantage_estimator={config.advantage_estimator!r} takes critic values, "

@@ -181,3 +181,23 @@ def with_scores(batch: TrajectoryBatch, scores: Any) -> TrajectoryBatch:
   rows = np.flatnonzero(mask.any(axis=1))
   rewards[rows, last[rows]] = scores[rows]
   return dataclasses.replace(batch, token_rewards=rewards, episode_returns=scores)
+
+
+TIME_KEYS = ("env_time", "reward_time")  # tunix's episode latencies, `Trajectory.env_time`
+
+
+def trajectory_times(items: Sequence[Any]) -> dict[str, tuple[float, Any]]:
+  """tunix's agentic GRPO's `trajectory/<env_time|reward_time>/<key>/{mean,max,min}` of
+  a batch of `TrajectoryItem`s: each latency entry (`reset_latency`, `step_latency` (one
+  value per step), ...) over the episodes that have it, under tunix's names and
+  aggregations; an entry with no value is 0, as tunix logs it."""
+  metrics: dict[str, tuple[float, Any]] = {}
+  for time_key in TIME_KEYS:
+    entries = [item.traj.get(time_key) or {} for item in items]
+    for key in sorted({key for entry in entries for key in entry}):
+      values = np.concatenate([np.ravel(entry.get(key, 0.0) or 0.0) for entry in entries])
+      values = values.astype(np.float64) if values.size else np.zeros(1)
+      prefix = f"trajectory/{time_key}/{key}"
+      for stat, reduce in (("mean", np.mean), ("max", np.max), ("min", np.min)):
+        metrics[f"{prefix}/{stat}"] = (float(reduce(values)), reduce)
+  return metrics
