@@ -160,7 +160,8 @@ def report(args: argparse.Namespace) -> str:
     walls = [r.get("step_s_median") or 0.0 for r in full.values()]
     shown = ", ".join(f"{s}: {v:.3f}" for s, v in zip(full, values, strict=True))
     rows.append(
-      f"| {arm} | {len(values)} | {statistics.fmean(values):.3f} ± {se:.3f} | {shown} | "
+      f"| {arm} | {len(values)} | {statistics.fmean(values):.3f} ± "
+      f"{'-' if math.isnan(se) else f'{se:.3f}'} | {shown} | "
       f"{statistics.median(walls):.1f} |"
     )
   lines = [

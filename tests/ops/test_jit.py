@@ -27,6 +27,7 @@ HIDDEN = jnp.asarray(_rng.normal(0, 1, (B, T, 5)), jnp.float32)
 HEAD = jnp.asarray(_rng.normal(0, 0.5, (5, V)), jnp.float32)
 SCORES = jnp.asarray([1.0, 0.0, 0.5, 0.5], jnp.float32)
 GROUPS = jnp.asarray([0, 0, 1, 1], jnp.int32)
+ANCHORS = jnp.asarray([[0, 1], [0, 2], [3, 3], [0, 1]], jnp.int32)
 KEY = jax.random.key(3)
 QUERIES = jnp.asarray(_rng.normal(0, 1, (B, T, 4, 3)), jnp.float32)
 KEYS, VALS = (jnp.asarray(_rng.normal(0, 1, (B, T, 2, 3)), jnp.float32) for _ in range(2))
@@ -44,6 +45,10 @@ CASES = {
   "clip_cov_loss": ((*PG, KEY), {"clip_cov_ratio": 0.2}),
   "compute_gae_advantages": ((ADV, VALUES, MASK), {"gamma": 0.9, "gae_lambda": 0.8}),
   "compute_grpo_advantages": ((SCORES, GROUPS, MASK), {}),
+  "compute_gigpo_advantages": (
+    (ADV, MASK, GROUPS, ANCHORS),
+    {"gamma_turn": 0.9, "step_weight": 0.5, "norm_by_std": True},
+  ),
   "kl_divergence": ((LOGP, OLD), {"estimator": ops.kl_k3, "straight_through": True}),
   "compute_reinforce_plus_plus_advantages": ((ADV, MASK), {"gamma": 0.95}),
   "compute_rloo_advantages": ((SCORES, GROUPS, MASK), {}),

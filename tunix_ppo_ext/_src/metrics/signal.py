@@ -79,10 +79,17 @@ def signal_coefficients(
 ) -> np.ndarray:
   """`[B, T]` each agent token's signal coefficient `c` (module docstring), 0 off the mask.
 
-  `terms`: `rewards`, `mask` `[B, T]`, `groups` `[B]`; `anchors` `[B, K]` (gigpo);
-  `advantages_raw` `[B, T]` (gae, turn_gae: the unwhitened advantages); `returns` `[B, T]`
-  (reinforce_plus_plus); `step_weight`, `gamma_turn` (gigpo). `std_division`: the group
-  estimators divide by their groups' std; `whiten`: GAE's advantages are whitened.
+  Args:
+    estimator: the advantage estimator's name (`grpo`, `rloo`, `gigpo`, `gae`, `turn_gae`,
+      `reinforce_plus_plus`; any other: `c = 1`).
+    terms: `rewards`, `mask` `[B, T]`, `groups` `[B]`; `anchors` `[B, K]` (gigpo);
+      `advantages_raw` `[B, T]` (gae, turn_gae: the unwhitened advantages); `returns`
+      `[B, T]` (reinforce_plus_plus); `step_weight`, `gamma_turn` (gigpo).
+    std_division: the group estimators divide by their groups' std.
+    whiten: GAE's advantages are whitened.
+
+  Returns:
+    float64 `[B, T]`.
   """
   mask = np.asarray(terms["mask"]) > 0
   c = np.ones(mask.shape)
@@ -129,7 +136,16 @@ def _masked_std(values: Any, mask: np.ndarray) -> float:
 def common_scale_noise(advantages: Any, coefficients: np.ndarray, mask: Any) -> dict[str, float]:
   """`{token, turn}`: the mean over agent tokens of `(A / c)^2`, and over agent turns of
   the square of each turn's mean `A / c`; {} without agent tokens. A token whose `c` is 0
-  (no signal: a constant group's std division) counts 0."""
+  (no signal: a constant group's std division) counts 0.
+
+  Args:
+    advantages: `[B, T]` advantages.
+    coefficients: `[B, T]` their signal coefficients (`signal_coefficients`).
+    mask: `[B, T]` 0/1 loss mask (agent tokens).
+
+  Returns:
+    `{"token": float, "turn": float}`, or {}.
+  """
   agent = np.asarray(mask) > 0
   if not agent.any():
     return {}
