@@ -14,6 +14,7 @@ import os
 import pathlib
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -111,6 +112,63 @@ def test_a_kill_during_a_rewrite_leaves_the_old_file(tmp_path, monkeypatch):
   assert path.read_text() == before
   monkeypatch.undo()
   assert sinks.compact_jsonl(path) == 1 and read_jsonl(path) == [{"step": 1, "a": 1.0, "b": 2.0}]
+
+
+def test_a_write_through_a_link_replaces_the_file_it_points_to(tmp_path):
+  """`plan --json LINK` replaced the link with a regular file, the target keeping its old
+  content."""
+  (tmp_path / "real").mkdir()
+  target = tmp_path / "real" / "plan.json"
+  target.write_text("old")
+  absolute, relative, chained = tmp_path / "a.json", tmp_path / "r.json", tmp_path / "c.json"
+  absolute.symlink_to(target)
+  relative.symlink_to(pathlib.Path("real") / "plan.json")
+  chained.symlink_to("a.json")
+  for number, link in enumerate((absolute, relative, chained)):
+    sinks.write_atomically(link, f"new {number}")
+    assert link.is_symlink() and target.read_text() == f"new {number}"
+  assert [p.name for p in (tmp_path / "real").iterdir()] == ["plan.json"]  # no temporary
+  dangling = tmp_path / "d.json"
+  dangling.symlink_to(tmp_path / "real" / "later.json")
+  sinks.write_atomically(dangling, "created")
+  assert dangling.is_symlink() and (tmp_path / "real" / "later.json").read_text() == "created"
+
+
+def test_a_fifo_is_written_directly_not_replaced(tmp_path):
+  """A FIFO (as a character device such as `/dev/null`) was replaced by a regular file:
+  nothing reached the reader."""
+  fifo = tmp_path / "plan.json"
+  os.mkfifo(fifo)
+  reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+  try:
+    sinks.write_atomically(fifo, '{"figures": 1}')
+    assert reader.communicate(timeout=30)[0] == '{"figures": 1}'
+  finally:
+    reader.kill()
+    reader.wait()
+  assert stat.S_ISFIFO(fifo.lstat().st_mode) and sorted(os.listdir(tmp_path)) == ["plan.json"]
+
+
+def test_a_link_to_stdout_appends_to_what_the_command_printed(tmp_path):
+  """`--json /dev/stdout` wrote a regular file in place of the link and nothing reached
+  stdout; redirected to a file, stdout keeps the lines printed before the JSON. A link in
+  `tmp_path` to `/dev/stdout` stands for it (the old code replaced the link it was given)."""
+  link = tmp_path / "stdout.json"
+  link.symlink_to("/dev/stdout")
+  script = (
+    "import sys; from tunix_ppo_ext._src.metrics import sinks; print('table', flush=True); "
+    "sinks.write_atomically(sys.argv[1], '{}')"
+  )
+  for redirect in ("pipe", "file"):
+    captured = tmp_path / "captured.txt"
+    with captured.open("w") as file:
+      stdout = subprocess.PIPE if redirect == "pipe" else file
+      done = subprocess.run(
+        [sys.executable, "-c", script, str(link)], stdout=stdout, text=True, check=True
+      )
+    written = done.stdout if redirect == "pipe" else captured.read_text()
+    assert written == "table\n{}", redirect
+    assert link.is_symlink() and os.readlink(link) == "/dev/stdout"
 
 
 @pytest.fixture(scope="module")
