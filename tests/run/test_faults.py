@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import multiprocessing
 import os
 import pathlib
 import shutil
@@ -20,11 +21,19 @@ import sys
 import textwrap
 import time
 import types
+import warnings
 
 import jax
 import pytest
 
-from tests.conftest import SMOKE, common_checkpoints, smoke_args, subprocess_env, train_command
+from tests.conftest import (
+  SMOKE,
+  common_checkpoints,
+  run_lock_holder,
+  smoke_args,
+  subprocess_env,
+  train_command,
+)
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
@@ -218,17 +227,63 @@ def test_a_rerun_asking_for_fewer_steps_than_done_is_refused(finished, capsys):
 def test_a_second_run_on_the_same_directory_is_refused(tmp_path, capsys):
   out = tmp_path / "run"
   out.mkdir()
-  sleeper = subprocess.Popen(["sleep", "60"])
-  try:
-    (out / run_dir.LOCK).write_text(str(sleeper.pid))
+  with run_lock_holder(out) as holder:
     assert cli.main(smoke_args(out, "train.steps=1")) == cli.EXIT_BAD_INPUT
-    assert f"in use by another run (pid {sleeper.pid})" in capsys.readouterr().err
-  finally:
-    sleeper.kill()
-    sleeper.wait()
-  with run_dir.RunLock(out):  # the dead process's lock is stale: taken over
-    assert (out / run_dir.LOCK).read_text() == str(os.getpid())
+    assert f"in use by another run (pid {holder.pid})" in capsys.readouterr().err
+    os.kill(holder.pid, signal.SIGKILL)  # killed holding it: the kernel releases the lock
+    holder.join()
+    assert (out / run_dir.LOCK).read_text() == str(holder.pid)
+    with run_dir.RunLock(out):
+      assert (out / run_dir.LOCK).read_text() == str(os.getpid())
   assert not (out / run_dir.LOCK).exists()
+
+
+RACERS, TRIALS = 3, 100
+
+
+def _race(dirs: list[pathlib.Path], index: int, start, tried, took) -> None:
+  """One racer: each trial, once every racer is ready, tries to take that trial's lock and
+  holds what it took until every racer has tried (so two holders would overlap)."""
+  for trial, out in enumerate(dirs):
+    lock = run_dir.RunLock(out)
+    start.wait()
+    try:
+      lock.__enter__()
+    except ConfigError:
+      pass
+    else:
+      took[trial * RACERS + index] = 1
+    tried.wait()
+    lock.__exit__(None, None, None)
+
+
+def test_racing_processes_never_hold_a_run_lock_together(tmp_path):
+  """Two processes racing over a stale lock both held it in 44 of 200 trials: one removed
+  the other's fresh lock after reading the stale pid, and a lock created but not yet
+  written read as stale. Each trial starts from such a file: a dead process's pid, or
+  empty."""
+  dead = subprocess.Popen(["true"])  # noqa: S607
+  dead.wait()
+  dirs = [tmp_path / str(trial) for trial in range(TRIALS)]
+  for trial, out in enumerate(dirs):
+    out.mkdir()
+    (out / run_dir.LOCK).write_text(str(dead.pid) if trial % 2 else "")
+  context = multiprocessing.get_context("fork")
+  start, tried = context.Barrier(RACERS, timeout=60), context.Barrier(RACERS, timeout=60)
+  took = context.Array("i", RACERS * TRIALS)
+  racers = [
+    context.Process(target=_race, args=(dirs, index, start, tried, took)) for index in range(RACERS)
+  ]
+  with warnings.catch_warnings():  # the racers run no JAX: JAX's threads are no danger
+    warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+    for racer in racers:
+      racer.start()
+  for racer in racers:
+    racer.join(120)
+  assert [racer.exitcode for racer in racers] == [0] * RACERS
+  holders = [sum(took[trial * RACERS : (trial + 1) * RACERS]) for trial in range(TRIALS)]
+  assert holders == [1] * TRIALS
+  assert not any((out / run_dir.LOCK).exists() for out in dirs)
 
 
 def test_allowed_changes_are_applied_and_recorded(finished):
@@ -434,14 +489,8 @@ def test_export_skips_a_damaged_newest_checkpoint(four_steps, tmp_path, capsys):
 
 
 def test_export_of_a_run_still_training_is_refused(four_steps, tmp_path, capsys):
-  holder = subprocess.Popen(["sleep", "600"])  # noqa: S607 (a live process holding the lock)
-  try:
-    (four_steps / run_dir.LOCK).write_text(str(holder.pid))
+  with run_lock_holder(four_steps) as holder:
     code, err = _export(four_steps, tmp_path / "exported", capsys)
-  finally:
-    (four_steps / run_dir.LOCK).unlink()
-    holder.kill()
-    holder.wait()
   assert code == 2 and len(err) == 1
   assert f"is in use by a running train (pid {holder.pid})" in err[0]
   assert not (tmp_path / "exported").exists()
