@@ -24,6 +24,7 @@ import types
 import warnings
 
 import jax
+import optax
 import pytest
 
 from tests.conftest import (
@@ -196,6 +197,60 @@ def test_a_rerun_with_another_model_is_refused_before_anything_is_overwritten(fi
   err = capsys.readouterr().err.strip().splitlines()[-1]
   assert "holds checkpoints of another run (model.embed_dim: 32 -> 48)" in err
   assert (finished / "config.json").read_text() == saved
+
+
+@pytest.mark.parametrize(
+  "override, listed",
+  [
+    ("envs=[{name: memory, groups: 8}]", "envs: [] -> [{'name': 'memory'"),
+    ("validation.envs=[{name: memory, groups: 8}]", "validation.envs: [] -> [{'name': 'memory'"),
+  ],
+)
+def test_a_rerun_onto_another_task_is_refused_naming_the_key(finished, capsys, override, listed):
+  """It continued on the other environments; only `config_history.jsonl` recorded it."""
+  saved = (finished / "config.json").read_text()
+  assert cli.main(smoke_args(finished, "train.steps=2", override)) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert f"holds checkpoints of another run ({listed}" in err, err
+  assert (finished / "config.json").read_text() == saved
+
+
+def _saved_run(out: pathlib.Path, config: dict) -> dict:
+  """`config` saved as a run's `config.json` (with the steps a rerun needs); returns it."""
+  config = {"train": {"steps": 4}, **config}
+  (out / run_dir.CONFIG).write_text(json.dumps(config))
+  return config
+
+
+def test_every_key_of_the_task_is_fixed_on_resume(tmp_path):
+  optimizers = (optax.adam(1e-3), optax.adam(1e-3))
+  entry = {"name": "guess", "kwargs": {"high": 10}, "groups": 2, "tag": None}
+  validation = {"env": None, "kwargs": None, "seed": None, "group_size": None, "envs": [entry]}
+  saved = _saved_run(tmp_path, {"envs": [entry], "validation": validation})
+  other = {**entry, "kwargs": {"high": 32}}
+  for key, requested in [
+    ("envs", {**saved, "envs": [other]}),
+    ("envs", {**saved, "envs": [entry, {**entry, "tag": "b"}]}),
+    ("validation.envs", {**saved, "validation": {**validation, "envs": [other]}}),
+    ("validation.env", {**saved, "validation": {**validation, "env": "memory"}}),
+    ("validation.kwargs", {**saved, "validation": {**validation, "kwargs": {"high": 5}}}),
+  ]:
+    with pytest.raises(ConfigError, match=rf"holds checkpoints of another run \({key}: "):
+      run_dir.rerun_changes(tmp_path, requested, 4, optimizers)
+  changed = {**saved, "validation": {**validation, "seed": 7}}  # the same task: allowed
+  assert run_dir.rerun_changes(tmp_path, changed, 4, optimizers) == {"validation.seed": (None, 7)}
+
+
+def test_a_run_saved_before_a_fixed_key_existed_resumes_with_it_unset(tmp_path):
+  optimizers = (optax.adam(1e-3), optax.adam(1e-3))
+  saved = _saved_run(tmp_path, {"env": {"name": "memory"}})  # no envs, no validation
+  unset = {**saved, "envs": [], "validation": {"env": None, "kwargs": None, "envs": []}}
+  assert run_dir.rerun_changes(tmp_path, unset, 4, optimizers) == {
+    "envs": (None, []),
+    "validation.envs": (None, []),
+  }
+  with pytest.raises(ConfigError, match=r"\(envs: None -> \[\{'name': 'memory'"):
+    run_dir.rerun_changes(tmp_path, {**unset, "envs": [{"name": "memory"}]}, 4, optimizers)
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,15 @@
   releases the lock of a killed run).
 - `check_rerun`: before anything is overwritten, a rerun into a directory with
   checkpoints is compared with its saved `config.json`. Settings the checkpoints depend on
-  (`FIXED`: the model, its tokenizer, the environment, the estimator, the batch and the
-  seed; not `COMPUTE_ONLY`, the model's fused head and remat) must not change, nor may an
-  optimizer setting that changes the structure of the optimizer state the checkpoints hold
-  (`optim.<role>.name`, clipping on or off, gradient accumulation: orbax could not restore
-  it): the differences are listed in one error. Others (steps, learning rates, logging,
-  `COMPUTE_ONLY`, ...) may: they are applied and appended to `config_history.jsonl`. A
-  checkpoint beyond `train.steps` is an error too.
+  (`FIXED`: the model, its tokenizer, the task's environments, `env`, `envs` and the
+  evaluation's `validation.env`, `validation.kwargs` and `validation.envs`, the estimator,
+  the batch and the seed; not `COMPUTE_ONLY`, the model's fused head and remat) must not
+  change (a key the saved config lacks may stay unset), nor may an optimizer setting that
+  changes the structure of the optimizer state the checkpoints hold (`optim.<role>.name`,
+  clipping on or off, gradient accumulation: orbax could not restore it): the differences
+  are listed in one error. Others (steps, learning rates, logging, `COMPUTE_ONLY`, ...)
+  may: they are applied and appended to `config_history.jsonl`. A checkpoint beyond
+  `train.steps` is an error too.
 - `finished_summary`: a run whose last step is checkpointed and summarized has nothing
   left to train; its rerun changes nothing.
 - `earlier_parts` / `write_parts`: `parts.json` records each `train` command that trained
@@ -38,9 +40,15 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics.sinks import write_atomically
 from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer
 
+# what the checkpoints were trained for: the model, the task (the environment, a mixed
+# run's environments, the evaluation's own ones) and what shapes the batch and its estimate
 FIXED = (
   "model",
   "env",
+  "envs",
+  "validation.env",
+  "validation.kwargs",
+  "validation.envs",
   "seed",
   "train.batch_size",
   "ppo.advantage_estimator",
@@ -77,6 +85,13 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _fixed(key: str) -> bool:
   return key not in COMPUTE_ONLY and any(key == f or key.startswith(f + ".") for f in FIXED)
+
+
+def _refused(key: str, saved: dict[str, Any], requested: Any) -> bool:
+  """Whether a change of `key` to `requested` is refused: a `FIXED` key, unless the saved
+  config lacks it (a run from before the key existed) and the rerun leaves it unset (None,
+  or an empty list or mapping: what the run had)."""
+  return _fixed(key) and (key in saved or requested not in (None, [], {}))
 
 
 def _state_structure(optimizer: optax.GradientTransformation) -> str:
@@ -166,7 +181,7 @@ def rerun_changes(
     if saved.get(k) != requested.get(k)
   }
   optimizer = _restructuring(changed, saved_config, optimizers)
-  refused = {k: v for k, v in changed.items() if _fixed(k) or k in optimizer}
+  refused = {k: v for k, v in changed.items() if _refused(k, saved, v[1]) or k in optimizer}
   if refused:
     listed = "; ".join(
       f"{k}: {a!r} -> {b!r}" + (" changes the optimizer state's structure" * (k in optimizer))
