@@ -279,6 +279,60 @@ def test_a_rerun_asking_for_fewer_steps_than_done_is_refused(finished, capsys):
   assert "'train.steps'=1 is below the checkpoint" in capsys.readouterr().err
 
 
+def _tree(out: pathlib.Path) -> dict[str, bytes]:
+  return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_a_directory_that_is_not_a_run_is_refused_untouched(tmp_path, capsys):
+  """A Hugging Face checkpoint's directory: `train` exited 0, its `config.json` replaced,
+  its `metrics.jsonl` emptied, its `summary.json` overwritten."""
+  out = tmp_path / "hf"
+  out.mkdir()
+  (out / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}')
+  (out / "metrics.jsonl").write_text('{"step": 1, "loss": 2.5}\n{"step": 2, "loss": 2.1}\n')
+  (out / "summary.json").write_text('{"eval_loss": 2.0}')
+  before = _tree(out)
+  assert cli.main(smoke_args(out, "train.steps=1")) == cli.EXIT_BAD_INPUT
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert line == (
+    f"tunix-ppo-ext: error: output dir {str(out)!r} is not empty and holds no tunix-ppo-ext run "
+    "(no run's config.json, no checkpoints; it holds config.json, metrics.jsonl, summary.json): "
+    "nothing was written; train into a new or empty directory"
+  )
+  assert _tree(out) == before and sorted(os.listdir(out)) == sorted(before)
+
+
+def test_what_counts_as_a_run_directory(tmp_path):
+  """Reads only: a missing or empty directory, a killed run's lock and temporary, a run's
+  `config.json` or its checkpoints are runs (or none yet); anything else is refused."""
+  run_dir.check_output_dir(tmp_path / "missing")
+  out = tmp_path / "run"
+  out.mkdir()
+  run_dir.check_output_dir(out)
+  (out / run_dir.LOCK).write_text("12345")
+  (out / ".config.json.tmp").write_text("{")  # a kill before the first rename
+  run_dir.check_output_dir(out)
+  (out / "notes.txt").write_text("mine")
+  with pytest.raises(ConfigError, match=r"holds no tunix-ppo-ext run .*it holds notes.txt\)"):
+    run_dir.check_output_dir(out)
+  (out / "checkpoints" / "actor").mkdir(parents=True)  # config.json lost: check_rerun says so
+  run_dir.check_output_dir(out)
+  (out / "checkpoints" / "actor").rmdir()
+  (out / run_dir.CONFIG).write_text(json.dumps({"seed": 0, "model": {}, "env": {}, "train": {}}))
+  run_dir.check_output_dir(out)
+  for other in ('{"seed": 0, "model": {}, "env": "memory", "train": {}}', "[]", "{"):
+    (out / run_dir.CONFIG).write_text(other)
+    with pytest.raises(ConfigError, match="holds no tunix-ppo-ext run"):
+      run_dir.check_output_dir(out)
+  assert sorted(os.listdir(out)) == [
+    ".config.json.tmp",
+    run_dir.LOCK,
+    "checkpoints",
+    "config.json",
+    "notes.txt",
+  ]
+
+
 def test_a_second_run_on_the_same_directory_is_refused(tmp_path, capsys):
   out = tmp_path / "run"
   out.mkdir()

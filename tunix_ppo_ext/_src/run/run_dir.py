@@ -275,6 +275,50 @@ def unusable_output_dir(out: pathlib.Path, err: OSError) -> ConfigError | None:
   )
 
 
+# the sections every run's `config.json` has had (beside `seed`): a mapping each
+RUN_SECTIONS = ("model", "env", "train")
+
+
+def check_output_dir(out: pathlib.Path) -> None:
+  """Refuses an output directory that holds something other than a run of this package,
+  before anything is written (a Hugging Face checkpoint's own `config.json` would be
+  replaced, its `metrics.jsonl` emptied). Accepted: a missing or empty directory (a lock
+  file or a write's temporary, `.NAME.tmp`, aside), one with this package's checkpoints
+  (`checkpoints/actor`: `check_rerun` compares the rerun with them), or one whose
+  `config.json` is a run's (`RUN_SECTIONS` as mappings, and `seed`). Reads only; a path
+  that cannot be listed is left to `make_output_dir` and the lock.
+
+  Raises:
+    ConfigError: one line naming the directory and some of what it holds.
+  """
+  try:
+    names = sorted(entry.name for entry in out.iterdir())
+  except OSError:  # missing, a file, unreadable: not this check's to say
+    return
+  own = [n for n in names if n != LOCK and not (n.startswith(".") and n.endswith(".tmp"))]
+  if not own or (out / "checkpoints" / "actor").is_dir() or _is_run_config(out / CONFIG):
+    return
+  listed = ", ".join(own[:4]) + (", ..." if len(own) > 4 else "")
+  raise ConfigError(
+    f"output dir {str(out)!r} is not empty and holds no tunix-ppo-ext run (no run's "
+    f"{CONFIG}, no checkpoints; it holds {listed}): nothing was written; train into a new "
+    "or empty directory"
+  )
+
+
+def _is_run_config(path: pathlib.Path) -> bool:
+  """Whether `path` is a run's saved config (`check_output_dir`)."""
+  try:
+    config = json.loads(path.read_text())
+  except (OSError, ValueError):
+    return False
+  return (
+    isinstance(config, dict)
+    and "seed" in config
+    and all(isinstance(config.get(section), dict) for section in RUN_SECTIONS)
+  )
+
+
 def make_output_dir(out: pathlib.Path) -> None:
   """Creates `out` (and its parents); ConfigError when it cannot (`unusable_output_dir`)."""
   try:
