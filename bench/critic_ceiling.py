@@ -34,7 +34,9 @@ weighs them), in the rewards' units:
 - `rloo, n`: the leave-one-out baseline, `(G - mu_s)^2 + sigma_s^2 / (n-1)`.
 Enumeration grows as `high^max_turns` for the policies that ignore the feedback and about
 as fast for `consistent` (32 and 5: 32528704 episodes); 10 and 4 take seconds. A run that
-would enumerate more than 10^6 episodes is refused (`bisect` plays one per secret).
+would enumerate more than 10^6 episodes is refused (`bisect` plays one per secret, in time
+about linear in `--high`: 12 s for `--high 30000 --policies bisect --noise`, most of it
+drawing a reset seed for every secret).
 
 The policies, each answering a number in range every turn:
 - `uniform`: any number, ignoring the feedback (the issue's 34% baseline);
@@ -49,7 +51,7 @@ import argparse
 import functools
 import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -59,15 +61,16 @@ from tunix_ppo_ext.envs import GuessEnv
 Policy = Callable[[tuple, int, int], dict[int, float]]
 
 
-def _allowed(history: tuple, low: int, high: int) -> list[int]:
-  """The numbers the feedback so far allows."""
+def _allowed(history: tuple, low: int, high: int) -> range:
+  """The numbers the feedback so far allows (a range: `bisect` takes its middle without
+  listing them)."""
   lo, hi = low, high
   for guess, higher in history:
     lo, hi = (max(lo, guess + 1), hi) if higher else (lo, min(hi, guess - 1))
-  return list(range(lo, hi + 1))
+  return range(lo, hi + 1)
 
 
-def _uniform_over(numbers: list[int]) -> dict[int, float]:
+def _uniform_over(numbers: Sequence[int]) -> dict[int, float]:
   return {n: 1.0 / len(numbers) for n in numbers}
 
 

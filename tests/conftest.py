@@ -18,16 +18,20 @@ length, type: 1 full, 2 first, 3 middle, 4 last) and a chunk of a serialized
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import importlib.util
 import json
+import multiprocessing
 import os
 import pathlib
+import signal
 import string
 import struct
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -501,6 +505,38 @@ def subprocess_env(tmp_path: pathlib.Path) -> dict[str, str]:
   `os.environ`) so a run skips the compiling other tests did."""
   del tmp_path  # the cache is the suite's, not the test's
   return {**os.environ, "JAX_PLATFORMS": "cpu"}
+
+
+def _hold_run_lock(out: pathlib.Path, held: Any) -> None:
+  from tunix_ppo_ext._src.run import run_dir  # noqa: PLC0415
+
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leaves the `with`: releases it
+  with run_dir.RunLock(out):
+    held.set()
+    while True:
+      time.sleep(60)
+
+
+@contextlib.contextmanager
+def run_lock_holder(out: pathlib.Path) -> Iterator[Any]:
+  """Another process (forked: it imports nothing) holding `out`'s run lock until the block
+  ends (SIGTERM: it releases the lock as a run does), unless the block kills it first;
+  yields the `multiprocessing.Process`."""
+  context = multiprocessing.get_context("fork")
+  held = context.Event()
+  process = context.Process(target=_hold_run_lock, args=(out, held), daemon=True)
+  with warnings.catch_warnings():  # the child runs no JAX: JAX's threads are no danger
+    warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+    process.start()
+  try:
+    assert held.wait(60), f"the holder never took {out}'s lock (exit {process.exitcode})"
+    yield process
+  finally:
+    process.terminate()
+    process.join(30)
+    if process.is_alive():
+      process.kill()
+      process.join()
 
 
 def common_checkpoints(out: pathlib.Path, roles: Sequence[str] = ("actor", "critic")) -> set[int]:

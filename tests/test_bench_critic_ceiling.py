@@ -104,3 +104,14 @@ def test_the_episode_count_is_what_the_enumeration_plays():
   assert bench.episode_count("uniform", 6, 3) >= sum(
     1 for _ in bench._episodes(env, bench.POLICIES["uniform"])
   )
+
+
+def test_bisect_takes_the_middle_of_a_large_range_without_listing_it():
+  """`bisect` listed every allowed number at every turn (O(range) a turn, a MemoryError
+  here), and `GuessEnv` itself took minutes at a range of 20000: `--high 100000 --policies
+  bisect --noise` hung past the episode guard."""
+  bench = load_bench("critic_ceiling")
+  assert bench.POLICIES["bisect"]((), 1, 10**12) == {500_000_000_000: 1.0}
+  assert bench.POLICIES["bisect"](((500_000_000_000, True),), 1, 10**12) == {750_000_000_000: 1.0}
+  env = GuessEnv(1, 100_000, 4, turn_penalty=0.2, valid_reward=0.1)
+  assert env.max_return == pytest.approx(1.1)

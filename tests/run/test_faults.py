@@ -10,20 +10,31 @@ from __future__ import annotations
 
 import errno
 import json
+import multiprocessing
 import os
 import pathlib
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
 import time
 import types
+import warnings
 
 import jax
+import optax
 import pytest
 
-from tests.conftest import SMOKE, common_checkpoints, smoke_args, subprocess_env, train_command
+from tests.conftest import (
+  SMOKE,
+  common_checkpoints,
+  run_lock_holder,
+  smoke_args,
+  subprocess_env,
+  train_command,
+)
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
@@ -113,6 +124,63 @@ def test_a_kill_during_a_rewrite_leaves_the_old_file(tmp_path, monkeypatch):
   assert sinks.compact_jsonl(path) == 1 and read_jsonl(path) == [{"step": 1, "a": 1.0, "b": 2.0}]
 
 
+def test_a_write_through_a_link_replaces_the_file_it_points_to(tmp_path):
+  """`plan --json LINK` replaced the link with a regular file, the target keeping its old
+  content."""
+  (tmp_path / "real").mkdir()
+  target = tmp_path / "real" / "plan.json"
+  target.write_text("old")
+  absolute, relative, chained = tmp_path / "a.json", tmp_path / "r.json", tmp_path / "c.json"
+  absolute.symlink_to(target)
+  relative.symlink_to(pathlib.Path("real") / "plan.json")
+  chained.symlink_to("a.json")
+  for number, link in enumerate((absolute, relative, chained)):
+    sinks.write_atomically(link, f"new {number}")
+    assert link.is_symlink() and target.read_text() == f"new {number}"
+  assert [p.name for p in (tmp_path / "real").iterdir()] == ["plan.json"]  # no temporary
+  dangling = tmp_path / "d.json"
+  dangling.symlink_to(tmp_path / "real" / "later.json")
+  sinks.write_atomically(dangling, "created")
+  assert dangling.is_symlink() and (tmp_path / "real" / "later.json").read_text() == "created"
+
+
+def test_a_fifo_is_written_directly_not_replaced(tmp_path):
+  """A FIFO (as a character device such as `/dev/null`) was replaced by a regular file:
+  nothing reached the reader."""
+  fifo = tmp_path / "plan.json"
+  os.mkfifo(fifo)
+  reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+  try:
+    sinks.write_atomically(fifo, '{"figures": 1}')
+    assert reader.communicate(timeout=30)[0] == '{"figures": 1}'
+  finally:
+    reader.kill()
+    reader.wait()
+  assert stat.S_ISFIFO(fifo.lstat().st_mode) and sorted(os.listdir(tmp_path)) == ["plan.json"]
+
+
+def test_a_link_to_stdout_appends_to_what_the_command_printed(tmp_path):
+  """`--json /dev/stdout` wrote a regular file in place of the link and nothing reached
+  stdout; redirected to a file, stdout keeps the lines printed before the JSON. A link in
+  `tmp_path` to `/dev/stdout` stands for it (the old code replaced the link it was given)."""
+  link = tmp_path / "stdout.json"
+  link.symlink_to("/dev/stdout")
+  script = (
+    "import sys; from tunix_ppo_ext._src.metrics import sinks; print('table', flush=True); "
+    "sinks.write_atomically(sys.argv[1], '{}')"
+  )
+  for redirect in ("pipe", "file"):
+    captured = tmp_path / "captured.txt"
+    with captured.open("w") as file:
+      stdout = subprocess.PIPE if redirect == "pipe" else file
+      done = subprocess.run(
+        [sys.executable, "-c", script, str(link)], stdout=stdout, text=True, check=True
+      )
+    written = done.stdout if redirect == "pipe" else captured.read_text()
+    assert written == "table\n{}", redirect
+    assert link.is_symlink() and os.readlink(link) == "/dev/stdout"
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> pathlib.Path:
   """A finished two-step smoke run (in this process)."""
@@ -129,6 +197,60 @@ def test_a_rerun_with_another_model_is_refused_before_anything_is_overwritten(fi
   err = capsys.readouterr().err.strip().splitlines()[-1]
   assert "holds checkpoints of another run (model.embed_dim: 32 -> 48)" in err
   assert (finished / "config.json").read_text() == saved
+
+
+@pytest.mark.parametrize(
+  "override, listed",
+  [
+    ("envs=[{name: memory, groups: 8}]", "envs: [] -> [{'name': 'memory'"),
+    ("validation.envs=[{name: memory, groups: 8}]", "validation.envs: [] -> [{'name': 'memory'"),
+  ],
+)
+def test_a_rerun_onto_another_task_is_refused_naming_the_key(finished, capsys, override, listed):
+  """It continued on the other environments; only `config_history.jsonl` recorded it."""
+  saved = (finished / "config.json").read_text()
+  assert cli.main(smoke_args(finished, "train.steps=2", override)) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert f"holds checkpoints of another run ({listed}" in err, err
+  assert (finished / "config.json").read_text() == saved
+
+
+def _saved_run(out: pathlib.Path, config: dict) -> dict:
+  """`config` saved as a run's `config.json` (with the steps a rerun needs); returns it."""
+  config = {"train": {"steps": 4}, **config}
+  (out / run_dir.CONFIG).write_text(json.dumps(config))
+  return config
+
+
+def test_every_key_of_the_task_is_fixed_on_resume(tmp_path):
+  optimizers = (optax.adam(1e-3), optax.adam(1e-3))
+  entry = {"name": "guess", "kwargs": {"high": 10}, "groups": 2, "tag": None}
+  validation = {"env": None, "kwargs": None, "seed": None, "group_size": None, "envs": [entry]}
+  saved = _saved_run(tmp_path, {"envs": [entry], "validation": validation})
+  other = {**entry, "kwargs": {"high": 32}}
+  for key, requested in [
+    ("envs", {**saved, "envs": [other]}),
+    ("envs", {**saved, "envs": [entry, {**entry, "tag": "b"}]}),
+    ("validation.envs", {**saved, "validation": {**validation, "envs": [other]}}),
+    ("validation.env", {**saved, "validation": {**validation, "env": "memory"}}),
+    ("validation.kwargs", {**saved, "validation": {**validation, "kwargs": {"high": 5}}}),
+  ]:
+    with pytest.raises(ConfigError, match=rf"holds checkpoints of another run \({key}: "):
+      run_dir.rerun_changes(tmp_path, requested, 4, optimizers)
+  changed = {**saved, "validation": {**validation, "seed": 7}}  # the same task: allowed
+  assert run_dir.rerun_changes(tmp_path, changed, 4, optimizers) == {"validation.seed": (None, 7)}
+
+
+def test_a_run_saved_before_a_fixed_key_existed_resumes_with_it_unset(tmp_path):
+  optimizers = (optax.adam(1e-3), optax.adam(1e-3))
+  saved = _saved_run(tmp_path, {"env": {"name": "memory"}})  # no envs, no validation
+  unset = {**saved, "envs": [], "validation": {"env": None, "kwargs": None, "envs": []}}
+  assert run_dir.rerun_changes(tmp_path, unset, 4, optimizers) == {
+    "envs": (None, []),
+    "validation.envs": (None, []),
+  }
+  with pytest.raises(ConfigError, match=r"\(envs: None -> \[\{'name': 'memory'"):
+    run_dir.rerun_changes(tmp_path, {**unset, "envs": [{"name": "memory"}]}, 4, optimizers)
 
 
 @pytest.mark.parametrize(
@@ -157,20 +279,120 @@ def test_a_rerun_asking_for_fewer_steps_than_done_is_refused(finished, capsys):
   assert "'train.steps'=1 is below the checkpoint" in capsys.readouterr().err
 
 
+def _tree(out: pathlib.Path) -> dict[str, bytes]:
+  return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_a_directory_that_is_not_a_run_is_refused_untouched(tmp_path, capsys):
+  """A Hugging Face checkpoint's directory: `train` exited 0, its `config.json` replaced,
+  its `metrics.jsonl` emptied, its `summary.json` overwritten."""
+  out = tmp_path / "hf"
+  out.mkdir()
+  (out / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}')
+  (out / "metrics.jsonl").write_text('{"step": 1, "loss": 2.5}\n{"step": 2, "loss": 2.1}\n')
+  (out / "summary.json").write_text('{"eval_loss": 2.0}')
+  before = _tree(out)
+  assert cli.main(smoke_args(out, "train.steps=1")) == cli.EXIT_BAD_INPUT
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert line == (
+    f"tunix-ppo-ext: error: output dir {str(out)!r} is not empty and holds no tunix-ppo-ext run "
+    "(no run's config.json, no checkpoints; it holds config.json, metrics.jsonl, summary.json): "
+    "nothing was written; train into a new or empty directory"
+  )
+  assert _tree(out) == before and sorted(os.listdir(out)) == sorted(before)
+
+
+def test_what_counts_as_a_run_directory(tmp_path):
+  """Reads only: a missing or empty directory, a killed run's lock and temporary, a run's
+  `config.json` or its checkpoints are runs (or none yet); anything else is refused."""
+  run_dir.check_output_dir(tmp_path / "missing")
+  out = tmp_path / "run"
+  out.mkdir()
+  run_dir.check_output_dir(out)
+  (out / run_dir.LOCK).write_text("12345")
+  (out / ".config.json.tmp").write_text("{")  # a kill before the first rename
+  run_dir.check_output_dir(out)
+  (out / "notes.txt").write_text("mine")
+  with pytest.raises(ConfigError, match=r"holds no tunix-ppo-ext run .*it holds notes.txt\)"):
+    run_dir.check_output_dir(out)
+  (out / "checkpoints" / "actor").mkdir(parents=True)  # config.json lost: check_rerun says so
+  run_dir.check_output_dir(out)
+  (out / "checkpoints" / "actor").rmdir()
+  (out / run_dir.CONFIG).write_text(json.dumps({"seed": 0, "model": {}, "env": {}, "train": {}}))
+  run_dir.check_output_dir(out)
+  for other in ('{"seed": 0, "model": {}, "env": "memory", "train": {}}', "[]", "{"):
+    (out / run_dir.CONFIG).write_text(other)
+    with pytest.raises(ConfigError, match="holds no tunix-ppo-ext run"):
+      run_dir.check_output_dir(out)
+  assert sorted(os.listdir(out)) == [
+    ".config.json.tmp",
+    run_dir.LOCK,
+    "checkpoints",
+    "config.json",
+    "notes.txt",
+  ]
+
+
 def test_a_second_run_on_the_same_directory_is_refused(tmp_path, capsys):
   out = tmp_path / "run"
   out.mkdir()
-  sleeper = subprocess.Popen(["sleep", "60"])
-  try:
-    (out / run_dir.LOCK).write_text(str(sleeper.pid))
+  with run_lock_holder(out) as holder:
     assert cli.main(smoke_args(out, "train.steps=1")) == cli.EXIT_BAD_INPUT
-    assert f"in use by another run (pid {sleeper.pid})" in capsys.readouterr().err
-  finally:
-    sleeper.kill()
-    sleeper.wait()
-  with run_dir.RunLock(out):  # the dead process's lock is stale: taken over
-    assert (out / run_dir.LOCK).read_text() == str(os.getpid())
+    assert f"in use by another run (pid {holder.pid})" in capsys.readouterr().err
+    os.kill(holder.pid, signal.SIGKILL)  # killed holding it: the kernel releases the lock
+    holder.join()
+    assert (out / run_dir.LOCK).read_text() == str(holder.pid)
+    with run_dir.RunLock(out):
+      assert (out / run_dir.LOCK).read_text() == str(os.getpid())
   assert not (out / run_dir.LOCK).exists()
+
+
+RACERS, TRIALS = 3, 100
+
+
+def _race(dirs: list[pathlib.Path], index: int, start, tried, took) -> None:
+  """One racer: each trial, once every racer is ready, tries to take that trial's lock and
+  holds what it took until every racer has tried (so two holders would overlap)."""
+  for trial, out in enumerate(dirs):
+    lock = run_dir.RunLock(out)
+    start.wait()
+    try:
+      lock.__enter__()
+    except ConfigError:
+      pass
+    else:
+      took[trial * RACERS + index] = 1
+    tried.wait()
+    lock.__exit__(None, None, None)
+
+
+def test_racing_processes_never_hold_a_run_lock_together(tmp_path):
+  """Two processes racing over a stale lock both held it in 44 of 200 trials: one removed
+  the other's fresh lock after reading the stale pid, and a lock created but not yet
+  written read as stale. Each trial starts from such a file: a dead process's pid, or
+  empty."""
+  dead = subprocess.Popen(["true"])  # noqa: S607
+  dead.wait()
+  dirs = [tmp_path / str(trial) for trial in range(TRIALS)]
+  for trial, out in enumerate(dirs):
+    out.mkdir()
+    (out / run_dir.LOCK).write_text(str(dead.pid) if trial % 2 else "")
+  context = multiprocessing.get_context("fork")
+  start, tried = context.Barrier(RACERS, timeout=60), context.Barrier(RACERS, timeout=60)
+  took = context.Array("i", RACERS * TRIALS)
+  racers = [
+    context.Process(target=_race, args=(dirs, index, start, tried, took)) for index in range(RACERS)
+  ]
+  with warnings.catch_warnings():  # the racers run no JAX: JAX's threads are no danger
+    warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+    for racer in racers:
+      racer.start()
+  for racer in racers:
+    racer.join(120)
+  assert [racer.exitcode for racer in racers] == [0] * RACERS
+  holders = [sum(took[trial * RACERS : (trial + 1) * RACERS]) for trial in range(TRIALS)]
+  assert holders == [1] * TRIALS
+  assert not any((out / run_dir.LOCK).exists() for out in dirs)
 
 
 def test_allowed_changes_are_applied_and_recorded(finished):
@@ -376,14 +598,8 @@ def test_export_skips_a_damaged_newest_checkpoint(four_steps, tmp_path, capsys):
 
 
 def test_export_of_a_run_still_training_is_refused(four_steps, tmp_path, capsys):
-  holder = subprocess.Popen(["sleep", "600"])  # noqa: S607 (a live process holding the lock)
-  try:
-    (four_steps / run_dir.LOCK).write_text(str(holder.pid))
+  with run_lock_holder(four_steps) as holder:
     code, err = _export(four_steps, tmp_path / "exported", capsys)
-  finally:
-    (four_steps / run_dir.LOCK).unlink()
-    holder.kill()
-    holder.wait()
   assert code == 2 and len(err) == 1
   assert f"is in use by a running train (pid {holder.pid})" in err[0]
   assert not (tmp_path / "exported").exists()

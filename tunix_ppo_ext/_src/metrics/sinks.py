@@ -12,6 +12,8 @@ import json
 import math
 import os
 import pathlib
+import re
+import stat
 import struct
 import time
 import warnings
@@ -188,17 +190,49 @@ def _parse_jsonl(text: str, path: str | pathlib.Path) -> list[tuple[str, dict[st
 
 
 def write_atomically(path: str | pathlib.Path, text: str) -> None:
-  """Replaces `path` with `text` in one step: a temporary file beside it, synced, renamed.
+  """Replaces the file at `path` with `text` in one step: a temporary file beside it,
+  synced, renamed.
 
-  A kill at any moment leaves either the old file or the new one, never a cut-off one.
+  A kill at any moment leaves either the old file or the new one, never a cut-off one. A
+  symbolic link is written through: the file it points to is replaced, the link kept (a
+  dangling one creates its target). What is not a file to replace, a character device or
+  a FIFO (a terminal, `/dev/null`, a pipe) or an open descriptor (`/dev/stdout`,
+  `/dev/fd/N`, whatever it is), is written directly, appending (a descriptor redirected to
+  a file keeps what the command printed before).
   """
   path = pathlib.Path(path)
-  temporary = path.with_name(f".{path.name}.tmp")
+  if _stream(path):
+    with path.open("a") as handle:
+      handle.write(text)
+    return
+  target = pathlib.Path(os.path.realpath(path))  # the file a link points to
+  temporary = target.with_name(f".{target.name}.tmp")
   with temporary.open("w") as handle:
     handle.write(text)
     handle.flush()
     os.fsync(handle.fileno())
-  os.replace(temporary, path)
+  os.replace(temporary, target)
+
+
+_DESCRIPTORS = re.compile(r"/proc/(self|\d+)/fd")  # where `/dev/stdout` and `/dev/fd` lead
+
+
+def _stream(path: pathlib.Path) -> bool:
+  """Whether `path` is a character device or a FIFO, or a link through an open descriptor
+  (`/dev/stdout` -> `/proc/self/fd/1`)."""
+  try:
+    mode = path.stat().st_mode  # through links
+  except OSError:  # missing (or a dangling link): a file to create
+    return False
+  if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+    return True
+  for _ in range(40):  # the kernel's own limit on links followed
+    if not path.is_symlink():
+      return False
+    if _DESCRIPTORS.fullmatch(os.path.realpath(path.parent)):
+      return True
+    path = path.parent / os.readlink(path)
+  return False
 
 
 def truncate_jsonl(path: str | pathlib.Path, last_step: int) -> int:

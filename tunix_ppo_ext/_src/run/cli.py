@@ -270,7 +270,7 @@ def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
   resolved = load_resolved(args.config, overrides, need_files=False)
   pieces = [p for p in (args.pieces or "").split(",") if p]
   result = plan.plan(resolved, args.topology, pieces, args.compiler)
-  print(plan.format_plan(result, args.config))
+  print(plan.format_plan(result, args.config), flush=True)  # before a `--json /dev/stdout`
   if args.json:
     sinks.write_atomically(args.json, json.dumps(result.to_json(), indent=2))
   return 0

@@ -72,16 +72,13 @@ def latest_actor_step(run_dir: pathlib.Path) -> int:
 
 
 def check_not_training(run_dir: pathlib.Path) -> None:
-  """ValueError when a live process holds `RUN_DIR/.lock` (a `train` still writing there)."""
-  lock = run_dir / run_dir_lib.LOCK
-  try:
-    holder = int(lock.read_text().strip() or "0")
-  except (OSError, ValueError):
-    return
-  if holder and holder != os.getpid() and run_dir_lib._alive(holder):  # noqa: SLF001
+  """ValueError when another process holds `RUN_DIR`'s run lock (a `train` still writing
+  there)."""
+  holder = run_dir_lib.RunLock(run_dir).holder()
+  if holder is not None:
     raise ConfigError(
-      f"RUN_DIR {str(run_dir)!r} is in use by a running train (pid {holder}): its checkpoints "
-      "may be deleted while export reads them; export once it has stopped"
+      f"RUN_DIR {str(run_dir)!r} is in use by a running train (pid {holder or '?'}): its "
+      "checkpoints may be deleted while export reads them; export once it has stopped"
     )
 
 

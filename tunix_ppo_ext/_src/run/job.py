@@ -328,12 +328,15 @@ def train(resolved: ResolvedRun, meshes: dict | None = None) -> dict[str, Any]:
   and critic saved (after `run_dir.check_rerun` accepted the requested config), and
   `metrics.jsonl` drops the rows an interrupted run wrote after it. A run that is already
   complete (`run_dir.finished_summary`) is left as it is: one line says so and its summary
-  is returned. One run at a time per directory (`run_dir.RunLock`). Other processes of a
-  multi-host run write no files and return `{}`.
+  is returned. One run at a time per directory (`run_dir.RunLock`); a directory that holds
+  something other than a run is refused untouched (`run_dir.check_output_dir`). Other
+  processes of a multi-host run write no files and return `{}`.
   """
   out = pathlib.Path(resolved.run.output_dir).resolve()  # orbax wants absolute paths
-  run_dir.make_output_dir(out)
   primary = distributed.is_primary(jax.process_index())
+  if primary:
+    run_dir.check_output_dir(out)  # a directory that is not a run's: refused, untouched
+  run_dir.make_output_dir(out)
   lock = run_dir.RunLock(out) if primary else contextlib.nullcontext()
   with lock:
     finished = _finished(out, resolved) if primary else None
@@ -345,6 +348,7 @@ def finished_run(resolved: ResolvedRun) -> dict[str, Any] | None:
   line that says so), else None. Reads only, not even taking the directory's lock (a run
   holding it is refused as `train` refuses it): the command asks before it opens anything."""
   out = pathlib.Path(resolved.run.output_dir).resolve()
+  run_dir.check_output_dir(out)
   if not (out / run_dir.SUMMARY).is_file():
     return None
   run_dir.RunLock(out).check_free()

@@ -1,16 +1,19 @@
 """A run's output directory: one run at a time, and reruns that match the saved config.
 
-- `RunLock`: `OUTPUT_DIR/.lock` holds the pid of the run using the directory; a second
-  run is refused while that process lives (a stale lock of a killed run is taken over).
+- `RunLock`: the run using the directory holds an OS lock on `OUTPUT_DIR/.lock` (the
+  file also names its pid); a second run is refused while that process lives (the kernel
+  releases the lock of a killed run).
 - `check_rerun`: before anything is overwritten, a rerun into a directory with
   checkpoints is compared with its saved `config.json`. Settings the checkpoints depend on
-  (`FIXED`: the model, its tokenizer, the environment, the estimator, the batch and the
-  seed; not `COMPUTE_ONLY`, the model's fused head and remat) must not change, nor may an
-  optimizer setting that changes the structure of the optimizer state the checkpoints hold
-  (`optim.<role>.name`, clipping on or off, gradient accumulation: orbax could not restore
-  it): the differences are listed in one error. Others (steps, learning rates, logging,
-  `COMPUTE_ONLY`, ...) may: they are applied and appended to `config_history.jsonl`. A
-  checkpoint beyond `train.steps` is an error too.
+  (`FIXED`: the model, its tokenizer, the task's environments, `env`, `envs` and the
+  evaluation's `validation.env`, `validation.kwargs` and `validation.envs`, the estimator,
+  the batch and the seed; not `COMPUTE_ONLY`, the model's fused head and remat) must not
+  change (a key the saved config lacks may stay unset), nor may an optimizer setting that
+  changes the structure of the optimizer state the checkpoints hold (`optim.<role>.name`,
+  clipping on or off, gradient accumulation: orbax could not restore it): the differences
+  are listed in one error. Others (steps, learning rates, logging, `COMPUTE_ONLY`, ...)
+  may: they are applied and appended to `config_history.jsonl`. A checkpoint beyond
+  `train.steps` is an error too.
 - `finished_summary`: a run whose last step is checkpointed and summarized has nothing
   left to train; its rerun changes nothing.
 - `earlier_parts` / `write_parts`: `parts.json` records each `train` command that trained
@@ -21,6 +24,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import pathlib
@@ -36,9 +40,15 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics.sinks import write_atomically
 from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer
 
+# what the checkpoints were trained for: the model, the task (the environment, a mixed
+# run's environments, the evaluation's own ones) and what shapes the batch and its estimate
 FIXED = (
   "model",
   "env",
+  "envs",
+  "validation.env",
+  "validation.kwargs",
+  "validation.envs",
   "seed",
   "train.batch_size",
   "ppo.advantage_estimator",
@@ -75,6 +85,13 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _fixed(key: str) -> bool:
   return key not in COMPUTE_ONLY and any(key == f or key.startswith(f + ".") for f in FIXED)
+
+
+def _refused(key: str, saved: dict[str, Any], requested: Any) -> bool:
+  """Whether a change of `key` to `requested` is refused: a `FIXED` key, unless the saved
+  config lacks it (a run from before the key existed) and the rerun leaves it unset (None,
+  or an empty list or mapping: what the run had)."""
+  return _fixed(key) and (key in saved or requested not in (None, [], {}))
 
 
 def _state_structure(optimizer: optax.GradientTransformation) -> str:
@@ -164,7 +181,7 @@ def rerun_changes(
     if saved.get(k) != requested.get(k)
   }
   optimizer = _restructuring(changed, saved_config, optimizers)
-  refused = {k: v for k, v in changed.items() if _fixed(k) or k in optimizer}
+  refused = {k: v for k, v in changed.items() if _refused(k, saved, v[1]) or k in optimizer}
   if refused:
     listed = "; ".join(
       f"{k}: {a!r} -> {b!r}" + (" changes the optimizer state's structure" * (k in optimizer))
@@ -258,6 +275,50 @@ def unusable_output_dir(out: pathlib.Path, err: OSError) -> ConfigError | None:
   )
 
 
+# the sections every run's `config.json` has had (beside `seed`): a mapping each
+RUN_SECTIONS = ("model", "env", "train")
+
+
+def check_output_dir(out: pathlib.Path) -> None:
+  """Refuses an output directory that holds something other than a run of this package,
+  before anything is written (a Hugging Face checkpoint's own `config.json` would be
+  replaced, its `metrics.jsonl` emptied). Accepted: a missing or empty directory (a lock
+  file or a write's temporary, `.NAME.tmp`, aside), one with this package's checkpoints
+  (`checkpoints/actor`: `check_rerun` compares the rerun with them), or one whose
+  `config.json` is a run's (`RUN_SECTIONS` as mappings, and `seed`). Reads only; a path
+  that cannot be listed is left to `make_output_dir` and the lock.
+
+  Raises:
+    ConfigError: one line naming the directory and some of what it holds.
+  """
+  try:
+    names = sorted(entry.name for entry in out.iterdir())
+  except OSError:  # missing, a file, unreadable: not this check's to say
+    return
+  own = [n for n in names if n != LOCK and not (n.startswith(".") and n.endswith(".tmp"))]
+  if not own or (out / "checkpoints" / "actor").is_dir() or _is_run_config(out / CONFIG):
+    return
+  listed = ", ".join(own[:4]) + (", ..." if len(own) > 4 else "")
+  raise ConfigError(
+    f"output dir {str(out)!r} is not empty and holds no tunix-ppo-ext run (no run's "
+    f"{CONFIG}, no checkpoints; it holds {listed}): nothing was written; train into a new "
+    "or empty directory"
+  )
+
+
+def _is_run_config(path: pathlib.Path) -> bool:
+  """Whether `path` is a run's saved config (`check_output_dir`)."""
+  try:
+    config = json.loads(path.read_text())
+  except (OSError, ValueError):
+    return False
+  return (
+    isinstance(config, dict)
+    and "seed" in config
+    and all(isinstance(config.get(section), dict) for section in RUN_SECTIONS)
+  )
+
+
 def make_output_dir(out: pathlib.Path) -> None:
   """Creates `out` (and its parents); ConfigError when it cannot (`unusable_output_dir`)."""
   try:
@@ -266,51 +327,109 @@ def make_output_dir(out: pathlib.Path) -> None:
     raise unusable_output_dir(out, err) or err from None
 
 
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
-
-
 class RunLock:
-  """`with RunLock(out):` holds `out/.lock` for this process; ValueError if another holds it."""
+  """`with RunLock(out):` holds `out/.lock` for this process; ConfigError if another does.
+
+  The lock is the kernel's (`fcntl.flock`, exclusive, on the open file): held while this
+  process keeps the file open, released when it exits however it exits (a SIGKILL too), so
+  a killed run's file is no lock at all and no staleness is ever guessed from a pid. The
+  file holds the holder's pid for the messages only. Two processes never both hold it: the
+  lock counts only on the file the path still names once it is taken (a holder unlinks the
+  file on release, and a process that opened it before would lock an unlinked file).
+  Checks (`check_free`, `holder`) take a shared lock for an instant, which tells a run
+  (exclusive) from another check; a run that meets only checks tries again.
+  """
 
   def __init__(self, out: pathlib.Path):
     self.path = out / LOCK
+    self._descriptor: int | None = None
 
   def __enter__(self) -> RunLock:
-    while True:
+    while self._descriptor is None:
       try:
-        descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-      except FileExistsError:
-        self.check_free()
-        self.path.unlink(missing_ok=True)  # a killed run's stale lock
-        continue
+        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
       except OSError as err:  # a read-only directory: before anything else is written
         raise unusable_output_dir(self.path.parent, err) or err from None
-      with os.fdopen(descriptor, "w") as handle:
-        handle.write(str(os.getpid()))
-      return self
-
-  def check_free(self) -> None:
-    """ConfigError when another live process holds the lock; takes nothing, writes nothing."""
-    holder = self._holder()
-    if holder is not None and holder != os.getpid() and _alive(holder):
-      raise ConfigError(
-        f"output dir {str(self.path.parent)!r} is in use by another run (pid {holder}); "
-        "wait for it or choose another --output-dir"
-      )
-
-  def _holder(self) -> int | None:
-    try:
-      return int(self.path.read_text().strip() or "0") or None
-    except (FileNotFoundError, ValueError):
-      return None
+      if not _lock(descriptor, fcntl.LOCK_EX):
+        os.close(descriptor)
+        holder = self._held_by()
+        if holder is not None:  # a run (this process's own other one too)
+          raise self._in_use(holder)
+        time.sleep(0.001)  # only checks, for an instant
+      elif not _same_file(descriptor, self.path):  # released and unlinked meanwhile
+        os.close(descriptor)
+      else:
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, str(os.getpid()).encode())
+        self._descriptor = descriptor
+    return self
 
   def __exit__(self, *exc: Any) -> None:
-    if self._holder() == os.getpid():
-      self.path.unlink(missing_ok=True)
+    if self._descriptor is not None:
+      self.path.unlink(missing_ok=True)  # while holding it: see the class docstring
+      os.close(self._descriptor)
+      self._descriptor = None
+
+  def check_free(self) -> None:
+    """ConfigError when another process holds the lock; takes nothing, writes nothing."""
+    holder = self.holder()
+    if holder is not None:
+      raise self._in_use(holder)
+
+  def holder(self) -> int | None:
+    """The pid of the other process holding the lock (0: not written yet), None when no
+    other process holds it (this one may)."""
+    holder = self._held_by()
+    return None if holder == os.getpid() else holder
+
+  def _held_by(self) -> int | None:
+    """The pid of the process holding the lock (0: not written yet), None when none does."""
+    try:
+      descriptor = os.open(self.path, os.O_RDONLY)
+    except FileNotFoundError:
+      return None
+    try:
+      if _lock(descriptor, fcntl.LOCK_SH):  # no run holds it (released with the descriptor)
+        return None
+    finally:
+      os.close(descriptor)
+    for _ in range(20):  # a holder writes its pid right after it takes the lock
+      pid = _pid_in(self.path)
+      if pid:
+        return pid
+      time.sleep(0.01)
+    return 0
+
+  def _in_use(self, holder: int) -> ConfigError:
+    return ConfigError(
+      f"output dir {str(self.path.parent)!r} is in use by another run (pid {holder or '?'}); "
+      "wait for it or choose another --output-dir"
+    )
+
+
+def _lock(descriptor: int, operation: int) -> bool:
+  """Takes `operation` (`fcntl.LOCK_EX` or `LOCK_SH`) on `descriptor` without waiting;
+  False when another process's lock is in the way."""
+  try:
+    fcntl.flock(descriptor, operation | fcntl.LOCK_NB)
+  except BlockingIOError:
+    return False
+  return True
+
+
+def _same_file(descriptor: int, path: pathlib.Path) -> bool:
+  """Whether `path` still names the file open at `descriptor`."""
+  try:
+    named = path.stat()
+  except FileNotFoundError:
+    return False
+  mine = os.fstat(descriptor)
+  return (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _pid_in(path: pathlib.Path) -> int:
+  """The pid a holder wrote into the lock file (0: not yet, or unreadable)."""
+  try:
+    return int(path.read_text().strip() or "0")
+  except (OSError, ValueError):
+    return 0
