@@ -74,7 +74,7 @@ def finished(out: pathlib.Path, arm: str) -> set[int]:
 
 def available(arm: str) -> bool:
   """Whether the installed package knows the arm's estimator."""
-  from tunix_ppo_ext.config import ConfigError, load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext.config import ConfigError, load_run_config
 
   spec = ARMS[arm]
   try:
@@ -129,7 +129,7 @@ def seed_success(curve: list[float], warmup: int) -> float:
 
 def welch(a: list[float], b: list[float]) -> tuple[float, float]:
   """Welch's t statistic and two-sided p value of mean(a) - mean(b)."""
-  from scipy import stats  # noqa: PLC0415
+  from scipy import stats
 
   result = stats.ttest_ind(a, b, equal_var=False)
   return float(result.statistic), float(result.pvalue)
@@ -190,7 +190,7 @@ def report(args: argparse.Namespace) -> str:
 
 
 def _plot(out: pathlib.Path, arms: list[str]) -> None:
-  from tunix_ppo_ext.metrics import plot_spread  # noqa: PLC0415
+  from tunix_ppo_ext.metrics import plot_spread
 
   curves = {}
   for arm in arms:

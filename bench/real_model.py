@@ -56,9 +56,9 @@ FROZEN_LR = 1e-12
 
 def run_once(config: str, out: pathlib.Path, overrides: list[str]) -> list[dict[str, Any]]:
   """Trains one run (resuming if `out` holds one) and returns its `metrics.jsonl` rows."""
-  from tunix_ppo_ext import jobs  # noqa: PLC0415
-  from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
-  from tunix_ppo_ext.metrics import read_jsonl  # noqa: PLC0415
+  from tunix_ppo_ext import jobs
+  from tunix_ppo_ext.config import load_run_config
+  from tunix_ppo_ext.metrics import read_jsonl
 
   run = load_run_config(config, [f"output_dir={out}", *overrides])
   start = time.perf_counter()
@@ -119,10 +119,10 @@ _NO_BASELINE = {"success": float("nan"), "return": float("nan")}
 
 
 def plot(results: dict[str, Any], path: pathlib.Path) -> None:
-  import matplotlib  # noqa: PLC0415
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # noqa: PLC0415
+  import matplotlib.pyplot as plt
 
   fig, ax = plt.subplots(figsize=(6, 4))
   for seed, row in results["seeds"].items():
@@ -138,7 +138,7 @@ def plot(results: dict[str, Any], path: pathlib.Path) -> None:
 
 def _label(results: dict[str, Any]) -> str:
   """The run's config file, advantage estimator and its overrides that change training."""
-  from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext.config import load_run_config
 
   args = results["args"]
   estimator = load_run_config(args["config"], args["overrides"]).ppo.advantage_estimator
@@ -201,7 +201,7 @@ def plot_report(runs: list[dict[str, Any]], out: pathlib.Path) -> None:
   """`report_success.png` and `report_return.png`: per run, the mean over seeds per batch
   with the min-max band, against the baselines' batches (`metrics.plot_spread`); and
   `report_explained_variance.png` for the runs with a critic."""
-  from tunix_ppo_ext.metrics import plot_spread  # noqa: PLC0415
+  from tunix_ppo_ext.metrics import plot_spread
 
   for key, name in (("success", "success rate"), ("return", "episode return")):
     curves = {
@@ -264,7 +264,7 @@ def main() -> None:
 def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace, seeds: list[int]):
   """Before any run: every seed's configs load (a bad key, file or value is one line, exit
   2) and, with `--baseline-from`, every seed's baseline is there."""
-  from tunix_ppo_ext.config import ConfigError, load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext.config import ConfigError, load_run_config
 
   steps = {"trained": args.steps, "baseline": args.baseline_steps}
   if args.baseline_from or args.baseline_steps == 0:
@@ -341,7 +341,7 @@ def gather(args: argparse.Namespace, out: pathlib.Path) -> dict[str, Any]:
 
 
 def _batch_size(config: str, overrides: list[str]) -> int:
-  from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext.config import load_run_config
 
   return load_run_config(config, overrides).train.batch_size
 

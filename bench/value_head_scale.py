@@ -22,14 +22,14 @@ CONVERSATION = (
 
 
 def main() -> None:
-  import tempfile  # noqa: PLC0415
+  import tempfile
 
-  import jax.numpy as jnp  # noqa: PLC0415
-  import numpy as np  # noqa: PLC0415
+  import jax.numpy as jnp
+  import numpy as np
 
-  from tunix_ppo_ext.config import load_run_config  # noqa: PLC0415
-  from tunix_ppo_ext.jobs import build_run  # noqa: PLC0415
-  from tunix_ppo_ext.models import critic_from_policy  # noqa: PLC0415
+  from tunix_ppo_ext.config import load_run_config
+  from tunix_ppo_ext.jobs import build_run
+  from tunix_ppo_ext.models import critic_from_policy
 
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--config", default="configs/smollm2_ppo.yaml")

@@ -9,7 +9,7 @@ sys.path.insert(0, str(DOCS.parent))
 
 project = "tunix-ppo-ext"
 author = "tunix-ppo-ext authors"
-copyright = "2026, tunix-ppo-ext authors"  # noqa: A001
+copyright = "2026, tunix-ppo-ext authors"
 
 import tunix_ppo_ext  # noqa: E402
 

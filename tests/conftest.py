@@ -141,7 +141,7 @@ TARGET_CHAR = "a"
 def record_turns(monkeypatch) -> list[tuple[list[list[int]], Any]]:
   """Spies on the multi-turn rollout's real sampler: every turn's `(contexts, TurnOutput)`
   (`output.tokens[row]`, `output.logprobs[row]`), in call order."""
-  from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import Conversation  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import Conversation
 
   original, turns = Conversation.turn, []
 
@@ -179,8 +179,8 @@ def train_in_process(config: str | pathlib.Path, out: pathlib.Path, *overrides: 
   """Trains `config` with `overrides` into the new directory `out` as `train` does (its
   `config.json` written first, so `export` and reruns find it) and returns the learner, its
   cluster closed."""
-  from tunix_ppo_ext._src.run import job, run_dir  # noqa: PLC0415
-  from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import job, run_dir
+  from tunix_ppo_ext._src.run.run_config import load_resolved
 
   resolved = load_resolved(str(config), [f"output_dir={out}", *overrides])
   out.mkdir()
@@ -307,9 +307,9 @@ def toy_cluster(
   tokens, `tokens_per_call` generated tokens per engine call; the policy is
   `cluster.actor_trainer.model`. `kwargs` are `ClusterSpec` fields or `build_cluster`
   keywords."""
-  import dataclasses  # noqa: PLC0415
+  import dataclasses
 
-  from tunix_ppo_ext.models import ClusterSpec, build_cluster, make_models  # noqa: PLC0415
+  from tunix_ppo_ext.models import ClusterSpec, build_cluster, make_models
 
   fields = {field.name for field in dataclasses.fields(ClusterSpec)}
   spec = ClusterSpec(
@@ -334,7 +334,7 @@ def multi_turn_learner(
   `toy_cluster` sized for the multi-turn `source` (room per engine call for its whole width
   plus one turn), the sampler's log-probs returned. The cluster is `learner.rl_cluster`;
   `kwargs` go to `toy_cluster`."""
-  from tunix_ppo_ext import PpoExtConfig, PpoExtLearner  # noqa: PLC0415
+  from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
 
   width = source.max_completion_len + source.max_turn_tokens
   cluster = toy_cluster(
@@ -347,8 +347,8 @@ def replayed_group(monkeypatch, learner: Any, seed: int) -> tuple[Any, list[tupl
   """One training batch of the learner's multi-turn source on 2 episodes of one seed, the
   engine's outputs recorded (`record_turns`): `(batch, rows)`, `rows[i]` the episode seed
   of row `i` and the agent's token ids of each of its turns, to replay on the environment."""
-  from tunix_ppo_ext._src.data.trajectory import episode_batches  # noqa: PLC0415
-  from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode  # noqa: PLC0415
+  from tunix_ppo_ext._src.data.trajectory import episode_batches
+  from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
 
   source = learner.trajectory_source
   turns = record_turns(monkeypatch)  # the real sampler, its outputs kept
@@ -376,7 +376,7 @@ def assert_row_is(batch: Any, row: int, tokens: list[int], loss: list[int]) -> N
 
 def assert_training_moves_the_policy(learner: Any, steps: int = 2) -> None:
   """`learner` trains `steps` steps on episode batches and the policy's weights move."""
-  from tunix_ppo_ext._src.data.trajectory import episode_batches  # noqa: PLC0415
+  from tunix_ppo_ext._src.data.trajectory import episode_batches
 
   trainer = learner.rl_cluster.actor_trainer
   before = param_leaf(trainer.model)
@@ -393,7 +393,7 @@ def read_wandb_run(
   W&B's service process has written the last records (seen under load); after `timeout_s`
   it reads what is there.
   """
-  from wandb.proto import wandb_internal_pb2  # noqa: PLC0415
+  from wandb.proto import wandb_internal_pb2
 
   deadline = time.monotonic() + timeout_s
   while True:
@@ -421,7 +421,7 @@ def save_weights_only(model: Any, directory: str | pathlib.Path) -> pathlib.Path
   """`model`'s Hugging Face `model.safetensors` (`tunix_ppo_ext.models.save_hf_checkpoint`,
   the export) without its `config.json`: a checkpoint of weights only, whose sizes the run
   config gives. Returns the safetensors file."""
-  from tunix_ppo_ext.models import save_hf_checkpoint  # noqa: PLC0415
+  from tunix_ppo_ext.models import save_hf_checkpoint
 
   directory = save_hf_checkpoint(model, directory, None)
   (directory / "config.json").unlink()
@@ -439,7 +439,7 @@ def toy_policy(vocab_size, seed=7, **sizes):
     "num_kv_heads": 1,
     **sizes,
   }
-  from tunix_ppo_ext._src.tunix.models import toy_models  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.models import toy_models
 
   return toy_models.make_policy(toy_models.tiny_qwen3_config(vocab_size, **sizes), seed)
 
@@ -508,7 +508,7 @@ def subprocess_env(tmp_path: pathlib.Path) -> dict[str, str]:
 
 
 def _hold_run_lock(out: pathlib.Path, held: Any) -> None:
-  from tunix_ppo_ext._src.run import run_dir  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import run_dir
 
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leaves the `with`: releases it
   with run_dir.RunLock(out):
@@ -542,7 +542,7 @@ def run_lock_holder(out: pathlib.Path) -> Iterator[Any]:
 def common_checkpoints(out: pathlib.Path, roles: Sequence[str] = ("actor", "critic")) -> set[int]:
   """Steps every trainer of `roles` checkpointed under `out/checkpoints` (a run with a
   group estimator has no critic: `roles=("actor",)`)."""
-  from tunix_ppo_ext._src.run import resume  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import resume
 
   ckpt = out / "checkpoints"
   return set.intersection(*(resume.finalized_steps(ckpt / role) for role in roles))
@@ -587,7 +587,7 @@ def pytest_collection_modifyitems(config, items):
       item.add_marker(pytest.mark.fast)
   seed = config.getoption("shuffle_seed")
   if seed is not None:
-    import random  # noqa: PLC0415
+    import random
 
     random.Random(seed).shuffle(items)
     return

@@ -57,7 +57,7 @@ def test_the_perfect_critic_s_advantage_noise_of_a_two_number_bisect_by_hand():
 def test_the_group_baselines_noise_against_every_group_enumerated():
   # one uniform guess of 2: G is 1.1 or 0.1 with 1/2 each, whatever the secret; enumerate
   # every group of 4 and average each member's squared advantage
-  import itertools  # noqa: PLC0415
+  import itertools
 
   grpo = rloo = 0.0
   for group in itertools.product([1.1, 0.1], repeat=4):

@@ -429,9 +429,9 @@ AGENTIC_GUIDE = DOCS / "guides" / "agentic_ppo.md"
 def _undocumented_agentic_keys(text: str) -> list[str]:
   """The `AgenticPpoConfig` fields (tunix's inherited ones too) that `text` never names in
   backticks."""
-  import dataclasses  # noqa: PLC0415
+  import dataclasses
 
-  from tunix_ppo_ext import AgenticPpoConfig  # noqa: PLC0415
+  from tunix_ppo_ext import AgenticPpoConfig
 
   named = set(re.findall(r"`([a-z_0-9]+)`", text))
   return [f.name for f in dataclasses.fields(AgenticPpoConfig) if f.name not in named]

@@ -76,7 +76,7 @@ def test_the_suite_runs_file_by_file_longest_file_first():
 def test_the_tests_subprocesses_run_without_torch_and_the_tests_with_it():
   """`conftest.NO_TORCH_SITE`: a subprocess cannot import torch (importing tunix would),
   the test's own process can (the cross-checks with transformers need it)."""
-  import torch  # noqa: PLC0415
+  import torch
 
   assert torch.zeros(2).sum().item() == 0.0
   code = "import sys, tensorboardX; print(sys.modules['torch'])"  # tensorboardX tried it

@@ -589,7 +589,7 @@ def main() -> None:
         try:
           obs = item.run()
           problem = item.check(obs)
-        except Exception as err:  # noqa: BLE001 (a probe's own set-up failing is its result)
+        except Exception as err:
           obs = Observed(None, "", traceback.format_exc())
           problem = f"the probe's set-up failed: {type(err).__name__}: {err}"
         verdict = "ok" if problem is None else f"FAIL: {problem}"
@@ -620,7 +620,7 @@ def cfg_argv(id_: str, *overrides: str) -> list[str]:
 def agentic_yaml(path: pathlib.Path, section: dict | None = None, **top: Any) -> pathlib.Path:
   """A tunix pipeline config with `training_mode: agentic_ppo` (tunix's keys; the model is
   never loaded by these probes: each fails, or is meant to fail, before)."""
-  import yaml  # noqa: PLC0415
+  import yaml
 
   model = {
     "model_name": "qwen3-0.6b",
@@ -657,7 +657,7 @@ def run_main_line(argv: list[str]) -> str:
   return f"import sys\nfrom tunix_ppo_ext.jobs import main\nsys.exit(main({argv!r}))\n"
 
 
-def register() -> None:  # noqa: PLR0915 (one table)
+def register() -> None:
   _agentic_config_probes()
   _agentic_command_probes()
   _config_probes()

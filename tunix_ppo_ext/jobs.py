@@ -73,6 +73,6 @@ def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict
   Returns:
     The run's summary (`{}` on processes other than 0).
   """
-  from tunix_ppo_ext._src.run import job, run_config  # noqa: PLC0415 (loads tunix)
+  from tunix_ppo_ext._src.run import job, run_config
 
   return job.train(run_config.as_resolved(resolved), meshes)

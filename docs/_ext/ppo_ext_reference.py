@@ -371,7 +371,7 @@ def write_api(directory: pathlib.Path) -> None:
 def write_layers(path: pathlib.Path) -> None:
   """The private layers, lowest first, with what each holds: `tunix_ppo_ext._src.LAYERS`
   and `TUNIX_PARTS`, the tuples `tests/test_layout.py` checks the imports against."""
-  from tunix_ppo_ext import _src  # noqa: PLC0415
+  from tunix_ppo_ext import _src
 
   source = inspect.getsource(_src)
   lines = ["| layer | what it holds |", "| --- | --- |"]

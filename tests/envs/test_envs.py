@@ -174,7 +174,7 @@ def test_valid_outputs_are_normalised():
 def test_anchor_key_is_the_environment_s_or_the_exact_history():
   """GiGPO's anchors: an environment without `anchor()` is keyed by its token history; one
   with it by its key (never equal to a history); an unhashable key names the environment."""
-  from tunix_ppo_ext._src.envs.base import anchor_key  # noqa: PLC0415
+  from tunix_ppo_ext._src.envs.base import anchor_key
 
   memory = MemoryEnv()
   assert anchor_key(memory, 2, (1, 2, 3)) == (1, 2, 3)

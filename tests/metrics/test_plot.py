@@ -39,7 +39,7 @@ def test_a_block_of_early_outliers_does_not_set_the_scale_but_a_rising_curve_is_
 
 
 def test_explained_variance_is_scaled_to_its_later_values_and_says_what_it_leaves_off(tmp_path):
-  from matplotlib import pyplot as plt  # noqa: PLC0415
+  from matplotlib import pyplot as plt
 
   rows = [{"step": s, "critic/explained_variance": -100.0 + s} for s in range(1, 11)]
   rows += [{"step": s, "critic/explained_variance": 0.05 * (s % 11)} for s in range(11, 101)]
@@ -73,7 +73,7 @@ def test_a_run_without_critic_or_success_keys_plots_only_its_panels(tmp_path):
 
 
 def _plot_error(run_dir, capsys) -> str:
-  from tunix_ppo_ext._src.run import cli  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import cli
 
   assert cli.main(["plot", str(run_dir)]) == 2
   lines = capsys.readouterr().err.strip().splitlines()
@@ -160,7 +160,7 @@ def test_a_read_only_run_directory_is_one_line_naming_the_png_and_out(tmp_path):
 
 
 def test_any_write_failure_is_the_same_one_line_and_out_takes_a_directory(tmp_path, capsys):
-  from tunix_ppo_ext._src.run import cli  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import cli
 
   run = _run_dir(tmp_path / "run")
   (run / plot.FILENAME).mkdir()  # a directory where the PNG goes
@@ -186,7 +186,7 @@ def test_any_write_failure_is_the_same_one_line_and_out_takes_a_directory(tmp_pa
 def test_a_write_refused_only_when_the_file_closes_is_the_same_one_line(tmp_path, capsys):
   """/dev/full takes writes and refuses them at close (a full disk can do the same):
   matplotlib's own writing let that pass, and plot printed the path of a PNG never written."""
-  from tunix_ppo_ext._src.run import cli  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import cli
 
   assert cli.main(["plot", str(_run_dir(tmp_path / "run")), "--out", "/dev/full"]) == 2
   captured = capsys.readouterr()
@@ -198,7 +198,7 @@ def test_a_write_refused_only_when_the_file_closes_is_the_same_one_line(tmp_path
 
 
 def test_the_collapse_signals_have_panels_and_the_echo_trap_a_line_on_each(tmp_path, monkeypatch):
-  from matplotlib.axes import Axes  # noqa: PLC0415
+  from matplotlib.axes import Axes
 
   rows = [
     {"step": s, "train/episode_return/mean": 0.1, "actor/grad_norm": 1.0 + s % 3}
@@ -222,7 +222,7 @@ def test_the_collapse_signals_have_panels_and_the_echo_trap_a_line_on_each(tmp_p
 
 
 def test_the_critic_warmup_is_shaded_on_every_panel(tmp_path, monkeypatch):
-  from matplotlib.axes import Axes  # noqa: PLC0415
+  from matplotlib.axes import Axes
 
   rows = [
     {"step": s, "train/episode_return/mean": 0.1 * s, "critic/explained_variance": 0.02 * s}
@@ -255,7 +255,7 @@ def test_spread_band_is_the_mean_min_and_max_per_step_over_curves_cut_to_the_sho
 
 
 def test_plot_spread_draws_each_band_and_the_reference_min_max_and_mean(tmp_path, monkeypatch):
-  from matplotlib.axes import Axes  # noqa: PLC0415
+  from matplotlib.axes import Axes
 
   drawn: dict[str, list] = {"fill_between": [], "axhspan": [], "axhline": [], "plot": []}
   for name in drawn:

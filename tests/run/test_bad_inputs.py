@@ -210,7 +210,7 @@ class Tiny:
 
   def learner_metrics(self) -> dict[str, list]:
     """Every value the learner logged (or still buffers) in train mode, by internal name."""
-    buffers = [*self.logged, *self.cluster._buffered_train_metrics]  # noqa: SLF001
+    buffers = [*self.logged, *self.cluster._buffered_train_metrics]
     own = ("batch", "learner", "rollout")
     values: dict[str, list] = {}
     for buffer in buffers:
@@ -695,7 +695,7 @@ def test_exponent_floats_without_a_dot_are_floats(tmp_path):
 def test_ppo_kl_clamps_the_log_ratio_like_verl(loss):
   """`actor/ppo_kl` is the masked mean of `old - logp` after the ±20 clamp verl applies
   before averaging (PPO, SAPO, CISPO): a log-ratio of 30 counts as 20."""
-  from tunix_ppo_ext import ops  # noqa: PLC0415
+  from tunix_ppo_ext import ops
 
   logp = np.array([[-1.0, -2.0, -0.5]], np.float32)
   old = logp - np.array([[30.0, 0.1, -0.2]], np.float32)

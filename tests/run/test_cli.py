@@ -132,7 +132,7 @@ def test_the_exit_s_wake_up_finds_the_thread_pool_names_it_reads():
   """`cli._wake_idle_workers` reads private names of `concurrent.futures.thread` (what the
   interpreter's exit does); without them it silently does nothing and a failed run waits
   out the 30 s grace again. Pinned on the Python the project runs on."""
-  from concurrent.futures import thread as futures_thread  # noqa: PLC0415
+  from concurrent.futures import thread as futures_thread
 
   for name in ("_global_shutdown_lock", "_threads_queues", "_shutdown"):
     assert hasattr(futures_thread, name), name

@@ -158,9 +158,9 @@ def test_the_guard_names_the_step_every_role_finished_after_the_run_is_stopped(t
 def test_a_full_disk_under_the_gguf_cache_is_blamed_on_the_cache(small_disk, monkeypatch):
   pytest.importorskip("gguf")
   pytest.importorskip("torch")
-  from tests.tunix.gguf_fixtures import write_gguf  # noqa: PLC0415
-  from tests.tunix.test_gguf import _tiny_llama  # noqa: PLC0415
-  from tunix_ppo_ext._src.data import gguf_files  # noqa: PLC0415
+  from tests.tunix.gguf_fixtures import write_gguf
+  from tests.tunix.test_gguf import _tiny_llama
+  from tunix_ppo_ext._src.data import gguf_files
 
   monkeypatch.setenv(gguf_files.ENV_CACHE, str(small_disk / "cache"))
   file = small_disk.parent / "tiny.gguf"
@@ -262,7 +262,7 @@ def test_late_callbacks_of_a_failed_write_are_dropped_and_other_unraisables_pass
   """orbax's tensorstore callbacks of a failed write can arrive after its event loop closed
   or while Python shuts down; what they raise must not print after the run's one line."""
   passed = []
-  hook = disk_space._QuietUnraisable(passed.append)  # noqa: SLF001 (the hook under test)
+  hook = disk_space._QuietUnraisable(passed.append)
   late = [
     RuntimeError("Event loop is closed"),
     ImportError("sys.meta_path is None, Python is likely shutting down"),

@@ -78,7 +78,7 @@ def test_an_exported_checkpoint_loads_in_transformers_with_the_trained_logits(tm
 def _saved_names(role_dir: pathlib.Path, step: int) -> set[str]:
   """The parameter names in an orbax checkpoint tunix's trainer wrote (its tree metadata)."""
   metadata = json.loads((role_dir / str(step) / "model_params" / "_METADATA").read_text())
-  return {"/".join(eval(key)[:-1]) for key in metadata["tree_metadata"]}  # noqa: S307 (tuples)
+  return {"/".join(eval(key)[:-1]) for key in metadata["tree_metadata"]}
 
 
 def test_a_lora_run_trains_and_saves_only_adapters_resumes_and_exports_merged(tmp_path):

@@ -371,7 +371,7 @@ def test_racing_processes_never_hold_a_run_lock_together(tmp_path):
   the other's fresh lock after reading the stale pid, and a lock created but not yet
   written read as stale. Each trial starts from such a file: a dead process's pid, or
   empty."""
-  dead = subprocess.Popen(["true"])  # noqa: S607
+  dead = subprocess.Popen(["true"])
   dead.wait()
   dirs = [tmp_path / str(trial) for trial in range(TRIALS)]
   for trial, out in enumerate(dirs):
@@ -488,7 +488,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path, capsy
 
 def _checkpoint_config(directory: pathlib.Path, family: str, **keys: object) -> pathlib.Path:
   """A tiny `family` checkpoint's `config.json` (no weights: plan needs none), plus `keys`."""
-  from tests.tunix.hf_fixtures import write_config_only  # noqa: PLC0415 (imports transformers)
+  from tests.tunix.hf_fixtures import write_config_only
 
   write_config_only(directory, family)
   hf = {**json.loads((directory / "config.json").read_text()), **keys}
@@ -499,11 +499,11 @@ def _checkpoint_config(directory: pathlib.Path, family: str, **keys: object) -> 
 def test_plan_builds_the_checkpoint_s_family_in_its_dtype(tmp_path):
   """A Gemma 3 checkpoint is planned as a Gemma 3 (not a Qwen3 of its sizes), its weights in
   the `dtype` transformers >= 4.56 writes (float32 here: 4 bytes a parameter)."""
-  from flax import nnx  # noqa: PLC0415
+  from flax import nnx
 
-  from tunix_ppo_ext._src.run import plan  # noqa: PLC0415
-  from tunix_ppo_ext._src.run.run_config import load_run_config  # noqa: PLC0415
-  from tunix_ppo_ext._src.tunix.models import hf_models  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import plan
+  from tunix_ppo_ext._src.run.run_config import load_run_config
+  from tunix_ppo_ext._src.tunix.models import hf_models
 
   directory = _checkpoint_config(tmp_path, "gemma3", dtype="float32", torch_dtype=None)
   run = load_run_config(str(SMOKE), [f"model.checkpoint={directory}"], need_files=False)
@@ -519,7 +519,7 @@ def test_plan_builds_the_checkpoint_s_family_in_its_dtype(tmp_path):
 
 
 def test_plan_reads_dtype_then_torch_dtype_and_refuses_others(tmp_path):
-  from tunix_ppo_ext._src.run import plan  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import plan
 
   file = tmp_path / "config.json"
   assert (
@@ -565,7 +565,7 @@ def _export(run: pathlib.Path, out: pathlib.Path, capsys) -> tuple[int, list[str
 def test_a_failed_export_leaves_nothing_and_the_retry_works(
   four_steps, tmp_path, monkeypatch, capsys, error, code, message
 ):
-  from tunix_ppo_ext._src.tunix.models import hf_export  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.models import hf_export
 
   original = hf_export.save_file
 

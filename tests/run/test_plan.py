@@ -231,7 +231,7 @@ def test_bytes_per_device_follow_the_sharding():
 
 
 def test_activation_sharding_is_restored_after_tracing():
-  from tunix.models.qwen3 import model as qwen3  # noqa: PLC0415
+  from tunix.models.qwen3 import model as qwen3
 
   original = qwen3.shard
   mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
@@ -325,7 +325,7 @@ def test_tunix_own_losses_are_planned_as_tunix_learner_runs_them(tmp_path):
   """`ppo.policy_loss_fn=ppo` / `ppo.value_loss_fn=ppo` (tunix's own, in tunix's registry
   only) are what plan compiles, from tunix's registry as tunix's learner looks them up; the
   step's arguments are those of our loss (the same weights, optimizer state and batch)."""
-  from tunix.rl import algo_core  # noqa: PLC0415
+  from tunix.rl import algo_core
 
   assert loss_fns.configured_loss("policy_losses", "ppo") is algo_core.ppo_policy_loss_fn
   assert loss_fns.configured_loss("value_losses", "ppo") is algo_core.ppo_value_loss_fn
@@ -533,7 +533,7 @@ def test_the_tpu_compiler_is_asked_without_libtpus_process_lock(monkeypatch):
   """With `libtpu` installed every JAX process holds libtpu's lockfile, so `plan` lets
   libtpu load beside them (`ALLOW_MULTIPLE_LIBTPU_LOAD`), set before it asks for a
   topology, with libtpu or without (then `--compiler tpu` is refused in one line)."""
-  import os  # noqa: PLC0415
+  import os
 
   monkeypatch.delenv("ALLOW_MULTIPLE_LIBTPU_LOAD", raising=False)
   try:

@@ -193,7 +193,7 @@ def test_a_signal_stops_the_sweep_and_its_running_seed(tmp_path, signum):
   out = tmp_path / "sweep"
   command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "sweep", "--config", str(SMOKE)]
   command += ["--output-dir", str(out), "seed=3,4"]
-  process = subprocess.Popen(  # noqa: S603
+  process = subprocess.Popen(
     command, env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
   )
   child = _lock_holder(out / "default" / "seed3" / ".lock", process)

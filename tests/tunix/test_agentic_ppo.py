@@ -530,7 +530,7 @@ def test_rows_come_in_group_and_pair_order_whatever_order_the_episodes_finished_
 def test_each_turn_s_anchor_is_the_observation_it_answers():
   """GiGPO's anchors on tunix's rows: the first turn's is the prompt, a later turn's the
   tokens since the previous agent turn; equal observations share an id."""
-  from tunix_ppo_ext._src.tunix.rollout.agentic_rows import observation_anchors  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.rollout.agentic_rows import observation_anchors
 
   prompts = np.array([[0, 5, 6], [0, 5, 6], [0, 0, 7]])
   tokens = np.array([[1, 2, 9, 9, 3, 0], [1, 8, 9, 9, 4, 4], [1, 2, 8, 0, 0, 0]])
@@ -713,11 +713,11 @@ def base_leaves(model, count: int = 3) -> list[np.ndarray]:
 def smollm2_cluster():
   """SmolLM2 on tunix's cluster as a LoRA run builds it: the actor and a critic with
   adapters over one copy of the base weights (the reference), its own tokenizer."""
-  import transformers  # noqa: PLC0415
+  import transformers
 
-  from tunix_ppo_ext._src.data import gguf_files  # noqa: PLC0415
-  from tunix_ppo_ext._src.tunix.models import role_models  # noqa: PLC0415
-  from tunix_ppo_ext.models import ClusterSpec, LoraSpec, build_cluster, load_checkpoint  # noqa: PLC0415
+  from tunix_ppo_ext._src.data import gguf_files
+  from tunix_ppo_ext._src.tunix.models import role_models
+  from tunix_ppo_ext.models import ClusterSpec, LoraSpec, build_cluster, load_checkpoint
 
   tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_files.resolve("smollm2"))
   roles = role_models.lora_roles(load_checkpoint("smollm2"), LoraSpec(8, 16), critic_lora=True)
@@ -738,7 +738,7 @@ def smollm2_cluster():
 def test_smollm2_trains_two_steps_through_tunix_s_agentic_stack():
   """SmolLM2 in tunix's ChatML parser, two-turn episodes of `CountTheAs`, PPO with a LoRA
   critic (`gae`): two updates of the actor's and the critic's adapters only."""
-  from tunix.rl.agentic.parser.chat_template_parser.parser import (  # noqa: PLC0415
+  from tunix.rl.agentic.parser.chat_template_parser.parser import (
     QwenChatTemplateParser,
   )
 

@@ -43,11 +43,11 @@ def upstream_gemma3_checkpoint(path: pathlib.Path, config, seed: int = 0) -> Non
   q_einsum: {w: ...}`, the MLP's gate and up projections one `gating_einsum`), of random
   bfloat16 weights of tunix's Gemma3 of `config` (text only): what tunix's
   `map_from_upstream_checkpoint` maps onto that model."""
-  import flax  # noqa: PLC0415
-  import ml_dtypes  # noqa: PLC0415
-  from flax import nnx  # noqa: PLC0415
-  from orbax import checkpoint as ocp  # noqa: PLC0415
-  from tunix.models.gemma3 import model as gemma3  # noqa: PLC0415
+  import flax
+  import ml_dtypes
+  from flax import nnx
+  from orbax import checkpoint as ocp
+  from tunix.models.gemma3 import model as gemma3
 
   shapes = nnx.eval_shape(lambda: gemma3.Gemma3(config, rngs=nnx.Rngs(0)))
   flat = flax.traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(shapes)))
@@ -148,10 +148,10 @@ def test_a_gemma3_checkpoint_trains_a_ppo_step_through_the_launcher(tmp_path):
   """The command in a subprocess (as a user runs it; JAX on the CPU): tunix loads the
   checkpoint three times (actor and reference, critic with tunix's score head), samples,
   and `AgenticPpoLearner` updates the actor and the critic once; the run exits 0."""
-  from tunix.models.gemma3 import model as gemma3  # noqa: PLC0415
+  from tunix.models.gemma3 import model as gemma3
 
-  from tunix_ppo_ext._src.data import gguf_files  # noqa: PLC0415
-  from tunix_ppo_ext._src.metrics.sinks import read_tensorboard  # noqa: PLC0415
+  from tunix_ppo_ext._src.data import gguf_files
+  from tunix_ppo_ext._src.metrics.sinks import read_tensorboard
 
   upstream_gemma3_checkpoint(tmp_path / "gemma3", gemma3.ModelConfig.gemma3_270m())
   config = launch_config(tmp_path, gguf_files.resolve("smollm2"))

@@ -59,10 +59,10 @@ def pipeline_yaml(
 
 @needs_main
 def test_the_section_and_overrides_are_an_agentic_ppo_config(tmp_path):
-  from tunix.rl.agentic.agents import model_agent  # noqa: PLC0415
-  from tunix.rl.agentic.environments import task_environment  # noqa: PLC0415
+  from tunix.rl.agentic.agents import model_agent
+  from tunix.rl.agentic.environments import task_environment
 
-  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline as pipeline  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline as pipeline
 
   path = pipeline_yaml(tmp_path, gae_lambda=0.9, num_generations=2)
   argv = ["x", str(path), "agentic_ppo_config.advantage_estimator=turn_gae"]
@@ -81,7 +81,7 @@ def test_the_section_and_overrides_are_an_agentic_ppo_config(tmp_path):
 
 @needs_main
 def test_agentic_ppo_is_this_pipeline_s_and_the_rest_tunix_s(tmp_path):
-  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline as pipeline  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline as pipeline
 
   class Recorded(pipeline.AgenticPpoPipeline):
     runs: list[str] = []
@@ -186,7 +186,7 @@ def test_tunix_s_own_training_config_passes_the_config_stage(tmp_path, keys, acc
   launcher rebuilt tunix's config (`dataclasses.replace`), whose check then saw the
   accumulation steps tunix had filled in. It is built once, as tunix's CLI builds it, with
   the launcher's W&B backend in its metrics options."""
-  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline as pipeline  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline as pipeline
 
   metrics = {"log_dir": str(tmp_path / "metrics"), "flush_every_n_steps": 1}
   training = {**FROZENLAKE_TRAINING, "metrics_logging_options": metrics, **keys}
@@ -219,10 +219,10 @@ def test_without_device_coordinates_the_roles_get_tunix_s_meshes(tmp_path):
   """tunix's allocator refuses every mesh on devices without physical coordinates (CPU,
   GPU); the launcher's meshes are tunix's owners on the next devices: the actor's mesh alone
   is every role's, and a second role with its own mesh needs a second device."""
-  import jax  # noqa: PLC0415
-  from tunix.utils import mesh as mesh_lib  # noqa: PLC0415
+  import jax
+  from tunix.utils import mesh as mesh_lib
 
-  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline as pipeline  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline as pipeline
 
   assert all(mesh_lib.device_mesh_coords(d) is None for d in jax.devices())
   config = yaml.safe_load(pipeline_yaml(tmp_path).read_text())
@@ -245,10 +245,10 @@ def test_a_trainer_s_metrics_after_another_closed_w_and_b_are_left_out(monkeypat
   """Each of tunix's trainers starts a W&B backend on W&B's one run; the actor's closes it,
   then the critic's last metrics failed the run (tunix's backend raises). The launcher's
   backend leaves them out; its TensorBoard backend is tunix's."""
-  import wandb  # noqa: PLC0415
-  from tunix.sft import metrics_logger  # noqa: PLC0415
+  import wandb
+  from tunix.sft import metrics_logger
 
-  from tunix_ppo_ext._src.tunix.compat import cli_hooks  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.compat import cli_hooks
 
   monkeypatch.setenv("WANDB_MODE", "disabled")
   monkeypatch.setenv("WANDB_DIR", str(tmp_path))

@@ -87,12 +87,12 @@ def test_the_trainers_get_splash_and_the_sampler_attends_densely_over_its_cache(
   cluster = learner.rl_cluster
   assert cluster.actor_trainer.model.config.use_flash_attention
   assert cluster.critic_trainer.model.backbone.config.use_flash_attention
-  sampler = cluster.rollout._sampler  # noqa: SLF001 (what the sampler merges)
+  sampler = cluster.rollout._sampler
   flags = [
     module.config.use_flash_attention
     for _, module in nnx.iter_graph(
       nnx.merge(sampler._transformer_graphdef, nnx.state(sampler.transformer))
-    )  # noqa: SLF001
+    )
     if hasattr(getattr(module, "config", None), "use_flash_attention")
   ]
   assert flags and not any(flags)

@@ -244,7 +244,7 @@ def test_cli_hooks_pins_tunix_main_s_ppo_pipeline():
   """`compat.cli_hooks` (imported by the `tunix-agentic` command alone, not checked with
   `PINNED`): its names are on tunix main's `PpoPipeline`, whose `run_trainer` calls the
   `_run(mode=...)` it overrides; tunix 0.1.7 has no such pipeline and it pins nothing."""
-  from tunix_ppo_ext._src.tunix.compat import cli_hooks  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.compat import cli_hooks
 
   if cli_hooks.ppo_main is None:
     assert not hasattr(rl_cluster, "RLEngine") and cli_hooks.PINNED == {}

@@ -13,7 +13,7 @@ from tunix.generate import sampler as sampler_lib
 from tests.ops.test_attention import value_shapes
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.tunix.models import toy_models
-from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import (  # noqa
+from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import (
   ContinuingSampler,
   TurnSampling,
 )

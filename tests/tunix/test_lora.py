@@ -105,9 +105,9 @@ def test_a_lora_run_without_a_checkpoint_holds_the_base_once(tmp_path):
   """The toy policy is initialised on one device, then placed on the mesh: its base arrays
   are placed once for the LoRA actor and the reference (as a checkpoint loaded onto the mesh
   is), so the run holds base + adapters + critic, not two bases."""
-  from tests.conftest import SMOKE  # noqa: PLC0415
-  from tunix_ppo_ext._src.run import job  # noqa: PLC0415
-  from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
+  from tests.conftest import SMOKE
+  from tunix_ppo_ext._src.run import job
+  from tunix_ppo_ext._src.run.run_config import load_resolved
 
   resolved = load_resolved(str(SMOKE), ["model.lora={rank: 4}", f"output_dir={tmp_path}"])
   cluster = job.build_run(resolved, tmp_path)[0].rl_cluster

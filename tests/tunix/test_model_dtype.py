@@ -119,7 +119,7 @@ def bfloat16_run(tmp_path_factory):
 
 
 def test_training_in_bfloat16_gives_finite_steps(bfloat16_run):
-  from tunix_ppo_ext.metrics import read_jsonl  # noqa: PLC0415
+  from tunix_ppo_ext.metrics import read_jsonl
 
   _, out, learner = bfloat16_run
   rows = read_jsonl(out / "metrics.jsonl")

@@ -56,7 +56,7 @@ def test_matches_tunix(chunk):
 
 
 def test_aggregate_accepts_tunix_alias_and_matches_tunix():
-  RTOL = LOSS_RTOL  # noqa: N806 (the losses file's tolerance)
+  RTOL = LOSS_RTOL
   _, _, x, mask, _, _ = random_batch(1)
   ours = losses.aggregate_loss(x, mask, "sequence-mean-token-mean")
   theirs = tunix_common.aggregate_loss(

@@ -233,7 +233,7 @@ def test_a_score_head_over_a_backbone_without_segment_ids_scores():
   """tunix's `TransformerWithScoreHead` takes `**kwargs` and hands them to its backbone:
   over Gemma3, which takes no `segment_ids`, the critic's pass gives it none (as tunix's
   passes: its backbone decides), where it raised a TypeError."""
-  from tunix.models.gemma3 import model as gemma3  # noqa: PLC0415
+  from tunix.models.gemma3 import model as gemma3
 
   sizes = {"num_layers": 1, "num_embed": VOCAB, "embed_dim": 16, "hidden_dim": 32}
   heads = {"num_heads": 2, "head_dim": 8, "num_kv_heads": 1, "sliding_window_size": 4}

@@ -187,9 +187,9 @@ def test_register_builtins_puts_every_estimator_in_tunix_under_its_name():
   """`turn_gae`, `reinforce_plus_plus` and `gigpo` under their own names (tunix keeps its
   `gae`, `grpo`, `rloo`): `turn_gae` through tunix's PPO signature is the package's, and
   `gigpo`, whose anchor states tunix's signature does not pass, says where to select it."""
-  import jax.numpy as jnp  # noqa: PLC0415
+  import jax.numpy as jnp
 
-  from tunix_ppo_ext import ops  # noqa: PLC0415
+  from tunix_ppo_ext import ops
 
   tunix_losses.register_builtins()
   get = function_registry.get_advantage_estimator
@@ -203,7 +203,7 @@ def test_register_builtins_puts_every_estimator_in_tunix_under_its_name():
   assert callable(get("reinforce_plus_plus"))
   with pytest.raises(ValueError, match=r"'compute_gigpo_advantages' needs each agent turn's"):
     get("gigpo")(rewards, values, mask, 1.0, 0.9)
-  from tunix.rl import algo_core  # noqa: PLC0415
+  from tunix.rl import algo_core
 
   assert get("gae") is algo_core.compute_gae_advantages  # tunix's own names stay tunix's
 

@@ -65,8 +65,8 @@ def test_train_and_plan_build_the_policy_and_critic_with_it():
 
 
 def _train_smoke(out, remat: str) -> list[dict]:
-  from tunix_ppo_ext._src.run import cli  # noqa: PLC0415
-  from tunix_ppo_ext.metrics import read_jsonl  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import cli
+  from tunix_ppo_ext.metrics import read_jsonl
 
   args = ["train", "--config", "configs/smoke.yaml", "--output-dir", str(out)]
   assert cli.main([*args, "train.steps=2", f"model.remat={remat}"]) == 0

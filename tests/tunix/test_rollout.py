@@ -370,7 +370,7 @@ def test_ppo_trains_on_multi_turn_episodes():
 
 
 def test_anchor_ids_number_each_distinct_key_once_and_pad_with_minus_one():
-  from tunix_ppo_ext._src.tunix.rollout.multi_turn import anchor_ids  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.rollout.multi_turn import anchor_ids
 
   got = anchor_ids([[("a",), (1, 2)], [("a",)], [(1, 2), ("b",), ("c",)]], turns=2)
   np.testing.assert_array_equal(got, [[0, 1], [0, -1], [1, 2]])

@@ -106,13 +106,13 @@ class Recording(PpoExtLearner):
   def __init__(self, *args, **kwargs):
     super().__init__(*args, **kwargs)
     self.layouts = []
-    layout = self._passes._layout  # noqa: SLF001 (recorded, not replaced)
+    layout = self._passes._layout
 
     def recorded(*layout_args):
       self.layouts.append((layout_args[-1], layout(*layout_args)))
       return self.layouts[-1][1]
 
-    self._passes._layout = recorded  # noqa: SLF001
+    self._passes._layout = recorded
 
   def _layout(self, example, chunk_sizes):
     out = super()._layout(example, chunk_sizes)
@@ -126,7 +126,7 @@ class Unshared(PpoExtLearner):
 
   def __init__(self, *args, **kwargs):
     super().__init__(*args, **kwargs)
-    self._passes.share_prompts = False  # noqa: SLF001
+    self._passes.share_prompts = False
 
   def _layout(self, example, chunk_sizes):
     return example

@@ -133,7 +133,7 @@ def test_training_keeps_tunix_counters_and_metric_names(name):
   assert_all_moved(critic_before, params(cluster.critic_trainer.model, CRITIC_BODY))
   assert learner.rl_cluster.actor_trainer.iter_steps == TRAIN_STEPS
   assert learner.rl_cluster.critic_trainer.iter_steps == TRAIN_STEPS
-  logger = cluster._rl_metrics_logger  # noqa: SLF001 (what tunix's own test reads)
+  logger = cluster._rl_metrics_logger
   for name_ in ("score/mean", "reward/mean", "reward_kl_penalty"):
     assert len(logger.get_metric_history("rewards", name_, "train")) == cluster.global_steps
   for name_ in ("mean_length", "max_length", "min_length"):

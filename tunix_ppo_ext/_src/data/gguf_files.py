@@ -174,11 +174,11 @@ def _reader(file: pathlib.Path) -> Any:
   """`gguf.GGUFReader` of `file`; ConfigError naming the file when it cannot be read: a
   file whose header is whole but whose tensors end past its end is said to be cut short,
   with the bytes its tensors need and the bytes it has (`tensor_bytes_needed`)."""
-  import gguf  # noqa: PLC0415 (only GGUF checkpoints need it)
+  import gguf
 
   try:
     return gguf.GGUFReader(str(file))
-  except Exception as err:  # noqa: BLE001 (numpy's and gguf's errors name neither file nor cause)
+  except Exception as err:
     needed, size = tensor_bytes_needed(file), file.stat().st_size
     if needed is not None and needed > size:
       raise ConfigError(
@@ -196,7 +196,7 @@ def tensor_bytes_needed(file: pathlib.Path) -> int | None:
   section's start (after the header, aligned) plus the furthest end of a tensor's bytes
   (its offset plus its size, from its shape and type). None when the header itself cannot
   be read (not GGUF, or cut inside the header)."""
-  import gguf  # noqa: PLC0415
+  import gguf
 
   class HeaderReader(gguf.GGUFReader):
     """`GGUFReader` that reads the header and the tensor infos, never the tensors' data."""
@@ -212,7 +212,7 @@ def tensor_bytes_needed(file: pathlib.Path) -> int | None:
 
   try:
     return HeaderReader(str(file)).needed
-  except Exception:  # noqa: BLE001 (a header gguf cannot read: the caller's generic refusal)
+  except Exception:
     return None
 
 
@@ -295,7 +295,7 @@ def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
 
 def dequantize_array(name: str, data: np.ndarray, tensor_type: int) -> np.ndarray:
   """`gguf.quants.dequantize` of one tensor's raw data; ValueError naming its type."""
-  import gguf  # noqa: PLC0415
+  import gguf
 
   kind = gguf.GGMLQuantizationType(tensor_type)
   try:
@@ -313,7 +313,7 @@ def dequantize(tensor: Any) -> np.ndarray:
 
 
 def _gguf_version() -> str:
-  import importlib.metadata  # noqa: PLC0415
+  import importlib.metadata
 
   return importlib.metadata.version("gguf")
 
@@ -345,7 +345,7 @@ def hf_tensors(reader: Any, config: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def write_weights(file: pathlib.Path, target: pathlib.Path) -> None:
   """`model.safetensors` (float32) of the GGUF file, written atomically."""
-  from safetensors.numpy import save_file  # noqa: PLC0415
+  from safetensors.numpy import save_file
 
   for left in target.parent.glob("*.tmp"):  # a copy whose writer was killed (SIGKILL)
     if time.time() - left.stat().st_mtime > STALE_TMP_S:
@@ -427,8 +427,8 @@ def build_tokenizer(reader: Any) -> Any:
   `transformers.integrations.ggml.convert_gguf_tokenizer`, from the fields its
   `GGUF_TOKENIZER_MAPPING` names), without `AutoTokenizer.from_pretrained(gguf_file=)`,
   whose GGUF reader needs torch even for a tokenizer."""
-  from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
-  from transformers.integrations import ggml  # noqa: PLC0415
+  from transformers import PreTrainedTokenizerFast
+  from transformers.integrations import ggml
 
   parsed: dict[str, dict[str, Any]] = {"tokenizer": {}, "tokenizer_config": {}}
   for part, renames in ggml.GGUF_TOKENIZER_MAPPING.items():

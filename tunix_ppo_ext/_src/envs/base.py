@@ -145,7 +145,7 @@ def make_env(env: str | Callable[..., Environment], **kwargs: Any) -> Environmen
     The environment.
   """
   if isinstance(env, str) and env.startswith("gym:"):
-    from tunix_ppo_ext._src.envs.gym_adapter import GymEnv  # noqa: PLC0415 (gymnasium is optional)
+    from tunix_ppo_ext._src.envs.gym_adapter import GymEnv
 
     return GymEnv(env.removeprefix("gym:"), **kwargs)
   if isinstance(env, str):

@@ -61,7 +61,7 @@ def check_map_name(map_name: object) -> str:
 
 def _gym_maps() -> list[str]:
   import_gymnasium()  # one line saying how to install it when missing
-  from gymnasium.envs.toy_text.frozen_lake import MAPS  # noqa: PLC0415 (gymnasium is optional)
+  from gymnasium.envs.toy_text.frozen_lake import MAPS
 
   return list(MAPS)
 

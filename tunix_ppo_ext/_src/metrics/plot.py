@@ -182,10 +182,10 @@ def draw_run(run_dir: str | pathlib.Path, columns: int = 3) -> Any:
   warning fired (`train/echo_trap`), every panel has a dashed line; the critic warm-up's
   steps (`critic/warmup`) are shaded on every panel.
   """
-  import matplotlib  # noqa: PLC0415 (only this command needs it)
+  import matplotlib
 
   matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # noqa: PLC0415
+  from matplotlib import pyplot as plt
 
   run_dir = pathlib.Path(run_dir)
   metrics_path = run_dir / "metrics.jsonl"
@@ -263,7 +263,7 @@ def plot_run(
     The PNG's path.
   """
   figure = draw_run(run_dir, columns)  # selects matplotlib's Agg backend first
-  from matplotlib import pyplot as plt  # noqa: PLC0415 (only this command needs it)
+  from matplotlib import pyplot as plt
 
   target = output_path(pathlib.Path(run_dir), out)
   try:  # drawn in memory, then written and closed here: a write refused only at close (a
@@ -311,10 +311,10 @@ def plot_spread(
   Returns:
     The PNG's path.
   """
-  import matplotlib  # noqa: PLC0415 (only the plot commands need it)
+  import matplotlib
 
   matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # noqa: PLC0415
+  from matplotlib import pyplot as plt
 
   figure, axis = plt.subplots(figsize=(7, 4))
   for name, runs in curves_by_name.items():

@@ -285,20 +285,20 @@ class WandbSink:
     if mode == "online" and not has_wandb_key():
       mode = "offline"
     try:
-      import wandb  # noqa: PLC0415 (optional at run time)
+      import wandb
     except ImportError:
       warnings.warn("W&B disabled for this run: wandb is not installed", stacklevel=2)
       return
     pathlib.Path(run_dir).mkdir(parents=True, exist_ok=True)
     try:
       self._run = self._init(wandb, mode, run_dir, config)
-    except Exception as err:  # noqa: BLE001 (W&B must never stop training)
+    except Exception as err:
       if mode == "online":  # e.g. no network: keep the run, offline
         warnings.warn(f"W&B online failed ({type(err).__name__}: {err}); offline", stacklevel=2)
         try:
           self._run = self._init(wandb, "offline", run_dir, config)
           return
-        except Exception as second:  # noqa: BLE001
+        except Exception as second:
           err = second
       self._run = None
       warnings.warn(f"W&B disabled for this run: {type(err).__name__}: {err}", stacklevel=2)
@@ -333,7 +333,7 @@ class WandbSink:
     if self._row and self._run is not None:
       try:
         self._run.log({**self._row, self.STEP_KEY: self._step})
-      except Exception as err:  # noqa: BLE001
+      except Exception as err:
         warnings.warn(f"W&B logging stopped: {type(err).__name__}: {err}", stacklevel=2)
         self._run = None
     self._row = {}
@@ -344,10 +344,10 @@ class WandbSink:
     if self._run is None:
       return
     try:
-      import wandb  # noqa: PLC0415
+      import wandb
 
       self._run.log({key: wandb.Table(columns=columns, data=rows), self.STEP_KEY: step})
-    except Exception as err:  # noqa: BLE001 (W&B must never stop training)
+    except Exception as err:
       warnings.warn(f"W&B table {key!r} not logged: {type(err).__name__}: {err}", stacklevel=2)
 
   def close(self) -> None:
@@ -369,9 +369,9 @@ class TensorboardBackend:
   """
 
   def __init__(self, log_dir: str | pathlib.Path | None):
-    from tensorboardX.event_file_writer import EventsWriter  # noqa: PLC0415 (not in the fast lane)
-    from tensorboardX.proto import event_pb2  # noqa: PLC0415
-    from tensorboardX.summary import scalar  # noqa: PLC0415
+    from tensorboardX.event_file_writer import EventsWriter
+    from tensorboardX.proto import event_pb2
+    from tensorboardX.summary import scalar
 
     self._event, self._summary = event_pb2.Event, scalar
     self._writer, self._step = None, None
@@ -435,7 +435,7 @@ def read_tensorboard(log_dir: str | pathlib.Path) -> dict[str, list[tuple[int, f
   Returns:
     tag -> `[(step, value)]`.
   """
-  from tensorboardX.proto import event_pb2  # noqa: PLC0415
+  from tensorboardX.proto import event_pb2
 
   scalars: dict[str, list[tuple[int, float]]] = {}
   for path in sorted(pathlib.Path(log_dir).rglob("events.out.tfevents.*")):

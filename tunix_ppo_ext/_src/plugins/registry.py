@@ -288,7 +288,7 @@ def _load(entry: Entry) -> Any:
   except PluginError as err:
     _LOADED[entry] = err
     raise
-  except Exception as err:  # noqa: BLE001 (any import-time failure of a plugin)
+  except Exception as err:
     cause = f"failed to load: {type(err).__name__}: {err}"
     error = PluginError(f"{entry.describe()} {cause}", cause)
     _LOADED[entry] = error

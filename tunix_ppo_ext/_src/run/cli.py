@@ -159,8 +159,8 @@ def _main(argv: Sequence[str] | None, own_process: bool) -> int:
 def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bool) -> int:
   """`train`, `plan` or `sweep`, each failure one line with its exit code (see `main`)."""
   # JAX and tunix load here, once a job runs: parsing (`--help`) needs neither
-  from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError  # noqa: PLC0415
-  from tunix_ppo_ext._src.tunix.cluster.disk_space import (  # noqa: PLC0415
+  from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError
+  from tunix_ppo_ext._src.tunix.cluster.disk_space import (
     OutOfSpaceError,
     write_failure,
   )
@@ -190,7 +190,7 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
   except OutOfSpaceError as err:  # the disk guard stopped the run before a checkpoint
     _error(str(err), args.debug)
     return EXIT_FAILED
-  except Exception as err:  # noqa: BLE001 (one line for anything else; --debug shows more)
+  except Exception as err:
     full = write_failure(err)  # a full disk the guard did not see coming
     line = full or f"{type(err).__name__}: {err} (rerun with --debug for the traceback)"
     _error(line, args.debug)
@@ -215,7 +215,7 @@ def _freeze_imported_heap() -> None:
 
 
 def _error(message: str, debug: bool = False) -> None:
-  from tunix_ppo_ext._src.metrics.sinks import ProgressBackend  # noqa: PLC0415 (NumPy)
+  from tunix_ppo_ext._src.metrics.sinks import ProgressBackend
 
   ProgressBackend.close_all()
   if debug:
@@ -227,12 +227,12 @@ def _error(message: str, debug: bool = False) -> None:
 def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext train`: resolves the config, joins the other hosts, trains (`job`)."""
   # JAX and tunix load here, when a job runs, not when the command is parsed
-  from tunix_ppo_ext._src.metrics import sinks  # noqa: PLC0415
-  from tunix_ppo_ext._src.run import distributed, job  # noqa: PLC0415
-  from tunix_ppo_ext._src.run.compile_cache import use_compile_cache  # noqa: PLC0415
-  from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
-  from tunix_ppo_ext._src.tunix.cluster import disk_space, mesh  # noqa: PLC0415
-  from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes  # noqa: PLC0415
+  from tunix_ppo_ext._src.metrics import sinks
+  from tunix_ppo_ext._src.run import distributed, job
+  from tunix_ppo_ext._src.run.compile_cache import use_compile_cache
+  from tunix_ppo_ext._src.run.run_config import load_resolved
+  from tunix_ppo_ext._src.tunix.cluster import disk_space, mesh
+  from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes
 
   cache, uncached = use_compile_cache()  # before anything compiles
   if args.output_dir is not None:
@@ -263,9 +263,9 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext plan`: compiles the config's step for a TPU topology, prints memory."""
-  from tunix_ppo_ext._src.metrics import sinks  # noqa: PLC0415
-  from tunix_ppo_ext._src.run import plan  # noqa: PLC0415 (compiler setup only here)
-  from tunix_ppo_ext._src.run.run_config import load_resolved  # noqa: PLC0415
+  from tunix_ppo_ext._src.metrics import sinks
+  from tunix_ppo_ext._src.run import plan
+  from tunix_ppo_ext._src.run.run_config import load_resolved
 
   resolved = load_resolved(args.config, overrides, need_files=False)
   pieces = [p for p in (args.pieces or "").split(",") if p]
@@ -278,7 +278,7 @@ def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def _sweep_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext sweep`: prints the table (`tunix_ppo_ext._src.run.sweep`)."""
-  from tunix_ppo_ext._src.run import sweep  # noqa: PLC0415
+  from tunix_ppo_ext._src.run import sweep
 
   rows = sweep.sweep(args.seeds, args.output_dir, overrides, args.config, args.jobs)
   print(sweep.markdown_table(rows), end="")
@@ -288,13 +288,13 @@ def _sweep_command(args: argparse.Namespace, overrides: list[str]) -> int:
 def _tunix_agentic_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext tunix-agentic`: tunix main's PPO pipeline, `agentic_ppo` trained by
   `AgenticPpoLearner` (`learner.agentic_ppo_pipeline`); one line on tunix 0.1.7."""
-  from tunix_ppo_ext._src.tunix import compat  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix import compat
 
   try:
     compat.needs_main("tunix-ppo-ext tunix-agentic")
   except RuntimeError as err:  # the tunix installed: the user's to change
     raise ConfigError(str(err)) from None
-  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.learner import agentic_ppo_pipeline
 
   agentic_ppo_pipeline.run([args.config, *overrides])
   return 0
@@ -304,7 +304,7 @@ def _plot_command(run_dir: str, out: str | None) -> int:
   """`tunix-ppo-ext plot RUN_DIR [--out PATH]`: writes and prints the path of
   `RUN_DIR/curves.png` (or of `--out`'s); a path it cannot write is one line (exit 2)
   that points at `--out`."""
-  from tunix_ppo_ext._src.metrics.plot import UnwritablePlot, plot_run  # noqa: PLC0415 (matplotlib)
+  from tunix_ppo_ext._src.metrics.plot import UnwritablePlot, plot_run
 
   try:
     print(plot_run(run_dir, out=out))
@@ -317,7 +317,7 @@ def _plot_command(run_dir: str, out: str | None) -> int:
 
 def _export_command(run_dir: str, out_dir: str, debug: bool) -> int:
   """`tunix-ppo-ext export RUN_DIR OUT_DIR`: prints OUT_DIR once written (`export_cmd`)."""
-  from tunix_ppo_ext._src.run.export_cmd import export_run  # noqa: PLC0415 (loads tunix's models)
+  from tunix_ppo_ext._src.run.export_cmd import export_run
 
   try:
     print(export_run(run_dir, out_dir))
@@ -380,13 +380,13 @@ def _wake_idle_workers() -> None:
   run before it joins the other threads): marks thread pools shut down and wakes every
   worker, so an idle one exits at once and a busy one after its current task. Without
   those private names (another Python), nothing: the grace still bounds the wait."""
-  from concurrent.futures import thread as futures_thread  # noqa: PLC0415
+  from concurrent.futures import thread as futures_thread
 
   lock = getattr(futures_thread, "_global_shutdown_lock", None)
   if lock is None or not hasattr(futures_thread, "_shutdown"):
     return
   with lock:
-    futures_thread._shutdown = True  # noqa: SLF001
+    futures_thread._shutdown = True
   for work_queue in _pool_workers().values():
     work_queue.put(None)
 
@@ -395,7 +395,7 @@ def _pool_workers() -> dict[threading.Thread, queue.SimpleQueue]:
   """Every live `concurrent.futures` thread-pool worker and its work queue: the private
   registry the interpreter's exit reads (`concurrent.futures.thread._threads_queues`, a
   weak mapping). Without it (another Python): none."""
-  from concurrent.futures import thread as futures_thread  # noqa: PLC0415
+  from concurrent.futures import thread as futures_thread
 
   return dict(getattr(futures_thread, "_threads_queues", {}))
 
@@ -404,11 +404,11 @@ def _join_quietly(thread: threading.Thread, timeout: float) -> None:
   """Waits for `thread` after the run failed. orbax's save futures re-raise their thread's
   error from `join` (another role's save refused by the same full disk, say): a refused
   write is the failure the error line already named; any other is one more line."""
-  from tunix_ppo_ext._src.tunix.cluster.disk_space import write_failure  # noqa: PLC0415
+  from tunix_ppo_ext._src.tunix.cluster.disk_space import write_failure
 
   try:
     thread.join(timeout)
-  except Exception as err:  # noqa: BLE001 (the thread's own error, whatever it is)
+  except Exception as err:
     if write_failure(err) is None:
       _error(f"{thread.name} also failed: {str(err) or type(err).__name__}")
 

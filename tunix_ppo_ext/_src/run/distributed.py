@@ -80,6 +80,6 @@ def primary_only(process_index: int, items: Sequence[T]) -> list[T]:
 def barrier(name: str) -> None:
   """Waits for every process (a no-op on a single host)."""
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # noqa: PLC0415
+    from jax.experimental import multihost_utils
 
     multihost_utils.sync_global_devices(name)

@@ -94,7 +94,7 @@ def trained_policy(run_dir: pathlib.Path) -> tuple[RunConfig, object, int]:
     policy = job.build_models(resolved)[0]
     try:
       hf_export.restore_params(policy, run_dir / "checkpoints" / "actor", step)
-    except Exception as err:  # noqa: BLE001 (orbax raises many kinds for a damaged file)
+    except Exception as err:
       if not job.raised_in_orbax(err):
         raise
       if index + 1 == len(steps):
@@ -162,7 +162,7 @@ def export_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path) -> path
     hf_export.save_hf_checkpoint(policy, staging, source)
     tokenizer = tokenizer_directory(run.model)
     if tokenizer is not None:
-      import transformers  # noqa: PLC0415 (only for runs with a Hugging Face tokenizer)
+      import transformers
 
       transformers.AutoTokenizer.from_pretrained(tokenizer).save_pretrained(staging)
   return out_dir

@@ -252,7 +252,7 @@ def _tokenizer(resolved: ResolvedRun):
   """
   directory = resolved.tokenizer_dir  # a checkpoint's own tokenizer by default
   if directory is not None:
-    import transformers  # noqa: PLC0415
+    import transformers
 
     return transformers.AutoTokenizer.from_pretrained(directory)
   alphabet = resolved.run.model.alphabet

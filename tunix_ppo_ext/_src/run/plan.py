@@ -100,7 +100,7 @@ def plan_devices(topology: str, compiler: str = "auto") -> PlanDevices:
     # second one is refused ("Internal error when accessing libtpu multi-process lockfile").
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
-      from jax.experimental import topologies  # noqa: PLC0415
+      from jax.experimental import topologies
 
       # v4 and v5p chips run their two cores as one device ("megacore"), as JAX sees them
       megacore = {"chip_config_name": "megacore"} if generation in MEGACORE else {}

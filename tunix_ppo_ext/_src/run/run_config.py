@@ -467,7 +467,7 @@ def _load_yaml(source: pathlib.Path | str, where: str) -> Any:
   """YAML from a file or a string; ValueError naming `where` and the line on bad input."""
   try:
     text = source.read_text() if isinstance(source, pathlib.Path) else source
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    return yaml.load(text, Loader=_UniqueKeyLoader)
   except UnicodeDecodeError as err:
     raise ConfigError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
   except yaml.YAMLError as err:

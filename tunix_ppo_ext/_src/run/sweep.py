@@ -217,7 +217,7 @@ class Seeds:
       if self.signal is not None or self.failed:
         return
       print(f"tunix-ppo-ext sweep: {out}", file=sys.stderr, flush=True)
-      child = subprocess.Popen(  # noqa: S603 (our own CLI)
+      child = subprocess.Popen(
         command, env=os.environ, stdout=subprocess.PIPE, text=True, start_new_session=True
       )
       self.children.add(child)
@@ -406,7 +406,7 @@ def write_table(out: pathlib.Path, runs: Sequence[tuple[Variant, int, pathlib.Pa
     return rows
   write_atomically(out / "table.json", json.dumps(rows, indent=2))
   write_atomically(out / "table.md", markdown_table(rows))
-  from tunix_ppo_ext._src.metrics.plot import plot_spread  # noqa: PLC0415 (matplotlib only here)
+  from tunix_ppo_ext._src.metrics.plot import plot_spread
 
   plot_spread({n: [r["curve"] for r in rs] for n, rs in seeds.items()}, out / "curves.png")
   return rows
@@ -435,7 +435,7 @@ def _check_configs(
   once), no two variants resolve to the same config, and every seed directory with a saved
   `config.json` holds a run of the config this sweep would train there (else one ValueError
   naming it)."""
-  from tunix_ppo_ext._src.run.run_config import config_dict, load_run_config  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.run_config import config_dict, load_run_config
 
   first: dict[str, str] = {}
   for variant, seed, run_dir in runs:
@@ -467,7 +467,7 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 @functools.cache
 def _default_config() -> dict[str, Any]:
   """Every run-config key's default, flat (read once per process)."""
-  from tunix_ppo_ext._src.run.run_config import RunConfig, config_dict  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.run_config import RunConfig, config_dict
 
   return _flat(json.loads(json.dumps(config_dict(RunConfig()))))
 

@@ -149,7 +149,7 @@ def needs_main(what: str) -> None:
   """RuntimeError (one line) unless the installed tunix has tunix main's API (`RLEngine`)."""
   if hasattr(rl_cluster_lib, "RLEngine"):
     return
-  import importlib.metadata  # noqa: PLC0415
+  import importlib.metadata
 
   version = importlib.metadata.version("google-tunix")
   raise RuntimeError(

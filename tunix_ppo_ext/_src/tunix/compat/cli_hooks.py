@@ -119,7 +119,7 @@ class WandbOnSharedRun(metrics_logger.WandbBackend):
   def __init__(self, project: str, name: str | None = None, **kwargs: Any) -> None:
     try:
       super().__init__(project, name, **kwargs)
-    except Exception as err:  # noqa: BLE001  # tunix: `except (ImportError, Exception)`
+    except Exception as err:  # tunix: `except (ImportError, Exception)`
       logging.info("WandbBackend skipped: %s", err)
       self.wandb, self._is_active = None, False
 

@@ -30,7 +30,7 @@ from tunix_ppo_ext._src.ops.logits import (
   fused_logps_and_entropy,
   logps_and_entropy,
 )
-from tunix_ppo_ext._src.ops.packing import (  # noqa: F401 (plan_rows: re-exported)
+from tunix_ppo_ext._src.ops.packing import (
   Packing,
   packed_model_inputs,
   plan_rows,
