@@ -84,10 +84,11 @@ def rollout_seconds(args, turns: int, kv_cache: str) -> tuple[float, float, int]
   for i, data in enumerate(batches):
     start = time.perf_counter()
     batch = source(learner, data, Mode.TRAIN)
+    reencoded = batch.metrics.get("rollout/reencoded_turns", (0.0, None))[0]
     if i:  # the first rollout compiles
       seconds.append(time.perf_counter() - start)
       tokens.append(int(batch.sampler_logp_mask.sum()))
-  return statistics.median(seconds), statistics.mean(tokens), int(source.last_reencodes)
+  return statistics.median(seconds), statistics.mean(tokens), int(reencoded)
 
 
 def main() -> None:

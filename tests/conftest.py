@@ -359,7 +359,7 @@ def replayed_group(monkeypatch, learner: Any, seed: int) -> tuple[Any, list[tupl
   outputs = [output for _, output in turns]
   rows = []
   for row, episode in enumerate(data["seed"]):
-    played = outputs[: int(source.last_stats.num_turns[row])]
+    played = outputs[: int(batch.num_turns[row])]
     rows.append((int(episode), [out.tokens[row].tolist() for out in played]))
   return batch, rows
 

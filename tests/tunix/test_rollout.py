@@ -111,13 +111,13 @@ def test_trajectories_are_the_engine_tokens_exactly(world, monkeypatch):
     for position, reward in rewards_at.items():
       expected_rewards[position] = reward
     np.testing.assert_array_equal(batch.token_rewards[row], expected_rewards)
-    assert batch.token_rewards[row].sum() == pytest.approx(source.last_stats.episode_return[row])
+    assert batch.token_rewards[row].sum() == pytest.approx(batch.episode_returns[row])
     eos_turns += sum(t == EOS for t, agent in zip(tokens, loss, strict=True) if agent)
     for turn, context in enumerate(contexts):  # the sampler saw the trajectory, EOS included
       assert turns[turn][0][row] == context
   assert 0 < eos_turns < 16 * 3  # both turn ends occur
-  np.testing.assert_array_equal(source.last_stats.num_turns, 3)
-  assert source.last_stats.truncated_frac == 0.0
+  np.testing.assert_array_equal(batch.num_turns, 3)
+  assert not batch.truncated.any()
   assert batch.texts[0] == tokenizer.decode(batch.completion_ids[0].tolist())
 
 
@@ -144,27 +144,24 @@ def test_long_episodes_are_cut_and_counted(world, width):
   source = MultiTurnRollout(CountingEnv, max_completion_len=width, group_size=1)
   batch = source(learner, next(episode_batches(1, 16, seed=1)), Mode.TRAIN)
   batch.validate()
-  stats = source.last_stats
   assert batch.completion_ids.shape == (16, width)
   # Turn 1 is 1-2 tokens, "wait." 5: width 6 never fits turn 2 (out of room after turn 1);
   # width 8 cuts the rows whose two turns take 2 tokens each inside turn 2.
   lengths = batch.attention_mask.sum(-1)
   if width == 6:
-    assert stats.truncated_frac == 1.0
-    np.testing.assert_array_equal(stats.num_turns, 1)
+    assert batch.truncated.all()
+    np.testing.assert_array_equal(batch.num_turns, 1)
   else:
-    assert 0 < stats.truncated_frac < 1.0
-    np.testing.assert_array_equal(stats.num_turns, 2)
-  np.testing.assert_array_equal(stats.turn_limited, False)
-  np.testing.assert_allclose(batch.token_rewards.sum(-1), stats.episode_return)
+    assert 0 < batch.truncated.mean() < 1.0
+    np.testing.assert_array_equal(batch.num_turns, 2)
+  np.testing.assert_array_equal(batch.turn_limited, False)
+  np.testing.assert_allclose(batch.token_rewards.sum(-1), batch.episode_returns)
   rewarded = batch.token_rewards != 0
   assert np.all(batch.loss_mask[rewarded] == 1)  # rewards sit on agent tokens only
-  for row in np.flatnonzero(stats.truncated):  # the last turn's reward (= its number) kept
+  for row in np.flatnonzero(batch.truncated):  # the last turn's reward (= its number) kept
     last_agent = np.flatnonzero(batch.loss_mask[row])[-1]
-    assert batch.token_rewards[row, last_agent] == stats.num_turns[row]
-    assert lengths[row] == width or stats.num_turns[row] == 1
-  np.testing.assert_array_equal(batch.truncated, stats.truncated)  # handed to the metrics
-  np.testing.assert_array_equal(batch.num_turns, stats.num_turns)
+    assert batch.token_rewards[row, last_agent] == batch.num_turns[row]
+    assert lengths[row] == width or batch.num_turns[row] == 1
 
 
 class ScriptedEnv:
@@ -222,8 +219,8 @@ def test_turn_limit_is_counted(world):
   _, _, learner = world
   source = MultiTurnRollout(CountingEnv, {"num_turns": 5}, max_completion_len=T, max_turns=2)
   batch = source(learner, next(episode_batches(1, 4, seed=2)), Mode.TRAIN)
-  np.testing.assert_array_equal(source.last_stats.num_turns, 2)
-  assert source.last_stats.turn_limit_frac == 1.0
+  np.testing.assert_array_equal(batch.num_turns, 2)
+  assert batch.turn_limited.all()
   np.testing.assert_allclose(batch.token_rewards.sum(-1), 3.0)
   last = batch.attention_mask.sum(-1) - 1  # no dangling observation after the last turn
   np.testing.assert_array_equal(batch.loss_mask[np.arange(4), last], 1)
@@ -276,7 +273,7 @@ def test_sampler_logps_match_the_trainer_only_with_exact_contexts(world):
     eos = (batch.completion_ids == EOS) & (batch.loss_mask > 0)
     after_eos = np.cumsum(eos, axis=1) > 0
     print(context, kv_cache, "clean known tokens after an EOS:", after_eos[clean & known].sum())
-    print("turns that re-encoded:", source.last_reencodes)
+    print("turns that re-encoded:", batch.metrics.get("rollout/reencoded_turns"))
     assert after_eos[clean & known].sum() >= 5
     gaps[kv_cache if context == "tokens" else context] = (
       sampler_logprob_gap(batch, old, clean),
@@ -358,8 +355,10 @@ def test_ppo_trains_on_multi_turn_episodes():
   source = MultiTurnRollout("memory", max_completion_len=12, max_turn_tokens=2)
   learner = multi_turn_learner(tokenizer, 1, source, PpoExtConfig(num_generations=2), prompt_len=P)
   cluster, policy = learner.rl_cluster, learner.rl_cluster.actor_trainer.model
+  seen = []
+  learner.trajectory_source = lambda *args: seen.append(source(*args)) or seen[-1]
   assert_training_moves_the_policy(learner)
-  assert source.last_stats is not None and len(source.last_stats.episode_return) == 4
+  assert seen and len(seen[-1].episode_returns) == 4
   returns = cluster._rl_metrics_logger.get_metric_history("batch", "episode_return/mean", "train")
   assert len(returns) >= 1 and np.all(np.isfinite(returns))
   # after the updates, the sampler samples from the trained weights: its log-probs are the

@@ -64,7 +64,7 @@ def take_rows(batch: TrajectoryBatch, rows: np.ndarray) -> TrajectoryBatch:
     value = getattr(batch, field.name)
     if isinstance(value, list):
       changes[field.name] = [value[i] for i in index]
-    elif value is not None:
+    elif value is not None and not isinstance(value, dict):  # `metrics`: the batch's, kept
       changes[field.name] = np.asarray(value)[index]
   return dataclasses.replace(batch, **changes)
 
@@ -76,9 +76,26 @@ def concat_batches(batches: Sequence[TrajectoryBatch]) -> TrajectoryBatch:
     values = [getattr(b, field.name) for b in batches]
     if isinstance(values[0], list):
       changes[field.name] = [item for value in values for item in value]
+    elif isinstance(values[0], dict):
+      changes[field.name] = merged_metrics(values)
     elif values[0] is not None:
       changes[field.name] = np.concatenate([np.asarray(v) for v in values])
   return dataclasses.replace(batches[0], **changes)
+
+
+Metrics = dict[str, tuple[Any, Any]]  # `{name: (value, reducer)}`, tunix's buffer format
+
+
+def merged_metrics(parts: Sequence[Metrics | None]) -> Metrics:
+  """Several batches' `metrics` as one: each name's values reduced by its reducer, as
+  tunix's buffer reduces what is buffered several times in a step."""
+  values: dict[str, list[Any]] = {}
+  reducers: dict[str, Any] = {}
+  for part in parts:
+    for name, (value, reducer) in (part or {}).items():
+      values.setdefault(name, []).append(value)
+      reducers[name] = reducer
+  return {name: (float(reducers[name](v)), reducers[name]) for name, v in values.items()}
 
 
 def round_input(training_input: dict[str, Any], round_index: int) -> dict[str, Any]:

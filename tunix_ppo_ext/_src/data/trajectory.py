@@ -40,6 +40,8 @@ class TrajectoryBatch:
       (sum of environment rewards, agent turns, cut at the width, out of turns) for metrics.
     anchor_ids: optional `[B, K]` ints, the anchor state of each row's k-th agent turn
       (equal ids in one group: the same state; GiGPO's step groups); turns not played -1.
+    metrics: optional `{name: (value, reducer)}`, the source's own metrics of this batch
+      (tunix's `buffer_metrics` format); the learner logs them in the batch's mode.
   """
 
   prompt_ids: np.ndarray
@@ -55,6 +57,7 @@ class TrajectoryBatch:
   truncated: np.ndarray | None = None
   turn_limited: np.ndarray | None = None
   anchor_ids: np.ndarray | None = None
+  metrics: dict[str, tuple[Any, Any]] | None = None
 
   def validate(self, allow_nonfinite_rewards: bool = False) -> None:
     """Raises ValueError naming the field when shapes, masks or rewards are wrong.

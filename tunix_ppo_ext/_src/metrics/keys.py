@@ -100,6 +100,7 @@ TAXONOMY: dict[str, str | None] = {
   "rollout/tokens_per_s": "rollout/tokens_per_s",  # agent tokens
   "rollout/completion_tokens_per_s": "rollout/completion_tokens_per_s",  # + observations
   "rollout/chat_template_mismatch": "rollout/chat_template_mismatch",  # tunix.chat
+  "rollout/reencoded_turns": "rollout/reencoded_turns",  # the multi-turn rollout's prefills
   # rollout correction (`tunix_ppo_ext._src.ppo.rollout_correction_step`)
   **{f"rollout/{name}": f"rollout/{name}" for name in ROLLOUT_CORRECTION + DAPO},
   **{f"timing_s/{name}": f"timing_s/{name}" for name in _TIMING},

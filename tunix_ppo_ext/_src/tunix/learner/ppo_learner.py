@@ -274,6 +274,7 @@ class PpoExtLearner(compat.LearnerHooks):
             f"trajectory source {source} returned {type(batch).__name__}, not a TrajectoryBatch"
           )
     batch.validate(allow_nonfinite_rewards=True)
+    self._buffer(batch.metrics or {}, mode)  # the source's own (`TrajectoryBatch.metrics`)
     batch, dropped = self._nonfinite_rewards.apply(batch)  # error, or drop and count
     self.rl_cluster.buffer_metrics({DROPPED_METRIC: (dropped, np.sum)}, mode=mode)
     return batch

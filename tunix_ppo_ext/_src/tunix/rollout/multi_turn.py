@@ -159,16 +159,17 @@ class MultiTurnRollout:
     kv_cache: with tokens, "continue" (each turn continues from the previous turn's KV
       cache) or "reencode" (each turn prefills the whole history: the old path).
     chat: format episodes with this `ChatFormat` (the tokenizer's chat template; see
-      `tunix_ppo_ext._src.data.chat`), tokens context only; `last_chat_mismatches` then counts
-      the episodes that differ from `apply_chat_template` of their whole conversation.
+      `tunix_ppo_ext._src.data.chat`), tokens context only.
 
   A turn whose `info` flags a malformed reply (`info["invalid_action"]`) is counted on its
   reward token in the batch's `malformed_turns` (the format penalty's place).
 
-  After each call, `last_reencodes` counts the turns that prefilled whole histories (the
-  first, and with "continue" those the contexts did not extend); `last_stats` holds the
-  `RolloutStats` (per-episode returns, turns, truncation); the returned batch carries the
-  same arrays, and the learner turns them into the step's metrics.
+  The returned batch carries the episodes' outcomes (returns, turns, truncation) and its
+  `metrics`, which the learner logs: the success rate and `env/<key>` info means
+  (`metrics.episodes`), `rollout/reencoded_turns` (the turns that prefilled whole
+  histories: the first, and with "continue" those the contexts did not extend) and, with a
+  chat template, `rollout/chat_template_mismatch` (episodes whose ids differ from
+  `apply_chat_template` of their whole conversation).
   """
 
   def __init__(
@@ -207,11 +208,8 @@ class MultiTurnRollout:
     self.group_size = group_size
     self.context = context
     self.kv_cache = kv_cache
-    self.last_reencodes: int | None = None
     self.on_samples, self.num_samples = on_samples, num_samples
     self.chat = chat
-    self.last_chat_mismatches: int | None = None
-    self.last_stats: RolloutStats | None = None
     self._calls = 0
 
   # ----- the rollout -----
@@ -243,19 +241,22 @@ class MultiTurnRollout:
       for row, episode in enumerate(episodes):
         if not episode.done:
           self._play_turn(episode, turn, output, row, ids, keep_nonfinite)
-    self.last_stats = self._stats(episodes)
-    self.last_reencodes = None if conversation is None else conversation.reencodes
-    self._report_episodes(cluster, episodes, group_ids, mode)
+    stats = self._stats(episodes)
+    metrics = self._report_episodes(cluster, episodes, group_ids, mode)
+    if conversation is not None:
+      metrics["rollout/reencoded_turns"] = (float(conversation.reencodes), np.sum)
     if self.chat is not None:
-      self._count_chat_mismatches(cluster, episodes, mode)
+      count = sum(self.chat.mismatch(e.messages, e.prompt + e.tokens) for e in episodes)
+      metrics["rollout/chat_template_mismatch"] = (float(count), np.sum)
     has_logps = bool(config.return_logprobs)
     batch = self._assemble(episodes, group_ids, ids, config.max_prompt_length, has_logps)
     return dataclasses.replace(
       batch,
-      episode_returns=self.last_stats.episode_return,
-      num_turns=self.last_stats.num_turns,
-      truncated=self.last_stats.truncated,
-      turn_limited=self.last_stats.turn_limited,
+      episode_returns=stats.episode_return,
+      num_turns=stats.num_turns,
+      truncated=stats.truncated,
+      turn_limited=stats.turn_limited,
+      metrics=metrics,
     )
 
   def _group_ids(self, seeds: np.ndarray, group_size: int) -> np.ndarray:
@@ -387,14 +388,6 @@ class MultiTurnRollout:
     episode.messages.append(user(observation))
     return chat_ids
 
-  def _count_chat_mismatches(
-    self, cluster: rl_cluster_lib.RLCluster, episodes: list[_Episode], mode: Mode
-  ) -> None:
-    """`rollout/chat_template_mismatch`: episodes whose ids differ from the template's."""
-    count = sum(self.chat.mismatch(e.messages, e.prompt + e.tokens) for e in episodes)
-    self.last_chat_mismatches = int(count)
-    cluster.buffer_metrics({"rollout/chat_template_mismatch": (float(count), np.sum)}, mode=mode)
-
   # ----- the engine call -----
 
   def _conversation(self, cluster: rl_cluster_lib.RLCluster) -> Conversation | None:
@@ -477,23 +470,26 @@ class MultiTurnRollout:
 
   # ----- what the episodes show -----
 
-  def _report_episodes(self, cluster, episodes: list[_Episode], group_ids, mode: Mode) -> None:
-    """Buffers the success rate and `env/<key>` info means (`metrics.episodes`); in an
-    evaluation, hands `on_samples` up to `num_samples` conversations (one per group first)."""
+  def _report_episodes(
+    self, cluster, episodes: list[_Episode], group_ids, mode: Mode
+  ) -> dict[str, tuple[float, Any]]:
+    """The success rate and `env/<key>` info means (`metrics.episodes`); in an evaluation,
+    hands `on_samples` up to `num_samples` conversations (one per group first)."""
     report = episode_report.episode_metrics([e.infos for e in episodes])
     if len(self.envs) > 1:
       returns = [sum(r for _, r in e.rewards) for e in episodes]
       tags = [e.tag for e in episodes]
       report |= episode_report.env_metrics(tags, returns, [e.infos for e in episodes])
-    cluster.buffer_metrics({k: (v, np.mean) for k, v in report.items()}, mode=mode)
+    metrics = {k: (v, np.mean) for k, v in report.items()}
     if mode != Mode.EVAL or self.on_samples is None or self.num_samples < 1:
-      return
+      return metrics
     firsts = np.flatnonzero(np.r_[True, np.diff(group_ids) != 0])
     rows = [*firsts, *(r for r in range(len(episodes)) if r not in set(firsts))]
     successes = episode_report.episode_successes([e.infos for e in episodes])
     shown = rows[: self.num_samples]
     samples = [_sample(row, episodes[row], successes[row]) for row in shown]
     self.on_samples(int(cluster.global_steps), samples)
+    return metrics
 
   # ----- assembling the batch -----
 
