@@ -151,7 +151,7 @@ def test_a_local_model_source_without_a_checkpoint_is_one_config_error(tmp_path)
       launcher.configure([str(config)])
 
 
-@pytest.mark.slow  # a tiny model trains in a subprocess (about 40 s on 2 cores)
+@pytest.mark.slow  # a tiny model trains in a subprocess (20-30 s on 2 cores)
 @needs_main
 @needs_smollm2
 def test_a_local_checkpoint_trains_a_ppo_step_offline_through_the_launcher(tmp_path):
@@ -169,7 +169,7 @@ def test_a_local_checkpoint_trains_a_ppo_step_offline_through_the_launcher(tmp_p
     assert all(np.isfinite(value) for _, value in metrics[name]), (name, metrics[name])
 
 
-@pytest.mark.slow  # SmolLM2 135m trains two steps in a subprocess (minutes on 2 cores)
+@pytest.mark.slow  # SmolLM2 135m trains two steps in a subprocess (2-4 min on 2 cores)
 @needs_main
 @needs_smollm2
 def test_smollm2_trains_two_ppo_steps_offline_through_the_launcher(tmp_path):
