@@ -19,6 +19,12 @@ no public way to do, each with its reason:
   without `custom_backend` tunix's default backends with W&B's `WandbOnSharedRun`, which
   reads metrax's `WandbBackend` state (`wandb`, `_is_active`): tunix's own W&B fails a run
   with a critic as it closes.
+- local checkpoints (`cli_models`): `create_rl_engine()` loads a model config of
+  `model_source: local` (or `huggingface` naming a local directory) with this package's
+  loader (a subclass's `load_local_model()`) and `_get_tokenizer()` a local `huggingface`
+  tokenizer with `local_files_only`, with no network call; tunix's parse-time checks that
+  refuse them (`_validate_model_source`, `check_supported_workflow`,
+  `_validate_tokenizer`) are skipped for them.
 - the pipeline's helpers an agentic run needs, which tunix's own agentic GRPO pipeline
   calls and `BasePipeline` keeps private: a config section as a mapping
   (`config_mapping`) or a string (`config_string`), the tokenizer (`tokenizer`), the chat
@@ -42,6 +48,7 @@ from tunix.utils import env_utils
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.metrics.sinks import KeyedBackend
+from tunix_ppo_ext._src.tunix.compat import cli_models
 
 try:
   from tunix.cli import ppo_main
@@ -60,6 +67,8 @@ _PIPELINE_NAMES = (
   "_load_raw_dataset",
   "_load_class_from_path",
   "_setup_kubernetes",
+  "_validate_model_source",
+  "_validate_tokenizer",
   "_resolve_mesh_owners",
   "_ROLE_TO_MODEL_KEY",
 )
@@ -83,6 +92,33 @@ class PipelineHooks(object if ppo_main is None else ppo_main.PpoPipeline):
 
   def run_agentic_ppo(self) -> None:
     raise NotImplementedError
+
+  def _validate_model_source(self, raw_keys: Any) -> None:
+    if not cli_models.is_local_model(raw_keys.get("model_config")):
+      super()._validate_model_source(raw_keys)
+
+  def check_supported_workflow(self) -> None:
+    if not cli_models.is_local_model(self.config.get("model_config")):
+      super().check_supported_workflow()
+
+  def _validate_tokenizer(self) -> None:
+    if cli_models.local_tokenizer_ref(self.config) is None:
+      super()._validate_tokenizer()
+
+  def _get_tokenizer(self) -> Any:
+    local = cli_models.local_tokenizer(self.config)
+    return super()._get_tokenizer() if local is None else local
+
+  def load_local_model(
+    self, model_config: Mapping[str, Any], tokenizer_config: Mapping[str, Any], mesh: Any
+  ) -> tuple[Any, str]:
+    """tunix's `create_model` for a local checkpoint (`cli_models`): a subclass's."""
+    raise NotImplementedError
+
+  def create_rl_engine(self, tokenizer: Any) -> Any:
+    """tunix's `create_rl_engine`, local checkpoints loaded by `load_local_model`."""
+    with cli_models.local_models_in(self.load_local_model):
+      return super().create_rl_engine(tokenizer)
 
   def obtain_training_config_dict(self, key: str) -> dict[str, Any]:
     """tunix's training config's fields of section `key`, from which tunix's

@@ -14,6 +14,11 @@ needs `critic_model_config` (and `rl_training_config.critic_optimizer_config`).
 
 `run(argv)` is the `tunix-ppo-ext tunix-agentic CONFIG.yaml [KEY=VALUE ...]` command;
 `configure(argv)` its config stage, every check before a tokenizer, dataset or model loads.
+
+A role's `model_source: local` (`model_path`: a Hugging Face directory, a `.gguf` file or a
+GGUF short name), or tunix's `huggingface` whose `model_id` is a local directory, loads
+with this package's loader and a local `huggingface` tokenizer with `local_files_only`: no
+network call (`compat.cli_models`, `models.local_checkpoints`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.tunix.compat import cli_hooks
 from tunix_ppo_ext._src.tunix.learner.agentic_ppo import AgenticPpoLearner
 from tunix_ppo_ext._src.tunix.learner.agentic_ppo_config import AgenticPpoConfig
+from tunix_ppo_ext._src.tunix.models import local_checkpoints
 
 SECTION = "agentic_ppo_config"
 MODES = ("ppo", cli_hooks.AGENTIC_PPO)  # tunix's PPO, and this package's agentic PPO
@@ -67,6 +73,13 @@ class AgenticPpoPipeline(cli_hooks.PipelineHooks):
     """Builds the learner and trains it on the configured dataset."""
     learner, dataset = self.agentic_ppo_learner()
     learner.train(dataset)
+
+  def load_local_model(
+    self, model_config: Mapping[str, Any], tokenizer_config: Mapping[str, Any], mesh: Any
+  ) -> tuple[Any, str]:
+    """A role's local checkpoint (`model_source: local`) as tunix's `create_model` gives a
+    model: `local_checkpoints.load_local_model`."""
+    return local_checkpoints.load_local_model(model_config, tokenizer_config, mesh)
 
   def metric_keys(self, training_config: Mapping[str, Any]) -> MetricKeys | None:
     """For `agentic_ppo`, the `train` job's metric keys (`metrics.keys`), each training
@@ -164,8 +177,9 @@ def _refused(argv: Sequence[str], what: str, err: Exception) -> ConfigError:
 def configure(argv: Sequence[str]) -> AgenticPpoPipeline:
   """The launcher's config stage, before any tokenizer, dataset or model loads: the config
   file, tunix's parsing of it and of the overrides, `training_mode`, tunix's training
-  config (`rl_training_config`, built as tunix builds it, its checks run) and, for
-  `agentic_ppo`, the `AgenticPpoConfig`. ConfigError (one line) on the first problem."""
+  config (`rl_training_config`, built as tunix builds it, its checks run), for
+  `agentic_ppo` the `AgenticPpoConfig`, and local checkpoints (`model_source: local`)
+  and tokenizers. ConfigError (one line) on the first problem."""
   check_config_file(argv[0])
   for override in argv[1:]:
     if "=" not in override:
@@ -184,6 +198,7 @@ def configure(argv: Sequence[str]) -> AgenticPpoPipeline:
     raise _refused(argv, "rl_training_config", err) from None
   if mode == cli_hooks.AGENTIC_PPO:
     pipeline.agentic_ppo_config()
+  local_checkpoints.check_local_models(pipeline.config)
   return pipeline
 
 
