@@ -1,0 +1,39 @@
+"""Inputs that used to get a cryptic answer (a traceback, Python's error without the file or
+key, a silent oddity) answered in one line naming the culprit, exit 1 or 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.run import cli
+from tunix_ppo_ext._src.run.run_config import load_run_config
+
+
+def test_a_yaml_merge_key_is_read_as_pyyaml_reads_it(tmp_path):
+  """`<<: *anchor` (YAML 1.1's merge key, PyYAML's safe loader takes it) was "invalid
+  YAML": the duplicate-key check constructed the `<<` key before the merge. A key of the
+  mapping's own overrides the merged one, as in PyYAML."""
+  file = tmp_path / "run.yaml"
+  file.write_text(
+    "optim:\n  actor: &opt\n    clip_grad_norm: 0.5\n    schedule: linear\n"
+    "  critic:\n    <<: *opt\n    schedule: constant\n"
+  )
+  run = load_run_config(str(file), [])
+  assert (run.optim.critic.clip_grad_norm, run.optim.critic.schedule) == (0.5, "constant")
+  assert run.optim.actor.schedule == "linear"
+
+
+def test_a_key_given_twice_beside_a_merge_key_is_still_refused(tmp_path):
+  file = tmp_path / "run.yaml"
+  file.write_text("a: &a\n  x: 1\nb:\n  <<: *a\n  y: 2\n  y: 3\n")
+  with pytest.raises(ConfigError, match=r"invalid YAML: key 'y' given twice \(line 6"):
+    load_run_config(str(file), [])
+
+
+def test_a_directory_as_config_is_named_a_directory(tmp_path, capsys):
+  """It said "no such file" for a directory that exists."""
+  assert cli.main(["train", "--config", str(tmp_path)]) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip()
+  assert f"--config {str(tmp_path)!r}: a directory, not a YAML file" in err, err
+  assert "\n" not in err
