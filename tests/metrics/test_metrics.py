@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import read_wandb_run
 from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics import stats as batch_stats
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.metrics.sinks import (
@@ -431,3 +432,29 @@ def test_wandb_online_without_network_falls_back_to_an_offline_run(tmp_path, mon
   history, config = read_wandb_run(run_file)
   assert [row["actor/pg_loss"] for row in history if "actor/pg_loss" in row] == [0.5]
   assert config["seed"] == 0
+
+
+@pytest.mark.parametrize("bad", ["metrics.jsonl", "samples.jsonl"])
+def test_a_rerun_s_cut_names_a_file_that_is_not_utf8_and_rewrites_neither(tmp_path, bad):
+  """A rerun cuts `metrics.jsonl` and `samples.jsonl` back to its checkpoint; a byte that
+  is not UTF-8 in either was Python's `UnicodeDecodeError` naming no file, after the other
+  file had been rewritten."""
+  files = [tmp_path / "metrics.jsonl", tmp_path / "samples.jsonl"]
+  for file in files:
+    file.write_text('{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n')
+  (tmp_path / bad).write_bytes((tmp_path / bad).read_bytes() + b'{"step": 3, "a": "\xff"}\n')
+  before = {file: file.read_bytes() for file in files}
+  with pytest.raises(ValueError, match=rf"^{tmp_path / bad}: not UTF-8 text \(byte \d+"):
+    sinks.truncate_jsonl_files(files, 1)
+  assert {file: file.read_bytes() for file in files} == before
+  with pytest.raises(ValueError, match=rf"^{tmp_path / bad}: not UTF-8 text"):
+    sinks.truncate_jsonl(tmp_path / bad, 1)
+
+
+def test_a_rerun_s_cut_keeps_the_steps_up_to_the_checkpoint(tmp_path):
+  files = [tmp_path / "metrics.jsonl", tmp_path / "samples.jsonl", tmp_path / "missing.jsonl"]
+  for file in files[:2]:
+    file.write_text('{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n')
+  assert sinks.truncate_jsonl_files(files, 1) == [1, 1, 0]
+  assert not files[2].exists()
+  assert files[1].read_text() == '{"step": 1, "a": 1}\n'

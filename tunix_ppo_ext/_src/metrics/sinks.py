@@ -18,6 +18,7 @@ import struct
 import time
 import warnings
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -239,14 +240,35 @@ def truncate_jsonl(path: str | pathlib.Path, last_step: int) -> int:
   """Keeps the complete lines of `path` with `step <= last_step`; returns how many.
 
   Atomic (`write_atomically`): call it before a `JsonlBackend` opens the file. A missing
-  file is left missing.
+  file is left missing; a file that is not UTF-8 text or holds a bad line raises
+  ValueError naming it, the file untouched.
   """
-  file = pathlib.Path(path)
-  if not file.exists():
-    return 0
-  kept = [line for line, row in _parse_jsonl(file.read_text(), file) if row["step"] <= last_step]
-  write_atomically(file, "".join(line + "\n" for line in kept))
-  return len(kept)
+  return truncate_jsonl_files([path], last_step)[0]
+
+
+def truncate_jsonl_files(paths: Sequence[str | pathlib.Path], last_step: int) -> list[int]:
+  """`truncate_jsonl` of each of `paths` (a run's `metrics.jsonl` and `samples.jsonl`),
+  every file read and checked before any is rewritten: a file that is not UTF-8 text or
+  holds a bad line raises ValueError naming it, and none of them is changed.
+
+  Args:
+    paths: the JSON-lines files; a missing one is left missing.
+    last_step: the last step kept.
+
+  Returns:
+    How many lines each file keeps (0 for a missing one).
+  """
+  files = [pathlib.Path(p) for p in paths]
+  kept = [
+    [line for line, row in _parse_jsonl(read_text(file), file) if row["step"] <= last_step]
+    if file.exists()
+    else None
+    for file in files
+  ]
+  for file, lines in zip(files, kept, strict=True):
+    if lines is not None:
+      write_atomically(file, "".join(line + "\n" for line in lines))
+  return [len(lines or []) for lines in kept]
 
 
 def compact_jsonl(path: str | pathlib.Path) -> int:

@@ -445,8 +445,9 @@ def _prepare(out: pathlib.Path, resolved: ResolvedRun) -> list[dict[str, Any]]:
     )
   parts = run_dir.earlier_parts(out, resuming=saved is not None)  # before the truncation
   # before the sink opens the file: rows an interrupted run logged after `saved` go
-  sinks.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
-  sinks.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
+  sinks.truncate_jsonl_files(
+    [out / "metrics.jsonl", out / sample_log.FILENAME], saved if saved else -1
+  )
   return parts
 
 
