@@ -16,6 +16,7 @@ import pathlib
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,7 @@ from tunix_ppo_ext._src.tunix.cluster.mesh import (
   check_multi_turn_rollout_mesh,
   role_meshes,
 )
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import AlreadyAtMaxSteps, PpoExtLearner
 from tunix_ppo_ext._src.tunix.models import lora
 from tunix_ppo_ext._src.tunix.models.role_models import build_roles
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
@@ -420,7 +421,9 @@ def _train_in(
   if primary:
     run_dir.write_parts(out, [*parts, part])
   try:
-    learner.train(train_batches, eval_ds=eval_batches)
+    with warnings.catch_warnings():  # a run killed after its last checkpoint: nothing to do
+      warnings.simplefilter("ignore", AlreadyAtMaxSteps)
+      learner.train(train_batches, eval_ds=eval_batches)
   finally:  # a failed or interrupted part counts too (a killed one: `earlier_parts`)
     part["wall_s"] = round(time.perf_counter() - start, 1)
     if primary:
