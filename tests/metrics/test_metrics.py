@@ -284,6 +284,33 @@ def test_wandb_failing_at_init_gives_one_warning(tmp_path, monkeypatch):
   assert len(caught) == 1 and not sink.active
 
 
+def test_a_wandb_mode_w_and_b_refuses_is_one_line_naming_it(tmp_path, monkeypatch):
+  """`WANDB_MODE=bogus` turned W&B off with pydantic's 5-line ValidationError as the
+  warning (glued to the progress bar in `train`)."""
+  monkeypatch.setenv("WANDB_MODE", "bogus")
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    sink = WandbSink("offline", tmp_path, {})
+    sink.log_scalar("actor/pg_loss", 1.0, step=1)
+    sink.close()
+  assert not sink.active
+  (message,) = [str(w.message) for w in caught]
+  assert message.startswith("W&B disabled for this run: WANDB_MODE='bogus' is not a W&B mode")
+  assert "\n" not in message and "'offline'" in message
+
+
+def test_train_says_once_before_the_bar_that_w_and_b_is_off(tmp_path, monkeypatch, capsys):
+  from tunix_ppo_ext._src.run import job  # noqa: PLC0415
+
+  monkeypatch.setenv("WANDB_MODE", "bogus")
+  monkeypatch.setattr(job, "train", lambda resolved, meshes: None)  # the run: not under test
+  out = str(tmp_path / "run")
+  assert cli.main(["train", "--debug", "--output-dir", out, "wandb=offline"]) == 0
+  err = capsys.readouterr().err
+  line = "tunix-ppo-ext: warning: W&B is off for this run: WANDB_MODE='bogus' is not a W&B mode"
+  assert err.count(line) == 1, err
+
+
 # ----- one real run, read back from every sink -----
 
 RENAMED = ("actor/pg_loss", "policy/pg_loss")

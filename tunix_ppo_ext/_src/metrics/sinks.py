@@ -286,6 +286,21 @@ def has_wandb_key() -> bool:
   return bool(os.environ.get("WANDB_API_KEY")) or in_netrc
 
 
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")  # W&B's `mode`
+
+
+def wandb_mode_problem() -> str:
+  """Why W&B would refuse to start (its `WANDB_MODE` environment variable is not one of
+  its modes), in one line; "" when it is unset or one of them."""
+  mode = os.environ.get("WANDB_MODE")
+  if mode is None or mode in WANDB_MODES:
+    return ""
+  return (
+    f"WANDB_MODE={mode!r} is not a W&B mode (one of {', '.join(map(repr, WANDB_MODES))}); "
+    "unset it or set one"
+  )
+
+
 class WandbSink:
   """W&B through the `wandb` library, one history row per step; never fatal.
 
@@ -311,6 +326,9 @@ class WandbSink:
     except ImportError:
       warnings.warn("W&B disabled for this run: wandb is not installed", stacklevel=2)
       return
+    if problem := wandb_mode_problem():  # W&B's own refusal: pydantic's 5 lines
+      warnings.warn(f"W&B disabled for this run: {problem}", stacklevel=2)
+      return
     pathlib.Path(run_dir).mkdir(parents=True, exist_ok=True)
     try:
       self._run = self._init(wandb, mode, run_dir, config)
@@ -323,7 +341,8 @@ class WandbSink:
         except Exception as second:  # noqa: BLE001
           err = second
       self._run = None
-      warnings.warn(f"W&B disabled for this run: {type(err).__name__}: {err}", stacklevel=2)
+      first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+      warnings.warn(f"W&B disabled for this run: {type(err).__name__}: {first}", stacklevel=2)
 
   def _init(self, wandb: Any, mode: str, run_dir: str | pathlib.Path, config: dict[str, Any]):
     run = wandb.init(

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Sequence
 
 # Only what parsing needs is imported here (no JAX, tunix or NumPy): `--help` prints at once,
@@ -247,7 +248,9 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   meshes = job.run_meshes(run)  # device counts are known only now (after joining other hosts)
   for line in describe_meshes(meshes).splitlines():
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)
-  if run.wandb == "online" and not sinks.has_wandb_key():
+  if wandb_off := run.wandb != "disabled" and sinks.wandb_mode_problem():
+    print(f"tunix-ppo-ext: warning: W&B is off for this run: {wandb_off}", file=sys.stderr)
+  elif run.wandb == "online" and not sinks.has_wandb_key():
     print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
   mesh.quiet_cpu_notices()  # tunix's TPU notices, on a CPU-only run
   kept = f"; kept in {cache} for the next run" if cache else ""
@@ -257,7 +260,10 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
     f"(minutes for a real model on a CPU{kept}) while the bar says compiling",
     file=sys.stderr,
   )
-  job.train(resolved, meshes)  # the meshes built once, here
+  with warnings.catch_warnings():
+    if wandb_off:  # said above, before the bar: not again as the sink's warning
+      warnings.filterwarnings("ignore", "W&B disabled for this run: WANDB_MODE=")
+    job.train(resolved, meshes)  # the meshes built once, here
   return 0
 
 
