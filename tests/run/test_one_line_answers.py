@@ -37,3 +37,27 @@ def test_a_directory_as_config_is_named_a_directory(tmp_path, capsys):
   err = capsys.readouterr().err.strip()
   assert f"--config {str(tmp_path)!r}: a directory, not a YAML file" in err, err
   assert "\n" not in err
+
+
+@pytest.fixture
+def x64():
+  """JAX's 64-bit mode on, as `JAX_ENABLE_X64=1` turns it on; off again after the test."""
+  import jax  # noqa: PLC0415
+
+  jax.config.update("jax_enable_x64", True)
+  yield
+  jax.config.update("jax_enable_x64", False)
+
+
+@pytest.mark.parametrize("command", ["train", "plan", "sweep"])
+def test_jax_s_64_bit_mode_is_refused_before_anything_runs(x64, command, tmp_path, capsys):
+  """`JAX_ENABLE_X64=1` failed once the models were built, with tunix's sampler's
+  `dynamic_update_slice` TypeError, having created the run's directory and files."""
+  out = tmp_path / "run"
+  argv = {"train": ["--output-dir", str(out)], "plan": [], "sweep": ["--seeds", "1"]}[command]
+  if command == "sweep":
+    argv += ["--output-dir", str(out)]
+  assert cli.main([command, *argv, "wandb=disabled"]) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("tunix-ppo-ext: error: JAX_ENABLE_X64 is on"), err
+  assert "\n" not in err and not out.exists()

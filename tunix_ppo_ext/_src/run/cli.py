@@ -161,6 +161,7 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
   """`train`, `plan` or `sweep`, each failure one line with its exit code (see `main`)."""
   # JAX and tunix load here, once a job runs: parsing (`--help`) needs neither
   from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError  # noqa: PLC0415
+  from tunix_ppo_ext._src.run.job import check_jax_precision  # noqa: PLC0415
   from tunix_ppo_ext._src.tunix.cluster.disk_space import (  # noqa: PLC0415
     OutOfSpaceError,
     write_failure,
@@ -170,6 +171,7 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
     _freeze_imported_heap()
 
   try:
+    check_jax_precision()  # before anything is made: tunix's sampler fails in 64-bit mode
     if args.command == "plan":
       return _plan_command(args, overrides)
     if args.command == "sweep":

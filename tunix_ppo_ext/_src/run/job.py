@@ -333,6 +333,7 @@ def train(resolved: ResolvedRun, meshes: dict | None = None) -> dict[str, Any]:
   something other than a run is refused untouched (`run_dir.check_output_dir`). Other
   processes of a multi-host run write no files and return `{}`.
   """
+  check_jax_precision()
   out = pathlib.Path(resolved.run.output_dir).resolve()  # orbax wants absolute paths
   primary = distributed.is_primary(jax.process_index())
   if primary:
@@ -342,6 +343,17 @@ def train(resolved: ResolvedRun, meshes: dict | None = None) -> dict[str, Any]:
   with lock:
     finished = _finished(out, resolved) if primary else None
     return finished if finished is not None else _train_in(out, resolved, primary, meshes)
+
+
+def check_jax_precision() -> None:
+  """ConfigError unless JAX runs in its default 32-bit mode: with `JAX_ENABLE_X64=1`
+  tunix's sampler fails once the models are built (its cache index is int64 beside int32
+  ones: `dynamic_update_slice`'s TypeError), after the run's directory was made."""
+  if jax.config.jax_enable_x64:
+    raise ConfigError(
+      "JAX_ENABLE_X64 is on (jax_enable_x64=True): tunix's sampler needs JAX's default "
+      "32-bit mode; unset JAX_ENABLE_X64 (or set it to 0) for this command"
+    )
 
 
 def finished_run(resolved: ResolvedRun) -> dict[str, Any] | None:
