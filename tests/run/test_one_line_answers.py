@@ -3,11 +3,18 @@ key, a silent oddity) answered in one line naming the culprit, exit 1 or 2."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_run_config
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_a_yaml_merge_key_is_read_as_pyyaml_reads_it(tmp_path):
@@ -61,3 +68,17 @@ def test_jax_s_64_bit_mode_is_refused_before_anything_runs(x64, command, tmp_pat
   err = capsys.readouterr().err.strip()
   assert err.startswith("tunix-ppo-ext: error: JAX_ENABLE_X64 is on"), err
   assert "\n" not in err and not out.exists()
+
+
+def test_a_reader_that_closes_the_pipe_early_gets_no_traceback():
+  """`tunix-ppo-ext plugins | head -1` printed a `BrokenPipeError` traceback (exit 1)."""
+  command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "plugins"]
+  env = {**os.environ, "PYTHONPATH": str(REPO)}
+  with subprocess.Popen(
+    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO
+  ) as process:
+    process.stdout.readline()
+    process.stdout.close()  # as `head -1` does after its line
+    err = process.stderr.read().decode()
+  assert process.returncode == 1
+  assert err == "", err

@@ -369,8 +369,15 @@ def console_main() -> None:
   from the one before. Idle thread-pool workers (orbax's executors, never shut down) are
   woken to exit first, as the interpreter's own exit wakes them (`_wake_idle_workers`): the
   grace waited for them in full, 30 s after every failed run.
+
+  A reader that closes the pipe early (`tunix-ppo-ext plugins | head -1`) ends the command
+  quietly with status 1, not a `BrokenPipeError` traceback.
   """
-  code = _main(None, own_process=True)
+  try:
+    code = _main(None, own_process=True)
+  except BrokenPipeError:
+    _quiet_stdout()
+    code = EXIT_FAILED
   if code != 0:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -381,6 +388,14 @@ def console_main() -> None:
     if any(thread.is_alive() for thread in _other_threads()):
       os._exit(code)
   sys.exit(code)
+
+
+def _quiet_stdout() -> None:
+  """Points stdout at the null device: the interpreter's last flush of what could not be
+  written to a closed pipe would raise again (Python's documented recipe for SIGPIPE)."""
+  devnull = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, sys.stdout.fileno())
+  os.close(devnull)
 
 
 def _wake_idle_workers() -> None:
