@@ -82,3 +82,22 @@ def test_a_reader_that_closes_the_pipe_early_gets_no_traceback():
     err = process.stderr.read().decode()
   assert process.returncode == 1
   assert err == "", err
+
+
+@pytest.mark.parametrize("given", ["configs/smoke.yaml", None, {"train": {"steps": 2}}])
+def test_jobs_given_something_other_than_a_run_config_name_what_they_take(given):
+  """`jobs.train('configs/smoke.yaml')` (a path) or `jobs.train(None)` was
+  `AttributeError: 'str' object has no attribute 'ppo'`."""
+  from tunix_ppo_ext import jobs  # noqa: PLC0415
+
+  expected = r"a RunConfig or a ResolvedRun \(config.load_run_config\(PATH, \[KEY=VALUE"
+  for call in (jobs.train, jobs.plan):
+    with pytest.raises(TypeError, match=rf"^{call.__name__}: expected {expected}.*got "):
+      call(given)
+
+
+def test_overrides_given_as_one_string_are_refused_naming_them():
+  """`load_run_config(path, 'train.steps=2')` iterated the string's characters: "override
+  't' must look like section.key=value"."""
+  with pytest.raises(ConfigError, match=r"^overrides='train.steps=2' must be a list of"):
+    load_run_config(str(REPO / "configs" / "smoke.yaml"), "train.steps=2")

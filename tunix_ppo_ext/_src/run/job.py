@@ -71,7 +71,7 @@ def build_run(
   Returns:
     `(learner, train_batches, eval_batches, env_max_return)`.
   """
-  resolved = as_resolved(resolved)
+  resolved = as_resolved(resolved, "build_run")
   return _build_run(resolved, output_dir, run_meshes(resolved.run) if meshes is None else meshes)
 
 
@@ -288,7 +288,7 @@ def build_models(resolved: ResolvedRun | RunConfig, mesh: Any = None) -> tuple[A
   Returns:
     `(policy, critic, reference)`.
   """
-  resolved = as_resolved(resolved)
+  resolved = as_resolved(resolved, "build_models")
   return build_roles(resolved.models, len(_tokenizer(resolved)), mesh)
 
 

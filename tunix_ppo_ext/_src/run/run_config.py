@@ -411,6 +411,10 @@ def load_resolved(
     ConfigError: naming the key, the value and what is allowed (PluginError: a broken
       plugin).
   """
+  if isinstance(overrides, str | bytes):  # its characters would be taken as overrides
+    raise ConfigError(
+      f"overrides={overrides!r} must be a list of KEY=VALUE strings, e.g. [{overrides!r}]"
+    )
   token = _NEED_FILES.set(need_files)
   try:
     return resolve(_load_run_config(path, overrides))
@@ -960,9 +964,17 @@ def _check_attention_rows(run: RunConfig) -> None:
     )
 
 
-def as_resolved(run: ResolvedRun | RunConfig) -> ResolvedRun:
-  """`run` itself when resolved already, else `resolve(run)` (for Python callers)."""
-  return run if isinstance(run, ResolvedRun) else resolve(run)
+def as_resolved(run: ResolvedRun | RunConfig, caller: str = "as_resolved") -> ResolvedRun:
+  """`run` itself when resolved already, else `resolve(run)` (for Python callers); a
+  TypeError naming `caller` for anything else (a config file's path, None)."""
+  if isinstance(run, ResolvedRun):
+    return run
+  if not isinstance(run, RunConfig):
+    raise TypeError(
+      f"{caller}: expected a RunConfig or a ResolvedRun (config.load_run_config(PATH, "
+      f"[KEY=VALUE, ...]) or config.load_resolved), got {type(run).__name__} {run!r:.60}"
+    )
+  return resolve(run)
 
 
 def episode_budget(run: RunConfig) -> int:
