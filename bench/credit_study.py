@@ -10,14 +10,16 @@ seed, `--baseline-steps 0`):
 - `gigpo`: `configs/smollm2.yaml` with `ppo.advantage_estimator=gigpo` (2 x 4; the step
   groups are the episodes of a group that reached the same allowed interval).
 
-  python bench/credit_study.py run [--seeds 8] [--arms grpo ppo gigpo] [--out DIR]
+  python bench/credit_study.py run [--seeds 8] [--arms grpo ppo gigpo] [--out DIR] [--rerun]
   python bench/credit_study.py report [--out DIR]
 
 `run` trains one seed of one arm at a time, always the arm with the fewest finished seeds
 (ties in the order given), so an interrupted study has balanced arms; resumable: a rerun
 skips every finished seed and tunix resumes an unfinished one from its checkpoint (every
-8 steps). An arm whose estimator is not available in the installed package is skipped
-with a line saying so.
+8 steps). A fresh clone's committed `DIR/<arm>/results.json` counts its seeds as finished:
+`run --rerun` (or `BENCH_RERUN=1`) runs them again, each seed without its own
+`seed<N>/result.json` in this tree. An arm whose estimator is not available in the
+installed package is skipped with a line saying so.
 
 `report` writes `DIR/report.md`: per arm, each seed's mean success over the batches the
 policy sampled after 16 through 48 updates (batches 17-48 of the actor's), the mean over
@@ -31,6 +33,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import pathlib
 import statistics
 import subprocess
@@ -63,11 +66,12 @@ ARMS: dict[str, dict[str, Any]] = {
 }
 
 
-def finished(out: pathlib.Path, arm: str) -> set[int]:
-  """The seeds of `arm` with a result (a seed's `result.json` or the gathered file)."""
+def finished(out: pathlib.Path, arm: str, rerun: bool = False) -> set[int]:
+  """The seeds of `arm` with a result (a seed's `result.json`, or the gathered file unless
+  `rerun`: its seeds, committed, run again)."""
   done = {int(p.parent.name[4:]) for p in (out / arm).glob("seed*/result.json")}
   gathered = out / arm / "results.json"
-  if gathered.is_file():
+  if gathered.is_file() and not rerun:
     done |= {int(s) for s in json.loads(gathered.read_text())["seeds"]}
   return done
 
@@ -85,11 +89,14 @@ def available(arm: str) -> bool:
   return True
 
 
-def next_run(out: pathlib.Path, arms: list[str], seeds: int) -> tuple[str, int] | None:
-  """The arm with the fewest finished seeds (ties: `arms`' order) and its lowest seed left."""
-  left = [(len(finished(out, a)), i, a) for i, a in enumerate(arms)]
+def next_run(
+  out: pathlib.Path, arms: list[str], seeds: int, rerun: bool = False
+) -> tuple[str, int] | None:
+  """The arm with the fewest finished seeds (ties: `arms`' order) and its lowest seed left
+  (`rerun`: `finished`'s)."""
+  left = [(len(finished(out, a, rerun)), i, a) for i, a in enumerate(arms)]
   for _, _, arm in sorted(left):
-    todo = sorted(set(range(seeds)) - finished(out, arm))
+    todo = sorted(set(range(seeds)) - finished(out, arm, rerun))
     if todo:
       return arm, todo[0]
   return None
@@ -98,7 +105,7 @@ def next_run(out: pathlib.Path, arms: list[str], seeds: int) -> tuple[str, int] 
 def run(args: argparse.Namespace) -> None:
   out = pathlib.Path(args.out)
   arms = [a for a in args.arms if available(a)]
-  while (job := next_run(out, arms, args.seeds)) is not None:
+  while (job := next_run(out, arms, args.seeds, args.rerun)) is not None:
     arm, seed = job
     spec = ARMS[arm]
     print(f"credit study: arm {arm}, seed {seed}", flush=True)
@@ -115,6 +122,7 @@ def run(args: argparse.Namespace) -> None:
       str(seed),
       "--out",
       str(out / arm),
+      *(["--rerun"] if args.rerun else []),
       *GAME,
       *spec["overrides"],
     ]
@@ -208,6 +216,12 @@ def main() -> None:
   parser.add_argument("--seeds", type=int, default=8)
   parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
   parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "credit_study"))
+  parser.add_argument(
+    "--rerun",
+    action="store_true",
+    default=os.environ.get("BENCH_RERUN", "") not in ("", "0"),
+    help="run again the seeds only the committed results.json files hold (BENCH_RERUN=1)",
+  )
   args = parser.parse_args()
   if args.seeds < 1:
     parser.error(f"--seeds {args.seeds}: at least 1")

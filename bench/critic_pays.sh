@@ -5,6 +5,12 @@
 # (`seed<N>/result.json`) and tunix resumes an unfinished one from its newest checkpoint.
 #
 #   bash bench/critic_pays.sh [SEEDS...]        # default: 0 1 2
+# A fresh clone counts the seeds of the committed `results.json` files as finished (their
+# seed directories are not committed): the script trains nothing and prints the committed
+# tables. To reproduce the study, run the committed seeds again (real_model.py's --rerun,
+# which BENCH_RERUN=1 turns on; a seed with its own seed<N>/result.json here is kept):
+#
+#   BENCH_RERUN=1 bash bench/critic_pays.sh [SEEDS...]
 #
 # Rows (docs/real_model.md, "Where the critic should pay"):
 # - guess32_grpo: `guess` 1..32, 5 turns (random play wins 15%), GRPO's preset (2 secrets x

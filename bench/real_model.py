@@ -16,6 +16,14 @@ Each seed's summary is written to `OUT/seed<N>/result.json` as it finishes, and
 holds: the seed directories are not committed), so seeds may run in separate processes
 (one `--seed-ids` each, same `--out`) and a rerun continues where a run stopped (a seed
 already in either file is kept; tunix resumes each run from its newest checkpoint).
+
+A fresh clone holds the committed `results.json` and no seed directories, so every seed it
+lists counts as done and nothing trains. To reproduce a study, pass `--rerun` (or set
+`BENCH_RERUN=1`, which the study scripts in bench/ pass on): a seed only `results.json`
+holds runs again and replaces its entry; a seed with its own `seed<N>/result.json` in this
+tree is still kept (delete the directory to run it again). Baselines taken with
+`--baseline-from` still come from that bench's files, committed ones included.
+  BENCH_RERUN=1 python bench/real_model.py --seed-ids 0 --out DIR [KEY=VALUE ...]
   python bench/real_model.py --baseline-from DIR --out DIR2 [KEY=VALUE ...]   # reuse baselines
   python bench/real_model.py --report DIR [DIR ...] --out DIR   # several runs side by side
 
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import time
@@ -229,6 +238,12 @@ def main() -> None:
   parser.add_argument("--baseline-steps", type=int, default=8)
   parser.add_argument("--out", default="bench/results/real_model")
   parser.add_argument("--baseline-from", metavar="DIR", help="reuse DIR's baselines")
+  parser.add_argument(
+    "--rerun",
+    action="store_true",
+    default=os.environ.get("BENCH_RERUN", "") not in ("", "0"),
+    help="run again the seeds only OUT/results.json holds (default: BENCH_RERUN=1)",
+  )
   parser.add_argument("overrides", nargs="*")
   args = parser.parse_args()
   out = pathlib.Path(args.out)
@@ -249,6 +264,8 @@ def main() -> None:
     plot_report(runs, out)
     print(text)
     return
+  if args.baseline_steps < 0:
+    parser.error(f"--baseline-steps {args.baseline_steps}: 0 (no baseline run) or more")
   seeds = list(args.seed_ids if args.seed_ids is not None else range(args.seeds))
   if not seeds:
     parser.error(f"--seeds {args.seeds}: no seed to run (1 or more)")
@@ -285,9 +302,12 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace, seed
 
 def run_seed(args: argparse.Namespace, out: pathlib.Path, seed: int) -> None:
   """The baseline and the trained run of one seed; their summaries to `seed<N>/result.json`
-  (a seed that has one already, or is in `results.json`, is left as it is)."""
-  if (out / f"seed{seed}" / "result.json").is_file() or str(seed) in _gathered_seeds(out):
-    print(f"seed {seed}: finished already in {out}; kept")
+  (a seed that has one already, or is in `results.json` unless `--rerun`, is left as it
+  is)."""
+  committed = not args.rerun and str(seed) in _gathered_seeds(out)
+  if (out / f"seed{seed}" / "result.json").is_file() or committed:
+    again = "" if args.rerun else " (--rerun or BENCH_RERUN=1 runs a results.json seed again)"
+    print(f"seed {seed}: finished already in {out}; kept{again}")
     return
   common = [f"seed={seed}", "train.eval_batches=0", *args.overrides]
   walls, summaries = [], {}
@@ -334,7 +354,7 @@ def gather(args: argparse.Namespace, out: pathlib.Path) -> dict[str, Any]:
   for path in out.glob("seed*/result.json"):
     seeds[path.parent.name[4:]] = json.loads(path.read_text())
   seeds = dict(sorted(seeds.items(), key=lambda item: int(item[0])))
-  arguments = {k: v for k, v in vars(args).items() if k != "seed_ids"}
+  arguments = {k: v for k, v in vars(args).items() if k not in ("seed_ids", "rerun")}
   results = {"args": arguments, "seeds": seeds}
   (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
   return results

@@ -127,7 +127,7 @@ def test_a_baseline_is_reused_from_another_bench_and_a_missing_one_is_named(tmp_
   [
     (["--seeds", "0"], "--seeds 0: no seed to run"),
     (["--steps", "0"], "the trained run of seed 0: config key 'train.steps'=0 is invalid"),
-    (["--baseline-steps", "0"], "the baseline run of seed 0: config key 'train.steps'=0"),
+    (["--baseline-steps", "-1"], "--baseline-steps -1: 0 (no baseline run) or more"),
     (["--seed-ids", "-1"], "config key 'seed'=-1 is invalid"),
     (["ppo.gae_lamda=0.5"], "unknown config key 'ppo.gae_lamda'"),
     (["--config", "no/such.yaml"], "--config 'no/such.yaml': no such file"),
@@ -155,3 +155,40 @@ def test_a_report_of_an_unreadable_results_json_is_one_line(tmp_path, monkeypatc
     bench.main()
   assert exit_.value.code == 2
   assert "results.json is not readable JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_committed_seeds_rerun_with_rerun_or_bench_rerun(how, tmp_path, monkeypatch, capsys):
+  """A fresh clone has `results.json` (committed) and no seed directories: its seeds counted
+  as done, so the study scripts trained nothing and printed the committed tables. With
+  `--rerun` (or `BENCH_RERUN=1`, which the study scripts pass on) a seed only the committed
+  file holds runs again; one with its own `seed<N>/result.json` here is still kept."""
+  bench = _bench()
+  trained = bench.summarize(_rows([0.0] * 4, [0.0] * 4), 0.25, batch=8)
+  committed = {"trained": trained, "baseline": None, "wall_s": [0.0, 1.0]}
+  (tmp_path / "results.json").write_text(json.dumps({"seeds": {"0": committed, "1": committed}}))
+  (tmp_path / "seed1").mkdir()
+  (tmp_path / "seed1" / "result.json").write_text(json.dumps(committed))
+  ran = []
+
+  def run_once(config, out, overrides):
+    ran.append(out.parent.name)
+    out.mkdir(parents=True)
+    return _rows([0.5] * 4, [1.0] * 4)
+
+  monkeypatch.setattr(bench, "run_once", run_once)
+  monkeypatch.setattr(bench, "_batch_size", lambda *a: 8)
+  monkeypatch.setattr(bench, "plot", lambda *a: None)
+  argv = ["--config", "configs/smoke.yaml", "--out", str(tmp_path), "--seeds", "2"]
+  argv += ["--baseline-steps", "0"]
+  monkeypatch.setattr("sys.argv", ["real_model.py", *argv])
+  bench.main()  # as committed: nothing runs
+  assert ran == [] and "seed 0: finished already" in capsys.readouterr().out
+  if how == "option":
+    monkeypatch.setattr("sys.argv", ["real_model.py", *argv, "--rerun"])
+  else:
+    monkeypatch.setenv("BENCH_RERUN", "1")
+  bench.main()
+  assert ran == ["seed0"]
+  seeds = json.loads((tmp_path / "results.json").read_text())["seeds"]
+  assert seeds["0"]["trained"]["success"] == 0.5 and seeds["1"] == committed

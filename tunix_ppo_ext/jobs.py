@@ -75,4 +75,4 @@ def train(resolved: ResolvedRun | RunConfig, meshes: dict | None = None) -> dict
   """
   from tunix_ppo_ext._src.run import job, run_config
 
-  return job.train(run_config.as_resolved(resolved), meshes)
+  return job.train(run_config.as_resolved(resolved, "train"), meshes)

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import read_wandb_run
 from tunix_ppo_ext._src.metrics import keys as metric_keys
+from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics import stats as batch_stats
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.metrics.sinks import (
@@ -283,6 +284,33 @@ def test_wandb_failing_at_init_gives_one_warning(tmp_path, monkeypatch):
   assert len(caught) == 1 and not sink.active
 
 
+def test_a_wandb_mode_w_and_b_refuses_is_one_line_naming_it(tmp_path, monkeypatch):
+  """`WANDB_MODE=bogus` turned W&B off with pydantic's 5-line ValidationError as the
+  warning (glued to the progress bar in `train`)."""
+  monkeypatch.setenv("WANDB_MODE", "bogus")
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    sink = WandbSink("offline", tmp_path, {})
+    sink.log_scalar("actor/pg_loss", 1.0, step=1)
+    sink.close()
+  assert not sink.active
+  (message,) = [str(w.message) for w in caught]
+  assert message.startswith("W&B disabled for this run: WANDB_MODE='bogus' is not a W&B mode")
+  assert "\n" not in message and "'offline'" in message
+
+
+def test_train_says_once_before_the_bar_that_w_and_b_is_off(tmp_path, monkeypatch, capsys):
+  from tunix_ppo_ext._src.run import job
+
+  monkeypatch.setenv("WANDB_MODE", "bogus")
+  monkeypatch.setattr(job, "train", lambda resolved, meshes: None)  # the run: not under test
+  out = str(tmp_path / "run")
+  assert cli.main(["train", "--debug", "--output-dir", out, "wandb=offline"]) == 0
+  err = capsys.readouterr().err
+  line = "tunix-ppo-ext: warning: W&B is off for this run: WANDB_MODE='bogus' is not a W&B mode"
+  assert err.count(line) == 1, err
+
+
 # ----- one real run, read back from every sink -----
 
 RENAMED = ("actor/pg_loss", "policy/pg_loss")
@@ -431,3 +459,29 @@ def test_wandb_online_without_network_falls_back_to_an_offline_run(tmp_path, mon
   history, config = read_wandb_run(run_file)
   assert [row["actor/pg_loss"] for row in history if "actor/pg_loss" in row] == [0.5]
   assert config["seed"] == 0
+
+
+@pytest.mark.parametrize("bad", ["metrics.jsonl", "samples.jsonl"])
+def test_a_rerun_s_cut_names_a_file_that_is_not_utf8_and_rewrites_neither(tmp_path, bad):
+  """A rerun cuts `metrics.jsonl` and `samples.jsonl` back to its checkpoint; a byte that
+  is not UTF-8 in either was Python's `UnicodeDecodeError` naming no file, after the other
+  file had been rewritten."""
+  files = [tmp_path / "metrics.jsonl", tmp_path / "samples.jsonl"]
+  for file in files:
+    file.write_text('{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n')
+  (tmp_path / bad).write_bytes((tmp_path / bad).read_bytes() + b'{"step": 3, "a": "\xff"}\n')
+  before = {file: file.read_bytes() for file in files}
+  with pytest.raises(ValueError, match=rf"^{tmp_path / bad}: not UTF-8 text \(byte \d+"):
+    sinks.truncate_jsonl_files(files, 1)
+  assert {file: file.read_bytes() for file in files} == before
+  with pytest.raises(ValueError, match=rf"^{tmp_path / bad}: not UTF-8 text"):
+    sinks.truncate_jsonl(tmp_path / bad, 1)
+
+
+def test_a_rerun_s_cut_keeps_the_steps_up_to_the_checkpoint(tmp_path):
+  files = [tmp_path / "metrics.jsonl", tmp_path / "samples.jsonl", tmp_path / "missing.jsonl"]
+  for file in files[:2]:
+    file.write_text('{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n')
+  assert sinks.truncate_jsonl_files(files, 1) == [1, 1, 0]
+  assert not files[2].exists()
+  assert files[1].read_text() == '{"step": 1, "a": 1}\n'

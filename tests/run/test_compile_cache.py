@@ -112,3 +112,17 @@ def test_a_truncated_entry_a_killed_run_left_is_compiled_again(tmp_path):
   for entry in entries:  # as a run killed while writing it would leave it
     entry.write_bytes(entry.read_bytes()[:100])
   assert _probe(tmp_path)["directory"] == str(tmp_path / "root" / "xla")  # compiled, ran
+
+
+def test_a_directory_of_the_user_s_that_cannot_be_used_is_said_not_kept(tmp_path):
+  """`JAX_COMPILATION_CACHE_DIR` naming a file (or a path through one) was announced as
+  "kept in ... for the next run", and JAX warned at the first program."""
+  (tmp_path / "file").write_text("")
+  for own in (tmp_path / "file", tmp_path / "file" / "sub"):
+    result = _probe(tmp_path, JAX_COMPILATION_CACHE_DIR=str(own))
+    assert result["directory"] is None and not result["jax_dir"]
+    assert result["why"].startswith(f"JAX_COMPILATION_CACHE_DIR={str(own)!r} cannot be used ("), (
+      result["why"]
+    )
+    assert "compilation cache" not in result["stderr"], result["stderr"]
+  assert not (tmp_path / "root").exists()

@@ -168,6 +168,8 @@ def test_repeated_values_keys_and_seeds_are_refused(tmp_path):
     (["seed=3,03"], "override 'seed=3,03' lists a seed twice"),
     (["seed=-1"], "override 'seed=-1' must list seeds as integers >= 0"),
     (["train.lr=0.001,1e-3"], "variants 'lr=0.001' and 'lr=1e-3' resolve to the same config"),
+    (["output_dir=elsewhere"], "override 'output_dir=elsewhere' is not the sweep's directory"),
+    (["output_dir=a,b"], "override 'output_dir=a,b' is not the sweep's directory"),
   ]:
     with pytest.raises(ValueError, match=re.escape(message)):
       sweep.sweep(2, tmp_path, overrides, str(SMOKE))

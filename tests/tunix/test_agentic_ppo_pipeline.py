@@ -119,6 +119,7 @@ def test_on_tunix_0_1_7_the_command_says_it_needs_tunix_main(capsys):
     (None, [], "CONFIG '{path}': no such file"),
     ("rollout_config: [1, 2\n", [], "CONFIG '{path}': invalid YAML"),
     ("- 1\n", [], "CONFIG '{path}': expected a mapping"),
+    ("a: 1\nb: 2\na: 3\n", [], "CONFIG '{path}': invalid YAML: key 'a' given twice (line 3"),
     ("ok", ["training_mode=agentic_ppoo"], "training_mode='agentic_ppoo' is invalid"),
     ("ok", ["env_class_path=no.such.Env"], "env_class_path='no.such.Env' names no class"),
     ("ok", ["agentic_ppo_config.max_response_length=32"], "must be rollout_config.total_gen"),

@@ -67,6 +67,34 @@ def describe_rows(batch: Any, rows: Sequence[int], limit: int = 3) -> str:
   return ", ".join(parts) + more
 
 
+def one_per_completion(reward_fn: Callable[..., Any], scores: Any, count: int) -> np.ndarray:
+  """`scores` as float64 `[count]`; ValueError naming `reward_fn` and what it returned
+  unless it is one number per completion (tunix's reward manager broadcast a scalar
+  silently and failed on a 2-D array naming no function)."""
+  name = getattr(reward_fn, "__name__", repr(reward_fn))
+  shape = np.shape(scores) if not isinstance(scores, (str, bytes)) else ()
+  try:
+    values = np.asarray(scores, np.float64)
+  except (TypeError, ValueError):
+    values = None
+  if values is not None and shape == (count,):
+    return values
+  if isinstance(scores, (list, tuple)):
+    kind = f"a {type(scores).__name__} of " + (
+      f"{len(scores)}" if len(shape) <= 1 else f"shape {shape}"
+    )
+    if values is None and len(scores) == count:
+      kind += f" that is not numbers ({scores[0]!r}, ...)"
+  elif hasattr(scores, "shape"):
+    kind = f"an array of shape {shape}"
+  else:
+    kind = f"a {type(scores).__name__} ({str(scores)[:40]})"
+  raise ValueError(
+    f"reward function {name!r} returned {kind}; it must return one number per completion "
+    f"({count} here), e.g. a list of floats"
+  )
+
+
 class NonFiniteRewards:
   """Applies `PpoExtConfig.nonfinite_rewards` (`error` or `drop`) to a batch's rewards.
 
@@ -86,15 +114,11 @@ class NonFiniteRewards:
     @functools.wraps(reward_fn)
     def checked(prompts: Sequence[str], completions: Sequence[str], **kwargs: Any) -> Any:
       scores = reward_fn(prompts=prompts, completions=completions, **kwargs)
-      try:
-        values = np.asarray(scores, np.float64).reshape(-1)
-      except (TypeError, ValueError):
-        return scores  # tunix's reward manager reports malformed output
-      if values.shape == (len(completions),):
-        for row in np.flatnonzero(~np.isfinite(values)):
-          self.reported.setdefault(
-            int(row), f"reward function {reward_fn.__name__!r} returned {float(values[row])}"
-          )
+      values = one_per_completion(reward_fn, scores, len(completions))
+      for row in np.flatnonzero(~np.isfinite(values)):
+        self.reported.setdefault(
+          int(row), f"reward function {reward_fn.__name__!r} returned {float(values[row])}"
+        )
       return scores
 
     return checked

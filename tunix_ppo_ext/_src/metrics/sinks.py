@@ -18,6 +18,7 @@ import struct
 import time
 import warnings
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -239,14 +240,35 @@ def truncate_jsonl(path: str | pathlib.Path, last_step: int) -> int:
   """Keeps the complete lines of `path` with `step <= last_step`; returns how many.
 
   Atomic (`write_atomically`): call it before a `JsonlBackend` opens the file. A missing
-  file is left missing.
+  file is left missing; a file that is not UTF-8 text or holds a bad line raises
+  ValueError naming it, the file untouched.
   """
-  file = pathlib.Path(path)
-  if not file.exists():
-    return 0
-  kept = [line for line, row in _parse_jsonl(file.read_text(), file) if row["step"] <= last_step]
-  write_atomically(file, "".join(line + "\n" for line in kept))
-  return len(kept)
+  return truncate_jsonl_files([path], last_step)[0]
+
+
+def truncate_jsonl_files(paths: Sequence[str | pathlib.Path], last_step: int) -> list[int]:
+  """`truncate_jsonl` of each of `paths` (a run's `metrics.jsonl` and `samples.jsonl`),
+  every file read and checked before any is rewritten: a file that is not UTF-8 text or
+  holds a bad line raises ValueError naming it, and none of them is changed.
+
+  Args:
+    paths: the JSON-lines files; a missing one is left missing.
+    last_step: the last step kept.
+
+  Returns:
+    How many lines each file keeps (0 for a missing one).
+  """
+  files = [pathlib.Path(p) for p in paths]
+  kept = [
+    [line for line, row in _parse_jsonl(read_text(file), file) if row["step"] <= last_step]
+    if file.exists()
+    else None
+    for file in files
+  ]
+  for file, lines in zip(files, kept, strict=True):
+    if lines is not None:
+      write_atomically(file, "".join(line + "\n" for line in lines))
+  return [len(lines or []) for lines in kept]
 
 
 def compact_jsonl(path: str | pathlib.Path) -> int:
@@ -262,6 +284,21 @@ def has_wandb_key() -> bool:
   netrc = pathlib.Path.home() / ".netrc"
   in_netrc = netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
   return bool(os.environ.get("WANDB_API_KEY")) or in_netrc
+
+
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")  # W&B's `mode`
+
+
+def wandb_mode_problem() -> str:
+  """Why W&B would refuse to start (its `WANDB_MODE` environment variable is not one of
+  its modes), in one line; "" when it is unset or one of them."""
+  mode = os.environ.get("WANDB_MODE")
+  if mode is None or mode in WANDB_MODES:
+    return ""
+  return (
+    f"WANDB_MODE={mode!r} is not a W&B mode (one of {', '.join(map(repr, WANDB_MODES))}); "
+    "unset it or set one"
+  )
 
 
 class WandbSink:
@@ -289,6 +326,9 @@ class WandbSink:
     except ImportError:
       warnings.warn("W&B disabled for this run: wandb is not installed", stacklevel=2)
       return
+    if problem := wandb_mode_problem():  # W&B's own refusal: pydantic's 5 lines
+      warnings.warn(f"W&B disabled for this run: {problem}", stacklevel=2)
+      return
     pathlib.Path(run_dir).mkdir(parents=True, exist_ok=True)
     try:
       self._run = self._init(wandb, mode, run_dir, config)
@@ -301,7 +341,8 @@ class WandbSink:
         except Exception as second:
           err = second
       self._run = None
-      warnings.warn(f"W&B disabled for this run: {type(err).__name__}: {err}", stacklevel=2)
+      first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+      warnings.warn(f"W&B disabled for this run: {type(err).__name__}: {first}", stacklevel=2)
 
   def _init(self, wandb: Any, mode: str, run_dir: str | pathlib.Path, config: dict[str, Any]):
     run = wandb.init(

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Sequence
 
 # Only what parsing needs is imported here (no JAX, tunix or NumPy): `--help` prints at once,
@@ -160,6 +161,7 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
   """`train`, `plan` or `sweep`, each failure one line with its exit code (see `main`)."""
   # JAX and tunix load here, once a job runs: parsing (`--help`) needs neither
   from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError
+  from tunix_ppo_ext._src.run.job import check_jax_precision
   from tunix_ppo_ext._src.tunix.cluster.disk_space import (
     OutOfSpaceError,
     write_failure,
@@ -169,6 +171,7 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
     _freeze_imported_heap()
 
   try:
+    check_jax_precision()  # before anything is made: tunix's sampler fails in 64-bit mode
     if args.command == "plan":
       return _plan_command(args, overrides)
     if args.command == "sweep":
@@ -247,7 +250,9 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
   meshes = job.run_meshes(run)  # device counts are known only now (after joining other hosts)
   for line in describe_meshes(meshes).splitlines():
     print(f"tunix-ppo-ext: {line}", file=sys.stderr)
-  if run.wandb == "online" and not sinks.has_wandb_key():
+  if wandb_off := run.wandb != "disabled" and sinks.wandb_mode_problem():
+    print(f"tunix-ppo-ext: warning: W&B is off for this run: {wandb_off}", file=sys.stderr)
+  elif run.wandb == "online" and not sinks.has_wandb_key():
     print("tunix-ppo-ext: W&B has no API key here: the run is written offline", file=sys.stderr)
   mesh.quiet_cpu_notices()  # tunix's TPU notices, on a CPU-only run
   kept = f"; kept in {cache} for the next run" if cache else ""
@@ -257,7 +262,10 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
     f"(minutes for a real model on a CPU{kept}) while the bar says compiling",
     file=sys.stderr,
   )
-  job.train(resolved, meshes)  # the meshes built once, here
+  with warnings.catch_warnings():
+    if wandb_off:  # said above, before the bar: not again as the sink's warning
+      warnings.filterwarnings("ignore", "W&B disabled for this run: WANDB_MODE=")
+    job.train(resolved, meshes)  # the meshes built once, here
   return 0
 
 
@@ -361,8 +369,15 @@ def console_main() -> None:
   from the one before. Idle thread-pool workers (orbax's executors, never shut down) are
   woken to exit first, as the interpreter's own exit wakes them (`_wake_idle_workers`): the
   grace waited for them in full, 30 s after every failed run.
+
+  A reader that closes the pipe early (`tunix-ppo-ext plugins | head -1`) ends the command
+  quietly with status 1, not a `BrokenPipeError` traceback.
   """
-  code = _main(None, own_process=True)
+  try:
+    code = _main(None, own_process=True)
+  except BrokenPipeError:
+    _quiet_stdout()
+    code = EXIT_FAILED
   if code != 0:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -373,6 +388,14 @@ def console_main() -> None:
     if any(thread.is_alive() for thread in _other_threads()):
       os._exit(code)
   sys.exit(code)
+
+
+def _quiet_stdout() -> None:
+  """Points stdout at the null device: the interpreter's last flush of what could not be
+  written to a closed pipe would raise again (Python's documented recipe for SIGPIPE)."""
+  devnull = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, sys.stdout.fileno())
+  os.close(devnull)
 
 
 def _wake_idle_workers() -> None:

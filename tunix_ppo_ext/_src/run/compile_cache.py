@@ -9,11 +9,13 @@ is compiled again. `train` turns that cache on in `$TUNIX_PPO_EXT_CACHE/xla` (de
 `~/.cache/tunix_ppo_ext/xla`) for every program however fast it compiled, capped at
 `MAX_BYTES` (least recently used entries go first), unless the user chose for JAX: a
 directory of their own (`JAX_COMPILATION_CACHE_DIR`, kept as set, with JAX's own
-settings) or no cache (`JAX_ENABLE_COMPILATION_CACHE=false`).
+settings; one that cannot be made or written turns the cache off, and `train` says it is
+not kept) or no cache (`JAX_ENABLE_COMPILATION_CACHE=false`).
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import jax
@@ -31,13 +33,18 @@ def use_compile_cache() -> tuple[pathlib.Path | None, str]:
   if not jax.config.jax_enable_compilation_cache:
     return None, ""
   if jax.config.jax_compilation_cache_dir:
-    return pathlib.Path(jax.config.jax_compilation_cache_dir), ""
+    own = jax.config.jax_compilation_cache_dir
+    problem = "" if "://" in own else _unusable(pathlib.Path(own))  # gs://...: JAX's to open
+    if problem:  # off, as for the package's own directory: JAX would warn
+      jax.config.update("jax_enable_compilation_cache", False)
+      jax.config.update("jax_compilation_cache_dir", None)
+      return None, f"JAX_COMPILATION_CACHE_DIR={own!r} cannot be used ({problem})"
+    return pathlib.Path(own), ""
   directory = cache_base() / "xla"
-  try:
-    directory.mkdir(parents=True, exist_ok=True)
-  except OSError as err:
+  problem = _unusable(directory)
+  if problem:
     jax.config.update("jax_enable_compilation_cache", False)
-    return None, f"cannot create {directory} ({err.strerror or err})"
+    return None, f"cannot create {directory} ({problem})"
   jax.config.update("jax_compilation_cache_dir", str(directory))
   jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
   # every program: a real model's first step compiles ~180, most under JAX's 1 s default,
@@ -45,3 +52,16 @@ def use_compile_cache() -> tuple[pathlib.Path | None, str]:
   # them all, 21 s to load them all from this cache)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   return directory, ""
+
+
+def _unusable(directory: pathlib.Path) -> str:
+  """Why `directory` cannot hold the cache (it is made if missing); "" when it can."""
+  if directory.exists() and not directory.is_dir():
+    return "not a directory"
+  try:
+    directory.mkdir(parents=True, exist_ok=True)
+  except OSError as err:
+    return str(err.strerror or err)
+  if not os.access(directory, os.W_OK | os.X_OK):
+    return "not writable"
+  return ""

@@ -16,6 +16,7 @@ import pathlib
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,7 @@ from tunix_ppo_ext._src.tunix.cluster.mesh import (
   check_multi_turn_rollout_mesh,
   role_meshes,
 )
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+from tunix_ppo_ext._src.tunix.learner.ppo_learner import AlreadyAtMaxSteps, PpoExtLearner
 from tunix_ppo_ext._src.tunix.models import lora
 from tunix_ppo_ext._src.tunix.models.role_models import build_roles
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
@@ -70,7 +71,7 @@ def build_run(
   Returns:
     `(learner, train_batches, eval_batches, env_max_return)`.
   """
-  resolved = as_resolved(resolved)
+  resolved = as_resolved(resolved, "build_run")
   return _build_run(resolved, output_dir, run_meshes(resolved.run) if meshes is None else meshes)
 
 
@@ -287,7 +288,7 @@ def build_models(resolved: ResolvedRun | RunConfig, mesh: Any = None) -> tuple[A
   Returns:
     `(policy, critic, reference)`.
   """
-  resolved = as_resolved(resolved)
+  resolved = as_resolved(resolved, "build_models")
   return build_roles(resolved.models, len(_tokenizer(resolved)), mesh)
 
 
@@ -332,6 +333,7 @@ def train(resolved: ResolvedRun, meshes: dict | None = None) -> dict[str, Any]:
   something other than a run is refused untouched (`run_dir.check_output_dir`). Other
   processes of a multi-host run write no files and return `{}`.
   """
+  check_jax_precision()
   out = pathlib.Path(resolved.run.output_dir).resolve()  # orbax wants absolute paths
   primary = distributed.is_primary(jax.process_index())
   if primary:
@@ -341,6 +343,17 @@ def train(resolved: ResolvedRun, meshes: dict | None = None) -> dict[str, Any]:
   with lock:
     finished = _finished(out, resolved) if primary else None
     return finished if finished is not None else _train_in(out, resolved, primary, meshes)
+
+
+def check_jax_precision() -> None:
+  """ConfigError unless JAX runs in its default 32-bit mode: with `JAX_ENABLE_X64=1`
+  tunix's sampler fails once the models are built (its cache index is int64 beside int32
+  ones: `dynamic_update_slice`'s TypeError), after the run's directory was made."""
+  if jax.config.jax_enable_x64:
+    raise ConfigError(
+      "JAX_ENABLE_X64 is on (jax_enable_x64=True): tunix's sampler needs JAX's default "
+      "32-bit mode; unset JAX_ENABLE_X64 (or set it to 0) for this command"
+    )
 
 
 def finished_run(resolved: ResolvedRun) -> dict[str, Any] | None:
@@ -420,7 +433,9 @@ def _train_in(
   if primary:
     run_dir.write_parts(out, [*parts, part])
   try:
-    learner.train(train_batches, eval_ds=eval_batches)
+    with warnings.catch_warnings():  # a run killed after its last checkpoint: nothing to do
+      warnings.simplefilter("ignore", AlreadyAtMaxSteps)
+      learner.train(train_batches, eval_ds=eval_batches)
   finally:  # a failed or interrupted part counts too (a killed one: `earlier_parts`)
     part["wall_s"] = round(time.perf_counter() - start, 1)
     if primary:
@@ -445,8 +460,9 @@ def _prepare(out: pathlib.Path, resolved: ResolvedRun) -> list[dict[str, Any]]:
     )
   parts = run_dir.earlier_parts(out, resuming=saved is not None)  # before the truncation
   # before the sink opens the file: rows an interrupted run logged after `saved` go
-  sinks.truncate_jsonl(out / "metrics.jsonl", saved if saved else -1)
-  sinks.truncate_jsonl(out / sample_log.FILENAME, saved if saved else -1)
+  sinks.truncate_jsonl_files(
+    [out / "metrics.jsonl", out / sample_log.FILENAME], saved if saved else -1
+  )
   return parts
 
 

@@ -26,8 +26,6 @@ import typing
 import warnings
 from typing import Any
 
-import yaml
-
 from tunix_ppo_ext._src.checks import (
   ConfigError,
   FieldKeys,
@@ -39,6 +37,7 @@ from tunix_ppo_ext._src.checks import (
 from tunix_ppo_ext._src.config.cluster_spec import ClusterSpec
 from tunix_ppo_ext._src.config.model_spec import ModelSpec
 from tunix_ppo_ext._src.config.rollout_sections import FilterSection, ShapingSection
+from tunix_ppo_ext._src.config.yaml_files import load_yaml
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.envs import base as envs
@@ -412,6 +411,10 @@ def load_resolved(
     ConfigError: naming the key, the value and what is allowed (PluginError: a broken
       plugin).
   """
+  if isinstance(overrides, str | bytes):  # its characters would be taken as overrides
+    raise ConfigError(
+      f"overrides={overrides!r} must be a list of KEY=VALUE strings, e.g. [{overrides!r}]"
+    )
   token = _NEED_FILES.set(need_files)
   try:
     return resolve(_load_run_config(path, overrides))
@@ -429,52 +432,17 @@ _NEED_FILES = contextvars.ContextVar("need_files", default=True)
 def _load_run_config(path: str | None, overrides: typing.Sequence[str]) -> RunConfig:
   file = EMBEDDED_DEFAULT if path is None else pathlib.Path(path)
   if not file.is_file():
-    raise ConfigError(f"--config {path!r}: no such file")
-  data = _load_yaml(file, f"--config {path!r}") or {}
+    what = "a directory, not a YAML file" if file.is_dir() else "no such file"
+    raise ConfigError(f"--config {path!r}: {what}")
+  data = load_yaml(file, f"--config {path!r}") or {}
   if not isinstance(data, dict):
     raise ConfigError(f"--config {path!r}: expected a mapping at the top level")
   for override in overrides:
     key, sep, raw = override.partition("=")
     if not sep or not key:
       raise ConfigError(f"override {override!r} must look like section.key=value")
-    _set_dotted(data, key.split("."), _load_yaml(raw, f"override {override!r}"))
+    _set_dotted(data, key.split("."), load_yaml(raw, f"override {override!r}"))
   return _build(RunConfig, data, prefix="")
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-  """YAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last)."""
-
-  def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-    keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
-    repeated = sorted({str(k) for k in keys if keys.count(k) > 1})
-    if repeated:
-      raise yaml.constructor.ConstructorError(
-        None, None, f"key {repeated[0]!r} given twice", node.start_mark
-      )
-    return super().construct_mapping(node, deep=deep)
-
-
-# YAML 1.1 (PyYAML) reads `1e-8` (no dot) as a string; YAML 1.2 and JSON read a float, and
-# `config.json` writes floats that way, so exponent floats without a dot are floats here too.
-_UniqueKeyLoader.add_implicit_resolver(
-  "tag:yaml.org,2002:float",
-  re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-  list("-+0123456789"),
-)
-
-
-def _load_yaml(source: pathlib.Path | str, where: str) -> Any:
-  """YAML from a file or a string; ValueError naming `where` and the line on bad input."""
-  try:
-    text = source.read_text() if isinstance(source, pathlib.Path) else source
-    return yaml.load(text, Loader=_UniqueKeyLoader)
-  except UnicodeDecodeError as err:
-    raise ConfigError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-  except yaml.YAMLError as err:
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    mark = getattr(err, "problem_mark", None)
-    at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-    raise ConfigError(f"{where}: invalid YAML: {problem}{at}") from None
 
 
 def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
@@ -996,9 +964,17 @@ def _check_attention_rows(run: RunConfig) -> None:
     )
 
 
-def as_resolved(run: ResolvedRun | RunConfig) -> ResolvedRun:
-  """`run` itself when resolved already, else `resolve(run)` (for Python callers)."""
-  return run if isinstance(run, ResolvedRun) else resolve(run)
+def as_resolved(run: ResolvedRun | RunConfig, caller: str = "as_resolved") -> ResolvedRun:
+  """`run` itself when resolved already, else `resolve(run)` (for Python callers); a
+  TypeError naming `caller` for anything else (a config file's path, None)."""
+  if isinstance(run, ResolvedRun):
+    return run
+  if not isinstance(run, RunConfig):
+    raise TypeError(
+      f"{caller}: expected a RunConfig or a ResolvedRun (config.load_run_config(PATH, "
+      f"[KEY=VALUE, ...]) or config.load_resolved), got {type(run).__name__} {run!r:.60}"
+    )
+  return resolve(run)
 
 
 def episode_budget(run: RunConfig) -> int:

@@ -4,7 +4,8 @@
 
 Each `KEY=V1,V2` override (commas outside brackets) makes one variant per value; several
 such keys make their product (a key given twice, a value listed twice, or two variants that
-resolve to the same config are refused). Every variant runs seeds `0 .. N-1` (or the seeds
+resolve to the same config are refused, as is `output_dir=`: the sweep's directory is
+`--output-dir`). Every variant runs seeds `0 .. N-1` (or the seeds
 a `seed=3,4` override lists; `--seeds` is then not used), each a normal
 `tunix-ppo-ext train` in `DIR/<variant>/seed<k>`, a subprocess, so a killed sweep resumes
 where it stopped: a seed whose `summary.json` exists is not run again. Before any seed
@@ -88,8 +89,8 @@ def split_values(raw: str) -> list[str]:
 
 
 def _split_override(override: str, seen: dict[str, str]) -> tuple[str, list[str]]:
-  """`(key, values)` of one override; ValueError for a malformed one, a key given twice or a
-  value listed twice."""
+  """`(key, values)` of one override; ValueError for a malformed one, a key given twice, a
+  value listed twice or `output_dir` (the sweep's `--output-dir`)."""
   key, sep, raw = override.partition("=")
   if not sep or not key:
     raise ConfigError(f"override {override!r} must look like section.key=value[,value...]")
@@ -99,6 +100,11 @@ def _split_override(override: str, seen: dict[str, str]) -> tuple[str, list[str]
       "with every value after one '='"
     )
   seen[key] = override
+  if key == "output_dir":  # each seed's `train` gets its own `--output-dir`
+    raise ConfigError(
+      f"sweep: override {override!r} is not the sweep's directory (each seed trains in "
+      "DIR/<variant>/seed<k>); give it as --output-dir DIR"
+    )
   values = split_values(raw)
   repeated = sorted({v for v in values if values.count(v) > 1})
   if repeated:

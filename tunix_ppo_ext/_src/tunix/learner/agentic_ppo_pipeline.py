@@ -28,10 +28,10 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
 from tunix.cli.utils import data as data_lib
 
 from tunix_ppo_ext._src.checks import ConfigError, did_you_mean
+from tunix_ppo_ext._src.config.yaml_files import load_yaml
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.tunix.compat import cli_hooks
 from tunix_ppo_ext._src.tunix.learner.agentic_ppo import AgenticPpoLearner
@@ -159,10 +159,7 @@ def check_config_file(path: str) -> None:
   if not file.is_file():
     what = "a directory" if file.is_dir() else "no such file"
     raise ConfigError(f"CONFIG {path!r}: {what} (tunix's pipeline YAML)")
-  try:
-    data = yaml.safe_load(file.read_text())
-  except (yaml.YAMLError, UnicodeDecodeError) as err:
-    raise ConfigError(f"CONFIG {path!r}: invalid YAML: {str(err).splitlines()[0]}") from None
+  data = load_yaml(file, f"CONFIG {path!r}")
   if not isinstance(data, dict):
     raise ConfigError(f"CONFIG {path!r}: expected a mapping at the top level")
 

@@ -12,6 +12,8 @@ adjusts a cluster's sampler, qwix and tunix's registry).
 from __future__ import annotations
 
 import functools
+import itertools
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -62,6 +64,13 @@ class TrainExample(ppo_learner.TrainExample):
   # segment where each episode starts; R rows of k batch widths (static: the shape)
   prompt_groups: jax.Array | None = None  # [B, U] one-hot: the distinct prompt each row
   # holds within its micro-batch (`math.shared_prompts`; U static: the shape)
+
+
+_NO_BATCH = object()  # `train`'s marker of a `train_ds` that ends at once
+
+
+class AlreadyAtMaxSteps(UserWarning):
+  """`PpoExtLearner.train` on a learner whose actor is at `max_steps`: nothing trained."""
 
 
 class PpoExtLearner(compat.LearnerHooks):
@@ -154,9 +163,31 @@ class PpoExtLearner(compat.LearnerHooks):
     """tunix's training loop (same signature). The checkpoint tunix's trainers save as they
     close, when the newest one is older (a dataset that ends before `max_steps`), carries the
     global step and the learner's state as the scheduled ones do, so a rerun resumes it
-    exactly (`compat.save_at_close`)."""
+    exactly (`compat.save_at_close`).
+
+    A learner already at `max_steps` (a second call, or a restored finished run) trains
+    nothing and warns: tunix's loop would run one step past it. A `train_ds` without a
+    batch is a ValueError naming it (tunix's loop raised a bare `StopIteration`)."""
+    done = self.rl_cluster.actor_trainer.train_steps
+    max_steps = self.rl_cluster.cluster_config.training_config.max_steps
+    if max_steps is not None and done >= max_steps:
+      warnings.warn(
+        f"PpoExtLearner.train: already at max_steps={max_steps} (the actor trainer's step "
+        f"{done}): nothing to train; raise RLTrainingConfig.max_steps to train further",
+        AlreadyAtMaxSteps,
+        stacklevel=2,
+      )
+      compat.close_without_a_last_save(self.rl_cluster)  # as tunix's loop ends
+      return
+    batches = iter(train_ds)
+    first = next(batches, _NO_BATCH)
+    if first is _NO_BATCH:
+      raise ValueError(
+        f"PpoExtLearner.train: train_ds holds no batch ({type(train_ds).__name__} is "
+        "empty); give an iterable of batches, each a dict with 'prompts'"
+      )
     with compat.save_at_close(self.rl_cluster, self._save_at_close):
-      super().train(train_ds, eval_ds, skip_jit)
+      super().train(itertools.chain([first], batches), eval_ds, skip_jit)
 
   def _save_at_close(self, trainer: Any) -> None:
     nan_guard.save_state(trainer, compat.metadata_after_the_step(self.rl_cluster, trainer))

@@ -1,0 +1,103 @@
+"""Inputs that used to get a cryptic answer (a traceback, Python's error without the file or
+key, a silent oddity) answered in one line naming the culprit, exit 1 or 2."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.run import cli
+from tunix_ppo_ext._src.run.run_config import load_run_config
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_a_yaml_merge_key_is_read_as_pyyaml_reads_it(tmp_path):
+  """`<<: *anchor` (YAML 1.1's merge key, PyYAML's safe loader takes it) was "invalid
+  YAML": the duplicate-key check constructed the `<<` key before the merge. A key of the
+  mapping's own overrides the merged one, as in PyYAML."""
+  file = tmp_path / "run.yaml"
+  file.write_text(
+    "optim:\n  actor: &opt\n    clip_grad_norm: 0.5\n    schedule: linear\n"
+    "  critic:\n    <<: *opt\n    schedule: constant\n"
+  )
+  run = load_run_config(str(file), [])
+  assert (run.optim.critic.clip_grad_norm, run.optim.critic.schedule) == (0.5, "constant")
+  assert run.optim.actor.schedule == "linear"
+
+
+def test_a_key_given_twice_beside_a_merge_key_is_still_refused(tmp_path):
+  file = tmp_path / "run.yaml"
+  file.write_text("a: &a\n  x: 1\nb:\n  <<: *a\n  y: 2\n  y: 3\n")
+  with pytest.raises(ConfigError, match=r"invalid YAML: key 'y' given twice \(line 6"):
+    load_run_config(str(file), [])
+
+
+def test_a_directory_as_config_is_named_a_directory(tmp_path, capsys):
+  """It said "no such file" for a directory that exists."""
+  assert cli.main(["train", "--config", str(tmp_path)]) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip()
+  assert f"--config {str(tmp_path)!r}: a directory, not a YAML file" in err, err
+  assert "\n" not in err
+
+
+@pytest.fixture
+def x64():
+  """JAX's 64-bit mode on, as `JAX_ENABLE_X64=1` turns it on; off again after the test."""
+  import jax
+
+  jax.config.update("jax_enable_x64", True)
+  yield
+  jax.config.update("jax_enable_x64", False)
+
+
+@pytest.mark.parametrize("command", ["train", "plan", "sweep"])
+def test_jax_s_64_bit_mode_is_refused_before_anything_runs(x64, command, tmp_path, capsys):
+  """`JAX_ENABLE_X64=1` failed once the models were built, with tunix's sampler's
+  `dynamic_update_slice` TypeError, having created the run's directory and files."""
+  out = tmp_path / "run"
+  argv = {"train": ["--output-dir", str(out)], "plan": [], "sweep": ["--seeds", "1"]}[command]
+  if command == "sweep":
+    argv += ["--output-dir", str(out)]
+  assert cli.main([command, *argv, "wandb=disabled"]) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("tunix-ppo-ext: error: JAX_ENABLE_X64 is on"), err
+  assert "\n" not in err and not out.exists()
+
+
+def test_a_reader_that_closes_the_pipe_early_gets_no_traceback():
+  """`tunix-ppo-ext plugins | head -1` printed a `BrokenPipeError` traceback (exit 1)."""
+  command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "plugins"]
+  env = {**os.environ, "PYTHONPATH": str(REPO)}
+  with subprocess.Popen(
+    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO
+  ) as process:
+    process.stdout.readline()
+    process.stdout.close()  # as `head -1` does after its line
+    err = process.stderr.read().decode()
+  assert process.returncode == 1
+  assert err == "", err
+
+
+@pytest.mark.parametrize("given", ["configs/smoke.yaml", None, {"train": {"steps": 2}}])
+def test_jobs_given_something_other_than_a_run_config_name_what_they_take(given):
+  """`jobs.train('configs/smoke.yaml')` (a path) or `jobs.train(None)` was
+  `AttributeError: 'str' object has no attribute 'ppo'`."""
+  from tunix_ppo_ext import jobs
+
+  expected = r"a RunConfig or a ResolvedRun \(config.load_run_config\(PATH, \[KEY=VALUE"
+  for call in (jobs.train, jobs.plan):
+    with pytest.raises(TypeError, match=rf"^{call.__name__}: expected {expected}.*got "):
+      call(given)
+
+
+def test_overrides_given_as_one_string_are_refused_naming_them():
+  """`load_run_config(path, 'train.steps=2')` iterated the string's characters: "override
+  't' must look like section.key=value"."""
+  with pytest.raises(ConfigError, match=r"^overrides='train.steps=2' must be a list of"):
+    load_run_config(str(REPO / "configs" / "smoke.yaml"), "train.steps=2")

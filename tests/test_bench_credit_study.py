@@ -1,0 +1,43 @@
+"""`bench/credit_study.py`'s scheduling: which seed of which arm runs next."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import load_bench
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_committed_seeds_rerun_with_rerun_or_bench_rerun(how, tmp_path, monkeypatch):
+  """A fresh clone holds each arm's committed `results.json` and no seed directories: every
+  seed counted as done and `run` trained nothing. With `--rerun` (or `BENCH_RERUN=1`) the
+  committed seeds run again, each once, `real_model.py` told to rerun them too."""
+  bench = load_bench("credit_study")
+  for arm in ("grpo", "ppo"):
+    (tmp_path / arm).mkdir()
+    seeds = {"0": {"trained": {}}, "1": {"trained": {}}}
+    (tmp_path / arm / "results.json").write_text(json.dumps({"seeds": seeds}))
+  commands = []
+
+  def run(command, check, cwd):
+    commands.append(command)
+    out, seed = command[command.index("--out") + 1], command[command.index("--seed-ids") + 1]
+    (tmp_path / out / f"seed{seed}").mkdir(parents=True)
+    (tmp_path / out / f"seed{seed}" / "result.json").write_text("{}")
+
+  monkeypatch.setattr(bench.subprocess, "run", run)
+  monkeypatch.setattr(bench, "available", lambda arm: True)
+  argv = ["credit_study.py", "run", "--seeds", "2", "--arms", "grpo", "ppo"]
+  monkeypatch.setattr("sys.argv", [*argv, "--out", str(tmp_path)])
+  bench.main()  # as committed: nothing runs
+  assert commands == []
+  if how == "option":
+    monkeypatch.setattr("sys.argv", [*argv, "--out", str(tmp_path), "--rerun"])
+  else:
+    monkeypatch.setenv("BENCH_RERUN", "1")
+  bench.main()
+  ran = [(c[c.index("--out") + 1][-4:], c[c.index("--seed-ids") + 1]) for c in commands]
+  assert ran == [("grpo", "0"), ("/ppo", "0"), ("grpo", "1"), ("/ppo", "1")]
+  assert all("--rerun" in command for command in commands)
