@@ -101,3 +101,35 @@ def test_overrides_given_as_one_string_are_refused_naming_them():
   't' must look like section.key=value"."""
   with pytest.raises(ConfigError, match=r"^overrides='train.steps=2' must be a list of"):
     load_run_config(str(REPO / "configs" / "smoke.yaml"), "train.steps=2")
+
+
+@pytest.mark.parametrize(
+  "overrides, named",
+  [
+    (["train.critic_lr=5e-324"], r"'train.critic_lr'=5e-324 is invalid: .* \(in float32: 0.0\)"),
+    (["train.lr=1e-50"], r"'train.lr'=1e-50 is invalid"),
+    (
+      ["seed=18446744073709551616"],
+      r"'seed'=18446744073709551616 is invalid: must be an integer in",
+    ),
+    (
+      ["env.name=guess", "env.kwargs={valid_reward: 1e308}", "model.alphabet=null"],
+      r"valid_reward=1e\+308 is invalid: .* \(in float32: inf\)",
+    ),
+    (
+      ["env.name=guess", "env.kwargs={low: 1000000000000000000000, high: 1000000000000000000010}"],
+      r"low=1000000000000000000000 is invalid: must be an integer in \[0, ",
+    ),
+    (
+      ["ppo.advantage_estimator=gigpo", "ppo.num_generations=2", "ppo.gigpo_step_weight=1e308"],
+      r"ppo.gigpo_step_weight.*\(in float32: inf\)",
+    ),
+  ],
+)
+def test_values_float32_or_int64_cannot_hold_are_refused_naming_the_key(overrides, named):
+  """They were accepted at load and failed later without the key: a learning rate of 0 in
+  float32, a reward of inf, a secret numpy cannot draw, a seed that overflows past the
+  models' build."""
+  with pytest.raises(ConfigError, match=named) as err:
+    load_run_config(str(REPO / "configs" / "smoke.yaml"), overrides)
+  assert "\n" not in str(err.value)

@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import math
 import numbers
+import struct
 from collections.abc import Iterable, Mapping
 
 __all__ = [
@@ -86,27 +87,48 @@ def check_number(
   low_open: bool = False,
   high_open: bool = False,
 ) -> float:
-  """`float(value)` if it is a finite real number (not a bool) inside the interval.
+  """`float(value)` if it is a finite real number (not a bool) inside the interval, in
+  float64 and in float32, the precision training computes in (`5e-324` is 0 there, `1e308`
+  infinite).
 
   Raises:
     ValueError: `"<name>=<value> is invalid: must be a finite number in [low, high]."`
   """
   ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+  single = None
   if ok:
     value_f = float(value)
-    ok = math.isfinite(value_f)
-    ok = ok and (low is None or (value_f > low if low_open else value_f >= low))
-    ok = ok and (high is None or (value_f < high if high_open else value_f <= high))
+    single = as_float32(value_f)
+    ok = all(_inside(v, low, high, low_open, high_open) for v in (value_f, single))
   if not ok:
     allowed = f"a finite number in {interval(low, high, low_open, high_open)}"
-    raise ConfigError(f"{name}={value!r} is invalid: must be {allowed}.")
+    shown = single is not None and math.isfinite(value_f) and single != value_f
+    in_float32 = f" (in float32: {single!r})" if shown else ""
+    raise ConfigError(f"{name}={value!r} is invalid: must be {allowed}{in_float32}.")
   return value_f
 
 
-def check_integer(name: str, value: object, low: int) -> int:
-  """`value` if it is an integer (not a bool) `>= low`; ValueError naming `name` otherwise."""
-  if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-    raise ConfigError(f"{name}={value!r} is invalid: must be an integer >= {low}.")
+def _inside(value: float, low, high, low_open: bool, high_open: bool) -> bool:
+  ok = math.isfinite(value)
+  ok = ok and (low is None or (value > low if low_open else value >= low))
+  return ok and (high is None or (value < high if high_open else value <= high))
+
+
+def as_float32(value: float) -> float:
+  """`value` rounded to float32 (inf beyond its range)."""
+  try:
+    return struct.unpack("f", struct.pack("f", value))[0]
+  except OverflowError:
+    return math.copysign(math.inf, value)
+
+
+def check_integer(name: str, value: object, low: int, high: int | None = None) -> int:
+  """`value` if it is an integer (not a bool) in `[low, high]`; ValueError naming `name`
+  otherwise."""
+  ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low
+  if not ok or (high is not None and value > high):
+    bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+    raise ConfigError(f"{name}={value!r} is invalid: must be an integer {bound}.")
   return int(value)
 
 

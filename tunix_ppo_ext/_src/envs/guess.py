@@ -11,6 +11,7 @@ from tunix_ppo_ext._src.checks import ConfigError, check_integer, check_number
 from tunix_ppo_ext._src.plugins.protocols import StepOutput
 
 _NUMBER = re.compile(r"-?\d+")
+_LARGEST = 2**62  # the largest number of the range: the secret is drawn as an int64
 # the most numbers a range may hold: `max_return` is computed over every count up to it
 # (seconds and hundreds of MB at 10^7)
 MAX_NUMBERS = 10**7
@@ -61,8 +62,9 @@ class GuessEnv:
     consistent_reward: float = 0.0,
     info_gain_reward: float = 0.0,
   ) -> None:
-    self.low = check_integer("low", low, low=0)  # whole numbers
-    self.high = check_integer("high", high, low=self.low + 1)
+    # whole numbers NumPy draws as int64
+    self.low = check_integer("low", low, low=0, high=_LARGEST - 1)
+    self.high = check_integer("high", high, low=self.low + 1, high=_LARGEST)
     if self.high - self.low + 1 > MAX_NUMBERS:
       raise ConfigError(
         f"high={high!r} is invalid with low={self.low}: the range may hold at most "

@@ -784,6 +784,9 @@ def _validate_run(run: RunConfig) -> None:
       raise ConfigError(f"config key 'sinks' ({sink!r}): {err}") from None
 
 
+SEED_MAX = 2**31 - 1  # the run's seeds feed NumPy's and JAX's generators, and `seed + 1`
+
+
 def _validate_numbers(run: RunConfig) -> None:
   """Counts and sizes are positive integers, rates positive and finite."""
   positive = {
@@ -799,7 +802,7 @@ def _validate_numbers(run: RunConfig) -> None:
   }
   for key, value in positive.items():
     check_integer(f"config key {key!r}", value, low=1)
-  check_integer("config key 'seed'", run.seed, low=0)
+  check_integer("config key 'seed'", run.seed, low=0, high=SEED_MAX)
   check_integer("config key 'train.eval_batches'", run.train.eval_batches, low=0)
   check_integer("config key 'train.eval_samples'", run.train.eval_samples, low=0)
   for key in ("lr", "critic_lr"):  # Adam moves each weight by about lr a step: 1 at most
