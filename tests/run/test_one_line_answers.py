@@ -133,3 +133,31 @@ def test_values_float32_or_int64_cannot_hold_are_refused_naming_the_key(override
   with pytest.raises(ConfigError, match=named) as err:
     load_run_config(str(REPO / "configs" / "smoke.yaml"), overrides)
   assert "\n" not in str(err.value)
+
+
+def test_ctrl_c_while_the_job_s_modules_load_is_one_line(monkeypatch, capsys, tmp_path):
+  """Ctrl-C in the seconds JAX and tunix take to load printed an import's traceback (42-48
+  lines); now it is the command's interrupted line, exit 130. The interrupt is raised where
+  the job's modules are read, as a Ctrl-C there raises it."""
+  import types
+
+  class Loading(types.ModuleType):
+    def __getattr__(self, name: str):
+      raise KeyboardInterrupt
+
+  monkeypatch.setitem(sys.modules, "tunix_ppo_ext._src.run.job", Loading("job"))
+  argv = ["train", "--config", str(REPO / "configs" / "smoke.yaml"), "--output-dir", str(tmp_path)]
+  assert cli.main(argv) == 130
+  err = capsys.readouterr().err
+  assert "interrupted" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("key", "value"), [("batch_size", -8), ("lr", float("nan"))])
+def test_resolve_checks_a_config_changed_in_code_as_the_yaml_path_does(key, value):
+  """`resolve` on a `RunConfig` changed in code accepted what loading the YAML refuses."""
+  from tunix_ppo_ext._src.run.run_config import resolve
+
+  run = load_run_config(str(REPO / "configs" / "smoke.yaml"), [])
+  setattr(run.train, key, value)
+  with pytest.raises(ConfigError, match=rf"'train.{key}'="):
+    resolve(run)

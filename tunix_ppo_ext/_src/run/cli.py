@@ -159,13 +159,17 @@ def _main(argv: Sequence[str] | None, own_process: bool) -> int:
 
 def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bool) -> int:
   """`train`, `plan` or `sweep`, each failure one line with its exit code (see `main`)."""
-  # JAX and tunix load here, once a job runs: parsing (`--help`) needs neither
-  from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError
-  from tunix_ppo_ext._src.run.job import check_jax_precision
-  from tunix_ppo_ext._src.tunix.cluster.disk_space import (
-    OutOfSpaceError,
-    write_failure,
-  )
+  # JAX and tunix load here, once a job runs: parsing (`--help`) needs neither. Ctrl-C while
+  # they load (seconds) is the same one line as later, not an import's traceback.
+  try:
+    from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError
+    from tunix_ppo_ext._src.run.job import check_jax_precision
+    from tunix_ppo_ext._src.tunix.cluster.disk_space import OutOfSpaceError, write_failure
+  except KeyboardInterrupt:
+    if args.debug:
+      traceback.print_exc()
+    _error(INTERRUPTED[args.command])
+    return EXIT_INTERRUPTED
 
   if own_process:
     _freeze_imported_heap()

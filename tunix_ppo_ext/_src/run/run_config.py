@@ -841,6 +841,7 @@ def resolve(run: RunConfig) -> ResolvedRun:
     ConfigError: naming the key, the value and what is allowed.
   """
   ppo = run.ppo  # checked as it was read (`ppo_section`)
+  _validate_numbers(run)  # again: a config built or changed in code was never loaded
   num_generations = ppo.num_generations
   batch, validation = _check_sections(run, num_generations)
   shadow_step.check_shadow_estimators(
