@@ -174,3 +174,21 @@ def test_a_non_empty_out_dir_and_a_run_without_checkpoints_are_refused(tmp_path,
   assert not (tmp_path / "new").exists()
   assert cli.main(["export", str(tmp_path / "nothing"), str(tmp_path / "new")]) == 2
   assert "has no config.json" in capsys.readouterr().err
+
+
+def test_sigterm_while_writing_leaves_nothing_and_restores_the_handler(tmp_path):
+  """SIGTERM during the write ended the process and left `OUT.partial-PID/` with a cut
+  `model.safetensors`; now it interrupts the write, which removes the staging directory."""
+  import os
+  import signal
+
+  from tunix_ppo_ext._src.run.export_cmd import _staged
+
+  before = signal.getsignal(signal.SIGTERM)
+  out = tmp_path / "out"
+  with pytest.raises(KeyboardInterrupt), _staged(out) as staging:
+    (staging / "model.safetensors").write_bytes(b"cut short")
+    os.kill(os.getpid(), signal.SIGTERM)
+    pytest.fail("SIGTERM did not interrupt the write")
+  assert not staging.exists() and not out.exists()
+  assert signal.getsignal(signal.SIGTERM) is before

@@ -24,8 +24,11 @@ import contextlib
 import os
 import pathlib
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import job, resume
@@ -118,8 +121,33 @@ def trained_policy(run_dir: pathlib.Path) -> tuple[RunConfig, object, int]:
 @contextlib.contextmanager
 def _staged(out_dir: pathlib.Path) -> Iterator[pathlib.Path]:
   """A sibling directory to write into, renamed onto `out_dir` when the block succeeds and
-  removed when it fails (or is interrupted); an OSError becomes one ValueError naming it."""
+  removed when it fails (or is interrupted: Ctrl-C, or SIGTERM, which raises
+  KeyboardInterrupt here instead of ending the process mid-write); an OSError becomes one
+  ValueError naming it."""
   staging = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
+  with _terminate_interrupts():
+    yield from _staged_steps(out_dir, staging)
+
+
+@contextlib.contextmanager
+def _terminate_interrupts() -> Iterator[None]:
+  """SIGTERM raises KeyboardInterrupt inside the block (main thread only; elsewhere signal
+  handlers cannot be set and SIGTERM keeps its action)."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = signal.signal(signal.SIGTERM, _interrupt)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+  raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _staged_steps(out_dir: pathlib.Path, staging: pathlib.Path) -> Iterator[pathlib.Path]:
   try:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
