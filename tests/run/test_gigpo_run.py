@@ -62,6 +62,7 @@ def test_gigpo_trains_on_every_built_in_environment(tmp_path):
     ("ppo.gigpo_norm_by_std=maybe", r"ppo.gigpo_norm_by_std"),
     ("ppo.advantage_estimator=gipgo", r"did you mean 'gigpo'"),
     ("metrics.shadow_estimators=[gae]", r"'gae' needs a critic's values"),
+    ("ppo.num_generations=1", r"at least 2 with advantage_estimator='gigpo'"),
   ],
 )
 def test_bad_gigpo_keys_are_refused_in_one_line(override, message):
@@ -69,6 +70,11 @@ def test_bad_gigpo_keys_are_refused_in_one_line(override, message):
     gigpo = ["ppo.advantage_estimator=gigpo", "ppo.num_generations=2"]
     load_run_config(str(SMOKE), [*gigpo, override])
   assert "\n" not in str(err.value)
+
+
+def test_a_group_shadow_needs_groups():
+  with pytest.raises(ConfigError, match=r"'rloo' needs ppo.num_generations at least 2"):
+    load_run_config(str(SMOKE), ["ppo.num_generations=1", "metrics.shadow_estimators=[rloo]"])
 
 
 def test_gigpo_needs_groups():

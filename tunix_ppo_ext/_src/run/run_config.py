@@ -844,9 +844,13 @@ def resolve(run: RunConfig) -> ResolvedRun:
   _validate_numbers(run)  # again: a config built or changed in code was never loaded
   num_generations = ppo.num_generations
   batch, validation = _check_sections(run, num_generations)
-  shadow_step.check_shadow_estimators(
-    run.metrics.shadow_estimators, ppo.uses_critic, "config key 'metrics.shadow_estimators'"
-  )
+  shadow_key = "config key 'metrics.shadow_estimators'"
+  for name in shadow_step.check_shadow_estimators(
+    run.metrics.shadow_estimators, ppo.uses_critic, shadow_key
+  ):
+    problem = groups_of_one_problem(name, num_generations)
+    if problem:  # its advantages would be the raw scores
+      raise ConfigError(f"{shadow_key}: {name!r} needs ppo.num_generations {problem}")
   budget = episode_budget(run)
   validate_dapo(run.dapo, budget, num_generations)
   entries = run_env_entries(run, num_generations)
