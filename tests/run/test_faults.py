@@ -311,6 +311,7 @@ def test_what_counts_as_a_run_directory(tmp_path):
   run_dir.check_output_dir(out)
   (out / run_dir.LOCK).write_text("12345")
   (out / ".config.json.tmp").write_text("{")  # a kill before the first rename
+  (out / "train.log").write_text("")  # a shell's `2> OUT/train.log`, made before the run
   run_dir.check_output_dir(out)
   (out / "notes.txt").write_text("mine")
   with pytest.raises(ConfigError, match=r"holds no tunix-ppo-ext run .*it holds notes.txt\)"):
@@ -330,6 +331,7 @@ def test_what_counts_as_a_run_directory(tmp_path):
     "checkpoints",
     "config.json",
     "notes.txt",
+    "train.log",
   ]
 
 

@@ -283,7 +283,9 @@ def check_output_dir(out: pathlib.Path) -> None:
   """Refuses an output directory that holds something other than a run of this package,
   before anything is written (a Hugging Face checkpoint's own `config.json` would be
   replaced, its `metrics.jsonl` emptied). Accepted: a missing or empty directory (a lock
-  file or a write's temporary, `.NAME.tmp`, aside), one with this package's checkpoints
+  file, a write's temporary, `.NAME.tmp`, and `*.log` files aside: a run writes none, and a
+  shell's `2> OUT/train.log` creates one before the command starts), one with this
+  package's checkpoints
   (`checkpoints/actor`: `check_rerun` compares the rerun with them), or one whose
   `config.json` is a run's (`RUN_SECTIONS` as mappings, and `seed`). Reads only; a path
   that cannot be listed is left to `make_output_dir` and the lock.
@@ -295,7 +297,7 @@ def check_output_dir(out: pathlib.Path) -> None:
     names = sorted(entry.name for entry in out.iterdir())
   except OSError:  # missing, a file, unreadable: not this check's to say
     return
-  own = [n for n in names if n != LOCK and not (n.startswith(".") and n.endswith(".tmp"))]
+  own = [n for n in names if n != LOCK and not _leftover(n)]
   if not own or (out / "checkpoints" / "actor").is_dir() or _is_run_config(out / CONFIG):
     return
   listed = ", ".join(own[:4]) + (", ..." if len(own) > 4 else "")
@@ -304,6 +306,11 @@ def check_output_dir(out: pathlib.Path) -> None:
     f"{CONFIG}, no checkpoints; it holds {listed}): nothing was written; train into a new "
     "or empty directory"
   )
+
+
+def _leftover(name: str) -> bool:
+  """A name a run may find in a directory it may still use (`check_output_dir`)."""
+  return (name.startswith(".") and name.endswith(".tmp")) or name.endswith(".log")
 
 
 def _is_run_config(path: pathlib.Path) -> bool:
