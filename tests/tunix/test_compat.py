@@ -4,6 +4,7 @@ versions (tests/tunix/test_sampler_layout.py pins the sampler's state and cache 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import pathlib
 import re
@@ -37,6 +38,9 @@ TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent
 # `futures_thread`: the run's exit wakes idle thread-pool workers as the interpreter does)
 OWN_OBJECTS = {"episode", "batch", "config", "sys", "instance", "loss_fn", "policy_loss_fn"}
 OWN_OBJECTS |= {"futures_thread"}
+# `toy_models.value_model`'s `backbone`: a copy of the policy made there, whose LM head it
+# drops (`del backbone.lm_head`), not the policy itself
+OWN_OBJECTS |= {"backbone"}
 
 
 def test_installed_tunix_is_the_tested_one_and_has_every_pinned_name():
@@ -134,29 +138,197 @@ def test_no_private_tunix_name_outside_compat():
   assert not found, found
 
 
-def test_no_attribute_assignment_on_tunix_objects_outside_compat():
+# What the rule below recognizes as a change to a foreign (tunix, qwix or metrax) object, in
+# a module outside compat:
+# - an assignment, augmented assignment or `del` of an attribute (`X.a = ...`), and a call
+#   of `setattr`, `delattr` or `object.__setattr__` on X, where X is: a name imported from
+#   tunix, qwix or metrax; any name but `self`, `cls` and `OWN_OBJECTS` (so a cluster,
+#   engine, rollout, trainer or sampler passed in is foreign, whatever it is called); or an
+#   attribute chain through one of `FOREIGN_ATTRIBUTES` (`self.rl_cluster.rollout.x = ...`);
+# - any assignment to `__class__` (a class swapped), even on `self`;
+# - a call of a compat function that makes a `PROCESS` or `CLUSTER` patch (`PATCHES`) other
+#   than through `compat.install` / `compat.prepare`, unless on `self` (an instance of this
+#   package's own subclass, e.g. `ContinuingSampler`).
+# It does not follow aliases (`c = self.rl_cluster; c.x = ...` is caught as `c`, a name not
+# own) nor mutation through methods (`d.update(...)`); attributes of `self` in this
+# package's subclasses of tunix classes are the subclass's own state.
+FOREIGN_PACKAGES = ("tunix", "qwix", "metrax")
+FOREIGN_ATTRIBUTES = {
+  "rl_cluster", "rl_engine", "cluster", "engine", "rollout", "actor_trainer",
+  "critic_trainer", "trainer", "sampler", "_sampler", "inference_worker", "transformer",
+}  # fmt: skip
+# compat's own objects: thread-locals, a copy it makes, the closures it returns, the AST
+# nodes `body_hash` parses
+COMPAT_OWN = {"self", "cls", "_CALL", "_CAPTURED", "snapshot", "build", "init_sample_state"}
+COMPAT_OWN |= {"node"}
+
+
+def _foreign_imports(tree: ast.AST) -> set[str]:
+  """Names the module binds to tunix, qwix or metrax modules and objects."""
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names |= {
+        (a.asname or a.name).split(".")[0]
+        for a in node.names
+        if a.name.split(".")[0] in FOREIGN_PACKAGES
+      }
+    elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FOREIGN_PACKAGES:
+      names |= {a.asname or a.name for a in node.names}
+  return names
+
+
+def _changed_objects(node: ast.AST) -> list[tuple[ast.AST, str]]:
+  """`(object, attribute)` whose attribute `node` assigns, deletes or sets (`setattr`)."""
+  targets = []
+  if isinstance(node, ast.Assign | ast.Delete):
+    targets = node.targets
+  elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+    targets = [node.target]
+  elif isinstance(node, ast.Call) and node.args:
+    func = ast.unparse(node.func)
+    if func in ("setattr", "delattr"):
+      return [(node.args[0], "?")]
+    if func == "object.__setattr__":
+      return [(node.args[0], "?")]
   found = []
+  for target in targets:
+    for part in ast.walk(target):  # tuple targets: `a.x, b.y = ...`
+      if isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store | ast.Del):
+        found.append((part.value, part.attr))
+  return found
+
+
+def _is_foreign(obj: ast.AST, attr: str, own: set[str], imported: set[str]) -> bool:
+  """Whether setting `obj.attr` changes a foreign object (the rule's comment above)."""
+  if attr == "__class__":
+    return True
+  chain = []
+  while isinstance(obj, ast.Attribute):
+    chain.append(obj.attr)
+    obj = obj.value
+  base = obj.id if isinstance(obj, ast.Name) else None
+  if base in imported or any(name in FOREIGN_ATTRIBUTES for name in chain):
+    return True
+  return base not in own
+
+
+def _cluster_patch_functions() -> set[str]:
+  """Names of the compat functions that make a `PROCESS` or `CLUSTER` patch."""
+  scopes = (compat.patches.PROCESS, compat.patches.CLUSTER)
+  return {
+    function.split(".")[-1]
+    for patch in compat.PATCHES.values()
+    if patch.scope in scopes
+    for function in patch.functions
+  }
+
+
+def _foreign_changes(source: str, own: set[str], calls: set[str] = frozenset()) -> list[str]:
+  """`line: what` for each change to a foreign object in `source` (the rule above), and each
+  call of one of `calls` (patch functions) on anything but `self`."""
+  tree = ast.parse(source)
+  imported, found = _foreign_imports(tree), []
+  for node in ast.walk(tree):
+    for obj, attr in _changed_objects(node):
+      if _is_foreign(obj, attr, own, imported):
+        found.append(f"{node.lineno}: {ast.unparse(obj)}.{attr}")
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
+      name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+      on_self = bool(node.args) and ast.unparse(node.args[0]) == "self"
+      if name in calls and not on_self:
+        found.append(f"{node.lineno}: {ast.unparse(node.func)}(...) outside install/prepare")
+  return found
+
+
+def test_no_change_to_a_tunix_qwix_or_metrax_object_outside_compat():
+  """Every change to a foreign object is a compat `PATCHES` entry: nothing outside compat
+  assigns to one, swaps a class, or applies a process or cluster patch itself."""
+  calls, found = _cluster_patch_functions(), []
   for path in PACKAGE.rglob("*.py"):
-    if path.is_relative_to(COMPAT):
-      continue
-    for node in ast.walk(ast.parse(path.read_text())):
-      targets = []
-      if isinstance(node, ast.Assign):
-        targets = node.targets
-      elif isinstance(node, ast.AugAssign | ast.AnnAssign):
-        targets = [node.target]
-      elif isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("setattr", "delattr"):
-        targets = [ast.Attribute(value=node.args[0], attr="?")]
-      for target in targets:
-        if not isinstance(target, ast.Attribute):
-          continue
-        base = target.value
-        while isinstance(base, ast.Attribute):
-          base = base.value
-        name = getattr(base, "id", None)
-        if name not in {"self", "cls"} | OWN_OBJECTS:
-          found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(target)}")
+    if not path.is_relative_to(COMPAT):
+      lines = _foreign_changes(path.read_text(), {"self", "cls"} | OWN_OBJECTS, calls)
+      found += [f"{path.relative_to(PACKAGE)}:{line}" for line in lines]
   assert not found, found
+
+
+@pytest.mark.parametrize(
+  ("source", "flagged"),
+  [
+    ("cluster.rollout.generate = f", True),  # an instance passed in
+    ("self.rl_cluster.actor_trainer._pbar = bar", True),  # through a foreign attribute
+    ("from qwix._src.providers import lora\nlora._compute_lora_delta = f", True),
+    ("from tunix.rl import rl_cluster\nrl_cluster.RLCluster.x = 1", True),  # a class
+    ("setattr(trainer, '_pbar', bar)", True),
+    ("object.__setattr__(engine, 'x', 1)", True),
+    ("self.__class__ = Other", True),  # a class swapped, even on self
+    ("compat.silence_progress_bar(trainer)", True),  # a cluster patch, not via prepare
+    ("compat.adjust_sampler(self.rl_cluster)", True),
+    ("compat.prepare(cluster, quiet_trainers=True)", False),
+    ("compat.sample_without_training_options(self)", False),  # our own subclass instance
+    ("self.state = s; self.value_head.w = w", False),  # this package's own objects
+    ("config.kl_coef = 0.1", False),  # an own name (`OWN_OBJECTS`)
+  ],
+)
+def test_the_rule_recognizes_changes_to_foreign_objects(source, flagged):
+  found = _foreign_changes(source, {"self", "cls"} | OWN_OBJECTS, _cluster_patch_functions())
+  assert bool(found) == flagged, found
+
+
+def _functions_changing_foreign_objects(path: pathlib.Path) -> set[str]:
+  """`module.function` of each top-level function (or class method, `module.Class.method`)
+  of a compat module that changes a foreign object (nested functions count for the
+  function that defines them)."""
+  tree = ast.parse(path.read_text())
+  imported, found = _foreign_imports(tree), set()
+  tops = [(n.name, n) for n in tree.body if isinstance(n, ast.FunctionDef)]
+  for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+    tops += [(f"{cls.name}.{n.name}", n) for n in cls.body if isinstance(n, ast.FunctionDef)]
+  for name, function in tops:
+    for node in ast.walk(function):
+      if any(_is_foreign(o, a, COMPAT_OWN, imported) for o, a in _changed_objects(node)):
+        found.add(f"{path.stem}.{name}")
+  return found
+
+
+def test_every_change_to_a_foreign_object_in_compat_is_in_the_patch_table():
+  """Each compat function that assigns to a foreign object (or swaps its class) is one of
+  the functions a `PATCHES` entry names; each entry names real functions, a known scope,
+  a reason and a pin whose test files exist."""
+  listed = {f for patch in compat.PATCHES.values() for f in patch.functions}
+  changing = set().union(*map(_functions_changing_foreign_objects, COMPAT.glob("*.py")))
+  assert changing - listed == set()
+  for name, patch in compat.PATCHES.items():
+    assert patch.scope in compat.patches.SCOPES and patch.reason and patch.target, name
+    for function in patch.functions:
+      module, _, attribute = function.partition(".")
+      part = importlib.import_module(f"tunix_ppo_ext._src.tunix.compat.{module}")
+      assert callable(getattr(part, attribute, None)), (name, function)
+    for test_file in re.findall(r"tests/[\w/]+\.py", patch.pin):
+      assert (PACKAGE.parent / test_file).is_file(), (name, test_file)
+
+
+def test_copied_and_skipped_tunix_bodies_are_the_pinned_ones():
+  """`SOURCE_PINS`: every tunix (and qwix) body compat copies or skips has the source hash
+  pinned for the installed tunix (both lanes: 0.1.7 and main)."""
+  assert compat.tunix_version() in compat.TESTED_TUNIX
+  assert compat.changed_bodies() == []
+  assert all(set(pin.hashes) == set(compat.TESTED_TUNIX) for pin in compat.SOURCE_PINS.values())
+
+
+def test_a_changed_body_fails_its_pin_naming_what_to_re_read(monkeypatch):
+  path = "tunix.rl.rl_learner.RLLearner._process_accumulated_batches"
+  pin = compat.SOURCE_PINS[path]
+  version = compat.tunix_version()
+  monkeypatch.setitem(pin.hashes, version, "0" * 16)
+  [line] = compat.changed_bodies()
+  assert line.startswith(f"{path} changed on google-tunix {version}")
+  assert "re-read compat/learner_hooks.py: LearnerHooks._process_accumulated_batches" in line
+  # formatting, comments and docstrings are not a change; a changed statement is
+  compact = "def f(x):\n  return x + 1\n"
+  spaced = 'def f(x):\n    """Doc."""\n    # a comment\n    return (\n      x  # same\n      + 1)\n'
+  assert compat.source_hash(spaced) == compat.source_hash(compact)
+  assert compat.source_hash(compact) != compat.source_hash(compact.replace("1", "2"))
 
 
 def test_qwen2_rope_tables_are_the_rotary_sinusoids():
