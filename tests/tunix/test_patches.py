@@ -1,7 +1,8 @@
-"""`compat.install` is the one place that changes tunix or qwix: importing the package and
-building a learner on a cluster built by hand leave them as they were (in a fresh process,
-against tunix and qwix as they load), the learner adjusting only its own cluster's sampler;
-`install` changes them, once (idempotent)."""
+"""`compat.install` and `compat.prepare` apply the patch table (`compat.PATCHES`): importing
+the package and building a learner on a cluster built by hand leave tunix and qwix as they
+were (in a fresh process, against tunix and qwix as they load), the learner preparing only
+its own cluster (its sampler); `prepare` changes that cluster's objects alone; `install`
+changes qwix and tunix's registry, once (idempotent)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ SCRIPT = textwrap.dedent(
   built = snapshot(sampler)
   assert built[:2] == before[:2], "building a learner changed tunix or qwix"
   assert built[2] is not before[2], "the learner left its cluster's sampler as tunix built it"
+
+  assert cluster.actor_trainer._pbar is None, "a learner silenced tunix's progress bar"
+  compat.prepare(cluster, quiet_trainers=True)
+  assert snapshot(sampler) == built, "prepare() changed more than its cluster's trainers"
+  assert isinstance(cluster.actor_trainer._pbar, compat.SilentProgressBar)
 
   tunix_ppo_ext.install(cluster)
   installed = snapshot(sampler)
