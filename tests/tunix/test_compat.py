@@ -324,6 +324,12 @@ def test_a_changed_body_fails_its_pin_naming_what_to_re_read(monkeypatch):
   [line] = compat.changed_bodies()
   assert line.startswith(f"{path} changed on google-tunix {version}")
   assert "re-read compat/learner_hooks.py: LearnerHooks._process_accumulated_batches" in line
+  # an untested tunix whose body is no tested version's: named in `check_tunix`'s warning
+  for tested in compat.TESTED_TUNIX:
+    monkeypatch.setitem(pin.hashes, tested, "0" * 16)
+  monkeypatch.setattr(tunix_versions, "tunix_version", lambda: "9.9.9")
+  with pytest.warns(UserWarning, match=r"9\.9\.9 .*changed: .*_process_accumulated_batches"):
+    compat.check_tunix()
   # formatting, comments and docstrings are not a change; a changed statement is
   compact = "def f(x):\n  return x + 1\n"
   spaced = 'def f(x):\n    """Doc."""\n    # a comment\n    return (\n      x  # same\n      + 1)\n'
