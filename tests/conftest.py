@@ -39,14 +39,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests import compile_settings
-from tests.import_graph import reaches_tunix
+from tests.helpers import compile_settings
+from tests.helpers.import_graph import reaches_tunix
 
 if TYPE_CHECKING:
   from flax import nnx
 
 # How the suite compiles (the persistent cache, XLA:CPU's flags): set before jax is imported,
-# inherited by every subprocess the tests start (tests/compile_settings.py)
+# inherited by every subprocess the tests start (tests/helpers/compile_settings.py)
 os.environ.update(compile_settings.settings(os.environ))
 JAX_CACHE = compile_settings.JAX_CACHE
 
@@ -578,7 +578,7 @@ DURATIONS = pathlib.Path(__file__).with_name("durations.json")
 
 def pytest_collection_modifyitems(config, items):
   """The fast lane (`pytest -m fast`): every test whose file never reaches tunix, neither
-  directly nor through this package or the tunix helpers above (`tests/import_graph.py`).
+  directly nor through this package or the tunix helpers above (`tests/helpers/import_graph.py`).
   The test files run longest first by their tests' seconds in `DURATIONS`, each file's
   tests together in their collected order. With `--shuffle-seed N` the tests run in an
   order shuffled with `N` instead (reproducible)."""

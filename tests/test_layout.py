@@ -10,7 +10,7 @@ import tomllib
 
 import pytest
 
-from tests.import_graph import PACKAGE, imports, imports_tunix, module_name
+from tests.helpers.import_graph import PACKAGE, imports, imports_tunix, module_name
 from tunix_ppo_ext._src import LAYERS, TUNIX_PARTS
 
 REPO = PACKAGE.parent

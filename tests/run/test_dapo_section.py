@@ -1,6 +1,6 @@
 """The run config's `dapo` section: each key's error, the agent-token budget, and the source
 wrapper (penalty and rounds on training batches, evaluation untouched). The CLI run with
-both pieces on is `tests/tunix/test_verl_loss_fns.py`
+both pieces on is `tests/tunix/learner/test_verl_loss_fns.py`
 (`test_cli_trains_with_the_registered_losses`).
 """
 

@@ -158,8 +158,8 @@ def test_the_guard_names_the_step_every_role_finished_after_the_run_is_stopped(t
 def test_a_full_disk_under_the_gguf_cache_is_blamed_on_the_cache(small_disk, monkeypatch):
   pytest.importorskip("gguf")
   pytest.importorskip("torch")
-  from tests.tunix.gguf_fixtures import write_gguf
-  from tests.tunix.test_gguf import _tiny_llama
+  from tests.helpers.gguf_fixtures import write_gguf
+  from tests.tunix.models.test_gguf import _tiny_llama
   from tunix_ppo_ext._src.data import gguf_files
 
   monkeypatch.setenv(gguf_files.ENV_CACHE, str(small_disk / "cache"))

@@ -14,7 +14,7 @@ from flax import nnx
 from safetensors.numpy import load_file
 
 from tests.conftest import SMOKE, save_hf_tokenizer, train_in_process
-from tests.tunix.hf_fixtures import FAMILIES, hf_logits, write_checkpoint
+from tests.helpers.hf_fixtures import FAMILIES, hf_logits, write_checkpoint
 from tunix_ppo_ext._src.run import cli, job
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.models import hf_export, hf_models, lora, toy_models

@@ -490,7 +490,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path, capsy
 
 def _checkpoint_config(directory: pathlib.Path, family: str, **keys: object) -> pathlib.Path:
   """A tiny `family` checkpoint's `config.json` (no weights: plan needs none), plus `keys`."""
-  from tests.tunix.hf_fixtures import write_config_only
+  from tests.helpers.hf_fixtures import write_config_only
 
   write_config_only(directory, family)
   hf = {**json.loads((directory / "config.json").read_text()), **keys}

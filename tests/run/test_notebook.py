@@ -30,8 +30,8 @@ def _own_checkpoint(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path
   """`(checkpoint, tokenizer)`: a tiny random Qwen2 whose vocabulary is exactly a ChatML
   character tokenizer's (in its own directory, as `test_chat` explains)."""
   pytest.importorskip("torch")
-  from tests.tunix.hf_fixtures import write_checkpoint
-  from tests.tunix.test_chat import STYLES, save_chat_tokenizer
+  from tests.helpers.hf_fixtures import write_checkpoint
+  from tests.data.test_chat import STYLES, save_chat_tokenizer
 
   tokenizer = save_chat_tokenizer(directory / "tokenizer", STYLES["chatml"], alphabet=CHAT_ALPHABET)
   checkpoint = write_checkpoint(

@@ -21,7 +21,7 @@ with the reason for each private name it uses and its own pins (`PINNED`,
   tunix main that `AgenticPpoLearner` needs.
 - `cli_hooks`: tunix main's command-line PPO pipeline (`tunix.cli.ppo_main`), for
   `tunix-ppo-ext tunix-agentic`; imported by that command alone (tunix 0.1.7 has no such
-  pipeline), its pins checked on tunix main (`tests/tunix/test_compat.py`).
+  pipeline), its pins checked on tunix main (`tests/tunix/compat/test_compat.py`).
 - `patches`: `install(rl_cluster=None, entries=())`, the one function that changes tunix
   or qwix process-wide (qwix's LoRA product, names in tunix's `function_registry`) and a
   given cluster's sampler, explicitly and idempotently; importing this package changes

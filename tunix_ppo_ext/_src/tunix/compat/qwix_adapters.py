@@ -11,7 +11,7 @@ to qwix's own. It also wraps `LoraProvider.einsum` and `.dot_general` (public me
 private module) so an adapted projection returns its inputs' dtype when both share one: qwix
 adds `x A B` to the base's output, and float32 adapters on a bfloat16 base (`model.dtype`)
 would promote every adapted projection to float32, which tunix's KV-cache update refuses.
-Pinned by tests/tunix/test_lora.py (qwix is not tunix: `check_tunix` does not look at it).
+Pinned by tests/tunix/models/test_lora.py (qwix is not tunix: `check_tunix` does not look at it).
 """
 
 from __future__ import annotations

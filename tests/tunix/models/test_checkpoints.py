@@ -13,7 +13,7 @@ from tunix_ppo_ext._src.run import cli, job
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.models import qwen3_safetensors as checkpoints
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[3] / "configs"
 
 
 def params(model):

@@ -21,8 +21,8 @@ from flax import nnx
 from tunix.rl import utils as rl_utils
 
 from tests.conftest import SMOKE, toy_policy
-from tests.tunix.test_fused_head import assert_trees_close, family_model
-from tests.tunix.test_learner import PROMPT_LEN, setup
+from tests.tunix.learner.test_fused_head import assert_trees_close, family_model
+from tests.tunix.learner.test_learner import PROMPT_LEN, setup
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch

@@ -30,8 +30,8 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.rollout import base_rollout
 
 from tests.conftest import SMOKE, toy_policy
-from tests.tunix.hf_fixtures import hf_config
-from tests.tunix.parity_run import stock_cluster
+from tests.helpers.hf_fixtures import hf_config
+from tests.helpers.parity_run import stock_cluster
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.plugins import registry

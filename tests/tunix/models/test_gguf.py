@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.tunix.gguf_fixtures import CHATML, llama_cpp_permute, write_gguf
-from tests.tunix.hf_fixtures import hf_config
+from tests.helpers.gguf_fixtures import CHATML, llama_cpp_permute, write_gguf
+from tests.helpers.hf_fixtures import hf_config
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config, tokenizer_directory
@@ -380,7 +380,7 @@ def test_smollm2_tokenizer_ids_match_transformers_and_the_file(smollm2):
 
 @needs_smollm2
 def test_smollm2_chat_episodes_are_token_exact_with_agent_tokens_trained(smollm2):
-  from tests.tunix.test_chat import _play
+  from tests.data.test_chat import _play
 
   _, _, tokenizer = smollm2
   chat = ChatFormat(tokenizer)
@@ -407,7 +407,7 @@ def test_smollm2_two_lora_ppo_steps_then_export_loads_in_transformers(smollm2, t
   import json
 
   from tests.conftest import train_in_process
-  from tests.tunix.hf_fixtures import hf_logits
+  from tests.helpers.hf_fixtures import hf_logits
   from tunix_ppo_ext._src.run import cli
   from tunix_ppo_ext.metrics import read_jsonl
 

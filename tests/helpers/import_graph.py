@@ -7,7 +7,7 @@ import ast
 import functools
 import pathlib
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "tunix_ppo_ext"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tunix_ppo_ext"
 # helpers of tests/conftest.py that need no tunix (the fast lane may import these)
 NUMPY_HELPERS = frozenset({"flush_subnormals", "make_prompts", "target_char_reward"})
 

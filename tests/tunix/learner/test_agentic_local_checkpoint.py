@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.tunix import hf_fixtures
-from tests.tunix.test_agentic_ppo_launch import REPO, launch_config, needs_main, needs_smollm2
+from tests.helpers import hf_fixtures
+from tests.tunix.learner.test_agentic_ppo_launch import REPO, launch_config, needs_main, needs_smollm2
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
 ROLE_KEYS = (

@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from tests.conftest import toy_policy
-from tests.tunix.hf_fixtures import hf_config
+from tests.helpers.hf_fixtures import hf_config
 from tunix_ppo_ext._src.tunix.models import hf_models, lora, role_models, toy_models
 
 SPEC = lora.LoraSpec(rank=3, alpha=5.0, target_modules=".*")

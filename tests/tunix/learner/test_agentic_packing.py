@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tunix.rl import utils as rl_utils
 
-from tests.tunix.test_agentic_ppo import (
+from tests.tunix.learner.test_agentic_ppo import (
   EPISODES,
   MAIN,
   CountTheAs,

@@ -27,7 +27,7 @@ from tunix_ppo_ext._src.tunix.cluster import cluster_setup as cluster
 from tunix_ppo_ext._src.tunix.cluster import mesh
 from tunix_ppo_ext._src.tunix.models import toy_models
 
-SMOKE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
+SMOKE = pathlib.Path(__file__).resolve().parents[3] / "configs" / "smoke.yaml"
 # Both runs alike: tp=2 needs an even vocabulary (15 characters + 3 special ids) and an
 # even number of KV heads; GAE without whitening makes the policy loss depend on the critic
 # and nonzero at once (whitened advantages average to 0 at ratio 1).

@@ -1,5 +1,5 @@
 """`tunix/compat/` is the one seam to tunix's private names, pinned to the tested tunix
-versions (tests/tunix/test_sampler_layout.py pins the sampler's state and cache layout)."""
+versions (tests/tunix/compat/test_sampler_layout.py pins the sampler's state and cache layout)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tunix_ppo_ext._src.tunix.compat import tunix_versions
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tunix_ppo_ext"
+PACKAGE = pathlib.Path(__file__).resolve().parents[3] / "tunix_ppo_ext"
 COMPAT = PACKAGE / "_src" / "tunix" / "compat"
 TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent
 # Non-self objects our own code may set attributes on (our dataclasses and functions, and

@@ -23,7 +23,7 @@ SIZES = dict(
   num_key_value_heads=2,
   max_position_embeddings=64,
 )
-# tunix's own theta for Qwen3 and Llama 3 (tests/tunix/test_rope.py covers the others)
+# tunix's own theta for Qwen3 and Llama 3 (tests/tunix/models/test_rope.py covers the others)
 TUNIX_ROPE = {"rope_type": "default", "rope_theta": 1e6}
 FAMILIES = ("qwen2", "qwen3", "llama", "gemma3")
 

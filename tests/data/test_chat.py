@@ -246,7 +246,7 @@ def test_chat_template_config_is_checked_by_key(tmp_path):
 
 def test_ppo_steps_train_a_chatml_checkpoint_with_zero_mismatches(tmp_path):
   pytest.importorskip("torch")
-  from tests.tunix.hf_fixtures import write_checkpoint
+  from tests.helpers.hf_fixtures import write_checkpoint
 
   # a vocabulary of exactly the tokenizer's ids: an id the tokenizer cannot decode (a padded
   # vocabulary's) has no text, so its episode could never equal the template's

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.tunix.hf_fixtures import hf_config, hf_logits, write_checkpoint
+from tests.helpers.hf_fixtures import hf_config, hf_logits, write_checkpoint
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 

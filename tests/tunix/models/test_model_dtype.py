@@ -17,8 +17,8 @@ from flax import nnx
 from safetensors.numpy import load_file
 
 from tests.conftest import SMOKE, save_hf_tokenizer, train_in_process
-from tests.tunix.gguf_fixtures import write_gguf
-from tests.tunix.hf_fixtures import hf_config, hf_logits, write_checkpoint
+from tests.helpers.gguf_fixtures import write_gguf
+from tests.helpers.hf_fixtures import hf_config, hf_logits, write_checkpoint
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.run import cli, job, plan

@@ -18,9 +18,9 @@ import pytest
 from flax import nnx
 from tunix.rl.rl_cluster import Role
 
-from tests.tunix.test_fused_head import assert_trees_close, family_model
-from tests.tunix.test_learner import setup
-from tests.tunix.test_packed_passes import assert_layout_gives_the_padded_pass
+from tests.tunix.learner.test_fused_head import assert_trees_close, family_model
+from tests.tunix.learner.test_learner import setup
+from tests.tunix.learner.test_packed_passes import assert_layout_gives_the_padded_pass
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.ops.shared_prompts import plan_shared_prompts
 from tunix_ppo_ext._src.tunix import compat

@@ -2,7 +2,7 @@
 
 They are environment variables, set before JAX is imported (it reads them once): by
 `tests/conftest.py` for the test processes and the subprocesses they start, and by
-`.ci/run` for tunix's own tests run with our classes (`python -m tests.compile_settings`
+`.ci/run` for tunix's own tests run with our classes (`python -m tests.helpers.compile_settings`
 prints them as shell `export` lines). A value the caller already set wins.
 
 - **One persistent compilation cache** (`JAX_CACHE`) for both xdist workers, every
@@ -31,7 +31,7 @@ import pathlib
 import shlex
 from collections.abc import Mapping
 
-JAX_CACHE = pathlib.Path(__file__).resolve().parents[1] / "build" / "jax-test-cache"
+JAX_CACHE = pathlib.Path(__file__).resolve().parents[2] / "build" / "jax-test-cache"
 XLA_FLAGS = {
   "xla_backend_optimization_level": "0",
   "xla_cpu_use_fusion_emitters": "false",

@@ -14,7 +14,7 @@ from flax import nnx
 from tunix.generate import sampler as sampler_lib
 from tunix.tests import test_common as tc
 
-from tests.tunix.test_tunix_contract import make_cluster
+from tests.tunix.learner.test_tunix_contract import make_cluster
 from tunix_ppo_ext._src.tunix import compat
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)

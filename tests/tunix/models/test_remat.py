@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.tunix.hf_fixtures import hf_config
-from tests.tunix.test_fused_head import example
+from tests.helpers.hf_fixtures import hf_config
+from tests.tunix.learner.test_fused_head import example
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import job, plan, run_dir
 from tunix_ppo_ext._src.run.run_config import config_dict, load_resolved

@@ -17,7 +17,7 @@ import pytest
 from flax import nnx
 from tunix.generate import sampler as sampler_lib
 
-from tests.tunix.hf_fixtures import hf_config
+from tests.helpers.hf_fixtures import hf_config
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.models import hf_models
@@ -25,7 +25,7 @@ from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import CONTINUABLE
 
 pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tunix_ppo_ext"
+PACKAGE = pathlib.Path(__file__).resolve().parents[3] / "tunix_ppo_ext"
 COMPAT = PACKAGE / "_src" / "tunix" / "compat"
 PAD, EOS = 0, 2
 ROWS, WIDTH, SLOTS, TOKENS = 3, 4, 12, 5

@@ -270,7 +270,7 @@ def test_a_tiny_model_trains_multi_turn_episodes_with_a_critic():
 def guide_keys() -> set[str]:
   """Every key of docs/guides/metrics.md's table (`{stats}` expanded; a row of several
   names, e.g. `rollout/is_mean`, `is_max`, ..., gives each its section)."""
-  text = (pathlib.Path(__file__).parents[2] / "docs/guides/metrics.md").read_text()
+  text = (pathlib.Path(__file__).parents[3] / "docs/guides/metrics.md").read_text()
   table = text.split("| key | meaning |")[1].split("\n\n")[0]
   found = set()
   for line in table.splitlines():

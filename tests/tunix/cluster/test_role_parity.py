@@ -22,11 +22,11 @@ import pytest
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.rollout import base_rollout
 
-from tests.tunix.parity_run import stock_cluster
+from tests.helpers.parity_run import stock_cluster
 from tunix_ppo_ext._src.tunix.cluster.mesh import make_mesh
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
 
-SCRIPT = pathlib.Path(__file__).with_name("parity_run.py")
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "helpers" / "parity_run.py"
 
 
 @functools.cache
