@@ -13,6 +13,8 @@ import pytest
 from tests.helpers.import_graph import PACKAGE, imports, imports_tunix, module_name
 from tunix_ppo_ext._src import LAYERS, TUNIX_PARTS
 
+pytestmark = pytest.mark.fast
+
 REPO = PACKAGE.parent
 
 SRC = PACKAGE / "_src"

@@ -4,108 +4,21 @@ whole conversation, the masks token by token, the refusals and a short training 
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 
 import numpy as np
 import pytest
 import yaml
-from tunix.generate.tokenizer_adapter import TokenizerAdapter
-from tunix.rl.rollout import base_rollout
 
-from tests.conftest import SMOKE
+from tests.helpers.chat import MAX_TURN_TOKENS, STYLES, Style, play_chat, save_chat_tokenizer
+from tests.helpers.runs import SMOKE
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.envs.base import make_env
 from tunix_ppo_ext._src.run import job
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.rollout import multi_turn as rollout_lib
 
-ALPHABET = "abcdefghijklmnopqrstuvwxyz!?. \n"
-MAX_TURN_TOKENS = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class Style:
-  """A chat template and, written independently in Python, the text it should produce."""
-
-  specials: tuple[str, ...]
-  eos: str
-  bos: str | None
-  template: str
-  start: str  # before the first message
-  sep: str  # after a message's end-of-turn token
-  names: dict[str, str]
-
-  def head(self, role: str) -> str:
-    return {
-      "<|im_end|>": f"<|im_start|>{self.names.get(role, role)}\n",
-      "<|eot_id|>": f"<|start_header_id|>{role}<|end_header_id|>\n\n",
-      "<end_of_turn>": f"<start_of_turn>{self.names.get(role, role)}\n",
-    }[self.eos]
-
-
-STYLES = {
-  "chatml": Style(
-    specials=("<|im_start|>", "<|im_end|>"),
-    eos="<|im_end|>",
-    bos=None,
-    template=(
-      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    ),
-    start="",
-    sep="\n",
-    names={},
-  ),
-  "llama3": Style(
-    specials=("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
-    eos="<|eot_id|>",
-    bos="<|begin_of_text|>",
-    template=(
-      "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>"
-      "\n\n{{ m.content | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
-      "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
-    ),
-    start="<|begin_of_text|>",
-    sep="",
-    names={},
-  ),
-  "gemma": Style(
-    specials=("<bos>", "<start_of_turn>", "<end_of_turn>"),
-    eos="<end_of_turn>",
-    bos="<bos>",
-    template=(
-      "{{ bos_token }}{% for m in messages %}{% set role = 'model' if m.role == 'assistant' "
-      "else m.role %}<start_of_turn>{{ role }}\n{{ m.content | trim }}<end_of_turn>\n"
-      "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
-    ),
-    start="<bos>",
-    sep="\n",
-    names={"assistant": "model"},
-  ),
-}
-
-
-def save_chat_tokenizer(
-  directory: pathlib.Path, style: Style, eos: str | None = None, alphabet: str = ALPHABET
-):
-  """A character-level `transformers` tokenizer with `style`'s special tokens and template."""
-  from tokenizers import Tokenizer, decoders, pre_tokenizers
-  from tokenizers import models as tok_models
-  from transformers import PreTrainedTokenizerFast
-
-  names = ["<pad>", *style.specials, *alphabet]
-  tokenizer = Tokenizer(tok_models.WordLevel({n: i for i, n in enumerate(names)}, "<pad>"))
-  tokenizer.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-  tokenizer.decoder = decoders.Fuse()
-  tokenizer.add_special_tokens(["<pad>", *style.specials])
-  specials = {"bos_token": style.bos} if style.bos else {}
-  fast = PreTrainedTokenizerFast(
-    tokenizer_object=tokenizer, eos_token=eos or style.eos, pad_token="<pad>", **specials
-  )
-  fast.chat_template = style.template
-  fast.save_pretrained(directory)
-  return fast
+pytestmark = pytest.mark.tunix
 
 
 @pytest.fixture(scope="module", params=sorted(STYLES))
@@ -113,32 +26,6 @@ def styled(request, tmp_path_factory):
   """`(style, tokenizer)` of each template style."""
   style = STYLES[request.param]
   return style, save_chat_tokenizer(tmp_path_factory.mktemp(request.param), style)
-
-
-def _play(
-  chat: ChatFormat, tokenizer, replies: list[list[int]], seed: int = 5, turns: int = 0, room=96
-):
-  """One memory episode of `turns` (default: one per reply) through `MultiTurnRollout`'s own
-  turn logic, the agent's turns given, `room` completion tokens."""
-  turns = turns or len(replies)
-  rollout = rollout_lib.MultiTurnRollout(
-    "memory",
-    {"num_turns": turns},
-    max_completion_len=room,
-    max_turns=turns,
-    max_turn_tokens=MAX_TURN_TOKENS,
-    chat=chat,
-  )
-  adapter = TokenizerAdapter(tokenizer)
-  ids = rollout_lib._Ids(adapter, adapter.pad_id(), adapter.eos_id(), adapter.bos_id())
-  config = base_rollout.RolloutConfig(max_prompt_length=48)
-  episode = rollout._start(seed, rollout.envs[0], ids, config)
-  for turn, reply in enumerate(replies, start=1):
-    output = base_rollout.RolloutOutput(
-      text=[""], logits=[], tokens=[np.array(reply)], left_padded_prompt_tokens=None, logprobs=None
-    )
-    rollout._play_turn(episode, turn, output, 0, ids)
-  return episode
 
 
 def _expected(style: Style, tokenizer, replies: list[list[int]], seed: int = 5):
@@ -179,7 +66,7 @@ def test_episodes_equal_the_template_and_the_masks_cover_agent_turns(styled):
     [[char(" "), char("k")], [char("x")]],  # a leading space (trimmed by some templates)
   ]
   for replies in scripts:
-    episode = _play(chat, tokenizer, replies)
+    episode = play_chat(chat, tokenizer, replies)
     ids, loss = _expected(style, tokenizer, replies)
     prompt = len(episode.prompt)
     assert episode.prompt + episode.tokens == ids
@@ -199,7 +86,7 @@ def test_a_changed_token_is_counted_as_a_mismatch(styled):
   style, tokenizer = styled
   chat = ChatFormat(tokenizer)
   k = tokenizer.convert_tokens_to_ids("k")
-  episode = _play(chat, tokenizer, [[k], [k]])
+  episode = play_chat(chat, tokenizer, [[k], [k]])
   sequence = episode.prompt + episode.tokens
   assert not chat.mismatch(episode.messages, sequence)
   sequence[len(episode.prompt) + 2] = tokenizer.convert_tokens_to_ids("z")  # an observation id
@@ -211,7 +98,7 @@ def test_an_episode_out_of_room_after_an_observation_is_no_mismatch(styled):
   _, tokenizer = styled
   chat = ChatFormat(tokenizer)
   k = tokenizer.convert_tokens_to_ids("k")
-  episode = _play(chat, tokenizer, [[k]], turns=2, room=2)
+  episode = play_chat(chat, tokenizer, [[k]], turns=2, room=2)
   assert episode.out_of_room and episode.messages[-1]["role"] == "user"
   sequence = episode.prompt + episode.tokens
   assert not chat.mismatch(episode.messages, sequence)

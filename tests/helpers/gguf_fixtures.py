@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.helpers.hf_fixtures import hf_config
+
 # 20 single characters, two merges ("a b" -> "ab", "b c" -> "bc") and ChatML's specials
 CHARS = list("abcdefghijklmnopqrs") + ["Ġ"]
 TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *CHARS, "ab", "bc"]
@@ -100,3 +102,22 @@ def _add_tokenizer(writer: Any, vocab_size: int) -> None:
   writer.add_pad_token_id(0)
   writer.add_chat_template(CHATML)
   writer.add_add_bos_token(False)
+
+
+def tiny_llama(seed: int = 0, **overrides):
+  """A random `transformers` Llama (width 64, theta 1e5, tied) with sharp attention."""
+  import torch
+  import transformers
+
+  torch.manual_seed(seed)
+  rope = {"rope_type": "default", "rope_theta": 100_000.0}
+  settings = dict(hidden_size=64, intermediate_size=128, vocab_size=32, rope_parameters=rope)
+  config = hf_config("llama", **{"tie_word_embeddings": True, **settings, **overrides})
+  model = transformers.AutoModelForCausalLM.from_config(config)
+  with torch.no_grad():
+    for name, param in model.named_parameters():
+      if "norm" in name:
+        param.add_(0.1 * torch.randn_like(param))
+      if name.endswith(("q_proj.weight", "k_proj.weight")):
+        param.mul_(8.0)
+  return model

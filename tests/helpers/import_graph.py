@@ -1,5 +1,5 @@
-"""The package's import graph, read from the source (no import): for the layout test and
-for the fast lane's selection (`pytest -m fast`: the tests that never reach tunix)."""
+"""The package's import graph, read from the source (no import): for the layout test, which
+checks that a test module declared `fast` (tests/helpers/lanes.py) never reaches tunix."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import functools
 import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tunix_ppo_ext"
-# helpers of tests/conftest.py that need no tunix (the fast lane may import these)
-NUMPY_HELPERS = frozenset({"flush_subnormals", "make_prompts", "target_char_reward"})
+HELPERS = pathlib.Path(__file__).resolve().parent
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -58,19 +57,28 @@ def imports_tunix(path: pathlib.Path, roots: tuple[str, ...] = ("tunix",)) -> bo
   return False
 
 
-def _uses_tunix_test_helpers(path: pathlib.Path) -> bool:
+def helper_imports(path: pathlib.Path) -> set[pathlib.Path]:
+  """The modules of `tests/helpers/` that `path` imports (at any depth of its code)."""
+  found = set()
   for node in _statements(path):
-    if isinstance(node, ast.ImportFrom) and node.module in ("tests.conftest", "tests.tunix"):
-      if any(a.name not in NUMPY_HELPERS for a in node.names):
-        return True
-    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.tunix"):
-      return True
-  return False
+    if isinstance(node, ast.Import):
+      names = [alias.name for alias in node.names]
+    elif node.module == "tests.helpers":
+      names = [f"tests.helpers.{alias.name}" for alias in node.names]
+    else:
+      names = [node.module or ""]
+    for name in names:
+      if name.startswith("tests.helpers."):
+        found.add(HELPERS / f"{name.split('.')[2]}.py")
+  return found
 
 
 @functools.cache
 def reaches_tunix(path: pathlib.Path) -> bool:
-  """Whether importing `path` (a package module or a test file) imports tunix."""
-  if imports_tunix(path) or (not path.is_relative_to(PACKAGE) and _uses_tunix_test_helpers(path)):
+  """Whether importing `path` (a package module, a test helper or a test file) imports
+  tunix: itself, or through the package's modules or the test helpers it imports."""
+  if imports_tunix(path):
     return True
-  return any(reaches_tunix(package_modules()[m]) for m in imports(path))
+  helpers = helper_imports(path) - {path}
+  modules = [package_modules()[m] for m in imports(path)]
+  return any(reaches_tunix(p) for p in [*helpers, *modules])

@@ -11,6 +11,8 @@ from tunix_ppo_ext._src.metrics.stats import advantage_noise
 from tunix_ppo_ext._src.ppo import advantage_step
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 
+pytestmark = pytest.mark.tunix
+
 
 def gae(rewards: np.ndarray, values: np.ndarray, gamma: float, lam: float) -> np.ndarray:
   """A_t = sum_k (gamma lam)^k delta_{t+k}, delta_t = r_t + gamma V_{t+1} - V_t, V_T = 0."""

@@ -27,7 +27,7 @@ import jax
 import optax
 import pytest
 
-from tests.conftest import (
+from tests.helpers.runs import (
   SMOKE,
   common_checkpoints,
   run_lock_holder,
@@ -39,6 +39,8 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, run_dir
+
+pytestmark = pytest.mark.tunix
 
 STEPS = 6
 

@@ -27,6 +27,8 @@ from tunix_ppo_ext._src.tunix.cluster import cluster_setup as cluster
 from tunix_ppo_ext._src.tunix.cluster import mesh
 from tunix_ppo_ext._src.tunix.models import toy_models
 
+pytestmark = pytest.mark.tunix
+
 SMOKE = pathlib.Path(__file__).resolve().parents[3] / "configs" / "smoke.yaml"
 # Both runs alike: tp=2 needs an even vocabulary (15 characters + 3 special ids) and an
 # even number of KV heads; GAE without whitening makes the policy loss depend on the critic

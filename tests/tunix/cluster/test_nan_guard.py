@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 from tunix.rl import function_registry
 
-from tests.conftest import param_leaf, toy_cluster
+from tests.helpers.clusters import param_leaf, toy_cluster
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.metrics import keys as metric_keys
@@ -26,6 +26,8 @@ from tunix_ppo_ext._src.optim.guards import (
 )
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+
+pytestmark = pytest.mark.tunix
 
 POISON = "#"
 TOKENIZER = CharTokenizer(eos_id=0)

@@ -26,6 +26,8 @@ from tests.helpers.parity_run import stock_cluster
 from tunix_ppo_ext._src.tunix.cluster.mesh import make_mesh
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
 
+pytestmark = pytest.mark.tunix
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "helpers" / "parity_run.py"
 
 

@@ -24,7 +24,8 @@ from tunix.sft import peft_trainer
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.compat import tunix_versions
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[3] / "tunix_ppo_ext"
 COMPAT = PACKAGE / "_src" / "tunix" / "compat"

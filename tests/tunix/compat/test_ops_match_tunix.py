@@ -10,15 +10,16 @@ import pytest
 from tunix.rl import common as tunix_common
 from tunix.rl.common import selective_log_softmax
 
-from tests.ops.test_advantages import TOL, B, T
-from tests.ops.test_kl import random_logps
-from tests.ops.test_logits import ATOL, RTOL, _logp_ent, make_inputs
-from tests.ops.test_losses import RTOL as LOSS_RTOL
-from tests.ops.test_losses import random_batch
+from tests.helpers.advantages import TOL, B, T
+from tests.helpers.logits import ATOL, RTOL, logp_ent, make_inputs
+from tests.helpers.losses import RTOL as LOSS_RTOL
+from tests.helpers.losses import random_batch, random_logps
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ops import ppo_losses as losses
 from tunix_ppo_ext._src.ops.advantages import compute_gae_advantages
 from tunix_ppo_ext._src.tunix.compat import compute_entropy_from_logits  # moved in tunix main
+
+pytestmark = pytest.mark.tunix
 
 
 def test_gae_matches_tunix_on_prefix_masks():
@@ -50,7 +51,7 @@ def test_matches_tunix_for_its_three_methods(method):
 @pytest.mark.parametrize("chunk", [0, 1, 5, 64])
 def test_matches_tunix(chunk):
   logits, _, ids, _, _ = make_inputs(2, 13, 47, seed=6)
-  logp, ent = _logp_ent(logits, ids, 1.0, chunk)
+  logp, ent = logp_ent(logits, ids, 1.0, chunk)
   np.testing.assert_allclose(logp, selective_log_softmax(logits, ids), rtol=RTOL, atol=ATOL)
   np.testing.assert_allclose(ent, compute_entropy_from_logits(logits), rtol=RTOL, atol=ATOL)
 

@@ -11,7 +11,8 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.fast, pytest.mark.tunix_facing]
 
 SCRIPT = textwrap.dedent(
   """
@@ -37,7 +38,7 @@ SCRIPT = textwrap.dedent(
   from tunix_ppo_ext import PpoExtConfig, PpoExtLearner, AgenticPpoConfig
   assert snapshot() == fresh, "importing the package changed tunix or qwix"
 
-  from tests.tunix.learner.test_tunix_contract import length_reward, make_cluster
+  from tests.helpers.learner import length_reward, make_cluster
   from tunix_ppo_ext._src.tunix import compat
   cluster, _, _ = make_cluster(reward_model=False, eval_temperature=None)
   sampler = compat.vanilla_sampler(cluster.rollout)

@@ -23,7 +23,8 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.models import hf_models
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import CONTINUABLE
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[3] / "tunix_ppo_ext"
 COMPAT = PACKAGE / "_src" / "tunix" / "compat"

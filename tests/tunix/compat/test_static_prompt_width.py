@@ -14,10 +14,11 @@ from flax import nnx
 from tunix.generate import sampler as sampler_lib
 from tunix.tests import test_common as tc
 
-from tests.tunix.learner.test_tunix_contract import make_cluster
+from tests.helpers.learner import make_cluster
 from tunix_ppo_ext._src.tunix import compat
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 
 IDS = jnp.asarray([[0, 5, 6, 7], [8, 9, 10, 11]], jnp.int32)
 

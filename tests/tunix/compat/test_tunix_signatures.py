@@ -23,7 +23,8 @@ NUMPY = {
   "low_var_kl": lambda lp, ref: np.expm1(np.clip(ref - lp, -20, 20)) - np.clip(ref - lp, -20, 20),
 }
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 
 
 def test_the_signature_is_tunixs():

@@ -21,9 +21,10 @@ import pytest
 import yaml
 
 from tests.helpers import hf_fixtures
-from tests.tunix.learner.test_agentic_ppo_launch import REPO, launch_config, needs_main, needs_smollm2
+from tests.helpers.launch import REPO, launch_config, needs_main, needs_smollm2
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 ROLE_KEYS = (
   "model_config",
   *(f"{role}_model_config" for role in ("actor", "reference", "rollout", "critic")),

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tunix.rl import utils as rl_utils
 
-from tests.tunix.learner.test_agentic_ppo import (
+from tests.helpers.agentic import (
   EPISODES,
   MAIN,
   CountTheAs,
@@ -31,6 +31,7 @@ from tunix_ppo_ext import AgenticPpoConfig, AgenticPpoLearner, ops
 from tunix_ppo_ext._src.tunix.learner import loss_fns
 
 pytestmark = [
+  pytest.mark.tunix,
   pytest.mark.tunix_facing,  # also run on tunix main (.ci/run, lane 2)
   pytest.mark.skipif(not MAIN, reason="AgenticPpoLearner needs tunix main"),
 ]

@@ -14,7 +14,8 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import cli
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 MAIN = hasattr(rl_cluster_lib, "RLEngine")
 needs_main = pytest.mark.skipif(not MAIN, reason="tunix's PPO pipeline is tunix main's")
 

@@ -29,9 +29,11 @@ from tunix.models.gemma3 import model as gemma3_model
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.rollout import base_rollout
 
-from tests.conftest import SMOKE, toy_policy
+from tests.helpers.clusters import toy_policy
 from tests.helpers.hf_fixtures import hf_config
 from tests.helpers.parity_run import stock_cluster
+from tests.helpers.passes import EOS, PAD, assert_trees_close, batch, example, family_model
+from tests.helpers.runs import SMOKE
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.plugins import registry
@@ -43,34 +45,16 @@ from tunix_ppo_ext._src.tunix.cluster.mesh import make_mesh
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
-from tunix_ppo_ext._src.tunix.learner.ppo_learner import TrainExample
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs, RolePasses
 from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
+
+pytestmark = pytest.mark.tunix
 
 # Lane 2 (tunix main, `-m tunix_facing`) runs the tests of what compat does per version (the
 # hidden states and head of each family, LoRA through them); the rest is our own code.
 
-PAD, EOS = 0, 1
 Role = rl_cluster_lib.Role
 CHUNK = 3  # the completion's 7 positions are no multiple of it
-
-
-def family_model(family: str) -> nnx.Module:
-  """A random tiny tunix model of `family` (float32): Qwen2 and Gemma 3 tied, Qwen3 and
-  Llama 3 with an `lm_head`."""
-  hf = hf_config(family).to_dict()
-  config = hf_models.tunix_config(hf)
-  return compat.use_rope_frequencies(hf_models.family_of(hf).model_class(config, rngs=nnx.Rngs(0)))
-
-
-def batch(vocab: int, b: int = 2, p: int = 3, t: int = 7):
-  rng = np.random.default_rng(1)
-  prompt = rng.integers(2, vocab, (b, p))
-  completion = rng.integers(2, vocab, (b, t))
-  attention = np.ones((b, t), np.int32)
-  attention[1, 5:] = 0
-  completion[attention == 0] = PAD
-  return jnp.asarray(prompt), jnp.asarray(completion), jnp.asarray(attention)
 
 
 def logps_entropy(model, prompt, completion, attention, fused, stop_gradient=True):
@@ -87,15 +71,6 @@ def grads(model, prompt, completion, attention, fused, wrt=nnx.Param):
     return jnp.sum(weights * logp) + 0.3 * jnp.sum(ent * attention)
 
   return nnx.grad(loss, argnums=nnx.DiffState(0, wrt))(model)
-
-
-def assert_trees_close(a, b, atol, rtol=1e-7):
-  flat_a, flat_b = nnx.to_flat_state(a), nnx.to_flat_state(b)
-  assert [p for p, _ in flat_a] == [p for p, _ in flat_b]
-  for (path, x), (_, y) in zip(flat_a, flat_b, strict=True):
-    np.testing.assert_allclose(
-      np.asarray(x[...]), np.asarray(y[...]), atol=atol, rtol=rtol, err_msg=path
-    )
 
 
 @pytest.mark.tunix_facing
@@ -136,26 +111,6 @@ def test_bfloat16_fused_passes_are_exact_for_the_model_s_own_hidden_states():
   for ours, reference, theirs in zip(fused, (logps, entropy), plain, strict=True):
     np.testing.assert_allclose(np.asarray(ours), reference, atol=1e-5)
     np.testing.assert_allclose(np.asarray(theirs), reference, atol=5e-2)  # bfloat16 logits
-
-
-def example(vocab: int) -> TrainExample:
-  prompt, completion, attention = batch(vocab)
-  rng = np.random.default_rng(2)
-  mask = attention.astype(jnp.float32).at[:, 0].set(0.0)  # an observation token
-  shape = completion.shape
-  return TrainExample(
-    prompt_ids=prompt,
-    prompt_mask=jnp.ones_like(prompt),
-    completion_ids=completion,
-    completion_mask=mask,
-    ref_per_token_logps=jnp.asarray(rng.normal(-3.0, 0.3, shape), jnp.float32),
-    advantages=jnp.asarray(rng.normal(0, 1, shape), jnp.float32),
-    returns=jnp.zeros(shape),
-    old_per_token_logps=jnp.asarray(rng.normal(-3.0, 0.3, shape), jnp.float32),
-    old_values=jnp.zeros(shape),
-    attention_mask=attention,
-    loss_mask=mask,
-  )
 
 
 @pytest.mark.parametrize(

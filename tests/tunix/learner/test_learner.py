@@ -5,9 +5,9 @@ import pytest
 from flax import nnx
 from tunix.rl.ppo import ppo_learner
 
-from tests.conftest import make_prompts_dataset, param_leaf, toy_cluster
+from tests.helpers.clusters import param_leaf
+from tests.helpers.learner import BATCH, GEN_LEN, PROMPT_LEN, setup
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.ppo import rollout_phase
 from tunix_ppo_ext._src.ppo.rollout_phase import old_logps_in_update
@@ -17,17 +17,7 @@ from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 from tunix_ppo_ext._src.tunix.learner.role_passes import RolePasses
 from tunix_ppo_ext.rollout import RolloutContext
 
-BATCH = 4
-PROMPT_LEN = 8
-GEN_LEN = 6
-
-
-def integer_reward(prompts, completions, answer, **_):
-  """Matched characters of the answer: integer-valued, so stock tunix does not truncate it."""
-  return [
-    float(sum(a == b for a, b in zip(c, str(t), strict=False)))
-    for c, t in zip(completions, answer, strict=True)
-  ]
+pytestmark = pytest.mark.tunix
 
 
 def spread_reward(prompts, completions, **_):
@@ -37,38 +27,6 @@ def spread_reward(prompts, completions, **_):
 
 def fractional_reward(prompts, completions, **_):
   return [0.7] * len(completions)
-
-
-def setup(
-  config,
-  *,
-  steps=2,
-  reward=integer_reward,
-  learner_cls=PpoExtLearner,
-  seed=0,
-  source=None,
-  num_generations=1,
-  metric_fns=None,
-  **cluster_kwargs,
-):
-  """`(cluster, learner, data)`: a `toy_cluster` of `steps` steps (`cluster_kwargs` go to
-  it: `with_critic`, `build_cluster`'s options), `learner_cls` on it, `2 * steps` batches."""
-  tokenizer = CharTokenizer(eos_id=0)
-  cluster = toy_cluster(
-    tokenizer,
-    seed,
-    prompt_len=PROMPT_LEN,
-    tokens_per_call=GEN_LEN,
-    max_steps=steps,
-    batch=BATCH,
-    **cluster_kwargs,
-  )
-  kwargs = {"trajectory_source": source} if source is not None else {}
-  if metric_fns is not None:
-    kwargs["metric_fns"] = metric_fns
-  learner = learner_cls(cluster, config, reward_fns=None if source else reward, **kwargs)
-  data = make_prompts_dataset(steps * 2, BATCH // num_generations, seed=seed)
-  return cluster, learner, data
 
 
 def history(cluster, prefix, name):

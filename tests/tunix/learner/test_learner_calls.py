@@ -7,10 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import toy_cluster
+from tests.helpers.clusters import toy_cluster
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
+
+pytestmark = pytest.mark.tunix
 
 TOKENIZER = CharTokenizer()
 STEPS, BATCH = 2, 2

@@ -20,9 +20,11 @@ import pytest
 from flax import nnx
 from tunix.rl import utils as rl_utils
 
-from tests.conftest import SMOKE, toy_policy
-from tests.tunix.learner.test_fused_head import assert_trees_close, family_model
-from tests.tunix.learner.test_learner import PROMPT_LEN, setup
+from tests.helpers.clusters import toy_policy
+from tests.helpers.learner import PROMPT_LEN, setup
+from tests.helpers.packing import assert_layout_gives_the_padded_pass
+from tests.helpers.passes import EOS, PAD, assert_trees_close, family_model
+from tests.helpers.runs import SMOKE
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
@@ -34,7 +36,8 @@ from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner, TrainExample
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
-PAD, EOS = 0, 1
+pytestmark = pytest.mark.tunix
+
 P, T = 4, 9
 # (prompt length, completion length) per row: a full row, one token, none, uneven others
 LENGTHS = [(4, 9), (2, 1), (3, 0), (1, 6), (4, 3), (2, 8)]
@@ -70,30 +73,6 @@ def test_log_probs_entropy_and_their_gradient_equal_the_padded_ones(family, fuse
   assert pk.rows * pk.width < prompt.shape[0] * (P + T)  # fewer slots than the padded rows
 
   assert_layout_gives_the_padded_pass(model, (prompt, completion, attention, loss), pk, fused)
-
-
-def assert_layout_gives_the_padded_pass(model, batch, layout, fused):
-  """Log-probs, entropy and the gradient of a weighted loss of both, with the pass's rows
-  laid out as `layout` (a `Packing`, a `SharedPrompts`), equal the padded pass's to
-  float32 rounding; `batch` is `episodes`' `(prompt, completion, attention, loss)`."""
-  prompt, completion, attention, loss = batch
-
-  def run(m, laid_out):
-    return passes.compute_per_token_logps(
-      m, prompt, completion, pad_id=PAD, eos_id=EOS, attention_mask=attention,
-      return_entropy=True, chunk_size=4 if fused else 0, fused_head=fused,
-      stop_gradient=False, packing=layout if laid_out else None,
-    )  # fmt: skip
-
-  def objective(m, laid_out):
-    logps, entropy = run(m, laid_out)
-    weights = jnp.linspace(0.5, 1.5, logps.size).reshape(logps.shape)
-    return jnp.sum(weights * logps * loss) + 0.3 * jnp.sum(entropy * loss)
-
-  for got, want in zip(run(model, True), run(model, False), strict=True):
-    np.testing.assert_allclose(got * attention, want * attention, rtol=2e-5, atol=2e-5)
-  grads = [nnx.grad(objective)(model, laid_out) for laid_out in (False, True)]
-  assert_trees_close(grads[0], grads[1], atol=5e-5, rtol=1e-5)
 
 
 def test_critic_scores_equal_the_padded_ones():

@@ -12,7 +12,8 @@ from tunix.rl.ppo import ppo_learner
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 
 
 def test_defaults_mean_tunix_ppo_config_behaviour():

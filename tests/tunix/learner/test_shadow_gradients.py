@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.conftest import toy_policy
+from tests.helpers.clusters import toy_policy
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs
 from tunix_ppo_ext._src.tunix.learner.shadow_gradients import gradient_agreement
+
+pytestmark = pytest.mark.tunix
 
 V, P, T = 24, 3, 6
 

@@ -18,15 +18,17 @@ import pytest
 from flax import nnx
 from tunix.rl.rl_cluster import Role
 
-from tests.tunix.learner.test_fused_head import assert_trees_close, family_model
-from tests.tunix.learner.test_learner import setup
-from tests.tunix.learner.test_packed_passes import assert_layout_gives_the_padded_pass
+from tests.helpers.learner import setup
+from tests.helpers.packing import assert_layout_gives_the_padded_pass
+from tests.helpers.passes import assert_trees_close, family_model
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.ops.shared_prompts import plan_shared_prompts
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
+
+pytestmark = pytest.mark.tunix
 
 PAD, EOS = 0, 1
 P, T = 5, 7

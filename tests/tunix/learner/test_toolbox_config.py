@@ -5,6 +5,8 @@ import pytest
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.run.run_config import load_run_config
 
+pytestmark = pytest.mark.tunix
+
 
 @pytest.mark.parametrize(
   "fields, message",

@@ -14,21 +14,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
-from tunix.rl import rl_cluster as rl_cluster_lib
-from tunix.rl import utils as rl_utils
-from tunix.rl.rollout import base_rollout
-from tunix.tests import test_common as tc
 
-from tests.conftest import make_mesh
+from tests.helpers.learner import EVAL_EVERY, TRAIN_STEPS, length_reward, make_cluster
 from tunix_ppo_ext import PpoExtConfig, PpoExtLearner
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 
 PROMPTS = ["input string", "hello world", "My name", "hello there"]
-TRAIN_STEPS, EVAL_EVERY = 4, 2
 
 
 def dataset(repeat: int, batch: int) -> list[dict[str, np.ndarray]]:
@@ -39,59 +34,8 @@ def dataset(repeat: int, batch: int) -> list[dict[str, np.ndarray]]:
   ]
 
 
-def length_reward(completions, **_):
-  return jnp.arange(len(completions), dtype=jnp.float32)
-
-
 def answer_reward(prompts, answer, **_):
   return jnp.arange(len(answer), dtype=jnp.float32)
-
-
-def toy(vocab, seed: int) -> tc.ToyTransformer:
-  return tc.ToyTransformer(
-    config=tc.ModelConfig(vocab_size=vocab.GetPieceSize()), rngs=nnx.Rngs(seed)
-  )
-
-
-def make_cluster(*, reward_model: bool, eval_temperature: float | None, grad_acc=None, mesh=None):
-  vocab = tc.MockVocab()
-  actor, reference = toy(vocab, 0), toy(vocab, 0)
-  critic = rl_utils.create_critic_model(actor)
-  reward = tc.ToyTransformerWithScoreHead(toy(vocab, 2), nnx.Rngs(1)) if reward_model else None
-  mesh = make_mesh() if mesh is None else mesh  # one device, Auto axes
-  rollout = base_rollout.RolloutConfig(
-    max_tokens_to_generate=10, max_prompt_length=256, kv_cache_size=1024
-  )
-  if eval_temperature is not None:
-    other = base_rollout.RolloutConfig(
-      max_tokens_to_generate=10,
-      max_prompt_length=256,
-      kv_cache_size=1024,
-      temperature=eval_temperature,
-    )
-    rollout = {rl_cluster_lib.Mode.TRAIN: rollout, rl_cluster_lib.Mode.EVAL: other}
-  config = rl_cluster_lib.ClusterConfig(
-    role_to_mesh=dict.fromkeys(rl_cluster_lib.Role, mesh),
-    rollout_engine="vanilla",
-    offload_to_cpu=False,
-    training_config=rl_cluster_lib.RLTrainingConfig(
-      actor_optimizer=optax.sgd(1e-3),
-      critic_optimizer=optax.sgd(1e-3),
-      eval_every_n_steps=EVAL_EVERY,
-      max_steps=TRAIN_STEPS,
-      gradient_accumulation_steps=grad_acc,
-    ),
-    rollout_config=rollout,
-  )
-  cluster = rl_cluster_lib.RLCluster(
-    actor=actor,
-    critic=critic,
-    reference=reference,
-    reward=reward,
-    tokenizer=vocab,
-    cluster_config=config,
-  )
-  return cluster, actor, critic
 
 
 def params(model, filt=nnx.Param):

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.conftest import SMOKE, toy_policy
+from tests.helpers.clusters import toy_policy
+from tests.helpers.runs import SMOKE
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.ops import verl_losses as pl
 from tunix_ppo_ext._src.plugins import registry
@@ -31,7 +32,8 @@ from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import TrainExample
 from tunix_ppo_ext._src.tunix.learner.verl_loss_fns import NAMES, clip_cov_key
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 
 CORRECTION = ["ppo.rollout_is=token", "ppo.rollout_rs=token_k1", "ppo.rollout_rs_threshold=1.5"]
 # a sampling temperature of 0.7 against log-probs at 1.0: a real sampler-trainer gap

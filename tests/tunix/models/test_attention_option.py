@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 from tunix.models.llama3 import model as llama3_model
 
-from tests.conftest import SMOKE
+from tests.helpers.runs import SMOKE
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.config.model_spec import ModelSpec
 from tunix_ppo_ext._src.run import cli, job, plan
@@ -23,6 +23,8 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 from tunix_ppo_ext.metrics import read_jsonl
+
+pytestmark = pytest.mark.tunix
 
 ROWS = ["train.max_prompt_length=64", "env.max_completion_len=64"]  # 128 tokens a row
 

@@ -7,11 +7,15 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file
 
-from tests.conftest import save_hf_tokenizer, save_weights_only, toy_policy, train_argv
+from tests.helpers.clusters import toy_policy
+from tests.helpers.runs import save_weights_only, train_argv
+from tests.helpers.tokenizers import save_hf_tokenizer
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.run import cli, job
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.models import qwen3_safetensors as checkpoints
+
+pytestmark = pytest.mark.tunix
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[3] / "configs"
 

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.helpers.gguf_fixtures import CHATML, llama_cpp_permute, write_gguf
-from tests.helpers.hf_fixtures import hf_config
+from tests.helpers.gguf_fixtures import CHATML, llama_cpp_permute, tiny_llama, write_gguf
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config, tokenizer_directory
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
+
+pytestmark = pytest.mark.tunix
 
 pytest.importorskip("torch")
 pytest.importorskip("gguf")
@@ -52,25 +53,6 @@ def _logits(model, tokens):
   return model(tokens, positions, None, toy_models.causal_mask(*tokens.shape))[0]
 
 
-def _tiny_llama(seed: int = 0, **overrides):
-  """A random `transformers` Llama (width 64, theta 1e5, tied) with sharp attention."""
-  import torch
-  import transformers
-
-  torch.manual_seed(seed)
-  rope = {"rope_type": "default", "rope_theta": 100_000.0}
-  settings = dict(hidden_size=64, intermediate_size=128, vocab_size=32, rope_parameters=rope)
-  config = hf_config("llama", **{"tie_word_embeddings": True, **settings, **overrides})
-  model = transformers.AutoModelForCausalLM.from_config(config)
-  with torch.no_grad():
-    for name, param in model.named_parameters():
-      if "norm" in name:
-        param.add_(0.1 * torch.randn_like(param))
-      if name.endswith(("q_proj.weight", "k_proj.weight")):
-        param.mul_(8.0)
-  return model
-
-
 def _transformers_gguf(file: pathlib.Path):
   import torch
   import transformers
@@ -99,7 +81,7 @@ def test_unpermute_undoes_llama_cpp_permute():
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "lm_head"])
 def test_tiny_gguf_logits_equal_transformers_gguf_loader(quant, tied, tmp_path):
   file = tmp_path / "tiny.gguf"
-  write_gguf(file, _tiny_llama(tie_word_embeddings=tied), quant=quant)
+  write_gguf(file, tiny_llama(tie_word_embeddings=tied), quant=quant)
   ours = hf_models.load_checkpoint(str(file))
   assert hasattr(ours, "lm_head") == (not tied) and ours.config.rope_theta == 100_000.0
   tokens = np.random.default_rng(1).integers(0, 32, size=(2, 24))
@@ -111,7 +93,7 @@ def test_tiny_gguf_tokenizer_has_the_files_special_tokens_and_template(tmp_path)
   import transformers
 
   file = tmp_path / "tiny.gguf"
-  write_gguf(file, _tiny_llama())
+  write_gguf(file, tiny_llama())
   run = load_run_config(None, [f"model.checkpoint={file}", "env.chat_template=true"])
   directory = tokenizer_directory(run.model)
   ours = transformers.AutoTokenizer.from_pretrained(directory)
@@ -132,7 +114,7 @@ def test_the_tokenizer_converts_where_torch_cannot_be_imported(tmp_path):
   """The `gguf` extra has no torch: config and tokenizer convert without importing it
   (transformers' `from_pretrained(gguf_file=)` refuses without torch)."""
   file = tmp_path / "tiny.gguf"
-  write_gguf(file, _tiny_llama())
+  write_gguf(file, tiny_llama())
   code = (
     "import sys; sys.modules['torch'] = None\n"  # `import torch` raises ImportError
     "from tunix_ppo_ext._src.data import gguf_files\n"
@@ -150,7 +132,7 @@ def test_the_tokenizer_converts_where_torch_cannot_be_imported(tmp_path):
 
 def test_another_architecture_is_refused_in_one_line(tmp_path):
   file = tmp_path / "tiny.gguf"
-  write_gguf(file, _tiny_llama(), arch="qwen2")
+  write_gguf(file, tiny_llama(), arch="qwen2")
   with pytest.raises(ValueError) as caught:
     load_run_config(None, [f"model.checkpoint={file}"])
   message = str(caught.value)
@@ -162,7 +144,7 @@ def test_a_tensor_type_gguf_cannot_dequantize_is_refused_naming_it(tmp_path):
   import gguf
 
   file = tmp_path / "tiny.gguf"
-  write_gguf(file, _tiny_llama(), quant="Q8_0")
+  write_gguf(file, tiny_llama(), quant="Q8_0")
   reader = gguf.GGUFReader(str(file))
   writer = gguf.GGUFWriter(str(tmp_path / "q8_1.gguf"), "llama")
   for field in reader.fields.values():  # the same metadata ...
@@ -239,7 +221,7 @@ def _one_line_refusal(file: pathlib.Path) -> str:
 
 def test_broken_gguf_files_are_one_line_and_leave_no_temporary(tmp_path):
   good = tmp_path / "good.gguf"
-  write_gguf(good, _tiny_llama())
+  write_gguf(good, tiny_llama())
   data = good.read_bytes()
   (tmp_path / "cut.gguf").write_bytes(data[: len(data) // 2])
   (tmp_path / "head.gguf").write_bytes(data[:100])  # cut inside the header: no sizes known
@@ -262,7 +244,7 @@ def test_broken_gguf_files_are_one_line_and_leave_no_temporary(tmp_path):
 
 def test_a_file_cut_at_three_quarters_says_so_with_both_sizes_in_one_line(tmp_path):
   good = tmp_path / "good.gguf"
-  write_gguf(good, _tiny_llama())
+  write_gguf(good, tiny_llama())
   data = good.read_bytes()
   cut = tmp_path / "model.gguf"
   cut.write_bytes(data[: len(data) * 3 // 4])
@@ -279,7 +261,7 @@ def test_a_file_cut_at_three_quarters_says_so_with_both_sizes_in_one_line(tmp_pa
 
 def test_an_upper_case_suffix_is_a_gguf_file_and_a_new_conversion_prunes_the_old(tmp_path):
   file = tmp_path / "TINY.GGUF"
-  write_gguf(file, _tiny_llama())
+  write_gguf(file, tiny_llama())
   assert gguf_files.is_gguf(file)
   first = pathlib.Path(gguf_files.resolve(file))
   assert (first / "config.json").is_file()
@@ -291,13 +273,13 @@ def test_an_upper_case_suffix_is_a_gguf_file_and_a_new_conversion_prunes_the_old
   assert (second / "tokenizer.json").is_file()
   other = tmp_path / "other" / "TINY.GGUF"  # another file of the same name stays cached
   other.parent.mkdir()
-  write_gguf(other, _tiny_llama(seed=1))
+  write_gguf(other, tiny_llama(seed=1))
   assert pathlib.Path(gguf_files.resolve(other)).is_dir() and second.is_dir()
 
 
 def test_a_weights_file_left_by_a_killed_conversion_is_removed_by_the_next(tmp_path):
   file = tmp_path / "tiny.gguf"
-  write_gguf(file, _tiny_llama())
+  write_gguf(file, tiny_llama())
   directory = pathlib.Path(gguf_files.resolve(file))
   left = directory / "tmpkilled.tmp"  # what a SIGKILL during the write leaves
   left.write_bytes(b"x" * 1000)
@@ -380,13 +362,13 @@ def test_smollm2_tokenizer_ids_match_transformers_and_the_file(smollm2):
 
 @needs_smollm2
 def test_smollm2_chat_episodes_are_token_exact_with_agent_tokens_trained(smollm2):
-  from tests.data.test_chat import _play
+  from tests.helpers.chat import play_chat
 
   _, _, tokenizer = smollm2
   chat = ChatFormat(tokenizer)
   encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
   replies = [encode("k"), encode(" b"), encode("Café")]  # the last one cut (3 tokens allowed)
-  episode = _play(chat, tokenizer, replies)
+  episode = play_chat(chat, tokenizer, replies)
   assert not chat.mismatch(episode.messages, episode.prompt + episode.tokens)
   assert episode.prompt[: len(encode("<|im_start|>system\n"))] == encode("<|im_start|>system\n")
   trained = [t for t, m in zip(episode.tokens, episode.loss, strict=True) if m]
@@ -406,8 +388,8 @@ def test_smollm2_two_lora_ppo_steps_then_export_loads_in_transformers(smollm2, t
   policy's logits (rope_theta 1e5 and the tied embedding kept)."""
   import json
 
-  from tests.conftest import train_in_process
   from tests.helpers.hf_fixtures import hf_logits
+  from tests.helpers.runs import train_in_process
   from tunix_ppo_ext._src.run import cli
   from tunix_ppo_ext.metrics import read_jsonl
 
@@ -446,7 +428,7 @@ def test_plan_plans_the_gguf_checkpoint_not_the_toy_model(tmp_path):
   from tunix_ppo_ext._src.run import plan
 
   file = tmp_path / "tiny.gguf"
-  write_gguf(file, _tiny_llama())
+  write_gguf(file, tiny_llama())
   planned = plan.model_config(load_resolved(None, [f"model.checkpoint={file}"]))
   assert planned.model_class is hf_models.FAMILIES["llama"].model_class
   assert (planned.config.vocab_size, planned.config.embed_dim) == (32, 64)

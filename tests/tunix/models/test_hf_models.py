@@ -12,7 +12,6 @@ import pytest
 import yaml
 from flax import nnx
 
-from tests.conftest import SMOKE, save_byte_level_tokenizer
 from tests.helpers.hf_fixtures import (
   FAMILIES,
   hf_hidden,
@@ -20,9 +19,13 @@ from tests.helpers.hf_fixtures import (
   write_checkpoint,
   write_config_only,
 )
+from tests.helpers.runs import SMOKE
+from tests.helpers.tokenizers import save_byte_level_tokenizer
 from tunix_ppo_ext._src.run import job
 from tunix_ppo_ext._src.run.run_config import load_run_config, tokenizer_directory
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
+
+pytestmark = pytest.mark.tunix
 
 pytest.importorskip("torch")
 

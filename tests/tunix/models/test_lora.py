@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.conftest import toy_policy
+from tests.helpers.clusters import toy_policy
 from tests.helpers.hf_fixtures import hf_config
 from tunix_ppo_ext._src.tunix.models import hf_models, lora, role_models, toy_models
+
+pytestmark = pytest.mark.tunix
 
 SPEC = lora.LoraSpec(rank=3, alpha=5.0, target_modules=".*")
 
@@ -105,7 +107,7 @@ def test_a_lora_run_without_a_checkpoint_holds_the_base_once(tmp_path):
   """The toy policy is initialised on one device, then placed on the mesh: its base arrays
   are placed once for the LoRA actor and the reference (as a checkpoint loaded onto the mesh
   is), so the run holds base + adapters + critic, not two bases."""
-  from tests.conftest import SMOKE
+  from tests.helpers.runs import SMOKE
   from tunix_ppo_ext._src.run import job
   from tunix_ppo_ext._src.run.run_config import load_resolved
 

@@ -16,14 +16,17 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file
 
-from tests.conftest import SMOKE, save_hf_tokenizer, train_in_process
 from tests.helpers.gguf_fixtures import write_gguf
 from tests.helpers.hf_fixtures import hf_config, hf_logits, write_checkpoint
+from tests.helpers.runs import SMOKE, train_in_process
+from tests.helpers.tokenizers import save_hf_tokenizer
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data import gguf_files
 from tunix_ppo_ext._src.run import cli, job, plan
 from tunix_ppo_ext._src.run.run_config import load_resolved
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
+
+pytestmark = pytest.mark.tunix
 
 TOKENS = np.array([[1, 5, 13, 7, 8, 3, 12, 0, 9], [2, 2, 10, 6, 11, 4, 15, 1, 14]])
 LORA = "model.lora={rank: 4}"

@@ -11,19 +11,15 @@ from tunix.generate import tokenizer_adapter
 from tunix.rl import common as tunix_common
 from tunix.rl.ppo import ppo_learner
 
-from tests.conftest import (
-  build_cluster,
-  echo_answer_reward,
-  iterate_forever,
-  make_models,
-  make_prompts_dataset,
-  param_leaf,
-)
+from tests.helpers.clusters import param_leaf
+from tests.helpers.toy_data import echo_answer_reward, iterate_forever, make_prompts_dataset
 from tunix_ppo_ext._src.data.char_tokenizer import DEFAULT_ALPHABET, CharTokenizer
+from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster, make_models
 from tunix_ppo_ext._src.tunix.models import toy_models
 from tunix_ppo_ext.models import ClusterSpec
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 
 # ----- tokenizer -----
 

@@ -12,13 +12,15 @@ import pytest
 from flax import nnx
 
 from tests.helpers.hf_fixtures import hf_config
-from tests.tunix.learner.test_fused_head import example
+from tests.helpers.passes import example
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import job, plan, run_dir
 from tunix_ppo_ext._src.run.run_config import config_dict, load_resolved
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
+
+pytestmark = pytest.mark.tunix
 
 # Lane 2 (tunix main) runs the tests of each family's RematConfig; the rest is our code.
 

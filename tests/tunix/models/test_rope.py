@@ -13,6 +13,8 @@ from tests.helpers.hf_fixtures import hf_config, hf_logits, write_checkpoint
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.models import hf_models, toy_models
 
+pytestmark = pytest.mark.tunix
+
 pytest.importorskip("torch")
 
 # positions up to 40, past the tiny `original_max_position_embeddings` (16), so every band

@@ -13,7 +13,7 @@ from tunix.rl.agentic.rewards import reward as tunix_rewards
 from tunix.rl.agentic.tools import base_tool
 from tunix.rl.agentic.tools.calculator_tool import CalculatorTool
 
-from tests.conftest import (
+from tests.helpers.clusters import (
   assert_row_is,
   assert_training_moves_the_policy,
   multi_turn_learner,
@@ -24,6 +24,8 @@ from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.envs.base import validate_reset_output, validate_step_output
 from tunix_ppo_ext._src.tunix.rollout.agentic_envs import TunixEnv
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
+
+pytestmark = pytest.mark.tunix
 
 CALL = '<tool_call>{"name": "calculator", "arguments": {"a": 3, "b": 4, "op": "*"}}</tool_call>'
 

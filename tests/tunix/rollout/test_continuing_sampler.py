@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 from tunix.generate import sampler as sampler_lib
 
-from tests.ops.test_attention import value_shapes
+from tests.helpers.attention import value_shapes
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.tunix.models import toy_models
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import (
@@ -18,7 +18,8 @@ from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import (
   TurnSampling,
 )
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 
 PAD, EOS = 0, 2
 G, TURNS, ROWS = 4, 5, 12

@@ -10,7 +10,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.conftest import assert_training_moves_the_policy, multi_turn_learner, record_turns
+from tests.helpers.clusters import (
+  assert_training_moves_the_policy,
+  multi_turn_learner,
+  record_turns,
+)
 from tunix_ppo_ext import PpoExtConfig
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import (
@@ -26,7 +30,8 @@ from tunix_ppo_ext._src.envs.memory import MemoryEnv
 from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
 
-pytestmark = pytest.mark.tunix_facing  # also run on tunix main (.ci/run, lane 2)
+# tunix_facing: also run on tunix main (.ci/run, lane 2)
+pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
 
 ALPHABET = "abcehikstw!.? "
 PAD, EOS = 0, 2

@@ -3,12 +3,15 @@ with top-k 1 plays every copy of an episode identically, evaluation with its own
 (no top-k, its own temperature) does not; real cluster, vanilla engine, toy Qwen3."""
 
 import numpy as np
+import pytest
 
-from tests.conftest import multi_turn_learner
+from tests.helpers.clusters import multi_turn_learner
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.trajectory import episode_batches
 from tunix_ppo_ext._src.tunix.rollout.continuing_sampler import Conversation
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode, MultiTurnRollout
+
+pytestmark = pytest.mark.tunix
 
 ALPHABET = "abcehikstw!.? "
 P, T, G = 8, 16, 4  # max_prompt_length, max_completion_len, max_turn_tokens

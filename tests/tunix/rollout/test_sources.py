@@ -5,8 +5,8 @@ run config's sections build the same classes (tests/run/test_dapo_section.py, te
 import numpy as np
 import pytest
 
-from tests.conftest import MetricsRecorder
-from tests.data.test_dynamic_sampling import multi_turn_batch
+from tests.helpers.clusters import MetricsRecorder
+from tests.helpers.scores import multi_turn_batch
 from tunix_ppo_ext.rollout import (
   DynamicSampling,
   FilterGroupsSection,
@@ -22,6 +22,8 @@ from tunix_ppo_ext.rollout import (
   SourceWrapper,
   ValidationEpisodes,
 )
+
+pytestmark = pytest.mark.tunix
 
 
 class StatefulSource:
