@@ -21,7 +21,7 @@ with the reason for each private name it uses and its own pins (`PINNED`,
   tunix main that `AgenticPpoLearner` needs.
 - `cli_hooks`: tunix main's command-line PPO pipeline (`tunix.cli.ppo_main`), for
   `tunix-ppo-ext tunix-agentic`; imported by that command alone (tunix 0.1.7 has no such
-  pipeline), its pins checked on tunix main (`tests/tunix/test_compat.py`).
+  pipeline), its pins checked on tunix main (`tests/tunix/compat/test_compat.py`).
 - `patches`: `PATCHES`, the one table of every change this package makes to a tunix, qwix
   or metrax object (class or instance), each with its target, scope, the functions that
   make it, its reason and its pin; `install(entries=())` applies the process-wide ones
@@ -30,7 +30,7 @@ with the reason for each private name it uses and its own pins (`PINNED`,
   engine's sampling keys), explicitly (`install` idempotently); importing this package changes
   nothing, and a learner prepares only the cluster it is given. A model's layers are
   changed as it is built, and a few changes last one call (both listed in the table);
-  nothing outside `compat` assigns to a foreign object (tests/tunix/test_compat.py). The
+  nothing outside `compat` assigns to a foreign object (tests/tunix/compat/test_compat.py). The
   names tunix's registry holds (`tunix_names`, through its private category names).
 - `tunix_versions`: the tested tunix versions, the parts' pins merged (`PINNED`) and
   `check_tunix()`, which runs as this package is imported: it only reads tunix (its

@@ -2,7 +2,7 @@
 
 `PATCHES` lists each change (`Patch`): the foreign object it changes, its scope, the compat
 functions that make it, its reason and its pin. Nothing outside `compat` assigns to a
-foreign object (tests/tunix/test_compat.py checks the package's source for it). By scope:
+foreign object (tests/tunix/compat/test_compat.py checks the package's source for it). By scope:
 
 - `PROCESS` (qwix's LoRA product, names in tunix's `function_registry`): applied by
   `install(entries=())`, explicitly and idempotently; importing `tunix_ppo_ext` changes
@@ -67,7 +67,7 @@ class Patch:
   pin: str
 
 
-_LORA_TEST, _COMPAT_TEST = "tests/tunix/test_lora.py", "tests/tunix/test_compat.py"
+_LORA_TEST, _COMPAT_TEST = "tests/tunix/models/test_lora.py", "tests/tunix/compat/test_compat.py"
 PATCHES: dict[str, Patch] = {
   "qwix_lora_product": Patch(
     "qwix._src.providers.lora._compute_lora_delta",
@@ -88,21 +88,21 @@ PATCHES: dict[str, Patch] = {
     PROCESS,
     ("patches._register",),
     "this package's and the plugins' losses and estimators by name, for tunix's learners",
-    "tests/tunix/test_patches.py; PINNED (its category names)",
+    "tests/tunix/compat/test_patches.py; PINNED (its category names)",
   ),
   "sampler_without_training_options": Patch(
     "<cluster>.rollout._sampler (its model's configs, `_transformer_graphdef`)",
     CLUSTER,
     ("sampler_internals.sample_without_training_options", "patches.adjust_sampler"),
     "remat and splash attention are for the trainers' passes; remat breaks the decode loop",
-    "tests/tunix/test_patches.py; PINNED_INSTANCE_ATTRIBUTES",
+    "tests/tunix/compat/test_patches.py; PINNED_INSTANCE_ATTRIBUTES",
   ),
   "sampler_static_prompt_width": Patch(
     "<cluster>.rollout._sampler.init_sample_state",
     CLUSTER,
     ("sampler_internals.keep_prompt_width_static", "patches.adjust_sampler"),
     "an int prompt width: tunix's array width breaks a later jit cache lookup",
-    "tests/tunix/test_static_prompt_width.py",
+    "tests/tunix/compat/test_static_prompt_width.py",
   ),
   "trainer_progress_bar": Patch(
     "<cluster>.actor_trainer._pbar, <cluster>.critic_trainer._pbar",
@@ -116,14 +116,14 @@ PATCHES: dict[str, Patch] = {
     CLUSTER,
     ("trainer_hooks.add_checkpoint_metadata",),
     "the learner's state in each checkpoint (tunix takes it in the constructor only)",
-    "tests/tunix/test_learner.py (a resumed run's state)",
+    "tests/tunix/learner/test_learner.py (a resumed run's state)",
   ),
   "rollout_sample_anew": Patch(
     "<cluster>.rollout.generate, <cluster>.rollout._calls",
     CLUSTER,
     ("agentic_hooks.sample_each_call_anew",),
     "tunix's agentic loop samples every call with one seed: a group's episodes were copies",
-    "tests/tunix/test_agentic_ppo.py",
+    "tests/tunix/learner/test_agentic_ppo.py",
   ),
   "trainer_save_at_close": Patch(
     "<cluster>.actor_trainer._save_last_checkpoint (and the critic's)",
@@ -144,14 +144,14 @@ PATCHES: dict[str, Patch] = {
     CALL,
     ("model_internals._configured_block",),
     "tunix 0.1.7's Llama 3 and Qwen3 rotate with theta 1e6 whatever the config says",
-    "PINNED (`apply_rope`); tests/tunix/test_rope.py",
+    "PINNED (`apply_rope`); tests/tunix/models/test_rope.py",
   ),
   "rope_frequencies_class": Patch(
     "<model>.layers[*].attn.__class__ (tunix's Llama 3 / Qwen3 `Attention`)",
     MODEL,
     ("model_internals.use_rope_frequencies",),
     "each attention layer rotates with the checkpoint's inverse frequencies",
-    "tests/tunix/test_rope.py",
+    "tests/tunix/models/test_rope.py",
   ),
   "blockwise_attention_class": Patch(
     "<model>'s Qwen3 `Attention` layers' `__class__`",
@@ -159,28 +159,28 @@ PATCHES: dict[str, Patch] = {
     ("model_internals.use_blockwise_attention",),
     "tunix's Qwen3 forms `[T, T]` scores off TPU (`model.attention: blockwise`)",
     "SOURCE_PINS (`qwen3.model.Attention.block`, re-implemented); "
-    "tests/tunix/test_attention_option.py",
+    "tests/tunix/models/test_attention_option.py",
   ),
   "fused_head_pass_through": Patch(
     "<model>'s LM head module's `__class__`",
     CALL,
     ("model_internals.final_hidden_states",),
     "tunix 0.1.7's transformers have no call that stops before the LM head",
-    "tests/tunix/test_fused_head.py",
+    "tests/tunix/learner/test_fused_head.py",
   ),
   "cli_create_model": Patch(
     "tunix.cli.utils.model.create_model (tunix main)",
     CALL,
     ("cli_models.local_models_in",),
     "tunix main's pipeline reaches the Hub for a local checkpoint",
-    "tests/tunix/test_agentic_local_checkpoint.py",
+    "tests/tunix/learner/test_agentic_local_checkpoint.py",
   ),
   "cli_llama3_hidden_states": Patch(
     "<model>.__class__ (tunix main's Llama 3, `hidden_states_of`)",
     MODEL,
     ("cli_models.hidden_states_of",),
     "tunix's critic with a score head asks for hidden states Llama 3 does not sow",
-    "tests/tunix/test_agentic_local_checkpoint.py",
+    "tests/tunix/learner/test_agentic_local_checkpoint.py",
   ),
   "step_metrics_logged_now": Patch(
     "<cluster>._buffered_train_metrics[-1].metrics (emptied once logged)",
@@ -202,7 +202,7 @@ PATCHES: dict[str, Patch] = {
     OWN,
     ("sampler_internals.sampler_step_functions",),
     "tunix's `Sampler.__call__` sets its stop ids before its step functions run",
-    "SOURCE_PINS (`Sampler.__call__`); tests/tunix/test_sampler_layout.py",
+    "SOURCE_PINS (`Sampler.__call__`); tests/tunix/compat/test_sampler_layout.py",
   ),
 }
 

@@ -22,7 +22,7 @@ the copied or skipped bodies that changed).
 with what of ours to re-read when it changes and its source hash on each tested tunix
 (`body_hash`: the AST of its source, docstrings dropped, so formatting and comments do not
 count); `changed_bodies()` names every body whose hash is not the installed tunix's pin
-(tests/tunix/test_compat.py runs it on both tested versions).
+(tests/tunix/compat/test_compat.py runs it on both tested versions).
 """
 
 from __future__ import annotations
