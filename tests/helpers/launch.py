@@ -99,3 +99,32 @@ def launch_config(directory: pathlib.Path, tokenizer: str) -> pathlib.Path:
   path = directory / "agentic_ppo.yaml"
   path.write_text(yaml.safe_dump(config))
   return path
+
+
+# The `rl_training_config` of tunix's own agentic example (examples/frozenlake/configs/
+# gemma4_e2b.yaml at the pinned commit, c7d8950f; tunix's wheel ships no example YAML):
+# micro-batches accumulated into a mini-batch, and metrics options
+FROZENLAKE_TRAINING = {
+  "mini_batch_size": 64,
+  "train_micro_batch_size": 2,
+  "actor_optimizer_config": {
+    "opt_type": "adamw",
+    "peak_value": 1e-6,
+    "schedule_type": "warmup_cosine_decay_schedule",
+    "init_value": 0.0,
+    "end_value": 0.0,
+    "warmup_ratio": 0.1,
+    "warmup_steps": 0,
+    "decay_steps": 9,
+    "b1": 0.9,
+    "b2": 0.95,
+    "weight_decay": 0.0,
+    "max_grad_norm": 100.0,
+  },
+  "eval_every_n_steps": 10,
+  "max_steps": 5,
+  "metrics_logging_options": {"log_dir": "/tmp/logging", "flush_every_n_steps": 1},
+  "checkpointing_options": {"save_interval_steps": 50, "max_to_keep": 4},
+  "profiler_options": {},
+  "compute_logps_chunk_size": 2048,
+}

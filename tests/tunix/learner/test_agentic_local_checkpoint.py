@@ -15,13 +15,20 @@ import socket
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import numpy as np
 import pytest
 import yaml
 
 from tests.helpers import hf_fixtures
-from tests.helpers.launch import REPO, launch_config, needs_main, needs_smollm2
+from tests.helpers.launch import (
+  FROZENLAKE_TRAINING,
+  REPO,
+  launch_config,
+  needs_main,
+  needs_smollm2,
+)
 
 # tunix_facing: also run on tunix main (.ci/run, lane 2)
 pytestmark = [pytest.mark.tunix, pytest.mark.tunix_facing]
@@ -68,13 +75,14 @@ def tiny_checkpoint(directory: pathlib.Path) -> pathlib.Path:
 
 
 def local_config(
-  directory: pathlib.Path, model: dict, tokenizer: str = "", steps: int = 1
+  directory: pathlib.Path, model: dict, tokenizer: str = "", steps: int = 1, **training: Any
 ) -> pathlib.Path:
   """`launch_config`'s YAML (two 8-token episodes of one prompt a step, a critic) with every
-  role's model config `model`, the tokenizer's path `tokenizer` (none: the model's) and
-  `steps` steps (epochs of the one prompt)."""
+  role's model config `model`, the tokenizer's path `tokenizer` (none: the model's),
+  `steps` steps (epochs of the one prompt) and the `rl_training_config` keys `training`."""
   path = launch_config(directory, tokenizer)
   config = yaml.safe_load(path.read_text())
+  config["rl_training_config"].update(training)
   config["rl_training_config"]["max_steps"] = config["num_train_epochs"] = steps
   for key in ROLE_KEYS:
     config[key] = {**model, **({"mesh": MESH} if key == "actor_model_config" else {})}
@@ -175,15 +183,31 @@ def test_a_local_checkpoint_trains_a_ppo_step_offline_through_the_launcher(tmp_p
 @needs_smollm2
 def test_smollm2_trains_two_ppo_steps_offline_through_the_launcher(tmp_path):
   """SmolLM2 by its GGUF short name (`model_path: smollm2`; tokenizer: its directory), two
-  PPO steps through `tunix-ppo-ext tunix-agentic CONFIG.yaml`, offline."""
+  PPO steps through `tunix-ppo-ext tunix-agentic CONFIG.yaml`, offline, under the
+  `rl_training_config` of tunix's own frozenlake example (its warm-up cosine schedule, its
+  checkpointing, profiler and log-prob chunk options, micro-batches of one prompt
+  accumulated into its mini-batch: two prompts a step here, where it has 64)."""
   from tunix_ppo_ext._src.metrics.sinks import read_tensorboard
 
   smollm2_directory()  # converted once here, outside the guarded run
-  config = local_config(tmp_path, {"model_source": "local", "model_path": "smollm2"}, steps=2)
+  metrics = {"log_dir": str(tmp_path / "metrics"), "flush_every_n_steps": 1}
+  example = {**FROZENLAKE_TRAINING, "metrics_logging_options": metrics}
+  example.update(mini_batch_size=2, train_micro_batch_size=1)  # 2 accumulated micro-batches
+  example["critic_optimizer_config"] = example["actor_optimizer_config"]
+  model = {"model_source": "local", "model_path": "smollm2"}
+  config = local_config(tmp_path, model, steps=2, **example)
+  data = yaml.safe_load(config.read_text())
+  data["batch_size"] = 2  # two prompts a step (the example's `mini_batch_size` of them)
+  config.write_text(yaml.safe_dump(data))
+  prompts = '[{"prompts": "Say a"}, {"prompts": "Say b"}]'
+  source = "import grain\n\ndef create_dataset(**kwargs):\n"
+  source += f"  return grain.MapDataset.source({prompts})\n"
+  (tmp_path / "launch_data.py").write_text(source)
   done = launch_offline(tmp_path, config)
   assert done.returncode == 0, done.stderr[-3000:]
   metrics = read_tensorboard(tmp_path / "metrics")
   assert {step for step, _ in metrics["actor/pg_loss"]} == {1, 2}, metrics["actor/pg_loss"]
+  assert all(np.isfinite(value) for _, value in metrics["critic/vf_loss"]), metrics
 
 
 def launch_offline(directory: pathlib.Path, config: pathlib.Path, *overrides: str):

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from tunix.rl import rl_cluster as rl_cluster_lib
 
+from tests.helpers.launch import FROZENLAKE_TRAINING
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import cli
 
@@ -145,35 +146,6 @@ def test_a_bad_file_mode_class_or_width_is_one_line_before_any_model(
   assert cli.main(["tunix-agentic", str(path), *extra]) == cli.EXIT_BAD_INPUT
   err = capsys.readouterr().err.strip()
   assert named.format(path=path) in err and "\n" not in err, err
-
-
-# The `rl_training_config` of tunix's own agentic example (examples/frozenlake/configs/
-# gemma4_e2b.yaml at the pinned commit, c7d8950f; tunix's wheel ships no example YAML):
-# micro-batches accumulated into a mini-batch, and metrics options
-FROZENLAKE_TRAINING = {
-  "mini_batch_size": 64,
-  "train_micro_batch_size": 2,
-  "actor_optimizer_config": {
-    "opt_type": "adamw",
-    "peak_value": 1e-6,
-    "schedule_type": "warmup_cosine_decay_schedule",
-    "init_value": 0.0,
-    "end_value": 0.0,
-    "warmup_ratio": 0.1,
-    "warmup_steps": 0,
-    "decay_steps": 9,
-    "b1": 0.9,
-    "b2": 0.95,
-    "weight_decay": 0.0,
-    "max_grad_norm": 100.0,
-  },
-  "eval_every_n_steps": 10,
-  "max_steps": 5,
-  "metrics_logging_options": {"log_dir": "/tmp/logging", "flush_every_n_steps": 1},
-  "checkpointing_options": {"save_interval_steps": 50, "max_to_keep": 4},
-  "profiler_options": {},
-  "compute_logps_chunk_size": 2048,
-}
 
 
 @needs_main
