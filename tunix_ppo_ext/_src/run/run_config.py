@@ -49,7 +49,11 @@ from tunix_ppo_ext._src.run import recipe, resume
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
-from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, groups_of_one_problem
+from tunix_ppo_ext._src.tunix.learner.ppo_config import (
+  PpoExtConfig,
+  check_groups,
+  groups_of_one_problem,
+)
 from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
 from tunix_ppo_ext._src.tunix.models.role_models import ModelPlan
 
@@ -885,9 +889,7 @@ def _check_sections(
   optimizers, the batch arithmetic, filtering and validation; `(batch plan, validation
   entries)`."""
   ppo = run.ppo
-  problem = groups_of_one_problem(ppo.advantage_estimator, num_generations)
-  if problem:
-    raise ConfigError(f"config key 'ppo.num_generations'={num_generations} must be {problem}")
+  check_groups(ppo.advantage_estimator, num_generations, PPO_KEYS)  # changed in code
   if run.train.batch_size % num_generations:
     raise ConfigError(
       f"config key 'train.batch_size'={run.train.batch_size} must be a multiple of "
