@@ -135,7 +135,8 @@ def test_a_group_estimator_with_groups_of_one_is_refused_as_the_yaml_refuses_it(
   # built in Python, as a run config's `ppo` section is: the same one check, one message
   with pytest.raises(
     ValueError,
-    match=rf"^PpoExtConfig\.num_generations=1 is invalid: must be at least 2 with advantage_estimator='{estimator}'",
+    match=rf"^PpoExtConfig\.num_generations=1 is invalid: must be at least 2 with "
+    rf"advantage_estimator='{estimator}'",
   ) as info:
     PpoExtConfig(advantage_estimator=estimator, num_generations=1)
   assert "\n" not in str(info.value)
