@@ -163,3 +163,34 @@ def test_resolve_checks_a_config_changed_in_code_as_the_yaml_path_does(key, valu
   setattr(run.train, key, value)
   with pytest.raises(ConfigError, match=rf"'train.{key}'="):
     resolve(run)
+
+
+def test_an_empty_output_dir_is_called_empty(capsys):
+  """`--output-dir ""` said "config key 'output_dir' must be str, got None"."""
+  smoke = str(REPO / "configs" / "smoke.yaml")
+  assert cli.main(["train", "--config", smoke, "--output-dir", ""]) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip()
+  assert "'output_dir' (--output-dir) is empty" in err and "None" not in err, err
+  assert "\n" not in err
+  argv = ["sweep", "--seeds", "1", "--config", smoke, "--output-dir", ""]
+  assert cli.main(argv) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip()
+  assert "--output-dir is empty" in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize("text", ["123", "yes", "~", "null", "a'b", "x: y", "[1]"])
+def test_an_output_dir_option_is_read_as_text(text):
+  """`--output-dir 123` (or `yes`, `~`) was read as YAML: "must be str, got 123"."""
+  override = cli.string_override("output_dir", text)
+  assert load_run_config(str(REPO / "configs" / "smoke.yaml"), [override]).output_dir == text
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_output_dir_where_no_directory_can_be_made_names_the_option(capsys):
+  """`--output-dir /proc/x` exited 1 with Python's `FileNotFoundError` naming the path."""
+  smoke = str(REPO / "configs" / "smoke.yaml")
+  out = f"/proc/tunix-ppo-ext-{os.getpid()}"
+  assert cli.main(["train", "--config", smoke, "--output-dir", out]) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert f"'output_dir' (--output-dir) {out!r} cannot be written" in err, err
+  assert "FileNotFoundError" not in err

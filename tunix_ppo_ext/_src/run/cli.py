@@ -243,7 +243,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
 
   cache, uncached = use_compile_cache()  # before anything compiles
   if args.output_dir is not None:
-    overrides.append(f"output_dir={args.output_dir}")
+    overrides.append(string_override("output_dir", args.output_dir))
   resolved = load_resolved(args.config, overrides)  # the one resolution of this command
   run = resolved.run
   if not args.debug:  # a refused write is this command's one error line
@@ -288,10 +288,18 @@ def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
   return 0
 
 
+def string_override(key: str, value: str) -> str:
+  """`KEY=VALUE` with VALUE as a YAML single-quoted string: an option's text stays text
+  (`--output-dir 123`, `yes`, `~` or `""` read as a number, a flag or null otherwise)."""
+  return f"{key}='{value.replace(chr(39), chr(39) * 2)}'"
+
+
 def _sweep_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext sweep`: prints the table (`tunix_ppo_ext._src.run.sweep`)."""
   from tunix_ppo_ext._src.run import sweep
 
+  if not args.output_dir:  # '' would be the current directory
+    raise ConfigError("--output-dir is empty: name the directory the sweep's runs go to")
   rows = sweep.sweep(args.seeds, args.output_dir, overrides, args.config, args.jobs)
   print(sweep.markdown_table(rows), end="")
   return 0

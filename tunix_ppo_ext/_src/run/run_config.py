@@ -770,7 +770,11 @@ def _validate_env_mix(run: RunConfig, num_generations: int) -> None:
 
 def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
-  if not run.output_dir or pathlib.Path(run.output_dir).is_file():
+  if run.output_dir == "":
+    raise ConfigError(
+      "config key 'output_dir' (--output-dir) is empty: name the directory the run goes to"
+    )
+  if pathlib.Path(run.output_dir).is_file():
     raise ConfigError(
       f"config key 'output_dir' (--output-dir) must name a directory, got {run.output_dir!r}"
     )
