@@ -27,13 +27,19 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.data.trajectory import episode_batches
+from tunix_ppo_ext._src.envs import base as env_base
 from tunix_ppo_ext._src.metrics import collapse, sinks
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import samples as sample_log
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.plugins import registry as plugin_registry
 from tunix_ppo_ext._src.run import distributed, recipe, report, resume, run_dir
-from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, as_resolved
+from tunix_ppo_ext._src.run.run_config import (
+  ResolvedRun,
+  RunConfig,
+  as_resolved,
+  check_turn_tokens,
+)
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster
 from tunix_ppo_ext._src.tunix.cluster.mesh import (
   Role,
@@ -81,6 +87,7 @@ def _build_run(resolved: ResolvedRun, output_dir: pathlib.Path, meshes: dict):
   check_attention_backend(models.spec.attention, jax.default_backend())
   tokenizer = _tokenizer(resolved)
   _check_round_trip(tokenizer, resolved)
+  _check_reply_tokens(tokenizer, resolved)
   recipe.check_top_k(run.sampling, models.vocab_size(len(tokenizer)))
   policy, critic, reference = build_roles(models, len(tokenizer), meshes.get(Role.ACTOR))
   if not ppo.uses_critic:  # group estimators: no critic trained or checkpointed
@@ -274,6 +281,22 @@ def _check_round_trip(tokenizer: Any, resolved: ResolvedRun) -> None:
       f"encodes: {text[:40]!r} comes back as {back[:40]!r}; use the checkpoint's own "
       "tokenizer files (model.tokenizer), whose decode(encode(text)) is the text"
     )
+
+
+def _check_reply_tokens(tokenizer: Any, resolved: ResolvedRun) -> None:
+  """`check_turn_tokens` with a Hugging Face tokenizer (the built-in one's is checked at
+  load): each environment's longest reply must fit in `env.max_tokens_per_turn` tokens."""
+  directory = resolved.tokenizer_dir
+  if directory is None:
+    return
+
+  def count(text: str) -> int:
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+  for entry in (*resolved.env_entries, *resolved.validation_entries):
+    env = env_base.make_env(entry.name, **entry.kwargs)
+    how = f"the tokenizer in {directory!r}"
+    check_turn_tokens(resolved.run.env.max_tokens_per_turn, env, count, how)
 
 
 def build_models(resolved: ResolvedRun | RunConfig, mesh: Any = None) -> tuple[Any, Any, Any]:

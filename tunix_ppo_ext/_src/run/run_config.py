@@ -705,10 +705,30 @@ def _validate_mesh(section: MeshSection) -> None:
     check_mesh_spec(f"mesh.roles.{role}", own.shape, own.axis_names or section.axis_names)
 
 
+def check_turn_tokens(
+  max_tokens_per_turn: int,
+  env: Any,
+  count: typing.Callable[[str], int] = len,
+  tokenizer: str = "the built-in tokenizer",
+) -> None:
+  """Refuses a turn too short for the environment's `longest_reply` (an optional attribute,
+  `guess`'s largest number): the agent could never type it (the rollout cuts each turn at
+  `env.max_tokens_per_turn`). `count`: the reply's tokens (the built-in tokenizer: one per
+  character, checked at load; a Hugging Face one's when it is loaded, `job`)."""
+  reply = getattr(env, "longest_reply", None)
+  if isinstance(reply, str) and count(reply) > max_tokens_per_turn:
+    raise ConfigError(
+      f"config key 'env.max_tokens_per_turn'={max_tokens_per_turn} is below the "
+      f"{envs.env_name(env)!r} environment's longest reply, {reply!r} ({count(reply)} tokens "
+      f"with {tokenizer}): the agent could not type it; raise it to at least {count(reply)}"
+    )
+
+
 def _check_lengths(run: RunConfig, env: Any) -> None:
   """Lengths that cannot work, refused before anything compiles: a `max_prompt_length`
-  below the first observation (built-in tokenizer: one token per character, plus BOS), and
-  a KV cache for the toy model larger than this machine's memory."""
+  below the first observation (built-in tokenizer: one token per character, plus BOS), a
+  turn too short for the environment's longest reply (`check_turn_tokens`), and a KV cache
+  for the toy model larger than this machine's memory."""
   if tokenizer_directory(run.model) is None:
     firsts = [env.reset(seed)[0] for seed in range(8)]
     alphabet = {} if run.model.alphabet is None else {"alphabet": run.model.alphabet}
@@ -726,6 +746,7 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
         f"config key 'train.max_prompt_length'={run.train.max_prompt_length} is below the "
         f"first observation's {len(first) + 1} tokens (with BOS): {first!r}"
       )
+    check_turn_tokens(run.env.max_tokens_per_turn, env)
   own_turns = getattr(env, "max_turns", None)  # a game's own limit (guess: its guesses)
   if isinstance(own_turns, int) and own_turns > run.env.max_turns:
     raise ConfigError(
