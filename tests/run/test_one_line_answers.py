@@ -194,3 +194,55 @@ def test_an_output_dir_where_no_directory_can_be_made_names_the_option(capsys):
   err = capsys.readouterr().err.strip().splitlines()[-1]
   assert f"'output_dir' (--output-dir) {out!r} cannot be written" in err, err
   assert "FileNotFoundError" not in err
+
+
+@pytest.mark.parametrize(
+  "overrides, key",
+  [
+    (["ppo.gigpo_step_weight=0.5"], "ppo.gigpo_step_weight'=0.5"),
+    (["ppo.gigpo_norm_by_std=false"], "ppo.gigpo_norm_by_std'=False"),
+    (
+      ["ppo.advantage_estimator=grpo", "ppo.num_generations=2", "ppo.gae_lambda=0.5"],
+      "ppo.gae_lambda'=0.5",
+    ),
+    (["ppo.advantage_estimator=reinforce_plus_plus", "ppo.gamma_turn=0.9"], "ppo.gamma_turn'=0.9"),
+  ],
+)
+def test_a_ppo_key_the_estimator_does_not_read_is_warned_about_in_one_line(overrides, key):
+  """G15, G16, C31 of the 2026-12-07 probes: a key of another estimator was accepted without
+  a word (the run trains as if it were not set)."""
+  from tunix_ppo_ext._src.checks import ConfigWarning
+
+  with pytest.warns(ConfigWarning, match=rf"^config key '{key} has no effect: ") as caught:
+    load_run_config(str(REPO / "configs" / "smoke.yaml"), overrides)
+  assert len([w for w in caught if issubclass(w.category, ConfigWarning)]) == 1
+  assert "\n" not in str(caught[0].message)
+
+
+@pytest.mark.parametrize(
+  "overrides",
+  [
+    ["ppo.gae_lambda=0.5"],  # gae reads it
+    ["ppo.gigpo_step_weight=1.0"],  # the default: asks for nothing
+    ["ppo.advantage_estimator=grpo", "ppo.num_generations=2", "ppo.whiten_advantages=false"],
+    ["ppo.num_generations=2", "metrics.shadow_estimators=[gigpo]", "ppo.gigpo_step_weight=0.5"],
+  ],
+)
+def test_a_ppo_key_some_estimator_of_the_run_reads_is_not_warned_about(overrides):
+  import warnings
+
+  from tunix_ppo_ext._src.checks import ConfigWarning
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", ConfigWarning)
+    load_run_config(str(REPO / "configs" / "smoke.yaml"), overrides)
+
+
+def test_the_command_line_prints_a_config_warning_as_one_line(tmp_path, capsys):
+  argv = ["plan", "--config", str(REPO / "configs" / "smoke.yaml"), "ppo.gigpo_step_weight=0.5"]
+  assert cli.main([*argv, "--json", str(tmp_path / "plan.json")]) == 0
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err == [
+    "tunix-ppo-ext: warning: config key 'ppo.gigpo_step_weight'=0.5 has no effect: "
+    "advantage_estimator='gae' does not read it"
+  ], err

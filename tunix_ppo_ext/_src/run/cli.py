@@ -17,6 +17,7 @@ checkpoints into the output directory.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import logging
@@ -27,11 +28,11 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # Only what parsing needs is imported here (no JAX, tunix or NumPy): `--help` prints at once,
 # and each command imports its own modules when it runs.
-from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.checks import ConfigError, ConfigWarning
 from tunix_ppo_ext._src.plugins import registry
 
 EXIT_BAD_INPUT, EXIT_NAN_GUARD, EXIT_INTERRUPTED, EXIT_FAILED = 2, 3, 130, 1
@@ -176,13 +177,9 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
 
   try:
     check_jax_precision()  # before anything is made: tunix's sampler fails in 64-bit mode
-    if args.command == "plan":
-      return _plan_command(args, overrides)
-    if args.command == "sweep":
-      return _sweep_command(args, overrides)
-    if args.command == "tunix-agentic":
-      return _tunix_agentic_command(args, overrides)
-    return _train_command(args, overrides)
+    with warnings.catch_warnings():
+      warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
+      return _run_job(args, overrides)
   except KeyboardInterrupt:
     if args.debug:
       traceback.print_exc()
@@ -205,6 +202,26 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
       for name in ("absl", "asyncio"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     return EXIT_FAILED
+
+
+def _run_job(args: argparse.Namespace, overrides: list[str]) -> int:
+  """The job command `args.command` names."""
+  if args.command == "plan":
+    return _plan_command(args, overrides)
+  if args.command == "sweep":
+    return _sweep_command(args, overrides)
+  if args.command == "tunix-agentic":
+    return _tunix_agentic_command(args, overrides)
+  return _train_command(args, overrides)
+
+
+def _show_warning(show: Callable[..., None], message, category, *args, **kwargs) -> None:
+  """`warnings.showwarning` with a `ConfigWarning` as one line, `tunix-ppo-ext: warning:`
+  (not Python's two, the file and the source line); any other warning as `show` shows it."""
+  if issubclass(category, ConfigWarning):
+    print(f"tunix-ppo-ext: warning: {message}", file=sys.stderr)
+  else:
+    show(message, category, *args, **kwargs)
 
 
 def _freeze_imported_heap() -> None:

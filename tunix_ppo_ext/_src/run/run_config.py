@@ -28,6 +28,7 @@ from typing import Any
 
 from tunix_ppo_ext._src.checks import (
   ConfigError,
+  ConfigWarning,
   FieldKeys,
   check_choice,
   check_integer,
@@ -44,7 +45,7 @@ from tunix_ppo_ext._src.envs import base as envs
 from tunix_ppo_ext._src.metrics.collapse import EchoTrapRule
 from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext._src.plugins import registry
-from tunix_ppo_ext._src.ppo import shadow_step
+from tunix_ppo_ext._src.ppo import advantage_step, shadow_step
 from tunix_ppo_ext._src.run import recipe, resume
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
@@ -484,6 +485,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str, default: Any = None) ->
     _validate_run(instance)  # train.temperature, model.fused_head, ... first: `ppo` takes them
     instance.ppo = ppo_section(ppo, instance.train, instance.model)
     instance.ppo_given = ppo
+    _warn_unread_ppo_keys(instance.ppo, ppo, instance.metrics.shadow_estimators)
   return instance
 
 
@@ -952,6 +954,36 @@ def env_max_return(entries: list[recipe.EnvEntry]) -> float:
   return total / sum(e.groups for e in entries)
 
 
+def _warn_unread_ppo_keys(ppo: PpoExtConfig, given: dict[str, Any], shadows: list[str]) -> None:
+  """A one-line warning for each estimator key the config sets (`given`: the `ppo` keys of
+  the YAML and the overrides, not the defaults) to a value other than its default that
+  neither the advantage estimator nor a shadow one reads (`advantage_step.fields_read`):
+  `ppo.gigpo_step_weight` with `gae`, `ppo.gae_lambda` with `grpo`. Not refused: a config
+  may keep one for a later switch. A normalization turned off (`whiten_advantages`,
+  `norm_adv_by_std` false) where the estimator has none is what it asks for: no warning."""
+  names = [ppo.advantage_estimator, *shadows]
+  read = [advantage_step.fields_read(ppo, name) for name in names]
+  if any(fields is None for fields in read):  # one of them may read anything
+    return
+  defaults = ppo_section({})
+  for key in sorted(set(given) & set(advantage_step.ESTIMATOR_FIELDS)):
+    value = getattr(ppo, key)
+    if value == getattr(defaults, key) or (key in _OFF_SWITCHES and value is False):
+      continue
+    if not any(key in fields for fields in read):
+      which = f"advantage_estimator={ppo.advantage_estimator!r}"
+      which += f" (nor metrics.shadow_estimators={shadows})" if shadows else ""
+      warnings.warn(
+        f"config key 'ppo.{key}'={given[key]!r} has no effect: {which} does not read it",
+        ConfigWarning,
+        stacklevel=2,
+      )
+
+
+# normalizations an estimator may lack: turned off, they ask for what it does anyway
+_OFF_SWITCHES = ("whiten_advantages", "norm_adv_by_std")
+
+
 def _warn_long_warmup(ppo: PpoExtConfig, steps: int, updates_per_batch: int) -> None:
   """A warning when the critic warm-up lasts the whole run (its batches, `train.steps`
   updates of `updates_per_batch` each): the actor never trains (a critic-only run)."""
@@ -960,6 +992,7 @@ def _warn_long_warmup(ppo: PpoExtConfig, steps: int, updates_per_batch: int) -> 
     warnings.warn(
       f"ppo.critic_warmup_steps={ppo.critic_warmup_steps} is not below the run's {batches} "
       f"batches (train.steps={steps}): the actor never trains, only the critic",
+      ConfigWarning,
       stacklevel=4,
     )
 
