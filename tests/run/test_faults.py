@@ -432,6 +432,99 @@ def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
   rerun_and_check(out, max(common_checkpoints(out)) + 2 * EVERY)
 
 
+# `train` in a process of its own whose first checkpoint manager to close says so and waits
+# for a line on stdin first: the test presses Ctrl-C again while the save is held there.
+HELD_CLOSE = """
+import sys
+from tunix.sft import checkpoint_manager
+from tunix_ppo_ext._src.run import cli
+
+close, held = checkpoint_manager.CheckpointManager.close, []
+
+
+def held_close(self):
+  if not held:
+    held.append(self)
+    print("closing the checkpoint manager", file=sys.stderr, flush=True)
+    sys.stdin.readline()
+  close(self)
+
+
+checkpoint_manager.CheckpointManager.close = held_close
+sys.argv = ["tunix-ppo-ext", *sys.argv[1:]]
+cli.console_main()
+"""
+
+
+def wait_for(ready, process: subprocess.Popen, log: pathlib.Path) -> None:
+  """Polls `ready()` every 20 ms while `process` runs (an assertion once it has ended)."""
+  deadline = time.monotonic() + 600
+  while not ready():
+    assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+    time.sleep(0.02)
+
+
+def test_ctrl_c_twice_while_checkpoints_are_written_is_one_line_and_nothing_is_lost(tmp_path):
+  """Ctrl-C into a run that checkpoints every step ended with orbax's commit threads
+  still writing under the interpreter's exit: "cannot schedule new futures after
+  interpreter shutdown" tracebacks after the interrupted line (3 runs of 3, 2026-12-07),
+  and in some runs a segmentation fault (exit -11). Now the saves in flight end (the
+  checkpoint managers closed) before the command exits, a second Ctrl-C meanwhile held
+  back: one line, exit 130, and the rerun resumes."""
+  out, env = tmp_path / "run", subprocess_env(tmp_path)
+  log = tmp_path / "interrupted.log"
+  every = ("train.steps=1000", "train.checkpoint_every=1", "train.eval_every=1")
+  with log.open("w") as stderr:
+    process = subprocess.Popen(
+      [sys.executable, "-c", HELD_CLOSE, *smoke_args(out, *every)],
+      env=env,
+      stdin=subprocess.PIPE,
+      stdout=stderr,
+      stderr=stderr,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+  wait_for(lambda: len(common_checkpoints(out)) >= 2, process, log)  # the next one underway
+  process.send_signal(signal.SIGINT)
+  wait_for(lambda: "closing the checkpoint manager" in log.read_text(), process, log)
+  process.send_signal(signal.SIGINT)  # again, while the save is held
+  process.stdin.write(b"\n")
+  process.stdin.close()
+  assert process.wait(timeout=600) == cli.EXIT_INTERRUPTED, log.read_text()[-3000:]
+  text = log.read_text()
+  errors = [line for line in text.splitlines() if "error" in line.lower()]
+  assert len(errors) == 1 and "interrupted" in errors[0], text[-3000:]
+  for noise in ("Traceback", "Exception ignored", "ERROR:absl", "also failed"):
+    assert noise not in text, text[-3000:]
+  assert not (out / run_dir.LOCK).exists()
+  rerun_and_check(out, max(common_checkpoints(out)) + 2)
+
+
+def test_ctrl_c_while_the_command_exits_is_ignored(tmp_path):
+  """A second Ctrl-C as the interpreter ran its exit handlers printed jax's `clear_backends`
+  traceback ("Exception ignored in atexit callback"): the command is over by then, so the
+  console script ignores it. The press comes from an exit handler, as jax's runs."""
+  program = (
+    "import atexit, os, signal\n"
+    "from tunix_ppo_ext._src.run import cli\n"
+    "def pressed():\n"
+    "  os.kill(os.getpid(), signal.SIGINT)\n"
+    "  print('the exit handler ran on', flush=True)\n"
+    "atexit.register(pressed)\n"
+    "cli._main = lambda argv, own_process: cli.EXIT_INTERRUPTED\n"
+    "cli.console_main()\n"
+  )
+  done = subprocess.run(
+    [sys.executable, "-c", program],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=tmp_path,
+    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+  )
+  assert done.returncode == cli.EXIT_INTERRUPTED
+  assert "the exit handler ran on" in done.stdout and "Traceback" not in done.stderr, done.stderr
+
+
 # A thread left waiting for ever: a plain one; and a thread-pool worker busy for ever, started
 # from a daemon thread, so a daemon itself, which the interpreter's exit still joins
 # (`concurrent.futures` joins every worker): tunix's agentic loop runs its prompt queue's

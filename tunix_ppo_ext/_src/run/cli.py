@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -399,6 +400,8 @@ def console_main() -> None:
   woken to exit first, as the interpreter's own exit wakes them (`_wake_idle_workers`): the
   grace waited for them in full, 30 s after every failed run.
 
+  Ctrl-C after the command returned is ignored: what it could stop is the exit itself.
+
   A reader that closes the pipe early (`tunix-ppo-ext plugins | head -1`) ends the command
   quietly with status 1, not a `BrokenPipeError` traceback.
   """
@@ -407,6 +410,9 @@ def console_main() -> None:
   except BrokenPipeError:
     _quiet_stdout()
     code = EXIT_FAILED
+  # the command is over: a Ctrl-C now would only break the exit (a traceback from an exit
+  # handler, jax's `clear_backends`, or from the wait for threads below, bounded anyway)
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
   if code != 0:
     sys.stdout.flush()
     sys.stderr.flush()

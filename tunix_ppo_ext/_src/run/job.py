@@ -13,11 +13,13 @@ import dataclasses
 import functools
 import json
 import pathlib
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -459,6 +461,10 @@ def _train_in(
     with warnings.catch_warnings():  # a run killed after its last checkpoint: nothing to do
       warnings.simplefilter("ignore", AlreadyAtMaxSteps)
       learner.train(train_batches, eval_ds=eval_batches)
+  except BaseException as err:  # Ctrl-C or a failure: the saves being written end first
+    if finish_saves(learner) and not isinstance(err, KeyboardInterrupt):
+      raise KeyboardInterrupt from err  # Ctrl-C while they were written: still a Ctrl-C
+    raise
   finally:  # a failed or interrupted part counts too (a killed one: `earlier_parts`)
     part["wall_s"] = round(time.perf_counter() - start, 1)
     if primary:
@@ -467,6 +473,46 @@ def _train_in(
   if not primary:
     return {}
   return _summarize_run(out, resolved, learner, max_return, [*parts, part])
+
+
+def finish_saves(learner: PpoExtLearner) -> bool:
+  """After an interrupted or failed `learner.train`: waits for the checkpoints still being
+  written (orbax commits them on its own threads) and closes the trainers' checkpoint
+  managers, with Ctrl-C deferred meanwhile (`_deferred_interrupts`); returns whether
+  Ctrl-C was pressed then.
+
+  Without it the interpreter's exit ran under those threads (2026-12-07, Ctrl-C into a run
+  saving every step): orbax's commits failed with "cannot schedule new futures after
+  interpreter shutdown" tracebacks after the interrupted line, and some runs ended in a
+  segmentation fault (exit -11). A save that fails to close is left as it is (a rerun
+  resumes from the last committed step): the error that stopped the run is the one to
+  report. tunix's own `close` is not used: it would save the interrupted step too.
+  """
+  cluster = learner.rl_cluster
+  managers = [cluster.actor_trainer.checkpoint_manager]
+  critic = getattr(cluster, "critic_trainer", None)
+  managers += [critic.checkpoint_manager] if critic is not None else []
+  with _deferred_interrupts() as pressed:
+    for manager in managers:
+      with contextlib.suppress(Exception):
+        manager.close()  # orbax's close waits for the save in flight
+  return bool(pressed)
+
+
+@contextlib.contextmanager
+def _deferred_interrupts() -> Iterator[list[int]]:
+  """Holds Ctrl-C (SIGINT) back for the block: the list it yields records each press, and
+  the previous handler is back after it. Off the main thread (where Python delivers
+  signals) nothing is held."""
+  pressed: list[int] = []
+  if threading.current_thread() is not threading.main_thread():
+    yield pressed
+    return
+  previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+  try:
+    yield pressed
+  finally:
+    signal.signal(signal.SIGINT, previous)
 
 
 def _prepare(out: pathlib.Path, resolved: ResolvedRun) -> list[dict[str, Any]]:
