@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from tests.conftest import load_bench
+from tests.helpers.bench import load_bench
+
+pytestmark = pytest.mark.tunix
 
 
 @pytest.mark.parametrize("how", ["option", "environment"])

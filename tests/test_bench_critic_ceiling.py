@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import load_bench
+from tests.helpers.bench import load_bench
 from tunix_ppo_ext.envs import GuessEnv
+
+pytestmark = pytest.mark.tunix
 
 
 def _describe(policy: str, high: int, max_turns: int, valid_reward: float = 0.1):

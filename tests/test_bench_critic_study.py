@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import pathlib
 
-from tests.conftest import load_bench
+import pytest
+
+from tests.helpers.bench import load_bench
+
+pytestmark = pytest.mark.tunix
 
 
 def _bench():

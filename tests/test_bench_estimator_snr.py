@@ -8,7 +8,9 @@ import argparse
 
 import pytest
 
-from tests.conftest import load_bench
+from tests.helpers.bench import load_bench
+
+pytestmark = pytest.mark.tunix
 
 
 def _run(**overrides):

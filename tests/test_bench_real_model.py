@@ -7,7 +7,9 @@ import statistics
 
 import pytest
 
-from tests.conftest import load_bench
+from tests.helpers.bench import load_bench
+
+pytestmark = pytest.mark.tunix
 
 
 def _bench():

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import load_bench
+from tests.helpers.bench import load_bench
+
+pytestmark = pytest.mark.tunix
 
 SHAPE = {"batch": 2, "prompt": 3, "completion": 5, "decode_steps": 4, "head": 10, "params": 110}
 

@@ -1,6 +1,10 @@
-"""`tests/compile_settings.py`: the suite's compile settings over a caller's environment."""
+"""`tests/helpers/compile_settings.py`: the suite's compile settings over a caller's environment."""
 
-from tests import compile_settings
+import pytest
+
+from tests.helpers import compile_settings
+
+pytestmark = pytest.mark.fast
 
 
 def test_missing_flags_are_added_and_the_caller_s_own_values_win():

@@ -38,6 +38,8 @@ DOCS = REPO / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
 import ppo_ext_reference as reference  # noqa: E402  (docs/_ext: the generator the site uses)
 
+pytestmark = pytest.mark.tunix
+
 SECTIONS = ("model", "env", "envs", "train", "metrics", "mesh", "optim", "batch", "sampling")
 SECTIONS += ("shaping", "filter", "validation", "dapo", "ppo")
 TOP_DIRS = ("tunix_ppo_ext/", "tests/", "configs/", "examples/", "bench/", "notebooks/")

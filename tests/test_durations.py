@@ -8,6 +8,10 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.tunix
+
 LOG = """\
 tests/a.py ....                                                    [100%]
 ============================= slowest 4 durations ==============================
@@ -64,7 +68,7 @@ def test_the_suite_runs_file_by_file_longest_file_first():
   seconds, longest first (a test without seconds counts 0)."""
   from types import SimpleNamespace
 
-  from tests.conftest import by_file_longest_first
+  from tests.helpers.scheduling import by_file_longest_first
 
   ids = ["a.py::t1", "b.py::t1", "a.py::t2", "c.py::t1", "b.py::t2"]
   seconds = {"a.py::t1": 1.0, "a.py::t2": 1.5, "b.py::t2": 3.0, "c.py::t1": 0.5}

@@ -1,17 +1,23 @@
-"""The package's shape: layers import only downward, no cycles, the math imports no tunix."""
+"""The package's shape: layers import only downward, no cycles, the math imports no tunix;
+and the tests' shape: folders that mirror the package's, shared code only in `tests/helpers/`,
+each test's lane declared in its module."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import pathlib
 import subprocess
 import sys
 import tomllib
 
 import pytest
 
-from tests.import_graph import PACKAGE, imports, imports_tunix, module_name
+from tests.helpers import lanes
+from tests.helpers.import_graph import PACKAGE, imports, imports_tunix, module_name, reaches_tunix
 from tunix_ppo_ext._src import LAYERS, TUNIX_PARTS
+
+pytestmark = pytest.mark.fast
 
 REPO = PACKAGE.parent
 
@@ -75,10 +81,116 @@ def _upward(rank: dict[str, int], where) -> list[str]:
   return upward
 
 
-def test_every_test_folder_is_named_after_a_layer():
-  """`tests/<layer>/` tests `_src/<layer>/`: a folder that is not a layer's name is refused."""
-  folders = {p.name for p in (REPO / "tests").iterdir() if (p / "__init__.py").exists()}
-  assert folders <= set(LAYERS), sorted(folders - set(LAYERS))
+# Package folders with no test folder of their own, and why.
+UNMIRRORED = {
+  "tunix/aot": "compiled through `plan` (tests/run/test_plan.py) and the fused head's memory "
+  "(tests/tunix/learner/test_fused_head.py)",
+}
+
+
+def _test_folders() -> set[str]:
+  """The folders of `tests/` that hold test modules, and the folders above them."""
+  tests = REPO / "tests"
+  folders = {p.parent.relative_to(tests) for p in tests.rglob("test_*.py")}
+  return {str(f) for folder in folders for f in [folder, *folder.parents] if f.parts}
+
+
+def test_the_tests_mirror_the_package_s_folders():
+  """`tests/<layer>/` tests `_src/<layer>/`, and `tests/tunix/<part>/` tests
+  `_src/tunix/<part>/`: every folder of the one has its folder in the other (but the
+  `UNMIRRORED` ones, for the reasons given); `tests/helpers/` holds the shared code."""
+  package = {
+    str(p.parent.relative_to(SRC))
+    for p in SRC.rglob("__init__.py")
+    if p.parent != SRC and "__pycache__" not in p.parts
+  }
+  assert _test_folders() <= package, sorted(_test_folders() - package)
+  assert package - _test_folders() == set(UNMIRRORED), sorted(package - _test_folders())
+
+
+def _test_modules() -> list[pathlib.Path]:
+  return sorted((REPO / "tests").rglob("test_*.py"))
+
+
+def _imported(path: pathlib.Path) -> set[str]:
+  """The modules `path` imports (at any depth; `from A import b` gives `A` and `A.b`)."""
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Import):
+      found |= {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom) and not node.level:
+      found |= {node.module or ""} | {f"{node.module}.{alias.name}" for alias in node.names}
+    elif isinstance(node, ast.ImportFrom):
+      found.add("." * node.level + (node.module or ""))  # relative: refused below
+  return found
+
+
+def _wrong_imports(path: pathlib.Path) -> list[str]:
+  """Imports of `path` that reach a test module or `conftest`: of this suite, only
+  `tests.helpers` (and its modules) may be imported."""
+  wrong = []
+  for name in sorted(_imported(path)):
+    parts = name.split(".")
+    if name.startswith(".") or "conftest" in parts:
+      wrong.append(name)
+    elif parts[0] == "tests" and name != "tests" and parts[1] != "helpers":
+      wrong.append(name)
+  return wrong
+
+
+def test_no_test_module_imports_another_test_module_or_conftest(tmp_path):
+  """A test module (or a helper) imports only `tests.helpers` of the suite: no other test
+  module, no `conftest.py` (its hooks and fixtures reach the tests through pytest)."""
+  bad = tmp_path / "test_bad.py"
+  bad.write_text(
+    "from tests.conftest import x\nfrom tests.ops.test_kl import y\nimport conftest\n"
+    "from . import z\nfrom tests.helpers.losses import RTOL\nfrom tests.helpers import scores\n"
+  )
+  assert _wrong_imports(bad) == [
+    ".",
+    "conftest",
+    "tests.conftest",
+    "tests.conftest.x",
+    "tests.ops.test_kl",
+    "tests.ops.test_kl.y",
+  ]
+  helpers = sorted((REPO / "tests" / "helpers").glob("*.py"))
+  wrong = {str(p.relative_to(REPO)): _wrong_imports(p) for p in [*_test_modules(), *helpers]}
+  assert not {path: names for path, names in wrong.items() if names}
+
+
+def _lane_problems(path: pathlib.Path) -> list[str]:
+  """Each test of `path` declares one lane (`lanes.LANES`), by its module's `pytestmark`
+  or its own mark; a `fast` one is not `slow` and its module reaches no tunix."""
+  problems = []
+  for test, marks in lanes.marks_by_test(path).items():
+    declared = marks & set(lanes.LANES)
+    if len(declared) != 1:
+      problems.append(f"{test}: lanes {sorted(declared)}")
+    elif "fast" in declared and ("slow" in marks or reaches_tunix(path)):
+      problems.append(f"{test}: fast, but {'slow' if 'slow' in marks else 'reaches tunix'}")
+  return problems
+
+
+def test_each_test_declares_its_lane(tmp_path):
+  """Lane membership is written in the test module, not derived from its imports: moving an
+  import moves no test between lanes, it fails here until the mark says where it runs."""
+  module = tmp_path / "test_marks.py"
+  module.write_text(
+    "import pytest\nimport tunix\npytestmark = pytest.mark.fast\n"
+    "def test_a(): pass\n@pytest.mark.tunix\ndef test_b(): pass\n"
+  )
+  assert _lane_problems(module) == [
+    "test_a: fast, but reaches tunix",
+    "test_b: lanes ['fast', 'tunix']",
+  ]
+  module = tmp_path / "test_more_marks.py"  # (the marks are read once per file)
+  module.write_text(
+    "import pytest\n@pytest.mark.fast\n@pytest.mark.slow\ndef test_c(): pass\ndef test_d(): pass\n"
+  )
+  assert _lane_problems(module) == ["test_c: fast, but slow", "test_d: lanes []"]
+  problems = {str(p.relative_to(REPO)): _lane_problems(p) for p in _test_modules()}
+  assert not {path: found for path, found in problems.items() if found}
 
 
 def test_layers_import_only_downward():

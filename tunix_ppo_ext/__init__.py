@@ -16,10 +16,12 @@ The public API is this module and the modules beside it, each re-exporting a cur
   containers, metric readers and the plot, the plugin registry.
 
 `import tunix_ppo_ext` imports no JAX nor tunix: the names that need them load on first use.
-Importing the package or building a learner changes nothing in tunix or qwix:
-`install(rl_cluster=None)` does, explicitly (qwix's LoRA product, a cluster's sampler;
-`models.build_cluster` calls it), and `register_builtins()` puts this package's names into
-tunix's `function_registry` through it, for tunix's own learners.
+Importing the package or building a learner changes nothing in tunix or qwix (a learner
+prepares only the cluster it is given: its sampler, its checkpoints' metadata):
+`install(rl_cluster=None)` does, explicitly (qwix's LoRA product; given a cluster, that
+cluster's sampler; `models.build_cluster` calls it), and `register_builtins()` puts this
+package's names into tunix's `function_registry` through it, for tunix's own learners.
+Every such change is an entry of one table, `compat.patches.PATCHES`.
 """
 
 from __future__ import annotations

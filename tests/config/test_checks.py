@@ -17,6 +17,8 @@ from tunix_ppo_ext._src.checks import (
   whole_share,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def test_did_you_mean_names_the_closest_choice_or_nothing():
   assert did_you_mean("grop", ("group", "batch", "state")) == "; did you mean 'group'?"

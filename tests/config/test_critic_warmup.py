@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tunix_ppo_ext._src.config.critic_warmup import CriticWarmup
+
+pytestmark = pytest.mark.fast
 
 
 def _run(warmup: CriticWarmup, variances: list[float]) -> list[bool]:

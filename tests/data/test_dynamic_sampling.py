@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.data.test_score_shaping import batch as shaping_batch
-from tests.ops.test_overlong import np_overlong
+from tests.helpers.scores import batch as shaping_batch
+from tests.helpers.scores import multi_turn_batch, np_overlong
 from tunix_ppo_ext._src.data.dynamic_sampling import (
   concat_batches,
   episode_scores,
@@ -18,7 +18,8 @@ from tunix_ppo_ext._src.data.dynamic_sampling import (
   round_input,
   take_rows,
 )
-from tunix_ppo_ext._src.data.trajectory import MultiTurnBatch
+
+pytestmark = pytest.mark.fast
 
 
 @pytest.mark.parametrize("max_len, cache, factor", [(5, 2, 1.0), (4, 4, 0.5), (3, 1, 2.0)])
@@ -36,27 +37,6 @@ def test_overlong_penalty_lands_on_the_last_agent_token(max_len, cache, factor):
   for row in range(6):  # turn rewards stay; only the last agent token may change
     assert set(np.flatnonzero(changed[row])) <= {last[row]}, row
   assert not changed[3].any()  # no agent token, length 0: no penalty
-
-
-def multi_turn_batch(scores, round_index=0, group=2, returns=None) -> MultiTurnBatch:
-  """`len(scores)` episodes in consecutive groups of `group`, each score on its last token;
-  `completion_ids` tag the round and row (`100 * round + row`) so moved rows can be traced."""
-  size = len(scores)
-  rewards = np.zeros((size, 3), np.float32)
-  rewards[:, 2] = scores
-  tags = np.repeat((100 * round_index + np.arange(size))[:, None], 3, axis=1)
-  return MultiTurnBatch(
-    prompt_ids=np.ones((size, 2), int),
-    completion_ids=tags,
-    attention_mask=np.ones((size, 3), int),
-    loss_mask=np.ones((size, 3), int),
-    token_rewards=rewards,
-    sampler_logps=np.full((size, 3), -1.0, np.float32),
-    sampler_logp_mask=np.ones((size, 3), int),
-    group_ids=np.arange(size) // group,
-    texts=[f"r{round_index}e{i}" for i in range(size)],
-    episode_returns=np.asarray(scores if returns is None else returns, np.float32),
-  )
 
 
 def test_rows_are_taken_and_concatenated_with_every_field():

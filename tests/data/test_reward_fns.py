@@ -10,6 +10,8 @@ import pytest
 
 from tunix_ppo_ext._src.data.rewards import NonFiniteRewards
 
+pytestmark = pytest.mark.fast
+
 PROMPTS, COMPLETIONS = ["p1", "p2", "p3"], ["a", "bb", "ccc"]
 
 

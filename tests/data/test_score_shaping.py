@@ -5,7 +5,7 @@ penalty on each malformed turn's token, after it."""
 import numpy as np
 import pytest
 
-from tests.ops.test_score_norm import ref_normalize
+from tests.helpers.scores import batch, ref_normalize
 from tunix_ppo_ext._src.checks import whole_share
 from tunix_ppo_ext._src.data.score_shaping import (
   filter_groups,
@@ -15,34 +15,7 @@ from tunix_ppo_ext._src.data.score_shaping import (
 )
 from tunix_ppo_ext._src.data.trajectory import MultiTurnBatch, TrajectoryBatch
 
-
-def batch() -> TrajectoryBatch:
-  """6 episodes in 3 groups of 2; groups 0 and 2 start from the same prompt (state)."""
-  prompts = np.array([[1, 5]] * 2 + [[1, 6]] * 2 + [[1, 5]] * 2)
-  loss = np.array(
-    [
-      [1, 1, 0, 1, 0],
-      [1, 0, 0, 1, 1],
-      [1, 1, 1, 0, 0],
-      [0, 0, 0, 0, 0],  # no agent token: left as it is
-      [1, 0, 0, 0, 0],
-      [1, 1, 0, 1, 1],
-    ]
-  )
-  rewards = np.zeros((6, 5), np.float32)
-  rewards[0, 1], rewards[0, 3] = 0.25, 1.0  # two turn rewards
-  rewards[1, 4] = -2.0
-  rewards[2, 2] = 0.5
-  rewards[4, 0] = 3.0
-  rewards[5, 1], rewards[5, 4] = 1.0, 1.0
-  return TrajectoryBatch(
-    prompt_ids=prompts,
-    completion_ids=np.ones((6, 5), int),
-    attention_mask=np.ones((6, 5), int),
-    loss_mask=loss,
-    token_rewards=rewards,
-    group_ids=np.array([0, 0, 1, 1, 2, 2]),
-  )
+pytestmark = pytest.mark.fast
 
 
 def test_segments_of_each_grouping():

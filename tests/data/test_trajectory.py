@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from tunix_ppo_ext._src.data.trajectory import episode_batches, episode_env_ids, spread_env_ids
 
+pytestmark = pytest.mark.fast
+
 
 def test_environments_are_spread_through_the_batch():
   np.testing.assert_array_equal(spread_env_ids([2, 2]), [0, 1, 0, 1])

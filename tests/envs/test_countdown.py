@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import train_argv
+from tests.helpers.runs import train_argv
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.envs.base import make_env, validate_reset_output, validate_step_output
 from tunix_ppo_ext._src.envs.countdown import (
@@ -31,6 +31,8 @@ from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.plugins.protocols import Environment
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_run_config
+
+pytestmark = pytest.mark.tunix
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 FMT, OK = 0.1, 1.0

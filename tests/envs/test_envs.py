@@ -5,24 +5,14 @@ import math
 import numpy as np
 import pytest
 
+from tests.helpers.envs import play
 from tunix_ppo_ext._src.data.char_tokenizer import DEFAULT_ALPHABET
 from tunix_ppo_ext._src.envs.base import make_env, validate_reset_output, validate_step_output
 from tunix_ppo_ext._src.envs.memory import MemoryEnv
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.plugins.protocols import Environment
 
-
-def play(env, seed, policy):
-  """Runs one episode; returns (observations, rewards, infos)."""
-  observation, _ = env.reset(seed=seed)
-  observations, rewards, infos = [observation], [], []
-  terminated = truncated = False
-  while not (terminated or truncated):
-    observation, reward, terminated, truncated, info = env.step(policy(env, observation))
-    observations.append(observation)
-    rewards.append(reward)
-    infos.append(info)
-  return observations, rewards, infos
+pytestmark = pytest.mark.fast
 
 
 def optimal(env, observation):

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from tunix_ppo_ext._src.envs.base import validate_reset_output, validate_step_output
 from tunix_ppo_ext._src.envs.guess import MAX_NUMBERS, GuessEnv
 
+pytestmark = pytest.mark.fast
+
 
 def _play(env: GuessEnv, seed: int, guesses: list[str]):
   validate_reset_output("guess", env.reset(seed))

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import (
+from tests.helpers.clusters import (
   assert_row_is,
   assert_training_moves_the_policy,
   multi_turn_learner,
@@ -25,6 +25,8 @@ from tunix_ppo_ext._src.metrics import episodes
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
+
+pytestmark = pytest.mark.tunix
 
 MOVES = {"l": (0, -1), "d": (1, 0), "r": (0, 1), "u": (-1, 0)}
 

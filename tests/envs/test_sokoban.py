@@ -10,9 +10,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.conftest import subprocess_env, train_command
+from tests.helpers.runs import subprocess_env, train_command
 from tunix_ppo_ext._src.envs.sokoban import MOVES, SOKOBAN_ALPHABET, SokobanEnv, generate_room
 from tunix_ppo_ext._src.plugins import registry
+
+pytestmark = pytest.mark.tunix
 
 
 def parse(text: str):

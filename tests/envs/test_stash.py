@@ -5,12 +5,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.envs.test_envs import play
+from tests.helpers.envs import play
 from tunix_ppo_ext._src.data.char_tokenizer import DEFAULT_ALPHABET
 from tunix_ppo_ext._src.envs.base import make_env
 from tunix_ppo_ext._src.envs.stash import StashEnv
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.plugins.protocols import Environment
+
+pytestmark = pytest.mark.fast
 
 
 def reference_rewards(replies, take=0.2, stash=0.5, cash=0.1):

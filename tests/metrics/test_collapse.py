@@ -10,12 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import SMOKE
+from tests.helpers.runs import SMOKE
 from tunix_ppo_ext._src.metrics import collapse
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.metrics.sinks import KeyedBackend, read_jsonl
 from tunix_ppo_ext._src.metrics.stats import return_spread
 from tunix_ppo_ext._src.run import cli
+
+pytestmark = pytest.mark.tunix
 
 STD, ENT, GRAD = collapse.GROUP_STD_KEY, collapse.ENTROPY_KEY, collapse.GRAD_KEY
 RET = collapse.RETURN_KEY

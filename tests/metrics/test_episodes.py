@@ -17,12 +17,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import read_wandb_run
+from tests.helpers.wandb_files import read_wandb_run
 from tunix_ppo_ext._src.metrics import episodes
 from tunix_ppo_ext._src.metrics.keys import MetricKeys
 from tunix_ppo_ext._src.metrics.samples import SampleWriter, read_samples, table_rows
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli
+
+pytestmark = pytest.mark.tunix
 
 
 def reference(batch):

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.conftest import read_wandb_run
+from tests.helpers.wandb_files import read_wandb_run
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics import stats as batch_stats
@@ -25,6 +25,8 @@ from tunix_ppo_ext._src.metrics.sinks import (
 )
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_run_config
+
+pytestmark = pytest.mark.tunix
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 STATS = ("min", "mean", "max")

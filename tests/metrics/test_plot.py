@@ -15,6 +15,8 @@ from matplotlib import image
 
 from tunix_ppo_ext._src.metrics import plot
 
+pytestmark = pytest.mark.tunix
+
 
 def test_robust_limits_keep_the_bulk_and_clip_spikes_only():
   values = list(0.75 + 0.01 * np.sin(np.arange(200)))

@@ -18,6 +18,8 @@ from tunix_ppo_ext._src.ops.advantages import (
   compute_rloo_advantages,
 )
 
+pytestmark = pytest.mark.fast
+
 B, T = 8, 10
 
 

@@ -9,6 +9,8 @@ import pytest
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.metrics import stats
 
+pytestmark = pytest.mark.fast
+
 
 def _batch() -> TrajectoryBatch:
   attention = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], np.float32)

@@ -10,7 +10,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tests.conftest import flush_subnormals
+from tests.helpers.advantages import SEEDS, TOL, B, T, make_mask, ref_gae, ref_whiten
+from tests.helpers.numeric import flush_subnormals
 from tunix_ppo_ext._src.ops.advantages import (
   compute_gae_advantages,
   compute_gigpo_advantages,
@@ -21,48 +22,14 @@ from tunix_ppo_ext._src.ops.advantages import (
 )
 from tunix_ppo_ext._src.plugins import registry
 
-B, T = 6, 12  # fixed shapes for the random tests (one compilation per function)
+pytestmark = pytest.mark.fast
+
 HB, HT = 4, 8  # fixed shapes for the hypothesis tests
-TOL = dict(rtol=1e-5, atol=1e-5)
 HYP = settings(max_examples=30, deadline=None)
 
 # ------------------------------------------------------------------------------------
 # Independent float64 references, written from the formulas with explicit loops.
 # ------------------------------------------------------------------------------------
-
-
-def ref_whiten(x: np.ndarray, m: np.ndarray) -> np.ndarray:
-  """(x - mean) / sqrt(var + 1e-8); mean/var over mask entries, var with n - 1 (0 if n < 2)."""
-  n, total = 0, 0.0
-  for b in range(x.shape[0]):
-    for t in range(x.shape[1]):
-      if m[b, t]:
-        n += 1
-        total += x[b, t]
-  mean = total / max(n, 1)
-  sq = 0.0
-  for b in range(x.shape[0]):
-    for t in range(x.shape[1]):
-      if m[b, t]:
-        sq += (x[b, t] - mean) ** 2
-  var = sq / max(n - 1, 1)
-  return (x - mean) / np.sqrt(var + 1e-8)
-
-
-def ref_gae(r, v, m, gamma, lam, whiten=True):
-  r, v, m = (np.asarray(a, np.float64) for a in (r, v, m))
-  raw = np.zeros_like(r)
-  for b in range(r.shape[0]):
-    nextvalue, lastgaelam = 0.0, 0.0
-    for t in reversed(range(r.shape[1])):
-      if m[b, t]:
-        delta = r[b, t] + gamma * nextvalue - v[b, t]
-        lastgaelam = delta + gamma * lam * lastgaelam
-        nextvalue = v[b, t]
-      raw[b, t] = lastgaelam
-  returns = np.where(m > 0, raw + v, 0.0)
-  adv = ref_whiten(raw, m) if whiten else raw
-  return adv * m, returns
 
 
 def _groups(ids):
@@ -130,27 +97,11 @@ def verl_rpp_returns(r, m, gamma):
 # ------------------------------------------------------------------------------------
 
 
-def make_mask(rng: np.random.Generator, b: int = B, t: int = T) -> np.ndarray:
-  """Row 0 all zero, row 1 all one, row 2 contiguous prefix, others multi-turn (interior 0s)."""
-  m = np.zeros((b, t), np.float32)
-  m[1] = 1.0
-  m[2, : rng.integers(1, t)] = 1.0
-  for i in range(3, b):
-    row = (rng.random(t) < 0.6).astype(np.float32)
-    row[rng.integers(1, t - 1)] = 0.0  # at least one interior observation token
-    row[0] = 1.0
-    row[rng.integers(t - 3, t) :] = 0.0  # trailing padding
-    m[i] = row
-  return m
-
-
 def make_ids(rng: np.random.Generator) -> np.ndarray:
   """Non-contiguous arbitrary ids: a group of three, a group of two, a group of one, ..."""
   ids = np.array([7, 3, 7, 100, -2, 7, 3, 55][:B], np.int32)
   return ids[rng.permutation(B)]
 
-
-SEEDS = [0, 1, 2]
 
 # ------------------------------------------------------------------------------------
 # GAE

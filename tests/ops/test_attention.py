@@ -14,11 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.attention import value_shapes
 from tunix_ppo_ext._src.ops.attention import (
   packed_segment_ids,
   segment_attention,
   segment_ids_from_mask,
 )
+
+pytestmark = pytest.mark.fast
 
 TOL = dict(rtol=2e-5, atol=2e-5)
 HYP = settings(max_examples=25, deadline=None)
@@ -226,28 +229,6 @@ def test_jit_matches_eager():
   q, k, v = qkv(3, 13, 4, 2, seed=8)
   eager = segment_attention(q, k, v, PADDED, block_size=4)
   np.testing.assert_allclose(attend(q, k, v, PADDED, 4), eager, rtol=1e-6, atol=1e-6)
-
-
-def value_shapes(jaxpr) -> list[tuple[int, ...]]:
-  """The shapes of every value `jaxpr` and the jaxprs inside it (scan, cond, custom_vjp,
-  pjit bodies) compute."""
-  shapes = []
-  for eqn in jaxpr.eqns:
-    shapes += [tuple(getattr(var.aval, "shape", ())) for var in eqn.outvars]
-    for sub in _inner(eqn.params):
-      shapes += value_shapes(sub)
-  return shapes
-
-
-def _inner(params: dict) -> list:
-  """The jaxprs among an equation's parameters (open, closed, or a tuple of them)."""
-  found = []
-  for value in params.values():
-    for item in value if isinstance(value, tuple | list) else (value,):
-      item = getattr(item, "jaxpr", item)  # a ClosedJaxpr's open jaxpr
-      if hasattr(item, "eqns"):
-        found.append(item)
-  return found
 
 
 def test_no_t_by_t_array_forward_or_backward():

@@ -1,7 +1,11 @@
 """`math.buckets`: the least of 1, 2, 3, 4, 6, 8, 12, ... (written out here) that holds a
 size, at most a third of it padding, and one bucket down at a time."""
 
+import pytest
+
 from tunix_ppo_ext._src.ops.buckets import bucket, bucket_below
+
+pytestmark = pytest.mark.fast
 
 LISTED = sorted({1, 2, 3} | {m << k for k in range(1, 12) for m in (2, 3)})
 

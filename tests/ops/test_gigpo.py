@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.ops.advantages import compute_gigpo_advantages
 
+pytestmark = pytest.mark.fast
+
 B, T, K = 8, 14, 4
 TOL = dict(rtol=2e-5, atol=2e-5)
 

@@ -13,6 +13,8 @@ import pytest
 
 from tunix_ppo_ext import ops
 
+pytestmark = pytest.mark.fast
+
 B, T, V = 4, 6, 11
 _rng = np.random.default_rng(0)
 LOGP = jnp.asarray(-_rng.exponential(1.0, (B, T)), jnp.float32)

@@ -7,8 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.losses import random_logps
 from tunix_ppo_ext._src.ops import kl
 from tunix_ppo_ext._src.ops import kl_methods as names
+
+pytestmark = pytest.mark.fast
 
 RTOL = 1e-5
 ATOL = 1e-6
@@ -32,13 +35,6 @@ def np_kl(logp, ref, method):
 
 
 BASE_METHODS = ["kl", "k1", "abs", "mse_kl", "mse", "k2", "low_var_kl", "k3"]
-
-
-def random_logps(seed, shape=(4, 9), scale=2.0):
-  rng = np.random.default_rng(seed)
-  logp = -np.abs(rng.normal(size=shape)) * scale
-  ref = -np.abs(rng.normal(size=shape)) * scale
-  return logp.astype(np.float32), ref.astype(np.float32)
 
 
 @pytest.mark.parametrize("method", BASE_METHODS)

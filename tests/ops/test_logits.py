@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.logits import ATOL, RTOL, logp_ent, make_inputs
 from tunix_ppo_ext._src.ops.logits import (
   full_kl_divergence,
   fused_full_kl_divergence,
@@ -18,7 +17,8 @@ from tunix_ppo_ext._src.ops.logits import (
   logps_and_entropy,
 )
 
-RTOL, ATOL = 1e-5, 1e-5
+pytestmark = pytest.mark.fast
+
 GRAD_ATOL = 1e-6
 
 # (B, T, V, chunk_size, temperature): unchunked, chunk 1, T not a multiple of the chunk,
@@ -72,15 +72,6 @@ def np_kl_reference(logits, ref_logits, temperature, w=None):
   return kl, grad
 
 
-def make_inputs(b, t, v, seed=0, scale=3.0):
-  rng = np.random.default_rng(seed)
-  logits = (scale * rng.standard_normal((b, t, v))).astype(np.float32)
-  ref = (logits + rng.standard_normal((b, t, v))).astype(np.float32)
-  ids = rng.integers(0, v, (b, t)).astype(np.int32)
-  w1, w2 = rng.standard_normal((2, b, t)).astype(np.float32)
-  return logits, ref, ids, w1, w2
-
-
 def loss_logp_ent(logits, ids, w1, w2, temperature, chunk_size):
   logp, ent = logps_and_entropy(logits, ids, temperature=temperature, chunk_size=chunk_size)
   return jnp.sum(w1 * logp + w2 * ent)
@@ -96,11 +87,6 @@ _grad_kl = jax.jit(jax.grad(loss_kl), static_argnums=(3, 4))
 _kl = jax.jit(full_kl_divergence, static_argnums=(2, 3))
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3))
-def _logp_ent(logits, ids, temperature=1.0, chunk_size=0):
-  return logps_and_entropy(logits, ids, temperature=temperature, chunk_size=chunk_size)
-
-
 # ----------------------------------------------------------------------------
 # Values and gradients vs the reference
 # ----------------------------------------------------------------------------
@@ -109,7 +95,7 @@ def _logp_ent(logits, ids, temperature=1.0, chunk_size=0):
 @pytest.mark.parametrize("b,t,v,chunk,temperature", CASES)
 def test_logps_entropy_values_and_grads(b, t, v, chunk, temperature):
   logits, _, ids, w1, w2 = make_inputs(b, t, v, seed=t * v)
-  logp, ent = _logp_ent(logits, ids, temperature, chunk)
+  logp, ent = logp_ent(logits, ids, temperature, chunk)
   ref_logp, ref_ent, ref_grad = np_reference(logits, ids, temperature, w1, w2)
   assert logp.dtype == jnp.float32 and ent.dtype == jnp.float32
   assert logp.shape == ent.shape == (b, t)
@@ -174,8 +160,8 @@ def test_bfloat16_inputs(chunk):
   lb, rb = jnp.asarray(logits, jnp.bfloat16), jnp.asarray(ref, jnp.bfloat16)
   lf, rf = lb.astype(jnp.float32), rb.astype(jnp.float32)  # same rounded inputs
 
-  logp_b, ent_b = _logp_ent(lb, ids, 0.9, chunk)
-  logp_f, ent_f = _logp_ent(lf, ids, 0.9, chunk)
+  logp_b, ent_b = logp_ent(lb, ids, 0.9, chunk)
+  logp_f, ent_f = logp_ent(lf, ids, 0.9, chunk)
   assert logp_b.dtype == ent_b.dtype == jnp.float32
   assert np.all(np.isfinite(logp_b)) and np.all(np.isfinite(ent_b))
   np.testing.assert_allclose(logp_b, logp_f, rtol=RTOL, atol=ATOL)
@@ -201,7 +187,7 @@ def test_huge_logits_stay_finite(chunk):
   ref = rng.uniform(-1e4, 1e4, (2, 7, 29)).astype(np.float32)
   ids = rng.integers(0, 29, (2, 7)).astype(np.int32)
   w = np.ones((2, 7), np.float32)
-  logp, ent = _logp_ent(logits, ids, 1.0, chunk)
+  logp, ent = logp_ent(logits, ids, 1.0, chunk)
   kl = _kl(logits, ref, 1.0, chunk)
   for arr in (
     logp,
@@ -469,7 +455,7 @@ def test_properties(b, t, v, chunk, scale, temperature, seed):
   kl = np.asarray(_kl(logits, ref, temperature, chunk))
   assert np.all(kl >= -1e-6)
   np.testing.assert_allclose(_kl(logits, logits, temperature, chunk), 0.0, atol=1e-6)
-  _, ent = _logp_ent(logits, ids, temperature, chunk)
+  _, ent = logp_ent(logits, ids, temperature, chunk)
   ent = np.asarray(ent)
   assert np.all(ent >= -1e-6) and np.all(ent <= np.log(v) + 1e-5)
 

@@ -7,34 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.losses import RTOL, np_aggregate, np_masked_mean, random_batch
 from tunix_ppo_ext._src.ops import kl
 from tunix_ppo_ext._src.ops import ppo_losses as losses
 
-RTOL = 1e-5
+pytestmark = pytest.mark.fast
+
 ATOL = 1e-6
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-
-
-def np_aggregate(x, mask, mode):
-  x = np.asarray(x, np.float64)
-  mask = np.asarray(mask, np.float64)
-  if mode == "token-mean":
-    return (x * mask).sum() / max(mask.sum(), 1.0)
-  if mode == "seq-mean-token-sum-norm":
-    return (x * mask).sum() / mask.shape[-1]
-  rows = [r for r in range(x.shape[0]) if mask[r].sum() > 0]
-  if not rows:
-    return 0.0
-  if mode == "seq-mean-token-sum":
-    per_row = [(x[r] * mask[r]).sum() for r in rows]
-  else:
-    per_row = [(x[r] * mask[r]).sum() / mask[r].sum() for r in rows]
-  return float(np.mean(per_row))
-
-
-def np_masked_mean(x, mask):
-  mask = np.asarray(mask, np.float64)
-  return float((np.asarray(x, np.float64) * mask).sum() / max(mask.sum(), 1.0))
 
 
 def np_kl_k3(logp, ref):
@@ -93,19 +73,6 @@ def np_policy_loss(
     metrics["kl_loss"] = np_aggregate(np_kl_k3(logp, ref), mask, mode)
     total += kl_coef * metrics["kl_loss"]
   return total, metrics
-
-
-def random_batch(seed, b=5, t=8, log_ratio_scale=0.3):
-  rng = np.random.default_rng(seed)
-  old = -np.abs(rng.normal(size=(b, t))) - 0.1
-  logp = old + rng.normal(scale=log_ratio_scale, size=(b, t))
-  adv = rng.normal(size=(b, t))
-  mask = (rng.random((b, t)) > 0.3).astype(np.float32)
-  mask[1] = 0.0  # an empty row
-  ent = np.abs(rng.normal(size=(b, t)))
-  ref = old + rng.normal(scale=0.2, size=(b, t))
-  f32 = lambda x: np.asarray(x, np.float32)  # noqa: E731
-  return f32(logp), f32(old), f32(adv), mask, f32(ent), f32(ref)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -9,6 +9,8 @@ import pytest
 
 from tunix_ppo_ext._src.ops.low_rank import lora_product
 
+pytestmark = pytest.mark.fast
+
 
 def _reference(x, a, b, g):
   """Value and gradients of `sum(g * (x A B))` from the formulas, in float64:

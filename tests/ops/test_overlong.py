@@ -5,16 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.scores import np_overlong
 from tunix_ppo_ext._src.ops import overlong as dapo
 
-
-def np_overlong(length, max_len, cache, factor):
-  """DAPO eq. 13, scaled by `factor`."""
-  if length <= max_len - cache:
-    return 0.0
-  if length <= max_len:
-    return factor * ((max_len - cache) - length) / cache
-  return -factor
+pytestmark = pytest.mark.fast
 
 
 @pytest.mark.parametrize("max_len, cache, factor", [(16, 4, 1.0), (10, 10, 0.5), (8, 1, 2.0)])

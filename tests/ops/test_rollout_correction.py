@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.ops.test_losses import np_masked_mean
+from tests.helpers.losses import np_masked_mean
 from tunix_ppo_ext._src.ops import rollout_correction as rc
+
+pytestmark = pytest.mark.fast
 
 
 def gap_batch(seed=0, b=5, t=6, spread=0.4):

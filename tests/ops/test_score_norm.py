@@ -11,33 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tests.conftest import flush_subnormals
+from tests.helpers.numeric import flush_subnormals
+from tests.helpers.scores import EPS, ref_normalize
 from tunix_ppo_ext._src.ops.score_norm import (
   SCORE_NORMALIZATIONS,
   normalize_scores,
   top_spread_groups,
 )
 
-EPS = 1e-6
+pytestmark = pytest.mark.fast
+
 B = 8
-
-
-def ref_normalize(x, ids, method):
-  """Loop over segments: population mean/std, the four methods."""
-  x = np.asarray(x, np.float64)
-  out = x.copy()
-  for seg in set(ids.tolist()):
-    rows = [i for i in range(len(x)) if ids[i] == seg]
-    vals = x[rows]
-    mu = sum(vals) / len(vals)
-    sigma = (sum((v - mu) ** 2 for v in vals) / len(vals)) ** 0.5
-    for i in rows:
-      if method == "mean":
-        out[i] = x[i] - mu
-      elif method in ("mean_std", "asym_clip"):
-        z = (x[i] - mu) / (sigma + EPS) if sigma > EPS else 0.0
-        out[i] = min(max(z, -1.0), 3.0) if method == "asym_clip" else z
-  return out
 
 
 CASES = {

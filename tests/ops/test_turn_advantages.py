@@ -11,27 +11,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tests.ops.test_advantages import SEEDS, TOL, B, T, make_mask, ref_gae, ref_whiten
+from tests.helpers.advantages import (
+  SEEDS,
+  TOL,
+  B,
+  T,
+  make_mask,
+  ref_gae,
+  ref_gae_turn_discount,
+  ref_turns,
+  ref_whiten,
+)
 from tunix_ppo_ext._src.ops.advantages import (
   compute_gae_advantages,
   compute_turn_gae_advantages,
   length_adaptive_lambda,
 )
 
+pytestmark = pytest.mark.fast
+
 HYP = settings(max_examples=30, deadline=None)
-
-
-def ref_turns(m_row: np.ndarray) -> list[list[int]]:
-  """The agent turns of a row: maximal runs of positions with mask 1."""
-  turns: list[list[int]] = []
-  previous = False
-  for t, on in enumerate(m_row > 0):
-    if on and not previous:
-      turns.append([])
-    if on:
-      turns[-1].append(t)
-    previous = bool(on)
-  return turns
 
 
 def ref_turn_gae(r, v, m, gamma_turn, lam, whiten=True):
@@ -51,24 +50,6 @@ def ref_turn_gae(r, v, m, gamma_turn, lam, whiten=True):
       next_value, next_adv = value, adv
   out = ref_whiten(raw, m) if whiten else raw
   return out * m, returns
-
-
-def ref_gae_turn_discount(r, v, m, gamma, gamma_turn, lam):
-  """Token GAE where the step from a turn's last token to the next turn's first token is
-  discounted by gamma_turn (loops over the agent tokens of each row)."""
-  r, v, m = (np.asarray(a, np.float64) for a in (r, v, m))
-  raw = np.zeros_like(r)
-  for b in range(r.shape[0]):
-    turns = ref_turns(m[b])
-    next_value, next_adv = 0.0, 0.0
-    for k in reversed(range(len(turns))):
-      for i, t in enumerate(reversed(turns[k])):
-        g = gamma_turn if i == 0 and k < len(turns) - 1 else gamma
-        delta = r[b, t] + g * next_value - v[b, t]
-        next_adv = delta + g * lam * next_adv
-        next_value = v[b, t]
-        raw[b, t] = next_adv
-  return raw * m, np.where(m > 0, raw + v, 0.0)
 
 
 def _inputs(seed):

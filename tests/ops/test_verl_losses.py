@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.ops.test_losses import np_aggregate, np_masked_mean
+from tests.helpers.losses import np_aggregate, np_masked_mean
 from tunix_ppo_ext._src.ops import verl_losses as pl
+
+pytestmark = pytest.mark.fast
 
 RTOL, ATOL = 1e-5, 1e-6
 

@@ -3,7 +3,6 @@ references written from the formulas (Kingma & Ba 2015; Loshchilov & Hutter 2019
 AdamW and SGDR's cosine; global-norm clipping), and the NaN guard around all of them."""
 
 import doctest
-import math
 
 import jax.numpy as jnp
 import numpy as np
@@ -11,22 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import flush_subnormals
+from tests.helpers.numeric import flush_subnormals
+from tests.helpers.schedules import reference_lr
 from tunix_ppo_ext._src.optim import guards
 from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer, lr_schedule
 
-
-def reference_lr(schedule, lr, total, warmup, min_ratio, step):
-  """The schedule at optimizer update `step` (0-based), from the module's formulas."""
-  warm = min((step + 1) / warmup, 1.0) if warmup else 1.0
-  progress = min(max((step - warmup) / max(total - warmup, 1), 0.0), 1.0)
-  if schedule == "cosine":
-    factor = min_ratio + (1 - min_ratio) * (1 + math.cos(math.pi * progress)) / 2
-  elif schedule == "linear":
-    factor = 1 - (1 - min_ratio) * progress
-  else:
-    factor = 1.0
-  return lr * warm * factor
+pytestmark = pytest.mark.fast
 
 
 @pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])

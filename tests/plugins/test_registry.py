@@ -31,6 +31,8 @@ from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.learner.loss_fns import ppo_ext_policy_loss_fn, register_configured
 from tunix_ppo_ext._src.tunix.learner.ppo_config import estimator_takes_values
 
+pytestmark = pytest.mark.tunix
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
 PLUGINS = {  # name -> (source directory, its top-level modules)

@@ -12,13 +12,14 @@ import types
 import numpy as np
 import pytest
 
-from tests.ops.test_advantages import ref_whiten
-from tests.ops.test_turn_advantages import ref_gae_turn_discount
+from tests.helpers.advantages import ref_gae_turn_discount, ref_whiten
 from tunix_ppo_ext._src.config.critic_warmup import CriticWarmup
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.ops.packing import plan_rows
 from tunix_ppo_ext._src.ops.shared_prompts import plan_shared_prompts
 from tunix_ppo_ext._src.ppo import rollout_phase
+
+pytestmark = pytest.mark.fast
 
 B, P, T = 4, 3, 6
 TOL = dict(rtol=1e-5, atol=1e-5)

@@ -11,6 +11,8 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.ops.advantages import compute_grpo_advantages, compute_rloo_advantages
 from tunix_ppo_ext._src.ppo import shadow_step
 
+pytestmark = pytest.mark.fast
+
 KEY = "config key 'metrics.shadow_estimators'"
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.conftest import toy_cluster
+from tests.helpers.clusters import toy_cluster
 from tunix_ppo_ext import PpoExtConfig, envs
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.rewards import DROPPED_METRIC
@@ -29,6 +29,8 @@ from tunix_ppo_ext._src.ops import ppo_losses as losses
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.learner.ppo_learner import PpoExtLearner
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import MultiTurnRollout
+
+pytestmark = pytest.mark.tunix
 
 B, P, T = 4, 8, 8  # rows, prompt width, completion width of the multi-turn cases
 NAN, INF = float("nan"), float("inf")

@@ -9,11 +9,13 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import save_hf_tokenizer
+from tests.helpers.tokenizers import save_hf_tokenizer
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext.rollout import ObservationsInLoss
+
+pytestmark = pytest.mark.tunix
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 

@@ -10,8 +10,11 @@ import subprocess
 import sys
 
 import jax
+import pytest
 
 from tunix_ppo_ext._src.run import cli, compile_cache, job
+
+pytestmark = pytest.mark.tunix
 
 # In a fresh interpreter (JAX reads its cache settings from the environment once):
 # `use_compile_cache()`, then one compilation; prints what JAX was left with.

@@ -16,12 +16,16 @@ import yaml
 from flax import nnx
 from tunix.models.qwen3 import model as qwen3
 
-from tests.conftest import save_hf_tokenizer, save_weights_only, toy_policy
+from tests.helpers.clusters import toy_policy
+from tests.helpers.runs import save_weights_only
+from tests.helpers.tokenizers import save_hf_tokenizer
 from tunix_ppo_ext import envs
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.run.run_config import RunConfig, load_run_config
 from tunix_ppo_ext._src.tunix.cluster.mesh import resolve_shape
 from tunix_ppo_ext._src.tunix.models import toy_models
+
+pytestmark = pytest.mark.tunix
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 ALL_CONFIGS = sorted(CONFIGS.glob("*.yaml"))

@@ -12,6 +12,8 @@ import pytest
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext.metrics import read_jsonl
 
+pytestmark = pytest.mark.tunix
+
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 RECIPE = [
   "ppo.advantage_estimator=turn_gae",

@@ -1,18 +1,20 @@
 """The run config's `dapo` section: each key's error, the agent-token budget, and the source
 wrapper (penalty and rounds on training batches, evaluation untouched). The CLI run with
-both pieces on is `tests/tunix/test_verl_loss_fns.py`
+both pieces on is `tests/tunix/learner/test_verl_loss_fns.py`
 (`test_cli_trains_with_the_registered_losses`).
 """
 
 import numpy as np
 import pytest
 
-from tests.conftest import SMOKE, MetricsRecorder
-from tests.data.test_dynamic_sampling import multi_turn_batch
-from tests.ops.test_overlong import np_overlong
+from tests.helpers.clusters import MetricsRecorder
+from tests.helpers.runs import SMOKE
+from tests.helpers.scores import multi_turn_batch, np_overlong
 from tunix_ppo_ext._src.run.dapo_section import agent_token_budget, dapo_source
 from tunix_ppo_ext._src.run.run_config import episode_budget, load_run_config
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
+
+pytestmark = pytest.mark.tunix
 
 ON = ["dapo.overlong_buffer.enable=true", "dapo.filter_groups.enable=true"]
 

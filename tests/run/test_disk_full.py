@@ -22,10 +22,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import common_checkpoints, smoke_args, subprocess_env, train_command
+from tests.helpers.runs import common_checkpoints, smoke_args, subprocess_env, train_command
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.tunix.cluster import disk_space
+
+pytestmark = pytest.mark.tunix
 
 MIB = 2**20
 
@@ -158,13 +160,12 @@ def test_the_guard_names_the_step_every_role_finished_after_the_run_is_stopped(t
 def test_a_full_disk_under_the_gguf_cache_is_blamed_on_the_cache(small_disk, monkeypatch):
   pytest.importorskip("gguf")
   pytest.importorskip("torch")
-  from tests.tunix.gguf_fixtures import write_gguf
-  from tests.tunix.test_gguf import _tiny_llama
+  from tests.helpers.gguf_fixtures import tiny_llama, write_gguf
   from tunix_ppo_ext._src.data import gguf_files
 
   monkeypatch.setenv(gguf_files.ENV_CACHE, str(small_disk / "cache"))
   file = small_disk.parent / "tiny.gguf"
-  write_gguf(file, _tiny_llama())
+  write_gguf(file, tiny_llama())
   directory = pathlib.Path(gguf_files.resolve(file))  # config and tokenizer fit
   fill(small_disk, leave=4096)
   with pytest.raises(Exception) as caught:

@@ -13,11 +13,14 @@ import yaml
 from flax import nnx
 from safetensors.numpy import load_file
 
-from tests.conftest import SMOKE, save_hf_tokenizer, train_in_process
-from tests.tunix.hf_fixtures import FAMILIES, hf_logits, write_checkpoint
+from tests.helpers.hf_fixtures import FAMILIES, hf_logits, write_checkpoint
+from tests.helpers.runs import SMOKE, train_in_process
+from tests.helpers.tokenizers import save_hf_tokenizer
 from tunix_ppo_ext._src.run import cli, job
 from tunix_ppo_ext._src.run.run_config import load_run_config
 from tunix_ppo_ext._src.tunix.models import hf_export, hf_models, lora, toy_models
+
+pytestmark = pytest.mark.tunix
 
 pytest.importorskip("torch")
 

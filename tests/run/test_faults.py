@@ -27,7 +27,7 @@ import jax
 import optax
 import pytest
 
-from tests.conftest import (
+from tests.helpers.runs import (
   SMOKE,
   common_checkpoints,
   run_lock_holder,
@@ -39,6 +39,8 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, run_dir
+
+pytestmark = pytest.mark.tunix
 
 STEPS = 6
 
@@ -583,7 +585,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path, capsy
 
 def _checkpoint_config(directory: pathlib.Path, family: str, **keys: object) -> pathlib.Path:
   """A tiny `family` checkpoint's `config.json` (no weights: plan needs none), plus `keys`."""
-  from tests.tunix.hf_fixtures import write_config_only
+  from tests.helpers.hf_fixtures import write_config_only
 
   write_config_only(directory, family)
   hf = {**json.loads((directory / "config.json").read_text()), **keys}

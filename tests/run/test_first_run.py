@@ -17,9 +17,11 @@ import time
 
 import pytest
 
-from tests.conftest import smoke_args, subprocess_env, train_command
+from tests.helpers.runs import smoke_args, subprocess_env, train_command
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.run import cli
+
+pytestmark = pytest.mark.tunix
 
 STEPS = 3  # orbax keeps steps 2 and 3: an older checkpoint to fall back on
 OVERRIDES = (f"train.steps={STEPS}", "train.checkpoint_every=2", "train.eval_every=2")

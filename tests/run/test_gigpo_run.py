@@ -6,11 +6,13 @@ import math
 
 import pytest
 
-from tests.conftest import SMOKE
+from tests.helpers.runs import SMOKE
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import job
 from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config
+
+pytestmark = pytest.mark.tunix
 
 ENVS = ("memory", "guess", "sokoban", "frozenlake", "stash", "countdown")
 KWARGS = {"guess": ", kwargs: {max_turns: 3}", "sokoban": ", kwargs: {max_steps: 3}"}

@@ -20,6 +20,7 @@ SMOKE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
 STEPS = 1  # a second step would compile everything again (multi-process JAX; see README)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
   "flag, env, expected",
   [
@@ -37,6 +38,7 @@ def test_multi_host_is_detected_or_forced(flag, env, expected):
   assert reason == expected or (expected is not None and expected in reason)
 
 
+@pytest.mark.fast
 def test_process_count_and_index_come_from_the_environment():
   env = {"JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "3"}
   assert distributed.initialize_kwargs(env) == {"num_processes": 4, "process_id": 3}
@@ -45,6 +47,7 @@ def test_process_count_and_index_come_from_the_environment():
     distributed.initialize_kwargs({"JAX_PROCESS_ID": "one"})
 
 
+@pytest.mark.fast
 def test_only_process_zero_gets_the_sinks():
   sinks = ["jsonl", "progress", "wandb"]
   assert distributed.primary_only(0, sinks) == sinks
@@ -58,7 +61,8 @@ def free_port() -> int:
     return sock.getsockname()[1]
 
 
-@pytest.mark.slow  # two processes train: out of the fast lane
+@pytest.mark.tunix  # two processes train: out of the fast lane
+@pytest.mark.slow
 def test_two_processes_train_on_one_mesh_and_only_process_zero_writes(tmp_path):
   out = tmp_path / "run"
   port = free_port()

@@ -18,6 +18,8 @@ from nbclient import NotebookClient
 from tunix_ppo_ext._src.envs.countdown import COUNTDOWN_ALPHABET
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 
+pytestmark = pytest.mark.tunix
+
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 # every character of the ChatML template's text and of countdown_multiturn's observations
 CHAT_ALPHABET = "".join(sorted(set(COUNTDOWN_ALPHABET + string.ascii_lowercase + "\n")))
@@ -30,8 +32,8 @@ def _own_checkpoint(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path
   """`(checkpoint, tokenizer)`: a tiny random Qwen2 whose vocabulary is exactly a ChatML
   character tokenizer's (in its own directory, as `test_chat` explains)."""
   pytest.importorskip("torch")
-  from tests.tunix.hf_fixtures import write_checkpoint
-  from tests.tunix.test_chat import STYLES, save_chat_tokenizer
+  from tests.helpers.chat import STYLES, save_chat_tokenizer
+  from tests.helpers.hf_fixtures import write_checkpoint
 
   tokenizer = save_chat_tokenizer(directory / "tokenizer", STYLES["chatml"], alphabet=CHAT_ALPHABET)
   checkpoint = write_checkpoint(

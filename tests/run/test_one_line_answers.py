@@ -14,6 +14,8 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_run_config
 
+pytestmark = pytest.mark.tunix
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 

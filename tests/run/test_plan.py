@@ -24,7 +24,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tests.conftest import SMOKE
+from tests.helpers.runs import SMOKE
 from tunix_ppo_ext._src.optim.guards import guarded_adam
 from tunix_ppo_ext._src.optim.optimizers import build_optimizer
 from tunix_ppo_ext._src.run import cli, plan
@@ -33,6 +33,8 @@ from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
 from tunix_ppo_ext._src.tunix.learner import loss_fns
 from tunix_ppo_ext._src.tunix.models import toy_models
+
+pytestmark = pytest.mark.tunix
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 QWEN3_0P6B = ROOT / "configs" / "qwen3_0p6b_tpu.yaml"

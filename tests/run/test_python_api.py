@@ -20,7 +20,8 @@ def readme_program() -> str:
   return (REPO / "examples" / "python_api.py").read_text()
 
 
-pytestmark = pytest.mark.slow  # each test runs a Python program that trains (not the fast lane)
+# each test runs a Python program that trains (not the fast lane)
+pytestmark = [pytest.mark.tunix, pytest.mark.slow]
 
 
 def run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess:

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from tests.conftest import SMOKE
-from tests.optim.test_optimizers import reference_lr
+from tests.helpers.runs import SMOKE
+from tests.helpers.schedules import reference_lr
 from tunix_ppo_ext._src.envs.memory import MemoryEnv
 from tunix_ppo_ext._src.envs.sokoban import SokobanEnv
 from tunix_ppo_ext._src.metrics.samples import read_samples
@@ -16,6 +16,8 @@ from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import job, recipe
 from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config
 from tunix_ppo_ext._src.tunix.rollout.multi_turn import Mode
+
+pytestmark = pytest.mark.tunix
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from tests.conftest import train_in_process
+from tests.helpers.runs import train_in_process
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.plugins import registry
 from tunix_ppo_ext._src.run import cli, job, run_config, sweep
@@ -17,6 +17,8 @@ from tunix_ppo_ext._src.run.run_config import RunConfig, load_resolved, load_run
 from tunix_ppo_ext._src.tunix.cluster.mesh import role_meshes
 from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 from tunix_ppo_ext.models import build_cluster
+
+pytestmark = pytest.mark.tunix
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 SMOKE = str(CONFIGS / "smoke.yaml")

@@ -18,11 +18,13 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import SMOKE, common_checkpoints, smoke_args, subprocess_env, train_command
+from tests.helpers.runs import SMOKE, common_checkpoints, smoke_args, subprocess_env, train_command
 from tunix_ppo_ext import config as jobs_config
 from tunix_ppo_ext import jobs
 from tunix_ppo_ext._src.metrics.sinks import compact_jsonl, read_jsonl, truncate_jsonl
 from tunix_ppo_ext._src.run import cli, resume
+
+pytestmark = pytest.mark.tunix
 
 STEPS = 14
 CHECKPOINT_EVERY = 4  # the kill lands two steps after one, two steps before the next

@@ -17,11 +17,13 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import SMOKE, common_checkpoints, smoke_args, subprocess_env
+from tests.helpers.runs import SMOKE, common_checkpoints, smoke_args, subprocess_env
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, sweep
 from tunix_ppo_ext._src.run.run_config import config_dict, load_run_config
 from tunix_ppo_ext.metrics import trailing_mean
+
+pytestmark = pytest.mark.tunix
 
 
 def test_overrides_with_commas_make_the_product_of_variants():

@@ -301,8 +301,9 @@ def build_cluster(
   to TensorBoard files in `metrics_dir` and to `metric_backends` (sink factories, keyed by
   `metric_keys`). tunix's trainers open no tqdm bars of their own (the actor's and critic's
   would interleave with the run's: `metrics.sinks.ProgressBackend`). When tunix's cluster
-  fails to build (a checkpoint it cannot restore), the sinks it opened are closed. The
-  cluster is installed (`compat.install`: qwix's LoRA product, its sampler's adjustments).
+  fails to build (a checkpoint it cannot restore), the sinks it opened are closed. qwix's
+  LoRA product is installed (`compat.install`) and the cluster prepared (`compat.prepare`:
+  its sampler's adjustments, its trainers' silent progress bars).
 
   Args:
     policy: the actor's model.
@@ -346,9 +347,7 @@ def build_cluster(
   except BaseException:
     _close_sinks(opened)  # e.g. a checkpoint that cannot be restored, and the run retries
     raise
-  for trainer in (cluster.actor_trainer, getattr(cluster, "critic_trainer", None)):
-    if trainer is not None:  # no critic trainer without a critic
-      compat.silence_progress_bar(trainer)
-  compat.install(cluster)  # qwix's LoRA product, the sampler's adjustments
+  compat.install()  # qwix's LoRA product
+  compat.prepare(cluster, quiet_trainers=True)  # its sampler's adjustments, no tqdm bars
   quiet_cpu_notices()  # tunix's TPU notices, on a CPU-only process
   return cluster

@@ -21,18 +21,24 @@ with the reason for each private name it uses and its own pins (`PINNED`,
   tunix main that `AgenticPpoLearner` needs.
 - `cli_hooks`: tunix main's command-line PPO pipeline (`tunix.cli.ppo_main`), for
   `tunix-ppo-ext tunix-agentic`; imported by that command alone (tunix 0.1.7 has no such
-  pipeline), its pins checked on tunix main (`tests/tunix/test_compat.py`).
-- `patches`: `install(rl_cluster=None, entries=())`, the one function that changes tunix
-  or qwix process-wide (qwix's LoRA product, names in tunix's `function_registry`) and a
-  given cluster's sampler, explicitly and idempotently; importing this package changes
-  nothing, and building a learner changes only the cluster it is given
-  (`adjust_sampler`: that cluster's own sampler object, as `install(cluster)` does); the
+  pipeline), its pins checked on tunix main (`tests/tunix/compat/test_compat.py`).
+- `patches`: `PATCHES`, the one table of every change this package makes to a tunix, qwix
+  or metrax object (class or instance), each with its target, scope, the functions that
+  make it, its reason and its pin; `install(entries=())` applies the process-wide ones
+  (qwix's LoRA product, names in tunix's `function_registry`) and `prepare(cluster, ...)`
+  one cluster's (its sampler, its trainers' progress bars and checkpoint metadata, its
+  engine's sampling keys), explicitly (`install` idempotently); importing this package changes
+  nothing, and a learner prepares only the cluster it is given. A model's layers are
+  changed as it is built, and a few changes last one call (both listed in the table);
+  nothing outside `compat` assigns to a foreign object (tests/tunix/compat/test_compat.py). The
   names tunix's registry holds (`tunix_names`, through its private category names).
 - `tunix_versions`: the tested tunix versions, the parts' pins merged (`PINNED`) and
   `check_tunix()`, which runs as this package is imported: it only reads tunix (its
   version and whether the pinned names are there) and fails early, at the import that
   first reaches a private name, rather than deep in a run; it changes nothing, so it stays
   at import (under `install` a learner built without it would run unchecked).
+  `SOURCE_PINS`: the tunix and qwix bodies compat copies or skips, pinned by their source
+  hash on each tested tunix; `changed_bodies()` names a changed one and what to re-read.
 
 The names the rest of the package uses are re-exported here (`compat.NAME`).
 """
@@ -80,10 +86,13 @@ from tunix_ppo_ext._src.tunix.compat.model_internals import (
   use_rope_frequencies,
 )
 from tunix_ppo_ext._src.tunix.compat.patches import (
+  PATCHES,
+  Patch,
   RegistryEntry,
   adjust_sampler,
   check_no_clash,
   install,
+  prepare,
   tunix_entry,
   tunix_holds,
   tunix_names,
@@ -138,11 +147,15 @@ from tunix_ppo_ext._src.tunix.compat.tunix_versions import (
   EXPECTED_API,
   PINNED,
   PINNED_INSTANCE_ATTRIBUTES,
+  SOURCE_PINS,
   TESTED_TUNIX,
   TUNIX_0_1_7,
   TUNIX_MAIN,
+  body_hash,
+  changed_bodies,
   check_tunix,
   missing_names,
+  source_hash,
   tunix_api,
   tunix_version,
 )
@@ -154,18 +167,25 @@ __all__ = [
   "EXPECTED_API",
   "PINNED",
   "PINNED_INSTANCE_ATTRIBUTES",
+  "SOURCE_PINS",
   "TESTED_TUNIX",
   "TUNIX_0_1_7",
   "TUNIX_MAIN",
+  "body_hash",
+  "changed_bodies",
   "check_tunix",
   "missing_names",
+  "source_hash",
   "tunix_api",
   "tunix_version",
   # patches
+  "PATCHES",
+  "Patch",
   "RegistryEntry",
   "adjust_sampler",
   "check_no_clash",
   "install",
+  "prepare",
   "tunix_entry",
   "tunix_holds",
   "tunix_names",

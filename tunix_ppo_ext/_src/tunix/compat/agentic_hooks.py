@@ -12,8 +12,9 @@ What tunix offers no public way to do, each with its reason:
   (`_model_call`, one conversation) with the rollout config's one `seed`, and the vanilla
   engine's sampler starts every call from that seed's key: every episode of a group drew
   the same tokens (the same first reply for all of them; no spread for a group estimator,
-  no exploration). It wraps the engine's public `generate` on the instance
-  (`tests/tunix/test_agentic_ppo.py` checks that a group's episodes differ).
+  no exploration). It wraps the engine's public `generate` on the instance, applied by
+  `patches.prepare(engine, sample_anew=True)` (`tests/tunix/learner/test_agentic_ppo.py` checks
+  that a group's episodes differ).
 - `AgenticHooks._compute_packed_logps`: the hook tunix's loop calls on each chunk of packed
   rows (`max_seq_token_per_tpu`) before its trainers get it (tunix's agentic GRPO computes
   its deferred log-probs there), forwarded to the public `packed_example`: where

@@ -2,7 +2,7 @@
 
 tunix 0.1.7 has no PPO pipeline (`ppo_main`): this part is imported only by the
 `tunix-agentic` command (`learner.agentic_ppo_pipeline`), never with the rest of `compat`,
-and its pins are checked on tunix main alone (tests/tunix/test_compat.py). What tunix offers
+and its pins are checked on tunix main alone (tests/tunix/compat/test_compat.py). What tunix offers
 no public way to do, each with its reason:
 
 - `PipelineHooks`: `PpoPipeline` whose training hook `_run(mode)` (tunix's `PpoPipeline`

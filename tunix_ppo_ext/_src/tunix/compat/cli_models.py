@@ -12,7 +12,7 @@ package's `hf_models.load_checkpoint`), and a `huggingface` tokenizer whose
 local_files_only=True)`. Every other config goes to tunix's own code.
 
 What tunix offers no public way to do, each with its reason (used by `cli_hooks.
-PipelineHooks`, pinned on tunix main by tests/tunix/test_agentic_local_checkpoint.py):
+PipelineHooks`, pinned on tunix main by tests/tunix/learner/test_agentic_local_checkpoint.py):
 
 - `local_models_in`: `BasePipeline.create_rl_engine` builds the reference and critic
   by calling `tunix.cli.utils.model.create_model` through that module (its `model_lib`)

@@ -28,7 +28,7 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
   module made, for that call only, a subclass that hands back its input: the final-norm
   hidden states; on tunix main, which has `skip_lm_head=`, that public keyword is used. The
   head's weight is the untied `lm_head.w` `[D, V]` or the tied `embedder.input_embedding`
-  `[V, D]`; `PINNED_HEADS` and tests/tunix/test_fused_head.py.
+  `[V, D]`; `PINNED_HEADS` and tests/tunix/learner/test_fused_head.py.
 """
 
 from __future__ import annotations

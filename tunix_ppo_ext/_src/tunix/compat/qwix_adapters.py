@@ -11,7 +11,10 @@ to qwix's own. It also wraps `LoraProvider.einsum` and `.dot_general` (public me
 private module) so an adapted projection returns its inputs' dtype when both share one: qwix
 adds `x A B` to the base's output, and float32 adapters on a bfloat16 base (`model.dtype`)
 would promote every adapted projection to float32, which tunix's KV-cache update refuses.
-Pinned by tests/tunix/test_lora.py (qwix is not tunix: `check_tunix` does not look at it).
+Pinned by tests/tunix/models/test_lora.py, by `PINNED` (its private name, checked with tunix's)
+and by the source hash of `_compute_lora_delta` (`tunix_versions.SOURCE_PINS`, on the qwix
+of each tested tunix): `_lora_delta` computes the same product for tunix's projections.
+An entry of `patches.PATCHES` (`qwix_lora_product`, `qwix_lora_dtype`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ from qwix._src.providers import lora as qwix_lora
 
 from tunix_ppo_ext._src.ops.low_rank import lora_product
 
+PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
+  # object the names live on -> (the object, private names used here)
+  "qwix._src.providers.lora": (qwix_lora, ("_compute_lora_delta",)),
+}
+PINNED_INSTANCE_ATTRIBUTES: dict[str, tuple[str, ...]] = {}
 QWIX_LORA_DELTA = qwix_lora._compute_lora_delta
 QWIX_LORA_METHODS = {n: getattr(qwix_lora.LoraProvider, n) for n in ("einsum", "dot_general")}
 

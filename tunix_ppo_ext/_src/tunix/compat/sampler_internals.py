@@ -30,7 +30,7 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
   `layer_caches`, `cache_of_layers`,
   `with_buffers`, `turn_buffers`,
   `abstract_turn_state`. Pinned on live states of tunix's Qwen2, Qwen3 and Llama 3 by
-  tests/tunix/test_sampler_layout.py, which also finds no field or key used elsewhere.
+  tests/tunix/compat/test_sampler_layout.py, which also finds no field or key used elsewhere.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ What tunix 0.1.7 offers no public way to do, each with its reason:
 - `silence_progress_bar`: tunix's trainer opens its own tqdm bar whenever it runs under
   IPython or a terminal, with no setting to turn it off; the actor's and critic's bars
   interleave with the run's own bar.
+
+`add_checkpoint_metadata` and `silence_progress_bar` are applied by `patches.prepare`, and
+`save_at_close` for its block (entries of `patches.PATCHES`).
 - `loss_and_aux`: what tunix's trainer differentiates of a loss's output, on either tested
   tunix (main's own losses return a `LossOutput`, 0.1.7's and ours a `(loss, aux)` pair).
 """

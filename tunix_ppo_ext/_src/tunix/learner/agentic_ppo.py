@@ -140,15 +140,12 @@ class AgenticPpoLearner(compat.AgenticHooks):
       trainer_setup.check_critic(
         self.ppo_config, trainer_setup.critic_trainer(engine), agentic=True
       )
-    # the engine's own adjustment, not a process-wide patch: else a group's episodes are copies
     if rollout_correction_step.enabled(self.ppo_config):
       if not engine.get_rollout_config(Mode.TRAIN).return_logprobs:
         raise ValueError(
           "AgenticPpoConfig.rollout_is/rollout_rs need the sampler's log-probs: set "
           "return_logprobs=True in the train rollout config"
         )
-    compat.adjust_sampler(engine)  # as PpoExtLearner: this engine's sampler only
-    compat.sample_each_call_anew(engine)
     self._set_up(engine)
 
   def _packed_rows(self, engine: rl_cluster_lib.RLCluster) -> agentic_packing.PackedRows | None:
@@ -217,7 +214,9 @@ class AgenticPpoLearner(compat.AgenticHooks):
     resumed = compat.restored_metadata(engine.actor_trainer) if engine.global_steps else {}
     self.state = rollout_phase.initial_state(config, resumed)
     self._states: dict[int, rollout_phase.PhaseState] = {}  # by training step, `_learner_state`
-    compat.add_checkpoint_metadata(engine.actor_trainer, self._learner_state)
+    # this engine's own objects only, as PpoExtLearner: its sampler, the checkpoints' learner
+    # state, and each sampling call with a key of its own (else a group's episodes are copies)
+    compat.prepare(engine, checkpoint_metadata=self._learner_state, sample_anew=True)
     self._kl_method = names.resolve_kl_method(config.kl_method)
     logps_rows = engine.cluster_config.training_config.compute_logps_micro_batch_size
     rows = None if logps_rows is None else logps_rows * config.num_generations

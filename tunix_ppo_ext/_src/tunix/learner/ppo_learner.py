@@ -5,8 +5,9 @@ phase (`_src/ppo/rollout_phase.py`): it runs the models' passes (`RolePasses`) a
 everything between "trajectories arrived" and "a `TrainExample` and its metrics" to the
 rollout phase, whose state (`PhaseState`: the KL controller's, the critic warm-up's) it
 holds and checkpoints. It keeps tunix's training loop, cluster, rollout engine, trainers
-and orbax checkpointing, and changes nothing outside its own objects (`compat.install`
-adjusts a cluster's sampler, qwix and tunix's registry).
+and orbax checkpointing, and changes nothing outside its own objects and the cluster it is
+given (`compat.prepare`: that cluster's sampler and its actor trainer's checkpoint metadata;
+`compat.install` changes qwix and tunix's registry).
 """
 
 from __future__ import annotations
@@ -109,7 +110,6 @@ class PpoExtLearner(compat.LearnerHooks):
     critic = trainer_setup.critic_trainer(rl_cluster)
     trainer_setup.check_critic(config, critic)
     compat.init_learner(self, rl_cluster, config, reward_fns, metric_fns, data_shuffle_seed)
-    compat.adjust_sampler(rl_cluster)  # this cluster's sampler only (a hand-built one)
     self.trajectory_source, self.has_critic = trajectory_source, critic is not None
     key = "PpoExtLearner(shadow_estimators=...)"
     self._shadow = shadow_step.check_shadow_estimators(shadow_estimators, self.has_critic, key)
@@ -144,7 +144,9 @@ class PpoExtLearner(compat.LearnerHooks):
     )
     timer = functools.partial(timing.UpdateTimer, rl_cluster)
     trainer_setup.set_up_actor(rl_cluster.actor_trainer, self._inputs)
-    compat.add_checkpoint_metadata(rl_cluster.actor_trainer, self._learner_state)
+    # this cluster's own objects only (a hand-built one too): its sampler, the checkpoints'
+    # learner state
+    compat.prepare(rl_cluster, checkpoint_metadata=self._learner_state)
     rl_cluster.actor_trainer.with_training_hooks(timer("timing_s/update_actor"))
     if critic is not None:
       trainer_setup.set_up_critic(critic, self._inputs, [timer("timing_s/update_critic")])
