@@ -4,6 +4,8 @@ import pytest
 
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize("alphabet", ["", None, ["a", "b"]])
 def test_an_alphabet_with_no_characters_or_not_a_string_is_refused_in_one_line(alphabet):

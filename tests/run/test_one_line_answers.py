@@ -248,3 +248,18 @@ def test_the_command_line_prints_a_config_warning_as_one_line(tmp_path, capsys):
     "tunix-ppo-ext: warning: config key 'ppo.gigpo_step_weight'=0.5 has no effect: "
     "advantage_estimator='gae' does not read it"
   ], err
+
+
+def test_a_turn_too_short_to_type_the_range_s_numbers_is_refused_naming_the_key():
+  """`env.max_tokens_per_turn=2` with `high=1000` was accepted: no guess above 99 could be
+  typed (the rollout cuts each turn at 2 characters), so the secret often never could."""
+  from tunix_ppo_ext._src.run.run_config import load_resolved
+
+  smoke = str(REPO / "configs" / "smoke.yaml")
+  game = ["env.name=guess", "model.alphabet=null", "train.max_prompt_length=128"]
+  with pytest.raises(ConfigError, match=r"^config key 'env.max_tokens_per_turn'=2 is below") as e:
+    load_resolved(smoke, [*game, "env.kwargs={high: 1000}", "env.max_tokens_per_turn=2"])
+  assert "'1000' (4 tokens" in str(e.value) and "\n" not in str(e.value)
+  resolved = load_resolved(smoke, [*game, "env.kwargs={high: 1000}", "env.max_tokens_per_turn=4"])
+  assert resolved.run.env.max_tokens_per_turn == 4
+  assert load_resolved(smoke, [*game, "env.kwargs={high: 99}", "env.max_tokens_per_turn=2"])
