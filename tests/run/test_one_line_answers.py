@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.helpers.runs import smoke_args
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_run_config
@@ -241,13 +242,18 @@ def test_a_ppo_key_some_estimator_of_the_run_reads_is_not_warned_about(overrides
 
 
 def test_the_command_line_prints_a_config_warning_as_one_line(tmp_path, capsys):
-  argv = ["plan", "--config", str(REPO / "configs" / "smoke.yaml"), "ppo.gigpo_step_weight=0.5"]
-  assert cli.main([*argv, "--json", str(tmp_path / "plan.json")]) == 0
+  """Not Python's two lines (the file, `ConfigWarning`, the source line). The run stops
+  after the config's load: its directory cannot be made (a file in its path)."""
+  (tmp_path / "afile").write_text("x")
+  argv = smoke_args(tmp_path / "afile" / "run", "ppo.gigpo_step_weight=0.5")
+  assert cli.main(argv) == cli.EXIT_BAD_INPUT
   err = capsys.readouterr().err.strip().splitlines()
-  assert err == [
+  warned = [line for line in err if "gigpo_step_weight" in line]
+  assert warned == [
     "tunix-ppo-ext: warning: config key 'ppo.gigpo_step_weight'=0.5 has no effect: "
     "advantage_estimator='gae' does not read it"
   ], err
+  assert not any("Warning" in line for line in err), err
 
 
 def test_a_turn_too_short_to_type_the_range_s_numbers_is_refused_naming_the_key():
