@@ -501,6 +501,18 @@ def test_ctrl_c_twice_while_checkpoints_are_written_is_one_line_and_nothing_is_l
   rerun_and_check(out, max(common_checkpoints(out)) + 2)
 
 
+def test_while_saves_end_ctrl_c_is_held_back_once_and_a_second_press_ends_the_wait():
+  from tunix_ppo_ext._src.run import job
+
+  before = signal.getsignal(signal.SIGINT)
+  with pytest.raises(KeyboardInterrupt), job._deferred_interrupts() as pressed:
+    signal.raise_signal(signal.SIGINT)  # held: the saves go on
+    assert pressed == [signal.SIGINT]
+    signal.raise_signal(signal.SIGINT)  # again: a way out of a wait that never ends
+    pytest.fail("the second press did not end the block")
+  assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_ctrl_c_while_the_command_exits_is_ignored(tmp_path):
   """A second Ctrl-C as the interpreter ran its exit handlers printed jax's `clear_backends`
   traceback ("Exception ignored in atexit callback"): the command is over by then, so the

@@ -478,8 +478,8 @@ def _train_in(
 def finish_saves(learner: PpoExtLearner) -> bool:
   """After an interrupted or failed `learner.train`: waits for the checkpoints still being
   written (orbax commits them on its own threads) and closes the trainers' checkpoint
-  managers, with Ctrl-C deferred meanwhile (`_deferred_interrupts`); returns whether
-  Ctrl-C was pressed then.
+  managers, with Ctrl-C held back meanwhile (`_deferred_interrupts`: once; pressed twice,
+  the wait ends); returns whether Ctrl-C was pressed then.
 
   Without it the interpreter's exit ran under those threads (2026-12-07, Ctrl-C into a run
   saving every step): orbax's commits failed with "cannot schedule new futures after
@@ -502,13 +502,20 @@ def finish_saves(learner: PpoExtLearner) -> bool:
 @contextlib.contextmanager
 def _deferred_interrupts() -> Iterator[list[int]]:
   """Holds Ctrl-C (SIGINT) back for the block: the list it yields records each press, and
-  the previous handler is back after it. Off the main thread (where Python delivers
+  the previous handler is back after it. A second press within it raises KeyboardInterrupt
+  (a way out of a wait that does not end). Off the main thread (where Python delivers
   signals) nothing is held."""
   pressed: list[int] = []
   if threading.current_thread() is not threading.main_thread():
     yield pressed
     return
-  previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+
+  def hold(signum: int, frame: Any) -> None:
+    pressed.append(signum)
+    if len(pressed) > 1:
+      raise KeyboardInterrupt
+
+  previous = signal.signal(signal.SIGINT, hold)
   try:
     yield pressed
   finally:
