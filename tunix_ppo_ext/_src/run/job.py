@@ -483,10 +483,11 @@ def finish_saves(learner: PpoExtLearner) -> bool:
 
   Without it the interpreter's exit ran under those threads (2026-12-07, Ctrl-C into a run
   saving every step): orbax's commits failed with "cannot schedule new futures after
-  interpreter shutdown" tracebacks after the interrupted line, and some runs ended in a
-  segmentation fault (exit -11). A save that fails to close is left as it is (a rerun
-  resumes from the last committed step): the error that stopped the run is the one to
-  report. tunix's own `close` is not used: it would save the interrupted step too.
+  interpreter shutdown" tracebacks after the interrupted line, the likely cause of the
+  segmentation faults (exit -11) reported for such runs. A save that fails to close is
+  left as it is (a rerun resumes from the last committed step): the error that stopped the
+  run is the one to report. tunix's own `close` is not used: it would save the
+  interrupted step too.
   """
   cluster = learner.rl_cluster
   managers = [cluster.actor_trainer.checkpoint_manager]
