@@ -470,9 +470,9 @@ def test_ctrl_c_twice_while_checkpoints_are_written_is_one_line_and_nothing_is_l
   """Ctrl-C into a run that checkpoints every step ended with orbax's commit threads
   still writing under the interpreter's exit: "cannot schedule new futures after
   interpreter shutdown" tracebacks after the interrupted line (5 runs of 8, 2026-12-07),
-  the likely cause of the segmentation faults (exit -11) issue #71 reports. Now the saves in flight end (the
-  checkpoint managers closed) before the command exits, a second Ctrl-C meanwhile held
-  back: one line, exit 130, and the rerun resumes."""
+  the likely cause of the segmentation faults (exit -11) issue #71 reports. Now the saves
+  in flight end (the checkpoint managers closed) before the command exits, a second
+  Ctrl-C meanwhile held back: one line, exit 130, and the rerun resumes."""
   out, env = tmp_path / "run", subprocess_env(tmp_path)
   log = tmp_path / "interrupted.log"
   every = ("train.steps=1000", "train.checkpoint_every=1", "train.eval_every=1")
