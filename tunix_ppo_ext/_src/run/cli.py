@@ -181,10 +181,12 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
     with warnings.catch_warnings():
       warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
       return _run_job(args, overrides)
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as err:
     if args.debug:
       traceback.print_exc()
     _error(INTERRUPTED[args.command])
+    if not args.debug:
+      _free_quietly(err)
     return EXIT_INTERRUPTED
   except NonFiniteTrainingError as err:  # the NaN guard stopped the run after a checkpoint
     _error(str(err), args.debug)
@@ -203,6 +205,25 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
       for name in ("absl", "asyncio"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     return EXIT_FAILED
+
+
+def _free_quietly(err: BaseException) -> None:
+  """Frees now what the interrupted calls left half-made, their complaints muted: the
+  locals of the frames `err` (and the errors it chains) passed through. Ctrl-C inside
+  orbax's save left an event loop half-built and coroutines never awaited, whose
+  `__del__` traceback and RuntimeWarnings followed the interrupted line (2026-12-07)."""
+  hook = sys.unraisablehook
+  sys.unraisablehook = lambda unraisable: None
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", RuntimeWarning)
+      seen: BaseException | None = err
+      while seen is not None:
+        traceback.clear_frames(seen.__traceback__)
+        seen = seen.__cause__ or seen.__context__
+      gc.collect()
+  finally:
+    sys.unraisablehook = hook
 
 
 def _run_job(args: argparse.Namespace, overrides: list[str]) -> int:
