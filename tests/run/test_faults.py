@@ -436,16 +436,19 @@ def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
 
 # `train` in a process of its own whose first checkpoint manager to close says so and waits
 # for a line on stdin first: the test presses Ctrl-C again while the save is held there.
-# With a file PRESS present, the main thread presses Ctrl-C itself as it enters orbax's
-# `run_sync` (saving a checkpoint): the interrupt lands inside orbax's save.
+# With a file PRESS present, the main thread presses Ctrl-C itself inside orbax's save:
+# as it enters `run_sync` (PRESS holds "save"), or once it has started one of the save's
+# threads, before the manager knows of it ("thread").
 HELD_CLOSE = """
 import os, pathlib, signal, sys, threading
 from orbax.checkpoint._src import asyncio_utils
+from orbax.checkpoint._src.futures import future
 from tunix.sft import checkpoint_manager
 from tunix_ppo_ext._src.run import cli
 
 close, held = checkpoint_manager.CheckpointManager.close, []
-run_sync, press = asyncio_utils.run_sync, pathlib.Path(os.environ["PRESS"])
+run_sync, start = asyncio_utils.run_sync, future._SignalingThread.start
+press = pathlib.Path(os.environ["PRESS"])
 
 
 def held_close(self):
@@ -456,15 +459,26 @@ def held_close(self):
   close(self)
 
 
-def pressing_run_sync(coro):
-  if threading.current_thread() is threading.main_thread() and press.exists():
+def press_in(where):
+  main = threading.current_thread() is threading.main_thread()
+  if main and press.exists() and press.read_text() == where:
     press.unlink()
     os.kill(os.getpid(), signal.SIGINT)
+
+
+def pressing_run_sync(coro):
+  press_in("save")
   return run_sync(coro)
+
+
+def pressing_start(self):
+  start(self)
+  press_in("thread")
 
 
 checkpoint_manager.CheckpointManager.close = held_close
 asyncio_utils.run_sync = pressing_run_sync
+future._SignalingThread.start = pressing_start
 sys.argv = ["tunix-ppo-ext", *sys.argv[1:]]
 cli.console_main()
 """
@@ -478,7 +492,7 @@ def wait_for(ready, process: subprocess.Popen, log: pathlib.Path) -> None:
     time.sleep(0.02)
 
 
-@pytest.mark.parametrize("where", ["from outside", "inside orbax's save"])
+@pytest.mark.parametrize("where", ["outside", "save", "thread"])
 def test_ctrl_c_twice_while_checkpoints_are_written_is_one_line_and_nothing_is_lost(
   tmp_path, where
 ):
@@ -487,9 +501,10 @@ def test_ctrl_c_twice_while_checkpoints_are_written_is_one_line_and_nothing_is_l
   interpreter shutdown" tracebacks after the interrupted line (5 runs of 8, 2026-12-07),
   the likely cause of the segmentation faults (exit -11) issue #71 reports; landing inside
   orbax's save, it left an event loop half-built and coroutines never awaited, whose
-  complaints followed the line. Now the saves in flight end (the checkpoint managers
-  closed) before the command exits, a second Ctrl-C meanwhile held back, and what the
-  interrupt left half-made is freed quietly: one line, exit 130, and the rerun resumes."""
+  complaints followed the line, or a save's thread its manager never knew of. Now the
+  saves in flight end (the checkpoint managers closed, then the threads left waited for)
+  before the command exits, a second Ctrl-C meanwhile held back, and what the interrupt
+  left half-made is freed quietly: one line, exit 130, and the rerun resumes."""
   out, press = tmp_path / "run", tmp_path / "press"
   env = {**subprocess_env(tmp_path), "PRESS": str(press)}
   log = tmp_path / "interrupted.log"
@@ -504,10 +519,10 @@ def test_ctrl_c_twice_while_checkpoints_are_written_is_one_line_and_nothing_is_l
       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
     )
   wait_for(lambda: len(common_checkpoints(out)) >= 2, process, log)  # the next one underway
-  if where == "from outside":
+  if where == "outside":
     process.send_signal(signal.SIGINT)
   else:
-    press.write_text("")  # the next save presses it
+    press.write_text(where)  # the next save presses it there
   wait_for(lambda: "closing the checkpoint manager" in log.read_text(), process, log)
   process.send_signal(signal.SIGINT)  # again, while the save is held
   process.stdin.write(b"\n")

@@ -417,9 +417,13 @@ def console_main() -> None:
   interpreter would wait for it for ever: threads still alive `EXIT_GRACE_S` seconds
   after a non-zero status are left behind (`os._exit`). Checkpoints already committed
   are kept; a save still being written is one orbax never committed, so a rerun resumes
-  from the one before. Idle thread-pool workers (orbax's executors, never shut down) are
-  woken to exit first, as the interpreter's own exit wakes them (`_wake_idle_workers`): the
-  grace waited for them in full, 30 s after every failed run.
+  from the one before. The threads that are no pool's workers are waited for first: a
+  save's thread that Ctrl-C left running (begun inside orbax's save, before its manager
+  knew of it) still submits work to a pool (`asyncio.to_thread`), which the interpreter's
+  shutdown refuses ("cannot schedule new futures after shutdown" tracebacks, 2026-12-07).
+  Then idle thread-pool workers (orbax's executors, never shut down) are woken to exit,
+  as the interpreter's own exit wakes them (`_wake_idle_workers`): the grace waited for
+  them in full, 30 s after every failed run.
 
   Ctrl-C after the command returned is ignored: what it could stop is the exit itself.
 
@@ -437,13 +441,20 @@ def console_main() -> None:
   if code != 0:
     sys.stdout.flush()
     sys.stderr.flush()
-    _wake_idle_workers()
     deadline = time.monotonic() + EXIT_GRACE_S
-    for thread in _other_threads():
-      _join_quietly(thread, max(0.0, deadline - time.monotonic()))
+    workers = set(_pool_workers())  # first the others: a save's thread may still need a pool
+    _join_all([t for t in _other_threads() if t not in workers], deadline)
+    _wake_idle_workers()
+    _join_all(_other_threads(), deadline)
     if any(thread.is_alive() for thread in _other_threads()):
       os._exit(code)
   sys.exit(code)
+
+
+def _join_all(threads: list[threading.Thread], deadline: float) -> None:
+  """Waits for each of `threads` until `deadline` (`time.monotonic()`) at the latest."""
+  for thread in threads:
+    _join_quietly(thread, max(0.0, deadline - time.monotonic()))
 
 
 def _quiet_stdout() -> None:
