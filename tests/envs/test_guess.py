@@ -321,3 +321,9 @@ def test_a_range_beyond_the_limit_is_refused_naming_high():
   ) as raised:
     GuessEnv(low=1, high=MAX_NUMBERS + 1)
   assert "\n" not in str(raised.value)
+
+
+def test_the_longest_reply_is_the_range_s_largest_number():
+  """What `env.max_tokens_per_turn` must hold (the run config's check, tests/run)."""
+  assert GuessEnv(high=1000).longest_reply == "1000"
+  assert GuessEnv(low=5, high=9).longest_reply == "9"

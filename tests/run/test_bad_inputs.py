@@ -443,11 +443,11 @@ CASES: dict[str, Case] = {
   # a group estimator's groups of one: no baseline, each advantage the episode's own score
   "run_grpo_groups_of_one": Case(
     run_config("ppo.advantage_estimator=grpo", "ppo.num_generations=1"),
-    match=r"'ppo.num_generations'=1 must be at least 2 with advantage_estimator='grpo'",
+    match=r"'ppo.num_generations'=1 is invalid: must be at least 2 with advantage_estimator='grpo'",
   ),
   "run_rloo_groups_of_one": Case(
     run_config("ppo.advantage_estimator=rloo", "ppo.num_generations=1"),
-    match=r"'ppo.num_generations'=1 must be at least 2 with advantage_estimator='rloo'",
+    match=r"'ppo.num_generations'=1 is invalid: must be at least 2 with advantage_estimator='rloo'",
   ),
   # the game's own max_turns above the rollout's: every episode cut before its last guess
   "run_guess_cut_by_env_max_turns": Case(

@@ -2,6 +2,7 @@
 
 import pathlib
 import re
+import string
 import subprocess
 import sys
 
@@ -80,6 +81,21 @@ def test_a_tokenizer_that_changes_the_text_is_refused_naming_its_directory(tmp_p
   err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
   assert len(err) == 1 and f"the tokenizer in {str(directory)!r} (Qwen2Tokenizer)" in err[0]
   assert "changes the text it encodes" in err[0]
+
+
+def test_a_turn_too_short_for_a_guess_is_refused_with_a_hugging_face_tokenizer(tmp_path, capsys):
+  """The built-in tokenizer's count is checked at load; a Hugging Face tokenizer's, once it
+  is loaded, before the models are built: `guess` up to 1000 in 2-token turns."""
+  directory = tmp_path / "tokenizer"
+  save_hf_tokenizer(directory, string.ascii_letters + string.digits + "!?:. \n")
+  argv = ["train", "--config", str(CONFIGS / "smoke.yaml"), "wandb=disabled"]
+  argv += [f"model.tokenizer={directory}", f"output_dir={tmp_path / 'run'}", "env.name=guess"]
+  argv += ["env.kwargs={high: 1000}", "train.max_prompt_length=128", "env.max_tokens_per_turn=2"]
+  assert cli.main(argv) == 2
+  err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+  assert len(err) == 1 and "'env.max_tokens_per_turn'=2 is below the 'guess'" in err[0], err
+  assert f"'1000' (4 tokens with the tokenizer in {str(directory)!r})" in err[0]
+  assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 def test_a_dotted_key_inside_a_section_keeps_the_section_s_other_defaults():

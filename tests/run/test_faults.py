@@ -434,6 +434,147 @@ def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
   rerun_and_check(out, max(common_checkpoints(out)) + 2 * EVERY)
 
 
+# `train` in a process of its own whose first checkpoint manager to close says so and waits
+# for a line on stdin first: the test presses Ctrl-C again while the save is held there.
+# With a file PRESS present, the main thread presses Ctrl-C itself inside orbax's save:
+# as it enters `run_sync` (PRESS holds "save"), or once it has started one of the save's
+# threads, before the manager knows of it ("thread").
+HELD_CLOSE = """
+import os, pathlib, signal, sys, threading
+from orbax.checkpoint._src import asyncio_utils
+from orbax.checkpoint._src.futures import future
+from tunix.sft import checkpoint_manager
+from tunix_ppo_ext._src.run import cli
+
+close, held = checkpoint_manager.CheckpointManager.close, []
+run_sync, start = asyncio_utils.run_sync, future._SignalingThread.start
+press = pathlib.Path(os.environ["PRESS"])
+
+
+def held_close(self):
+  if not held:
+    held.append(self)
+    print("closing the checkpoint manager", file=sys.stderr, flush=True)
+    sys.stdin.readline()
+  close(self)
+
+
+def press_in(where):
+  main = threading.current_thread() is threading.main_thread()
+  if main and press.exists() and press.read_text() == where:
+    press.unlink()
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def pressing_run_sync(coro):
+  press_in("save")
+  return run_sync(coro)
+
+
+def pressing_start(self):
+  start(self)
+  press_in("thread")
+
+
+checkpoint_manager.CheckpointManager.close = held_close
+asyncio_utils.run_sync = pressing_run_sync
+future._SignalingThread.start = pressing_start
+sys.argv = ["tunix-ppo-ext", *sys.argv[1:]]
+cli.console_main()
+"""
+
+
+def wait_for(ready, process: subprocess.Popen, log: pathlib.Path) -> None:
+  """Polls `ready()` every 20 ms while `process` runs (an assertion once it has ended)."""
+  deadline = time.monotonic() + 600
+  while not ready():
+    assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+    time.sleep(0.02)
+
+
+@pytest.mark.parametrize("where", ["outside", "save", "thread"])
+def test_ctrl_c_twice_while_checkpoints_are_written_is_one_line_and_nothing_is_lost(
+  tmp_path, where
+):
+  """Ctrl-C into a run that checkpoints every step ended with orbax's commit threads
+  still writing under the interpreter's exit: "cannot schedule new futures after
+  interpreter shutdown" tracebacks after the interrupted line (5 runs of 8, 2026-12-07),
+  the likely cause of the segmentation faults (exit -11) issue #71 reports; landing inside
+  orbax's save, it left an event loop half-built and coroutines never awaited, whose
+  complaints followed the line, or a save's thread its manager never knew of. Now the
+  saves in flight end (the checkpoint managers closed, then the threads left waited for)
+  before the command exits, a second Ctrl-C meanwhile held back, and what the interrupt
+  left half-made is freed quietly: one line, exit 130, and the rerun resumes."""
+  out, press = tmp_path / "run", tmp_path / "press"
+  env = {**subprocess_env(tmp_path), "PRESS": str(press)}
+  log = tmp_path / "interrupted.log"
+  every = ("train.steps=1000", "train.checkpoint_every=1", "train.eval_every=1")
+  with log.open("w") as stderr:
+    process = subprocess.Popen(
+      [sys.executable, "-c", HELD_CLOSE, *smoke_args(out, *every)],
+      env=env,
+      stdin=subprocess.PIPE,
+      stdout=stderr,
+      stderr=stderr,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+  wait_for(lambda: len(common_checkpoints(out)) >= 2, process, log)  # the next one underway
+  if where == "outside":
+    process.send_signal(signal.SIGINT)
+  else:
+    press.write_text(where)  # the next save presses it there
+  wait_for(lambda: "closing the checkpoint manager" in log.read_text(), process, log)
+  process.send_signal(signal.SIGINT)  # again, while the save is held
+  process.stdin.write(b"\n")
+  process.stdin.close()
+  assert process.wait(timeout=600) == cli.EXIT_INTERRUPTED, log.read_text()[-3000:]
+  text = log.read_text()
+  errors = [line for line in text.splitlines() if "error" in line.lower()]
+  assert len(errors) == 1 and "interrupted" in errors[0], text[-3000:]
+  for noise in ("Traceback", "Exception ignored", "ERROR:absl", "also failed", "Warning"):
+    assert noise not in text, text[-3000:]
+  assert not press.exists() and not (out / run_dir.LOCK).exists()
+  rerun_and_check(out, max(common_checkpoints(out)) + 2)
+
+
+def test_while_saves_end_ctrl_c_is_held_back_once_and_a_second_press_ends_the_wait():
+  from tunix_ppo_ext._src.run import job
+
+  before = signal.getsignal(signal.SIGINT)
+  with pytest.raises(KeyboardInterrupt), job._deferred_interrupts() as pressed:
+    signal.raise_signal(signal.SIGINT)  # held: the saves go on
+    assert pressed == [signal.SIGINT]
+    signal.raise_signal(signal.SIGINT)  # again: a way out of a wait that never ends
+    pytest.fail("the second press did not end the block")
+  assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_ctrl_c_while_the_command_exits_is_ignored(tmp_path):
+  """A second Ctrl-C as the interpreter ran its exit handlers printed jax's `clear_backends`
+  traceback ("Exception ignored in atexit callback"): the command is over by then, so the
+  console script ignores it. The press comes from an exit handler, as jax's runs."""
+  program = (
+    "import atexit, os, signal\n"
+    "from tunix_ppo_ext._src.run import cli\n"
+    "def pressed():\n"
+    "  os.kill(os.getpid(), signal.SIGINT)\n"
+    "  print('the exit handler ran on', flush=True)\n"
+    "atexit.register(pressed)\n"
+    "cli._main = lambda argv, own_process: cli.EXIT_INTERRUPTED\n"
+    "cli.console_main()\n"
+  )
+  done = subprocess.run(
+    [sys.executable, "-c", program],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=tmp_path,
+    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+  )
+  assert done.returncode == cli.EXIT_INTERRUPTED
+  assert "the exit handler ran on" in done.stdout and "Traceback" not in done.stderr, done.stderr
+
+
 # A thread left waiting for ever: a plain one; and a thread-pool worker busy for ever, started
 # from a daemon thread, so a daemon itself, which the interpreter's exit still joins
 # (`concurrent.futures` joins every worker): tunix's agentic loop runs its prompt queue's

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.helpers.runs import smoke_args
 from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.run import cli
 from tunix_ppo_ext._src.run.run_config import load_run_config
@@ -165,3 +166,106 @@ def test_resolve_checks_a_config_changed_in_code_as_the_yaml_path_does(key, valu
   setattr(run.train, key, value)
   with pytest.raises(ConfigError, match=rf"'train.{key}'="):
     resolve(run)
+
+
+def test_an_empty_output_dir_is_called_empty(capsys):
+  """`--output-dir ""` said "config key 'output_dir' must be str, got None"."""
+  smoke = str(REPO / "configs" / "smoke.yaml")
+  assert cli.main(["train", "--config", smoke, "--output-dir", ""]) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip()
+  assert "'output_dir' (--output-dir) is empty" in err and "None" not in err, err
+  assert "\n" not in err
+  argv = ["sweep", "--seeds", "1", "--config", smoke, "--output-dir", ""]
+  assert cli.main(argv) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip()
+  assert "--output-dir is empty" in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize("text", ["123", "yes", "~", "null", "a'b", "x: y", "[1]"])
+def test_an_output_dir_option_is_read_as_text(text):
+  """`--output-dir 123` (or `yes`, `~`) was read as YAML: "must be str, got 123"."""
+  override = cli.string_override("output_dir", text)
+  assert load_run_config(str(REPO / "configs" / "smoke.yaml"), [override]).output_dir == text
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_output_dir_where_no_directory_can_be_made_names_the_option(capsys):
+  """`--output-dir /proc/x` exited 1 with Python's `FileNotFoundError` naming the path."""
+  smoke = str(REPO / "configs" / "smoke.yaml")
+  out = f"/proc/tunix-ppo-ext-{os.getpid()}"
+  assert cli.main(["train", "--config", smoke, "--output-dir", out]) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert f"'output_dir' (--output-dir) {out!r} cannot be written" in err, err
+  assert "FileNotFoundError" not in err
+
+
+@pytest.mark.parametrize(
+  "overrides, key",
+  [
+    (["ppo.gigpo_step_weight=0.5"], "ppo.gigpo_step_weight'=0.5"),
+    (["ppo.gigpo_norm_by_std=false"], "ppo.gigpo_norm_by_std'=False"),
+    (
+      ["ppo.advantage_estimator=grpo", "ppo.num_generations=2", "ppo.gae_lambda=0.5"],
+      "ppo.gae_lambda'=0.5",
+    ),
+    (["ppo.advantage_estimator=reinforce_plus_plus", "ppo.gamma_turn=0.9"], "ppo.gamma_turn'=0.9"),
+  ],
+)
+def test_a_ppo_key_the_estimator_does_not_read_is_warned_about_in_one_line(overrides, key):
+  """G15, G16, C31 of the 2026-12-07 probes: a key of another estimator was accepted without
+  a word (the run trains as if it were not set)."""
+  from tunix_ppo_ext._src.checks import ConfigWarning
+
+  with pytest.warns(ConfigWarning, match=rf"^config key '{key} has no effect: ") as caught:
+    load_run_config(str(REPO / "configs" / "smoke.yaml"), overrides)
+  assert len([w for w in caught if issubclass(w.category, ConfigWarning)]) == 1
+  assert "\n" not in str(caught[0].message)
+
+
+@pytest.mark.parametrize(
+  "overrides",
+  [
+    ["ppo.gae_lambda=0.5"],  # gae reads it
+    ["ppo.gigpo_step_weight=1.0"],  # the default: asks for nothing
+    ["ppo.advantage_estimator=grpo", "ppo.num_generations=2", "ppo.whiten_advantages=false"],
+    ["ppo.num_generations=2", "metrics.shadow_estimators=[gigpo]", "ppo.gigpo_step_weight=0.5"],
+  ],
+)
+def test_a_ppo_key_some_estimator_of_the_run_reads_is_not_warned_about(overrides):
+  import warnings
+
+  from tunix_ppo_ext._src.checks import ConfigWarning
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", ConfigWarning)
+    load_run_config(str(REPO / "configs" / "smoke.yaml"), overrides)
+
+
+def test_the_command_line_prints_a_config_warning_as_one_line(tmp_path, capsys):
+  """Not Python's two lines (the file, `ConfigWarning`, the source line). The run stops
+  after the config's load: its directory cannot be made (a file in its path)."""
+  (tmp_path / "afile").write_text("x")
+  argv = smoke_args(tmp_path / "afile" / "run", "ppo.gigpo_step_weight=0.5")
+  assert cli.main(argv) == cli.EXIT_BAD_INPUT
+  err = capsys.readouterr().err.strip().splitlines()
+  warned = [line for line in err if "gigpo_step_weight" in line]
+  assert warned == [
+    "tunix-ppo-ext: warning: config key 'ppo.gigpo_step_weight'=0.5 has no effect: "
+    "advantage_estimator='gae' does not read it"
+  ], err
+  assert not any("Warning" in line for line in err), err
+
+
+def test_a_turn_too_short_to_type_the_range_s_numbers_is_refused_naming_the_key():
+  """`env.max_tokens_per_turn=2` with `high=1000` was accepted: no guess above 99 could be
+  typed (the rollout cuts each turn at 2 characters), so the secret often never could."""
+  from tunix_ppo_ext._src.run.run_config import load_resolved
+
+  smoke = str(REPO / "configs" / "smoke.yaml")
+  game = ["env.name=guess", "model.alphabet=null", "train.max_prompt_length=128"]
+  with pytest.raises(ConfigError, match=r"^config key 'env.max_tokens_per_turn'=2 is below") as e:
+    load_resolved(smoke, [*game, "env.kwargs={high: 1000}", "env.max_tokens_per_turn=2"])
+  assert "'1000' (4 tokens" in str(e.value) and "\n" not in str(e.value)
+  resolved = load_resolved(smoke, [*game, "env.kwargs={high: 1000}", "env.max_tokens_per_turn=4"])
+  assert resolved.run.env.max_tokens_per_turn == 4
+  assert load_resolved(smoke, [*game, "env.kwargs={high: 99}", "env.max_tokens_per_turn=2"])

@@ -30,6 +30,11 @@ __all__ = [
 ]
 
 
+class ConfigWarning(UserWarning):
+  """A config that runs, but likely not as meant (a key with no effect, a warm-up as long
+  as the run), named in one line; the command line prints it as `tunix-ppo-ext: warning:`."""
+
+
 class ConfigError(ValueError):
   """Bad input a user can fix: a config key, an option, a file or a value, named in one line.
 

@@ -39,6 +39,9 @@ TUNIX_SOURCE = pathlib.Path(tunix.__file__).parent
 # `futures_thread`: the run's exit wakes idle thread-pool workers as the interpreter does)
 OWN_OBJECTS = {"episode", "batch", "config", "sys", "instance", "loss_fn", "policy_loss_fn"}
 OWN_OBJECTS |= {"futures_thread"}
+# the standard library's `warnings`, as `sys`: the command line shows its own warnings
+# (`warnings.showwarning`, inside `catch_warnings`, which puts it back)
+OWN_OBJECTS |= {"warnings"}
 # `toy_models.value_model`'s `backbone`: a copy of the policy made there, whose LM head it
 # drops (`del backbone.lm_head`), not the policy itself
 OWN_OBJECTS |= {"backbone"}

@@ -131,11 +131,24 @@ def test_what_tunix_own_losses_cannot_do_is_refused_naming_both_keys(kwargs, fie
   PpoExtConfig(policy_loss_fn="ppo", value_loss_fn="ppo", kl_penalty="loss", kl_method="kl")
 
 
+@pytest.mark.parametrize("estimator", ["gigpo", "grpo", "rloo"])
+def test_a_group_estimator_with_groups_of_one_is_refused_as_the_yaml_refuses_it(estimator):
+  # built in Python, as a run config's `ppo` section is: the same one check, one message
+  with pytest.raises(
+    ValueError,
+    match=rf"^PpoExtConfig\.num_generations=1 is invalid: must be at least 2 with "
+    rf"advantage_estimator='{estimator}'",
+  ) as info:
+    PpoExtConfig(advantage_estimator=estimator, num_generations=1)
+  assert "\n" not in str(info.value)
+  assert PpoExtConfig(advantage_estimator=estimator, num_generations=2).num_generations == 2
+
+
 def test_accepts_names_registered_in_tunix_registry():
   # tunix's own PPOConfig refuses every advantage estimator but 'grpo' and 'gae'.
   with pytest.raises(ValueError):
     algorithm_config.AlgorithmConfig(algo_variant="ppo", advantage_estimator="rloo")
-  assert PpoExtConfig(advantage_estimator="rloo").advantage_estimator == "rloo"
+  assert PpoExtConfig(advantage_estimator="rloo", num_generations=2).advantage_estimator == "rloo"
   tunix_losses.register_builtins()
   assert PpoExtConfig(advantage_estimator="ppo_ext_gae").advantage_estimator == "ppo_ext_gae"
 
@@ -226,7 +239,7 @@ def test_a_tunix_registered_estimator_is_accepted_and_an_unknown_one_lists_every
 def test_only_estimators_that_take_values_use_a_critic():
   assert PpoExtConfig(advantage_estimator="gae").uses_critic
   for name in ("grpo", "rloo", "reinforce_plus_plus"):
-    assert not PpoExtConfig(advantage_estimator=name).uses_critic, name
+    assert not PpoExtConfig(advantage_estimator=name, num_generations=2).uses_critic, name
   with pytest.raises(ValueError, match=r"critic_warmup_steps=3 is invalid: must be 0 with "):
     PpoExtConfig(advantage_estimator="grpo", critic_warmup_steps=3)
   with pytest.raises(ValueError, match=r"critic_lambda=1.0 is invalid: must be None with "):

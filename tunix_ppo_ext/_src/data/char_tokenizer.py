@@ -32,6 +32,8 @@ class CharTokenizer:
     bos_id: int = 1,
     eos_id: int = 2,
   ):
+    if not isinstance(alphabet, str) or not alphabet:
+      raise ValueError(f"alphabet must be a non-empty string of characters, got {alphabet!r}")
     if len(set(alphabet)) != len(alphabet):
       raise ValueError("alphabet has repeated characters")
     if bos_id in (pad_id, eos_id) or bos_id == 0:

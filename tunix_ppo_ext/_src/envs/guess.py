@@ -181,6 +181,13 @@ class GuessEnv:
     and the guesses made (with the group's shared secret, all that decides what follows)."""
     return (*self._allowed, self._turn)
 
+  @property
+  def longest_reply(self) -> str:
+    """The longest reply a game may need: the range's largest number (`high`; `low >= 0`).
+    A turn of fewer tokens than it takes cannot type every number of the range (the run
+    config's check of `env.max_tokens_per_turn`)."""
+    return str(self.high)
+
   def optimal_action(self) -> str:
     """The secret (for scripted baselines and tests)."""
     if self._secret is None:

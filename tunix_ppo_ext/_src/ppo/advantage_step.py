@@ -27,7 +27,43 @@ from tunix_ppo_ext._src.plugins import protocols, registry
 def norm_by_std(config: Any, estimator: str) -> bool:
   """Whether group estimator `estimator` divides by its groups' std under `config`
   (`gigpo_norm_by_std` for `gigpo`, else `norm_adv_by_std`)."""
-  return config.gigpo_norm_by_std if estimator == "gigpo" else config.norm_adv_by_std
+  return getattr(config, norm_by_std_field(estimator))
+
+
+def norm_by_std_field(estimator: str) -> str:
+  """The config field that feeds estimator `estimator`'s `norm_by_std` input."""
+  return "gigpo_norm_by_std" if estimator == "gigpo" else "norm_adv_by_std"
+
+
+# the config fields `estimate` passes to a registered estimator, by the input each feeds
+# (`norm_by_std`: `norm_by_std_field`); an estimator reads those of the inputs it names
+_FIELD_INPUTS = {
+  "gamma": "gamma",
+  "gamma_turn": "gamma_turn",
+  "gae_lambda": "gae_lambda",
+  "adaptive_lambda_alpha": "gae_lambda",
+  "whiten_advantages": "whiten",
+  "gigpo_step_weight": "step_weight",
+}
+ESTIMATOR_FIELDS = (*_FIELD_INPUTS, "norm_adv_by_std", "gigpo_norm_by_std")
+
+
+def fields_read(config: Any, estimator: str) -> frozenset[str] | None:
+  """Which of `ESTIMATOR_FIELDS` advantage estimator `estimator` reads under `config`
+  (`estimate`'s inputs its signature names; `gamma` also as `gamma_turn`'s default, the
+  critic's value targets through the estimator's own `gae_lambda`). None: not known (an
+  estimator of tunix's registry, or one taking `**kwargs`)."""
+  if not registry.has(registry.ADVANTAGE_ESTIMATORS, estimator):
+    return None
+  wanted = protocols.wanted_inputs(registry.get(registry.ADVANTAGE_ESTIMATORS, estimator))
+  if wanted is None:
+    return None
+  read = {field for field, name in _FIELD_INPUTS.items() if name in wanted}
+  if "norm_by_std" in wanted:
+    read.add(norm_by_std_field(estimator))
+  if "gamma_turn" in wanted and config.gamma_turn is None:
+    read.add("gamma")
+  return frozenset(read)
 
 
 def group_ids(batch: TrajectoryBatch, num_generations: int) -> np.ndarray:

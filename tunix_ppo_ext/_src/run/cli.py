@@ -17,21 +17,23 @@ checkpoints into the output directory.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import logging
 import os
 import queue
+import signal
 import sys
 import threading
 import time
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # Only what parsing needs is imported here (no JAX, tunix or NumPy): `--help` prints at once,
 # and each command imports its own modules when it runs.
-from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.checks import ConfigError, ConfigWarning
 from tunix_ppo_ext._src.plugins import registry
 
 EXIT_BAD_INPUT, EXIT_NAN_GUARD, EXIT_INTERRUPTED, EXIT_FAILED = 2, 3, 130, 1
@@ -176,17 +178,15 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
 
   try:
     check_jax_precision()  # before anything is made: tunix's sampler fails in 64-bit mode
-    if args.command == "plan":
-      return _plan_command(args, overrides)
-    if args.command == "sweep":
-      return _sweep_command(args, overrides)
-    if args.command == "tunix-agentic":
-      return _tunix_agentic_command(args, overrides)
-    return _train_command(args, overrides)
-  except KeyboardInterrupt:
+    with warnings.catch_warnings():
+      warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
+      return _run_job(args, overrides)
+  except KeyboardInterrupt as err:
     if args.debug:
       traceback.print_exc()
     _error(INTERRUPTED[args.command])
+    if not args.debug:
+      _free_quietly(err)
     return EXIT_INTERRUPTED
   except NonFiniteTrainingError as err:  # the NaN guard stopped the run after a checkpoint
     _error(str(err), args.debug)
@@ -205,6 +205,45 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
       for name in ("absl", "asyncio"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     return EXIT_FAILED
+
+
+def _free_quietly(err: BaseException) -> None:
+  """Frees now what the interrupted calls left half-made, their complaints muted: the
+  locals of the frames `err` (and the errors it chains) passed through. Ctrl-C inside
+  orbax's save left an event loop half-built and coroutines never awaited, whose
+  `__del__` traceback and RuntimeWarnings followed the interrupted line (2026-12-07)."""
+  hook = sys.unraisablehook
+  sys.unraisablehook = lambda unraisable: None
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", RuntimeWarning)
+      seen: BaseException | None = err
+      while seen is not None:
+        traceback.clear_frames(seen.__traceback__)
+        seen = seen.__cause__ or seen.__context__
+      gc.collect()
+  finally:
+    sys.unraisablehook = hook
+
+
+def _run_job(args: argparse.Namespace, overrides: list[str]) -> int:
+  """The job command `args.command` names."""
+  if args.command == "plan":
+    return _plan_command(args, overrides)
+  if args.command == "sweep":
+    return _sweep_command(args, overrides)
+  if args.command == "tunix-agentic":
+    return _tunix_agentic_command(args, overrides)
+  return _train_command(args, overrides)
+
+
+def _show_warning(show: Callable[..., None], message, category, *args, **kwargs) -> None:
+  """`warnings.showwarning` with a `ConfigWarning` as one line, `tunix-ppo-ext: warning:`
+  (not Python's two, the file and the source line); any other warning as `show` shows it."""
+  if issubclass(category, ConfigWarning):
+    print(f"tunix-ppo-ext: warning: {message}", file=sys.stderr)
+  else:
+    show(message, category, *args, **kwargs)
 
 
 def _freeze_imported_heap() -> None:
@@ -243,7 +282,7 @@ def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
 
   cache, uncached = use_compile_cache()  # before anything compiles
   if args.output_dir is not None:
-    overrides.append(f"output_dir={args.output_dir}")
+    overrides.append(string_override("output_dir", args.output_dir))
   resolved = load_resolved(args.config, overrides)  # the one resolution of this command
   run = resolved.run
   if not args.debug:  # a refused write is this command's one error line
@@ -288,10 +327,18 @@ def _plan_command(args: argparse.Namespace, overrides: list[str]) -> int:
   return 0
 
 
+def string_override(key: str, value: str) -> str:
+  """`KEY=VALUE` with VALUE as a YAML single-quoted string: an option's text stays text
+  (`--output-dir 123`, `yes`, `~` or `""` read as a number, a flag or null otherwise)."""
+  return f"{key}='{value.replace(chr(39), chr(39) * 2)}'"
+
+
 def _sweep_command(args: argparse.Namespace, overrides: list[str]) -> int:
   """`tunix-ppo-ext sweep`: prints the table (`tunix_ppo_ext._src.run.sweep`)."""
   from tunix_ppo_ext._src.run import sweep
 
+  if not args.output_dir:  # '' would be the current directory
+    raise ConfigError("--output-dir is empty: name the directory the sweep's runs go to")
   rows = sweep.sweep(args.seeds, args.output_dir, overrides, args.config, args.jobs)
   print(sweep.markdown_table(rows), end="")
   return 0
@@ -370,9 +417,15 @@ def console_main() -> None:
   interpreter would wait for it for ever: threads still alive `EXIT_GRACE_S` seconds
   after a non-zero status are left behind (`os._exit`). Checkpoints already committed
   are kept; a save still being written is one orbax never committed, so a rerun resumes
-  from the one before. Idle thread-pool workers (orbax's executors, never shut down) are
-  woken to exit first, as the interpreter's own exit wakes them (`_wake_idle_workers`): the
-  grace waited for them in full, 30 s after every failed run.
+  from the one before. The threads that are no pool's workers are waited for first: a
+  save's thread that Ctrl-C left running (begun inside orbax's save, before its manager
+  knew of it) still submits work to a pool (`asyncio.to_thread`), which the interpreter's
+  shutdown refuses ("cannot schedule new futures after shutdown" tracebacks, 2026-12-07).
+  Then idle thread-pool workers (orbax's executors, never shut down) are woken to exit,
+  as the interpreter's own exit wakes them (`_wake_idle_workers`): the grace waited for
+  them in full, 30 s after every failed run.
+
+  Ctrl-C after the command returned is ignored: what it could stop is the exit itself.
 
   A reader that closes the pipe early (`tunix-ppo-ext plugins | head -1`) ends the command
   quietly with status 1, not a `BrokenPipeError` traceback.
@@ -382,16 +435,26 @@ def console_main() -> None:
   except BrokenPipeError:
     _quiet_stdout()
     code = EXIT_FAILED
+  # the command is over: a Ctrl-C now would only break the exit (a traceback from an exit
+  # handler, jax's `clear_backends`, or from the wait for threads below, bounded anyway)
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
   if code != 0:
     sys.stdout.flush()
     sys.stderr.flush()
-    _wake_idle_workers()
     deadline = time.monotonic() + EXIT_GRACE_S
-    for thread in _other_threads():
-      _join_quietly(thread, max(0.0, deadline - time.monotonic()))
+    workers = set(_pool_workers())  # first the others: a save's thread may still need a pool
+    _join_all([t for t in _other_threads() if t not in workers], deadline)
+    _wake_idle_workers()
+    _join_all(_other_threads(), deadline)
     if any(thread.is_alive() for thread in _other_threads()):
       os._exit(code)
   sys.exit(code)
+
+
+def _join_all(threads: list[threading.Thread], deadline: float) -> None:
+  """Waits for each of `threads` until `deadline` (`time.monotonic()`) at the latest."""
+  for thread in threads:
+    _join_quietly(thread, max(0.0, deadline - time.monotonic()))
 
 
 def _quiet_stdout() -> None:

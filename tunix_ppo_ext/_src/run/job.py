@@ -13,11 +13,13 @@ import dataclasses
 import functools
 import json
 import pathlib
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -27,13 +29,19 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.data.trajectory import episode_batches
+from tunix_ppo_ext._src.envs import base as env_base
 from tunix_ppo_ext._src.metrics import collapse, sinks
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import samples as sample_log
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.plugins import registry as plugin_registry
 from tunix_ppo_ext._src.run import distributed, recipe, report, resume, run_dir
-from tunix_ppo_ext._src.run.run_config import ResolvedRun, RunConfig, as_resolved
+from tunix_ppo_ext._src.run.run_config import (
+  ResolvedRun,
+  RunConfig,
+  as_resolved,
+  check_turn_tokens,
+)
 from tunix_ppo_ext._src.tunix.cluster.cluster_setup import build_cluster
 from tunix_ppo_ext._src.tunix.cluster.mesh import (
   Role,
@@ -81,6 +89,7 @@ def _build_run(resolved: ResolvedRun, output_dir: pathlib.Path, meshes: dict):
   check_attention_backend(models.spec.attention, jax.default_backend())
   tokenizer = _tokenizer(resolved)
   _check_round_trip(tokenizer, resolved)
+  _check_reply_tokens(tokenizer, resolved)
   recipe.check_top_k(run.sampling, models.vocab_size(len(tokenizer)))
   policy, critic, reference = build_roles(models, len(tokenizer), meshes.get(Role.ACTOR))
   if not ppo.uses_critic:  # group estimators: no critic trained or checkpointed
@@ -276,6 +285,22 @@ def _check_round_trip(tokenizer: Any, resolved: ResolvedRun) -> None:
     )
 
 
+def _check_reply_tokens(tokenizer: Any, resolved: ResolvedRun) -> None:
+  """`check_turn_tokens` with a Hugging Face tokenizer (the built-in one's is checked at
+  load): each environment's longest reply must fit in `env.max_tokens_per_turn` tokens."""
+  directory = resolved.tokenizer_dir
+  if directory is None:
+    return
+
+  def count(text: str) -> int:
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+  for entry in (*resolved.env_entries, *resolved.validation_entries):
+    env = env_base.make_env(entry.name, **entry.kwargs)
+    how = f"the tokenizer in {directory!r}"
+    check_turn_tokens(resolved.run.env.max_tokens_per_turn, env, count, how)
+
+
 def build_models(resolved: ResolvedRun | RunConfig, mesh: Any = None) -> tuple[Any, Any, Any]:
   """`(policy, critic, reference)` as `train` builds them (`role_models.build_roles`), with
   the run's own tokenizer (`export` restores a checkpoint onto the policy; tests compare
@@ -436,6 +461,10 @@ def _train_in(
     with warnings.catch_warnings():  # a run killed after its last checkpoint: nothing to do
       warnings.simplefilter("ignore", AlreadyAtMaxSteps)
       learner.train(train_batches, eval_ds=eval_batches)
+  except BaseException as err:  # Ctrl-C or a failure: the saves being written end first
+    if finish_saves(learner) and not isinstance(err, KeyboardInterrupt):
+      raise KeyboardInterrupt from err  # Ctrl-C while they were written: still a Ctrl-C
+    raise
   finally:  # a failed or interrupted part counts too (a killed one: `earlier_parts`)
     part["wall_s"] = round(time.perf_counter() - start, 1)
     if primary:
@@ -444,6 +473,54 @@ def _train_in(
   if not primary:
     return {}
   return _summarize_run(out, resolved, learner, max_return, [*parts, part])
+
+
+def finish_saves(learner: PpoExtLearner) -> bool:
+  """After an interrupted or failed `learner.train`: waits for the checkpoints still being
+  written (orbax commits them on its own threads) and closes the trainers' checkpoint
+  managers, with Ctrl-C held back meanwhile (`_deferred_interrupts`: once; pressed twice,
+  the wait ends); returns whether Ctrl-C was pressed then.
+
+  Without it the interpreter's exit ran under those threads (2026-12-07, Ctrl-C into a run
+  saving every step): orbax's commits failed with "cannot schedule new futures after
+  interpreter shutdown" tracebacks after the interrupted line, the likely cause of the
+  segmentation faults (exit -11) reported for such runs. A save that fails to close is
+  left as it is (a rerun resumes from the last committed step): the error that stopped the
+  run is the one to report. tunix's own `close` is not used: it would save the
+  interrupted step too.
+  """
+  cluster = learner.rl_cluster
+  managers = [cluster.actor_trainer.checkpoint_manager]
+  critic = getattr(cluster, "critic_trainer", None)
+  managers += [critic.checkpoint_manager] if critic is not None else []
+  with _deferred_interrupts() as pressed:
+    for manager in managers:
+      with contextlib.suppress(Exception):
+        manager.close()  # orbax's close waits for the save in flight
+  return bool(pressed)
+
+
+@contextlib.contextmanager
+def _deferred_interrupts() -> Iterator[list[int]]:
+  """Holds Ctrl-C (SIGINT) back for the block: the list it yields records each press, and
+  the previous handler is back after it. A second press within it raises KeyboardInterrupt
+  (a way out of a wait that does not end). Off the main thread (where Python delivers
+  signals) nothing is held."""
+  pressed: list[int] = []
+  if threading.current_thread() is not threading.main_thread():
+    yield pressed
+    return
+
+  def hold(signum: int, frame: Any) -> None:
+    pressed.append(signum)
+    if len(pressed) > 1:
+      raise KeyboardInterrupt
+
+  previous = signal.signal(signal.SIGINT, hold)
+  try:
+    yield pressed
+  finally:
+    signal.signal(signal.SIGINT, previous)
 
 
 def _prepare(out: pathlib.Path, resolved: ResolvedRun) -> list[dict[str, Any]]:

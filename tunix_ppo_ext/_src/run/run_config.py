@@ -28,6 +28,7 @@ from typing import Any
 
 from tunix_ppo_ext._src.checks import (
   ConfigError,
+  ConfigWarning,
   FieldKeys,
   check_choice,
   check_integer,
@@ -44,12 +45,16 @@ from tunix_ppo_ext._src.envs import base as envs
 from tunix_ppo_ext._src.metrics.collapse import EchoTrapRule
 from tunix_ppo_ext._src.metrics.keys import SUMMARY_KEY, MetricKeys
 from tunix_ppo_ext._src.plugins import registry
-from tunix_ppo_ext._src.ppo import shadow_step
+from tunix_ppo_ext._src.ppo import advantage_step, shadow_step
 from tunix_ppo_ext._src.run import recipe, resume
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, agent_token_budget, validate_dapo
 from tunix_ppo_ext._src.tunix.cluster.mesh import MESH_ROLES, check_mesh_spec
 from tunix_ppo_ext._src.tunix.compat import FUSED_HEAD_KEY
-from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, groups_of_one_problem
+from tunix_ppo_ext._src.tunix.learner.ppo_config import (
+  PpoExtConfig,
+  check_groups,
+  groups_of_one_problem,
+)
 from tunix_ppo_ext._src.tunix.models import hf_models, lora, toy_models
 from tunix_ppo_ext._src.tunix.models.role_models import ModelPlan
 
@@ -480,6 +485,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str, default: Any = None) ->
     _validate_run(instance)  # train.temperature, model.fused_head, ... first: `ppo` takes them
     instance.ppo = ppo_section(ppo, instance.train, instance.model)
     instance.ppo_given = ppo
+    _warn_unread_ppo_keys(instance.ppo, ppo, instance.metrics.shadow_estimators)
   return instance
 
 
@@ -701,10 +707,30 @@ def _validate_mesh(section: MeshSection) -> None:
     check_mesh_spec(f"mesh.roles.{role}", own.shape, own.axis_names or section.axis_names)
 
 
+def check_turn_tokens(
+  max_tokens_per_turn: int,
+  env: Any,
+  count: typing.Callable[[str], int] = len,
+  tokenizer: str = "the built-in tokenizer",
+) -> None:
+  """Refuses a turn too short for the environment's `longest_reply` (an optional attribute,
+  `guess`'s largest number): the agent could never type it (the rollout cuts each turn at
+  `env.max_tokens_per_turn`). `count`: the reply's tokens (the built-in tokenizer: one per
+  character, checked at load; a Hugging Face one's when it is loaded, `job`)."""
+  reply = getattr(env, "longest_reply", None)
+  if isinstance(reply, str) and count(reply) > max_tokens_per_turn:
+    raise ConfigError(
+      f"config key 'env.max_tokens_per_turn'={max_tokens_per_turn} is below the "
+      f"{envs.env_name(env)!r} environment's longest reply, {reply!r} ({count(reply)} tokens "
+      f"with {tokenizer}): the agent could not type it; raise it to at least {count(reply)}"
+    )
+
+
 def _check_lengths(run: RunConfig, env: Any) -> None:
   """Lengths that cannot work, refused before anything compiles: a `max_prompt_length`
-  below the first observation (built-in tokenizer: one token per character, plus BOS), and
-  a KV cache for the toy model larger than this machine's memory."""
+  below the first observation (built-in tokenizer: one token per character, plus BOS), a
+  turn too short for the environment's longest reply (`check_turn_tokens`), and a KV cache
+  for the toy model larger than this machine's memory."""
   if tokenizer_directory(run.model) is None:
     firsts = [env.reset(seed)[0] for seed in range(8)]
     alphabet = {} if run.model.alphabet is None else {"alphabet": run.model.alphabet}
@@ -722,6 +748,7 @@ def _check_lengths(run: RunConfig, env: Any) -> None:
         f"config key 'train.max_prompt_length'={run.train.max_prompt_length} is below the "
         f"first observation's {len(first) + 1} tokens (with BOS): {first!r}"
       )
+    check_turn_tokens(run.env.max_tokens_per_turn, env)
   own_turns = getattr(env, "max_turns", None)  # a game's own limit (guess: its guesses)
   if isinstance(own_turns, int) and own_turns > run.env.max_turns:
     raise ConfigError(
@@ -766,7 +793,11 @@ def _validate_env_mix(run: RunConfig, num_generations: int) -> None:
 
 def _validate_run(run: RunConfig) -> None:
   """Value checks that need more than a type (PPO fields are checked by PpoExtConfig)."""
-  if not run.output_dir or pathlib.Path(run.output_dir).is_file():
+  if run.output_dir == "":
+    raise ConfigError(
+      "config key 'output_dir' (--output-dir) is empty: name the directory the run goes to"
+    )
+  if pathlib.Path(run.output_dir).is_file():
     raise ConfigError(
       f"config key 'output_dir' (--output-dir) must name a directory, got {run.output_dir!r}"
     )
@@ -885,9 +916,7 @@ def _check_sections(
   optimizers, the batch arithmetic, filtering and validation; `(batch plan, validation
   entries)`."""
   ppo = run.ppo
-  problem = groups_of_one_problem(ppo.advantage_estimator, num_generations)
-  if problem:
-    raise ConfigError(f"config key 'ppo.num_generations'={num_generations} must be {problem}")
+  check_groups(ppo.advantage_estimator, num_generations, PPO_KEYS)  # changed in code
   if run.train.batch_size % num_generations:
     raise ConfigError(
       f"config key 'train.batch_size'={run.train.batch_size} must be a multiple of "
@@ -925,6 +954,36 @@ def env_max_return(entries: list[recipe.EnvEntry]) -> float:
   return total / sum(e.groups for e in entries)
 
 
+def _warn_unread_ppo_keys(ppo: PpoExtConfig, given: dict[str, Any], shadows: list[str]) -> None:
+  """A one-line warning for each estimator key the config sets (`given`: the `ppo` keys of
+  the YAML and the overrides, not the defaults) to a value other than its default that
+  neither the advantage estimator nor a shadow one reads (`advantage_step.fields_read`):
+  `ppo.gigpo_step_weight` with `gae`, `ppo.gae_lambda` with `grpo`. Not refused: a config
+  may keep one for a later switch. A normalization turned off (`whiten_advantages`,
+  `norm_adv_by_std` false) where the estimator has none is what it asks for: no warning."""
+  names = [ppo.advantage_estimator, *shadows]
+  read = [advantage_step.fields_read(ppo, name) for name in names]
+  if any(fields is None for fields in read):  # one of them may read anything
+    return
+  defaults = ppo_section({})
+  for key in sorted(set(given) & set(advantage_step.ESTIMATOR_FIELDS)):
+    value = getattr(ppo, key)
+    if value == getattr(defaults, key) or (key in _OFF_SWITCHES and value is False):
+      continue
+    if not any(key in fields for fields in read):
+      which = f"advantage_estimator={ppo.advantage_estimator!r}"
+      which += f" (nor metrics.shadow_estimators={shadows})" if shadows else ""
+      warnings.warn(
+        f"config key 'ppo.{key}'={given[key]!r} has no effect: {which} does not read it",
+        ConfigWarning,
+        stacklevel=2,
+      )
+
+
+# normalizations an estimator may lack: turned off, they ask for what it does anyway
+_OFF_SWITCHES = ("whiten_advantages", "norm_adv_by_std")
+
+
 def _warn_long_warmup(ppo: PpoExtConfig, steps: int, updates_per_batch: int) -> None:
   """A warning when the critic warm-up lasts the whole run (its batches, `train.steps`
   updates of `updates_per_batch` each): the actor never trains (a critic-only run)."""
@@ -933,6 +992,7 @@ def _warn_long_warmup(ppo: PpoExtConfig, steps: int, updates_per_batch: int) -> 
     warnings.warn(
       f"ppo.critic_warmup_steps={ppo.critic_warmup_steps} is not below the run's {batches} "
       f"batches (train.steps={steps}): the actor never trains, only the critic",
+      ConfigWarning,
       stacklevel=4,
     )
 

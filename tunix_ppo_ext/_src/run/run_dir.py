@@ -260,13 +260,15 @@ def write_parts(out: pathlib.Path, parts: list[dict[str, Any]]) -> None:
 
 
 # what makes a directory unusable as an output directory (not a full disk: that is a
-# write failure, `disk_space.write_failure`)
-_UNUSABLE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST)
+# write failure, `disk_space.write_failure`); ENOENT: a place where no directory can be
+# made although its parent exists (`/proc/x`), or one removed under the run
+_UNUSABLE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST, errno.ENOENT)
 
 
 def unusable_output_dir(out: pathlib.Path, err: OSError) -> ConfigError | None:
   """The one-line ConfigError for an output directory this process cannot create or write
-  (read-only, no permission, a file in its path); None for any other OSError."""
+  (read-only, no permission, a file in its path, a file system that makes no directories);
+  None for any other OSError."""
   if err.errno not in _UNUSABLE:
     return None
   return ConfigError(

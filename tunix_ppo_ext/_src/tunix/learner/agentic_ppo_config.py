@@ -15,7 +15,7 @@ from tunix.rl.agentic import agentic_rl_learner
 
 from tunix_ppo_ext._src.checks import ConfigError, FieldKeys, check_integer, check_number
 from tunix_ppo_ext._src.ops import kl_methods as names
-from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig, groups_of_one_problem
+from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 
 # how PpoExtConfig's checks name the shared keys: `AgenticPpoConfig.<field>`
 _KEYS = FieldKeys(owner="AgenticPpoConfig")
@@ -153,11 +153,6 @@ class AgenticPpoConfig(agentic_rl_learner.AgenticRLConfig):
     ppo = self.ppo_ext_config()
     for name in PPO_FIELDS:  # defaults filled in and names made canonical, as PpoExtConfig's
       setattr(self, name, getattr(ppo, name))
-    problem = groups_of_one_problem(self.advantage_estimator, self.num_generations)
-    if problem:
-      raise ConfigError(
-        f"AgenticPpoConfig.num_generations={self.num_generations} is invalid: must be {problem}."
-      )
     if self.kl_method == names.FULL_KL:
       raise ConfigError(
         "AgenticPpoConfig.kl_method='full' is invalid: must be a per-token estimator "

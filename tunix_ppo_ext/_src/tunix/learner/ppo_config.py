@@ -242,6 +242,7 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     validate_toolbox(self, keys)
     _check_tunix_losses(self, keys)
     _check_critic_keys(self, keys)
+    check_groups(self.advantage_estimator, self.num_generations, keys)
 
 
 # each number field and its interval (`check_number`'s bounds; `none_ok`: None allowed)
@@ -409,6 +410,15 @@ def groups_of_one_problem(estimator: str, num_generations: int) -> str | None:
       "or gae for one episode per prompt"
     )
   return None
+
+
+def check_groups(estimator: str, num_generations: int, keys: FieldKeys = OWN_KEYS) -> None:
+  """ConfigError naming `num_generations` when its groups cannot feed `estimator`
+  (`groups_of_one_problem`): the one check of `PpoExtConfig`, the run config and
+  `AgenticPpoConfig`."""
+  problem = groups_of_one_problem(estimator, num_generations)
+  if problem:
+    _fail(keys, "num_generations", num_generations, problem)
 
 
 _REGISTRY_FIELDS = (
