@@ -162,7 +162,7 @@ FOREIGN_ATTRIBUTES = {
   "critic_trainer", "trainer", "sampler", "_sampler", "inference_worker", "transformer",
 }  # fmt: skip
 # compat's own objects: thread-locals, a copy it makes, the closures it returns, the AST
-# nodes `body_hash` parses
+# nodes `source_hash` parses
 COMPAT_OWN = {"self", "cls", "_CALL", "_CAPTURED", "snapshot", "build", "init_sample_state"}
 COMPAT_OWN |= {"node"}
 
@@ -318,6 +318,21 @@ def test_copied_and_skipped_tunix_bodies_are_the_pinned_ones():
   assert compat.tunix_version() in compat.TESTED_TUNIX
   assert compat.changed_bodies() == []
   assert all(set(pin.hashes) == set(compat.TESTED_TUNIX) for pin in compat.SOURCE_PINS.values())
+
+
+def test_the_pins_read_the_definitions_not_the_attributes_install_replaced():
+  """`install` replaces qwix's `_compute_lora_delta` with ours: the pin still hashes qwix's
+  own body, in whatever order the suite runs (it hashed ours once a test had installed)."""
+  from qwix._src.providers import lora as qwix_lora
+
+  from tunix_ppo_ext._src.tunix.compat import qwix_adapters
+
+  qwix_own = qwix_adapters.QWIX_LORA_DELTA
+  compat.install()
+  assert qwix_lora._compute_lora_delta is not qwix_own  # ours is in place
+  path = "qwix._src.providers.lora._compute_lora_delta"
+  assert compat.defined_hash(path) == compat.source_hash(inspect.getsource(qwix_own))
+  assert compat.changed_bodies() == []
 
 
 def test_a_changed_body_fails_its_pin_naming_what_to_re_read(monkeypatch):

@@ -134,15 +134,14 @@ SOURCE_PINS: dict[str, SourcePin] = {
 }
 
 
-def body_hash(obj: Any) -> str:
-  """`source_hash` of `obj`'s source (a function, method or class)."""
-  return source_hash(inspect.getsource(obj))
-
-
 def source_hash(source: str) -> str:
   """sha256 (16 hex digits) of the AST of `source`, docstrings dropped: the same for a body
   reformatted or recommented, another for any change to what it does."""
-  tree = ast.parse(textwrap.dedent(source))
+  return _tree_hash(ast.parse(textwrap.dedent(source)))
+
+
+def _tree_hash(tree: ast.Module) -> str:
+  """`source_hash` of a parsed module (its definitions' docstrings dropped)."""
   for node in ast.walk(tree):
     body = getattr(node, "body", None)
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and body:
@@ -152,17 +151,24 @@ def source_hash(source: str) -> str:
   return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
 
 
-def _resolve(path: str) -> Any:
-  """The object at dotted `path` (a module, then attributes); None where it is missing."""
+def defined_hash(path: str) -> str | None:
+  """`source_hash` of the definition at dotted `path` as its module's file defines it (a
+  module, then classes and functions); None where it is missing. Read from the file, not
+  from the live attribute: the body pinned is tunix's (or qwix's) own even where `install`
+  has replaced the attribute with ours (`qwix_lora_product`)."""
   parts = path.split(".")
   for split in range(len(parts), 0, -1):
     try:
-      obj = importlib.import_module(".".join(parts[:split]))
+      module = importlib.import_module(".".join(parts[:split]))
     except ImportError:
       continue
+    nodes: list[ast.stmt] = ast.parse(inspect.getsource(module)).body
     for name in parts[split:]:
-      obj = getattr(obj, name, None)
-    return obj
+      found = [n for n in nodes if getattr(n, "name", None) == name]
+      if not found:
+        return None
+      node, nodes = found[-1], getattr(found[-1], "body", [])
+    return _tree_hash(ast.Module(body=[node], type_ignores=[]))
   return None
 
 
@@ -173,9 +179,8 @@ def changed_bodies(version: str | None = None) -> list[str]:
   version = tunix_version() if version is None else version
   changed = []
   for path, pin in SOURCE_PINS.items():
-    obj = _resolve(path)
     try:
-      found = None if obj is None else body_hash(obj)
+      found = defined_hash(path)
     except (OSError, TypeError):  # no source to read (a compiled or zipped install)
       found = "no source"
     expected = {pin.hashes[version]} if version in pin.hashes else set(pin.hashes.values())
