@@ -186,7 +186,7 @@ def test_smollm2_trains_two_ppo_steps_offline_through_the_launcher(tmp_path):
   PPO steps through `tunix-ppo-ext tunix-agentic CONFIG.yaml`, offline, under the
   `rl_training_config` of tunix's own frozenlake example (its warm-up cosine schedule, its
   checkpointing, profiler and log-prob chunk options, micro-batches of one prompt
-  accumulated into its mini-batch: two prompts a step here, where it has 64)."""
+  accumulated into its mini-batch: two prompts of one episode a step here, where it has 64)."""
   from tunix_ppo_ext._src.metrics.sinks import read_tensorboard
 
   smollm2_directory()  # converted once here, outside the guarded run
@@ -198,6 +198,7 @@ def test_smollm2_trains_two_ppo_steps_offline_through_the_launcher(tmp_path):
   config = local_config(tmp_path, model, steps=2, **example)
   data = yaml.safe_load(config.read_text())
   data["batch_size"] = 2  # two prompts a step (the example's `mini_batch_size` of them)
+  data["agentic_ppo_config"]["num_generations"] = 1  # two episodes a step, as the test above
   config.write_text(yaml.safe_dump(data))
   prompts = '[{"prompts": "Say a"}, {"prompts": "Say b"}]'
   source = "import grain\n\ndef create_dataset(**kwargs):\n"
