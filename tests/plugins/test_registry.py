@@ -146,7 +146,8 @@ def test_builtin_advantage_estimators_declare_whether_they_need_a_critic():
     wanted = protocols.wanted_inputs(registry.get(ADV, entry.name))
     assert entry.needs_critic == ("values" in wanted), entry.name
     assert registry.needs_critic(entry.name) is entry.needs_critic
-    assert PpoExtConfig(advantage_estimator=entry.name).uses_critic is entry.needs_critic
+    config = PpoExtConfig(advantage_estimator=entry.name, num_generations=2)  # groups
+    assert config.uses_critic is entry.needs_critic
   assert {e.name for e in registry.entries(ADV) if e.needs_critic} == {"gae", "turn_gae"}
 
 

@@ -965,10 +965,10 @@ def _warn_unread_ppo_keys(ppo: PpoExtConfig, given: dict[str, Any], shadows: lis
   read = [advantage_step.fields_read(ppo, name) for name in names]
   if any(fields is None for fields in read):  # one of them may read anything
     return
-  defaults = ppo_section({})
+  fields = {field.name: field for field in dataclasses.fields(PpoExtConfig)}
   for key in sorted(set(given) & set(advantage_step.ESTIMATOR_FIELDS)):
     value = getattr(ppo, key)
-    if value == getattr(defaults, key) or (key in _OFF_SWITCHES and value is False):
+    if value == _field_default(fields[key]) or (key in _OFF_SWITCHES and value is False):
       continue
     if not any(key in fields for fields in read):
       which = f"advantage_estimator={ppo.advantage_estimator!r}"
