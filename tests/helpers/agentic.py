@@ -13,13 +13,11 @@ from tunix.rl.agentic.environments import base_environment
 from tunix.rl.agentic.parser.chat_template_parser import parser as chat_parser_lib
 
 from tests.helpers.clusters import toy_cluster
+from tests.helpers.launch import MAIN  # noqa: F401 (the agentic tests import it from here)
 from tunix_ppo_ext import AgenticPpoConfig, AgenticPpoLearner
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 
 P, T = 48, 32  # prompt slots, episode width (the rollout's max_tokens_to_generate)
-
-MAIN = hasattr(rl_cluster_lib, "RLEngine")
-
 
 Mode = rl_cluster_lib.Mode
 
