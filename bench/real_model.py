@@ -147,10 +147,10 @@ def plot(results: dict[str, Any], path: pathlib.Path) -> None:
 
 def _label(results: dict[str, Any]) -> str:
   """The run's config file, advantage estimator and its overrides that change training."""
-  from tunix_ppo_ext.config import load_run_config
+  from tunix_ppo_ext.config import load_resolved
 
   args = results["args"]
-  estimator = load_run_config(args["config"], args["overrides"]).ppo.advantage_estimator
+  estimator = load_resolved(args["config"], args["overrides"]).ppo.advantage_estimator
   kept = [o for o in args["overrides"] if not o.startswith(("train.checkpoint_every", "ppo.adv"))]
   return " ".join([f"{pathlib.Path(args['config']).stem}: {estimator}", *kept])
 

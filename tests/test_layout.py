@@ -359,12 +359,14 @@ def test_the_math_imports_only_jax_numpy_chex():
       for name in names:
         assert name.split(".")[0] in allowed, (path.name, name)
         if name.startswith("tunix_ppo_ext."):
-          assert _layer(name) in ("ops", "plugins", "checks"), (path.name, name)
+          assert _layer(name) in ("ops", "plugins", "names", "checks"), (path.name, name)
 
 
-def test_plugins_layer_is_stdlib_only():
+@pytest.mark.parametrize("layer", ["plugins", "names.py", "checks.py"])
+def test_the_lowest_layers_are_stdlib_only(layer):
   allowed = set(sys.stdlib_module_names) | {"tunix_ppo_ext", "__future__"}
-  for path in (SRC / "plugins").rglob("*.py"):
+  paths = [SRC / layer] if layer.endswith(".py") else (SRC / layer).rglob("*.py")
+  for path in paths:
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, ast.Import):
         names = [a.name for a in node.names]

@@ -5,13 +5,16 @@
   into a frozen `ResolvedRun` (`.run` the `RunConfig`, `.ppo` the `PpoExtConfig`, batch
   sizes, rollout chunk, environment and validation entries, episode budget, checkpointed
   roles); `resolve(run)` does the second half for a `RunConfig` built in Python, and
-  `load_run_config(path, overrides)` the first half alone (the checked `RunConfig`).
+  `load_run_config(path, overrides)` is its `RunConfig`. `read_run_config(path,
+  overrides)` reads and checks what the file alone can tell (keys, types, bounds,
+  choices) without importing JAX, tunix or transformers.
 - `ConfigError`: every bad key, value, option or file, in one line naming it (a
   `ValueError`; the command line exits 2 for it).
 - KL method names (`resolve_kl_method`, `kl_method_names`, `canonical_kl_method`; the
   by-name KL itself is `tunix_ppo_ext.compute_kl_divergence`, tunix's signature).
 
-The run-config names load tunix on first use; the rest do not.
+`read_run_config` loads neither JAX nor tunix; the other run-config names load tunix on
+first use.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tunix_ppo_ext._src.ops.kl_methods import (
 )
 
 if TYPE_CHECKING:
+  from tunix_ppo_ext._src.config.loader import read_run_config
   from tunix_ppo_ext._src.run.run_config import (
     ResolvedRun,
     RunConfig,
@@ -40,7 +44,9 @@ if TYPE_CHECKING:
 
 _RUN_CONFIG = "tunix_ppo_ext._src.run.run_config"  # imports tunix (PpoExtConfig)
 _RUN_NAMES = ("ResolvedRun", "RunConfig", "load_resolved", "load_run_config", "resolve")
-_LAZY = dict.fromkeys(_RUN_NAMES, _RUN_CONFIG)
+_LAZY = dict.fromkeys(_RUN_NAMES, _RUN_CONFIG) | {
+  "read_run_config": "tunix_ppo_ext._src.config.loader"
+}
 
 __all__ = [
   "FULL_KL",
@@ -53,6 +59,7 @@ __all__ = [
   "kl_method_names",
   "load_resolved",
   "load_run_config",
+  "read_run_config",
   "resolve",
   "resolve_kl_method",
 ]

@@ -197,13 +197,13 @@ def _fmt_default(value: Any) -> str:
 
 
 def _walk(cls: type, prefix: str, section: str, defaults: dict[str, Any] | None = None):
-  from tunix_ppo_ext._src.run import recipe, run_config
+  from tunix_ppo_ext._src.config import run_sections
 
   hints = typing.get_type_hints(cls)
   for field in dataclasses.fields(cls):
     key = f"{prefix}{field.name}"
-    if field.metadata.get(run_config.INTERNAL) or key == "ppo":
-      continue  # no key of its own; `ppo.*`: `config_entries` lists PpoExtConfig's fields
+    if key == "ppo":
+      continue  # `ppo.*`: `config_entries` lists PpoExtConfig's fields
     tp = hints.get(field.name, field.type)
     if field.default is not dataclasses.MISSING:
       default = field.default
@@ -214,9 +214,9 @@ def _walk(cls: type, prefix: str, section: str, defaults: dict[str, Any] | None 
     if defaults is not None and field.name in defaults:
       default = defaults[field.name]
     sub = {
-      "model.lora": run_config.LoraSection,
-      "envs": recipe.EnvEntry,
-      "validation.envs": recipe.EnvEntry,
+      "model.lora": run_sections.LoraSection,
+      "envs": run_sections.EnvEntry,
+      "validation.envs": run_sections.EnvEntry,
     }.get(key)
     if dataclasses.is_dataclass(tp) and not isinstance(default, (list, dict)):
       yield from _walk(
@@ -230,15 +230,15 @@ def _walk(cls: type, prefix: str, section: str, defaults: dict[str, Any] | None 
       sep = "[]." if key.endswith("envs") else "."
       yield from _walk(sub, key + sep, key + sep.rstrip("."))
     if key == "mesh.roles":
-      yield from _walk(run_config.RoleMeshSection, "mesh.roles.<role>.", "mesh.roles.<role>")
+      yield from _walk(run_sections.RoleMeshSection, "mesh.roles.<role>.", "mesh.roles.<role>")
 
 
 def config_entries() -> list[ConfigEntry]:
   """Every key of a run config, `ppo.*` included, in the order of the dataclasses."""
-  from tunix_ppo_ext._src.run import run_config
+  from tunix_ppo_ext._src.config import loader, ppo_section, run_sections
   from tunix_ppo_ext._src.tunix.learner.ppo_config import PpoExtConfig
 
-  entries = [e for e in _walk(run_config.RunConfig, "", "top level") if e.key != "ppo"]
+  entries = [e for e in _walk(run_sections.RunConfig, "", "top level") if e.key != "ppo"]
   for e in list(entries):
     if e.section != "top level":
       continue
@@ -248,11 +248,9 @@ def config_entries() -> list[ConfigEntry]:
   # embedded default's own tuning where it differs
   ppo = []
   hints = typing.get_type_hints(PpoExtConfig)
-  embedded = run_config.load_run_config(None).ppo_given  # the keys the file gives
+  embedded = loader.read_run_config(None).ppo  # the keys the file gives
   for field in dataclasses.fields(PpoExtConfig):
-    if (
-      field.name in run_config.PPO_FIELDS_SET_ELSEWHERE
-    ):  # set from another section (`model.fused_head`)
+    if field.name in ppo_section.SET_ELSEWHERE:  # set from another section (`model.fused_head`)
       continue
     default = field.default
     note = ""

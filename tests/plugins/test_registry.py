@@ -27,7 +27,7 @@ from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ops.advantages import compute_gae_advantages
 from tunix_ppo_ext._src.plugins import builtins, protocols, registry
 from tunix_ppo_ext._src.run import cli
-from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config
 from tunix_ppo_ext._src.tunix.learner.loss_fns import ppo_ext_policy_loss_fn, register_configured
 from tunix_ppo_ext._src.tunix.learner.ppo_config import estimator_takes_values
 
@@ -511,8 +511,7 @@ def test_docs_show_the_minimal_plugin_and_it_works(use_plugins):
     assert (source / name).read_text().strip() in readme, name
   assert "pip install ./examples/my-kl" in readme and "ppo.kl_method=cosh_kl" in readme
   use_plugins("minimal")
-  run = load_run_config(None, ["ppo.kl_method=cosh_kl"])
-  assert run.ppo.kl_method == "cosh_kl"
+  assert load_resolved(None, ["ppo.kl_method=cosh_kl"]).ppo.kl_method == "cosh_kl"
   logp, ref = jnp.array([0.5, -1.0]), jnp.array([0.0, 0.0])
   value = names.compute_kl_divergence(logp, ref, "cosh_kl")
   np.testing.assert_allclose(value, np.cosh([0.5, -1.0]) - 1.0, rtol=1e-6)

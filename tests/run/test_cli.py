@@ -25,7 +25,7 @@ def test_dotted_overrides_reach_every_section():
     None, ["train.steps=7", "ppo.entropy_coef=0.02", "env.kwargs.num_symbols=2", "seed=3"]
   )
   assert run.train.steps == 7 and run.seed == 3
-  assert run.ppo.entropy_coef == 0.02 and run.ppo_given["entropy_coef"] == 0.02
+  assert run.ppo["entropy_coef"] == 0.02
   assert run.env.kwargs["num_symbols"] == 2
 
 
@@ -162,12 +162,17 @@ def test_the_console_script_freezes_the_imported_heap_and_a_python_caller_s_is_l
   program = (
     "import gc, sys\n"
     "from tunix_ppo_ext._src.run import cli\n"
-    "cli._train_command = lambda args, overrides: print(gc.get_freeze_count()) or 0\n"
-    "assert cli.main(['train']) == 0 and gc.get_freeze_count() == 0\n"
+    "load = cli._load_jax\n"
+    "def loaded(own_process):\n"  # JAX and tunix loaded: the count, and the job stops there
+    "  load(own_process)\n"
+    "  print(gc.get_freeze_count())\n"
+    "  raise cli.ConfigError('stopped after the load')\n"
+    "cli._load_jax = loaded\n"
+    "assert cli.main(['train']) == 2 and gc.get_freeze_count() == 0\n"
     "sys.argv = ['tunix-ppo-ext', 'train']\n"
     "cli.console_main()\n"
   )
   done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
-  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.returncode == 2 and "stopped after the load" in done.stderr, done.stderr[-2000:]
   from_python, from_console = map(int, done.stdout.split())
   assert from_python == 0 and from_console > 100_000  # jax's and tunix's modules, at least

@@ -60,8 +60,7 @@ def test_the_real_model_configs_are_there():
 def test_every_config_loads_and_validates(config, local_model_dirs):
   run = load(config, local_model_dirs)
   assert isinstance(run, RunConfig)
-  ppo = run.ppo
-  assert run.train.batch_size % ppo.num_generations == 0
+  assert run.train.batch_size % run.ppo.get("num_generations", 1) == 0
   env = envs.make_env(run.env.name, **run.env.kwargs)
   if run.model.tokenizer is None:  # the built-in tokenizer: prompts must encode and fit
     tokenizer = CharTokenizer(**({"alphabet": run.model.alphabet} if run.model.alphabet else {}))

@@ -198,7 +198,7 @@ def test_validation_plays_its_own_environment_seeds_and_groups(tmp_path):
   overrides += ["validation.group_size=1", "wandb=disabled", f"output_dir={tmp_path}"]
   run = load_run_config(str(SMOKE), overrides)
   learner, _, eval_batches, _ = job.build_run(run, tmp_path)
-  generations = run.ppo.num_generations
+  generations = run.ppo.get("num_generations", 1)
   data = {k: np.repeat(v, generations, axis=0) for k, v in eval_batches[0].items()}
   # tunix's cluster buffers an evaluation metric only after a training one (IndexError
   # otherwise); in a run the training batch is always prepared first

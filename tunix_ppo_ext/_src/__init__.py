@@ -8,12 +8,13 @@ only its own layer and lower ones. `tests/test_layout.py` checks it and
 
 LAYERS = (
   "checks",  # ConfigError and the value checks: stdlib only
+  "names",  # the fixed vocabularies config keys choose from: stdlib only
   "plugins",  # the plugin registry and protocols: stdlib only
   "ops",  # the math (public `tunix_ppo_ext.ops`): jax, numpy, chex
   "data",  # trajectories, rewards, tokenizers, checkpoint files
   "envs",  # the built-in environments
-  "config",  # config sections and their checks
   "metrics",  # metric names, statistics, sinks, plots
+  "config",  # the run config: sections, their checks and the loader, without JAX
   "optim",  # the optax optimizers and their NaN guard
   "ppo",  # the rollout phase: advantages, KL shaping, warm-up, over an explicit state
   "tunix",  # everything that imports tunix (or qwix)

@@ -19,6 +19,7 @@ import math
 import numbers
 import struct
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = [
   "ConfigError",
@@ -135,6 +136,36 @@ def check_integer(name: str, value: object, low: int, high: int | None = None) -
     bound = f">= {low}" if high is None else f"in [{low}, {high}]"
     raise ConfigError(f"{name}={value!r} is invalid: must be an integer {bound}.")
   return int(value)
+
+
+BOUNDS = "bounds"  # a dataclass field's metadata key: its bound (`bounded`)
+
+
+def bounded(default: Any, *, integer: bool = False, none_ok: bool = False, **interval: Any) -> Any:
+  """A dataclass field with `default` and its bound beside it, checked by `check_fields`:
+  an integer (`integer`, `check_integer`'s `low` and `high`) or a finite number in an
+  interval (`check_number`'s `low`, `high`, `low_open`, `high_open`); None allowed with
+  `none_ok`."""
+  bound = {"integer": integer, "none_ok": none_ok, **interval}
+  return dataclasses.field(default=default, metadata={BOUNDS: bound})
+
+
+def check_fields(instance: Any, keys: FieldKeys) -> None:
+  """Checks every field of dataclass `instance` declared `bounded` (ConfigError naming it
+  by `keys`); a number is stored back as the float `check_number` returns."""
+  for field in dataclasses.fields(instance):
+    bound = dict(field.metadata.get(BOUNDS) or {})
+    if not bound:
+      continue
+    integer, none_ok = bound.pop("integer"), bound.pop("none_ok")
+    value = getattr(instance, field.name)
+    if value is None and none_ok:
+      continue
+    if integer:
+      check_integer(keys.subject(field.name), value, **bound)
+    else:
+      checked = check_number(keys.subject(field.name), value, **bound)
+      object.__setattr__(instance, field.name, checked)
 
 
 def check_choice(name: str, value: object, choices: Iterable[str]) -> None:

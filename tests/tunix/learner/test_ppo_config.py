@@ -4,12 +4,14 @@ import dataclasses
 import re
 import subprocess
 import sys
+import typing
 
 import pytest
 from tunix.rl import algorithm_config, function_registry
 from tunix.rl.ppo import ppo_learner
 
 from tunix_ppo_ext import PpoExtConfig
+from tunix_ppo_ext._src.config import ppo_section
 from tunix_ppo_ext._src.tunix.learner import loss_fns as tunix_losses
 
 # tunix_facing: also run on tunix main (.ci/run, lane 2)
@@ -256,3 +258,28 @@ def test_lambdas_and_turn_discount_default_to_the_shared_ones():
   config = PpoExtConfig(gamma=0.9, gae_lambda=0.8, critic_lambda=1.0, gamma_turn=0.5)
   assert (config.target_lambda, config.turn_discount) == (1.0, 0.5)
   assert PpoExtConfig(advantage_estimator="turn_gae").uses_critic
+
+
+def test_the_light_key_table_is_ppo_ext_config_s_fields_with_their_types():
+  # `config.ppo_section` checks a run config's `ppo` keys without tunix: its table must name
+  # every field of PpoExtConfig (tunix's PPOConfig's on this tunix version too), each of
+  # the kind its type says
+  fields = {f.name: f for f in dataclasses.fields(PpoExtConfig)}
+  assert set(ppo_section.FIELDS) == set(fields)
+  hints = typing.get_type_hints(PpoExtConfig)
+  kinds = {**dict.fromkeys(ppo_section.NUMBERS, float), **dict.fromkeys(ppo_section.INTEGERS, int)}
+  kinds |= dict.fromkeys(ppo_section.FLAGS, bool) | dict.fromkeys(ppo_section.TEXTS, str)
+  for name, kind in kinds.items():
+    allowed = set(typing.get_args(hints[name])) or {hints[name]}
+    assert kind in allowed, (name, hints[name])
+    none_ok = type(None) in allowed
+    if kind is float:
+      declared = ppo_section.NUMBERS[name].get("none_ok", False)
+    elif kind is int:
+      declared = ppo_section.INTEGERS[name][1]
+    else:
+      declared = kind is str and ppo_section.TEXTS[name][1]
+    # None allowed wherever the type allows it (tunix's epsilon_low/high and entropy_coef
+    # default to None, filled in by PpoExtConfig); `clip_range_value` None is also ours (no
+    # clipping), though tunix's type says float
+    assert declared or not none_ok, (name, hints[name])

@@ -3,7 +3,7 @@
 import pytest
 
 from tunix_ppo_ext import PpoExtConfig
-from tunix_ppo_ext._src.run.run_config import load_run_config
+from tunix_ppo_ext._src.run.run_config import load_resolved, load_run_config
 
 pytestmark = pytest.mark.tunix
 
@@ -38,8 +38,7 @@ def test_bad_toolbox_field_names_itself(fields, message):
 
 
 def test_run_config_passes_the_fields_and_refuses_typos():
-  run = load_run_config(None, ["ppo.policy_loss_fn=clip_cov", "ppo.clip_cov_ratio=0.01"])
-  config = run.ppo
+  config = load_resolved(None, ["ppo.policy_loss_fn=clip_cov", "ppo.clip_cov_ratio=0.01"]).ppo
   assert config.policy_loss_fn == "clip_cov" and config.clip_cov_ratio == 0.01
   with pytest.raises(ValueError, match="'ppo.rollout_is_treshold'; did you mean"):
     load_run_config(None, ["ppo.rollout_is_treshold=2"])

@@ -22,9 +22,7 @@ from tunix_ppo_ext._src.checks import (
   check_integer,
   check_number,
 )
-from tunix_ppo_ext._src.data.dynamic_sampling import SCORE_METRICS
-from tunix_ppo_ext._src.data.score_shaping import GROUPINGS
-from tunix_ppo_ext._src.ops.score_norm import SCORE_NORMALIZATIONS
+from tunix_ppo_ext._src.names import GROUPINGS, SCORE_METRICS, SCORE_NORMALIZATIONS
 
 FILTER_BY = ("std", "std_rev")  # `FilterSection.by`: the widest groups kept, or the narrowest
 

@@ -27,9 +27,8 @@ from tunix_ppo_ext._src.data.trajectory import (
   contiguous_group_ids,
   episode_seeds,
 )
+from tunix_ppo_ext._src.names import SCORE_METRICS
 from tunix_ppo_ext._src.ops.overlong import informative_groups, overlong_penalty
-
-SCORE_METRICS = ("seq_reward", "episode_return")
 
 
 def overlong_shaped(

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-NONFINITE_REWARD_MODES = ("error", "drop")
+from tunix_ppo_ext._src.names import NONFINITE_REWARD_MODES
+
 DROPPED_METRIC = "learner/dropped_episodes"
 
 

@@ -21,9 +21,8 @@ import numpy as np
 
 from tunix_ppo_ext._src.checks import whole_share
 from tunix_ppo_ext._src.data.trajectory import TrajectoryBatch
+from tunix_ppo_ext._src.names import GROUPINGS
 from tunix_ppo_ext._src.ops.score_norm import normalize_scores, top_spread_groups
-
-GROUPINGS = ("group", "batch", "state")
 
 
 def segment_ids(batch: TrajectoryBatch, grouping: str) -> np.ndarray:

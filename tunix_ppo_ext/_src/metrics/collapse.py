@@ -36,7 +36,6 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import jax
 import numpy as np
 
 from tunix_ppo_ext._src.checks import FieldKeys, check_integer, check_number
@@ -215,7 +214,9 @@ class EchoTrapWatch:
       EchoTrapWarning,
       stacklevel=3,
     )
-    if log:
+    if log:  # JAX loads here, in a run: the rule itself is checked in a config without it
+      import jax
+
       batch = (step - 1) // max(self._keys.updates_per_batch, 1)  # the learner's batch index
       jax.monitoring.record_scalar(ECHO_TRAP_EVENT, 1.0, step=batch)
 

@@ -22,6 +22,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from tunix_ppo_ext._src.names import ROLLOUT_IS_LEVELS, ROLLOUT_RS_MODES
 from tunix_ppo_ext._src.ops.masked import masked_mean, masked_sum
 
 __all__ = [
@@ -34,22 +35,6 @@ __all__ = [
 ]
 
 SAFETY_BOUND = 20.0  # |log-ratio| clamp before exp (verl's SAFETY_BOUND)
-ROLLOUT_IS_LEVELS = ("token", "sequence")
-# `<level>_<statistic>`: level token / seq_sum / seq_mean / seq_max; statistic of the
-# log-ratio l = p - q: k1 = -l (two-sided band), k2 = l^2 / 2, k3 = e^l - 1 - l (upper only).
-ROLLOUT_RS_MODES = (
-  "token_k1",
-  "token_k2",
-  "token_k3",
-  "seq_sum_k1",
-  "seq_sum_k2",
-  "seq_sum_k3",
-  "seq_mean_k1",
-  "seq_mean_k2",
-  "seq_mean_k3",
-  "seq_max_k2",
-  "seq_max_k3",
-)
 
 
 def _inputs(trainer_logp, sampler_logp, mask):

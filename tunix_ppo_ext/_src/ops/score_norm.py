@@ -21,7 +21,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-SCORE_NORMALIZATIONS = ("identity", "mean", "mean_std", "asym_clip")
+from tunix_ppo_ext._src.names import SCORE_NORMALIZATIONS
+
 ASYM_CLIP = (-1.0, 3.0)
 
 

@@ -19,61 +19,11 @@ stays outermost so tunix logs the learning rate of each update (`actor/lr`, `cri
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax.numpy as jnp
 import optax
 
-from tunix_ppo_ext._src.checks import ConfigError, check_choice, check_integer, check_number
+from tunix_ppo_ext._src.config.recipe_sections import OptimizerSpec
 from tunix_ppo_ext._src.optim.guards import guarded
-
-OPTIMIZERS = ("adam", "adamw")
-SCHEDULES = ("constant", "linear", "cosine")
-
-
-@dataclasses.dataclass
-class OptimizerSpec:
-  """One trainer's optimizer (`optim.actor` / `optim.critic` of a run config).
-
-  `name`: `adam` or `adamw` (decoupled `weight_decay`, which plain `adam` refuses);
-  `b1`, `b2`, `eps`: Adam's moment decays and epsilon; `clip_grad_norm`: clip the global
-  gradient norm to this before the update (None: no clipping); `schedule`, `warmup_steps`
-  (optimizer updates) and `min_lr_ratio` (the final learning rate of `linear`/`cosine` as a
-  fraction of the peak): see the module docstring. The peak learning rate is
-  `train.lr` / `train.critic_lr`.
-  """
-
-  name: str = "adam"
-  weight_decay: float = 0.0
-  b1: float = 0.9
-  b2: float = 0.999
-  eps: float = 1e-8
-  clip_grad_norm: float | None = None
-  schedule: str = "constant"
-  warmup_steps: int = 0
-  min_lr_ratio: float = 0.0
-
-  def validate(self, where: str) -> None:
-    """ValueError naming `<where>.<key>` and the bad value."""
-    check_choice(f"config key '{where}.name'", self.name, OPTIMIZERS)
-    check_choice(f"config key '{where}.schedule'", self.schedule, SCHEDULES)
-    check_number(f"config key '{where}.weight_decay'", self.weight_decay, low=0.0)
-    if self.name == "adam" and self.weight_decay:
-      raise ConfigError(
-        f"config key '{where}.weight_decay'={self.weight_decay} needs '{where}.name'=adamw "
-        "(decoupled weight decay); plain adam has none"
-      )
-    for key in ("b1", "b2"):
-      check_number(
-        f"config key '{where}.{key}'", getattr(self, key), low=0.0, high=1.0, high_open=True
-      )
-    check_number(f"config key '{where}.eps'", self.eps, low=0.0, low_open=True)
-    if self.clip_grad_norm is not None:
-      check_number(
-        f"config key '{where}.clip_grad_norm'", self.clip_grad_norm, low=0.0, low_open=True
-      )
-    check_integer(f"config key '{where}.warmup_steps'", self.warmup_steps, low=0)
-    check_number(f"config key '{where}.min_lr_ratio'", self.min_lr_ratio, low=0.0, high=1.0)
 
 
 def lr_schedule(spec: OptimizerSpec, lr: float, total_steps: int) -> optax.Schedule:

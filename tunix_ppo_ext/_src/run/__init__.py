@@ -1,1 +1,2 @@
-"""The application: the run config, `tunix-ppo-ext` command line, multi-host start, resume."""
+"""The application: the run config resolved, the `tunix-ppo-ext` command line, the jobs,
+multi-host start, resume."""

@@ -161,50 +161,60 @@ def _main(argv: Sequence[str] | None, own_process: bool) -> int:
 
 def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bool) -> int:
   """`train`, `plan` or `sweep`, each failure one line with its exit code (see `main`)."""
-  # JAX and tunix load here, once a job runs: parsing (`--help`) needs neither. Ctrl-C while
-  # they load (seconds) is the same one line as later, not an import's traceback.
   try:
-    from tunix_ppo_ext._src.optim.guards import NonFiniteTrainingError
-    from tunix_ppo_ext._src.run.job import check_jax_precision
-    from tunix_ppo_ext._src.tunix.cluster.disk_space import OutOfSpaceError, write_failure
-  except KeyboardInterrupt:
-    if args.debug:
-      traceback.print_exc()
-    _error(INTERRUPTED[args.command])
-    return EXIT_INTERRUPTED
-
-  if own_process:
-    _freeze_imported_heap()
-
-  try:
-    check_jax_precision()  # before anything is made: tunix's sampler fails in 64-bit mode
     with warnings.catch_warnings():
       warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
-      return _run_job(args, overrides)
-  except KeyboardInterrupt as err:
+      return _run_job(args, overrides, own_process)
+  except KeyboardInterrupt as err:  # also while JAX and tunix load (seconds): the same line
     if args.debug:
       traceback.print_exc()
     _error(INTERRUPTED[args.command])
     if not args.debug:
       _free_quietly(err)
     return EXIT_INTERRUPTED
-  except NonFiniteTrainingError as err:  # the NaN guard stopped the run after a checkpoint
-    _error(str(err), args.debug)
-    return EXIT_NAN_GUARD
   except (ConfigError, registry.PluginError) as err:  # bad input, named: the user can fix it
     _error(str(err), args.debug)
     return EXIT_BAD_INPUT
-  except OutOfSpaceError as err:  # the disk guard stopped the run before a checkpoint
+  except _raised_by("optim.guards", "NonFiniteTrainingError") as err:  # after a checkpoint
+    _error(str(err), args.debug)
+    return EXIT_NAN_GUARD
+  except _raised_by("tunix.cluster.disk_space", "OutOfSpaceError") as err:  # before a save
     _error(str(err), args.debug)
     return EXIT_FAILED
   except Exception as err:
-    full = write_failure(err)  # a full disk the guard did not see coming
+    disk_space = sys.modules.get(f"{_SRC}.tunix.cluster.disk_space")
+    full = disk_space.write_failure(err) if disk_space else None  # a full disk unforeseen
     line = full or f"{type(err).__name__}: {err} (rerun with --debug for the traceback)"
     _error(line, args.debug)
     if full and not args.debug:  # orbax's writes, stopped by the exit, would log after it
       for name in ("absl", "asyncio"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     return EXIT_FAILED
+
+
+_SRC = "tunix_ppo_ext._src"
+
+
+class _NeverRaised(Exception):
+  """Stands for an exception class whose module a job never imported: nothing raised it."""
+
+
+def _raised_by(module: str, name: str) -> type[Exception]:
+  """The exception class `name` of `tunix_ppo_ext._src.<module>` when the job imported that
+  module, else `_NeverRaised`: a config refused before JAX loaded imports none of them."""
+  loaded = sys.modules.get(f"{_SRC}.{module}")
+  return getattr(loaded, name) if loaded is not None else _NeverRaised
+
+
+def _load_jax(own_process: bool) -> None:
+  """Loads JAX and tunix (once a job is to run: parsing and a config's own checks need
+  neither), refuses JAX's 64-bit mode (tunix's sampler fails in it) and, in the console
+  script's own process, freezes the imported heap (`_freeze_imported_heap`)."""
+  from tunix_ppo_ext._src.run.job import check_jax_precision
+
+  if own_process:
+    _freeze_imported_heap()
+  check_jax_precision()  # before anything is made
 
 
 def _free_quietly(err: BaseException) -> None:
@@ -226,15 +236,18 @@ def _free_quietly(err: BaseException) -> None:
     sys.unraisablehook = hook
 
 
-def _run_job(args: argparse.Namespace, overrides: list[str]) -> int:
-  """The job command `args.command` names."""
+def _run_job(args: argparse.Namespace, overrides: list[str], own_process: bool) -> int:
+  """The job command `args.command` names (`train` reads and checks its config first)."""
+  if args.command == "train":
+    return _train_command(args, overrides, own_process)
+  _load_jax(own_process)
   if args.command == "plan":
     return _plan_command(args, overrides)
   if args.command == "sweep":
     return _sweep_command(args, overrides)
   if args.command == "tunix-agentic":
     return _tunix_agentic_command(args, overrides)
-  return _train_command(args, overrides)
+  raise AssertionError(f"unknown job command {args.command!r}")
 
 
 def _show_warning(show: Callable[..., None], message, category, *args, **kwargs) -> None:
@@ -261,29 +274,33 @@ def _freeze_imported_heap() -> None:
 
 
 def _error(message: str, debug: bool = False) -> None:
-  from tunix_ppo_ext._src.metrics.sinks import ProgressBackend
-
-  ProgressBackend.close_all()
+  sinks = sys.modules.get(f"{_SRC}.metrics.sinks")  # its progress bars, if a job made any
+  if sinks is not None:
+    sinks.ProgressBackend.close_all()
   if debug:
     traceback.print_exc()
   first = message.strip().splitlines()[0] if message.strip() else "failed"
   print(f"tunix-ppo-ext: error: {first}", file=sys.stderr)
 
 
-def _train_command(args: argparse.Namespace, overrides: list[str]) -> int:
-  """`tunix-ppo-ext train`: resolves the config, joins the other hosts, trains (`job`)."""
-  # JAX and tunix load here, when a job runs, not when the command is parsed
+def _train_command(args: argparse.Namespace, overrides: list[str], own_process: bool) -> int:
+  """`tunix-ppo-ext train`: reads the config (a bad key fails before JAX loads), resolves it,
+  joins the other hosts, trains (`job`)."""
+  from tunix_ppo_ext._src.config.loader import read_run_config
+
+  if args.output_dir is not None:
+    overrides.append(string_override("output_dir", args.output_dir))
+  run = read_run_config(args.config, overrides)
+  _load_jax(own_process)  # JAX and tunix load here, when a checked config is to run
   from tunix_ppo_ext._src.metrics import sinks
   from tunix_ppo_ext._src.run import distributed, job
   from tunix_ppo_ext._src.run.compile_cache import use_compile_cache
-  from tunix_ppo_ext._src.run.run_config import load_resolved
+  from tunix_ppo_ext._src.run.run_config import resolve
   from tunix_ppo_ext._src.tunix.cluster import disk_space, mesh
   from tunix_ppo_ext._src.tunix.cluster.mesh import describe_meshes
 
   cache, uncached = use_compile_cache()  # before anything compiles
-  if args.output_dir is not None:
-    overrides.append(string_override("output_dir", args.output_dir))
-  resolved = load_resolved(args.config, overrides)  # the one resolution of this command
+  resolved = resolve(run)  # the one resolution of this command
   run = resolved.run
   if not args.debug:  # a refused write is this command's one error line
     disk_space.quiet_write_failures()

@@ -21,11 +21,10 @@ overlong penalty, dynamic sampling (judging scores with the penalty, as verl's
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from tunix_ppo_ext._src.checks import ConfigError
-from tunix_ppo_ext._src.config.rollout_sections import FilterGroupsSection, OverlongBufferSection
+from tunix_ppo_ext._src.config.recipe_sections import DapoSection
 from tunix_ppo_ext._src.tunix.rollout.sources import (
   DynamicSampling,
   OverlongPenalty,
@@ -34,14 +33,6 @@ from tunix_ppo_ext._src.tunix.rollout.sources import (
 
 # where a run's budget comes from, as the overlong buffer's check names it
 BUDGET_SOURCE = "min(env.max_completion_len, env.max_turns * env.max_tokens_per_turn)"
-
-
-@dataclasses.dataclass
-class DapoSection:
-  """DAPO's reward-side pieces (see the module docstring)."""
-
-  overlong_buffer: OverlongBufferSection = dataclasses.field(default_factory=OverlongBufferSection)
-  filter_groups: FilterGroupsSection = dataclasses.field(default_factory=FilterGroupsSection)
 
 
 def agent_token_budget(max_completion_len: int, max_turns: int, max_tokens_per_turn: int) -> int:

@@ -36,7 +36,7 @@ from tunix_ppo_ext._src.run import run_dir as run_dir_lib
 from tunix_ppo_ext._src.run.run_config import (
   RunConfig,
   load_resolved,
-  lora_section,
+  lora_spec,
   tokenizer_directory,
 )
 from tunix_ppo_ext._src.tunix.cluster.disk_space import write_failure
@@ -111,9 +111,8 @@ def trained_policy(run_dir: pathlib.Path) -> tuple[RunConfig, object, int]:
         file=sys.stderr,
       )
       continue
-    section = lora_section(run.model)
-    if section is not None:
-      policy = lora.merged(policy, section.spec())
+    if run.model.lora is not None:
+      policy = lora.merged(policy, lora_spec(run.model.lora))
     return run, policy, step
   raise AssertionError("unreachable: the last step returns or raises")
 

@@ -9,7 +9,6 @@ the batches; `train` runs it, resuming from the output directory's checkpoints, 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import pathlib
@@ -29,7 +28,6 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.data.char_tokenizer import CharTokenizer
 from tunix_ppo_ext._src.data.chat import ChatFormat
 from tunix_ppo_ext._src.data.trajectory import episode_batches
-from tunix_ppo_ext._src.envs import base as env_base
 from tunix_ppo_ext._src.metrics import collapse, sinks
 from tunix_ppo_ext._src.metrics import keys as metric_keys
 from tunix_ppo_ext._src.metrics import samples as sample_log
@@ -94,7 +92,7 @@ def _build_run(resolved: ResolvedRun, output_dir: pathlib.Path, meshes: dict):
   policy, critic, reference = build_roles(models, len(tokenizer), meshes.get(Role.ACTOR))
   if not ppo.uses_critic:  # group estimators: no critic trained or checkpointed
     critic = None
-  keys = dataclasses.replace(run.metrics.keys(), updates_per_batch=resolved.updates_per_batch)
+  keys = resolved.metric_keys
   wandb_sinks: list[sinks.WandbSink] = []  # tunix's logger builds it; samples use it too
   max_return = resolved.max_return
   backends = _metric_backends(resolved, keys, output_dir, wandb_sinks)
@@ -196,11 +194,10 @@ def _prompt_batches(resolved: ResolvedRun) -> tuple[Any, list[Any]]:
 def _validation_rollout(resolved: ResolvedRun, on_samples: Any) -> MultiTurnRollout:
   """The multi-turn rollout of the `validation` section (environment(s), group size); its
   evaluation samples go to `on_samples` like the training environment's."""
-  run = resolved.run
-  val = run.validation
+  run, val = resolved.run, resolved.run.validation
   return MultiTurnRollout(
-    val.env or run.env.name,
-    val.kwargs if val.kwargs is not None else (run.env.kwargs if val.env is None else {}),
+    resolved.validation_env.name,
+    resolved.validation_env.kwargs,
     envs=list(resolved.validation_envs) or None,
     max_completion_len=run.env.max_completion_len,
     max_turns=run.env.max_turns,
@@ -295,10 +292,8 @@ def _check_reply_tokens(tokenizer: Any, resolved: ResolvedRun) -> None:
   def count(text: str) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False))
 
-  for entry in (*resolved.env_entries, *resolved.validation_entries):
-    env = env_base.make_env(entry.name, **entry.kwargs)
-    how = f"the tokenizer in {directory!r}"
-    check_turn_tokens(resolved.run.env.max_tokens_per_turn, env, count, how)
+  how = f"the tokenizer in {directory!r}"
+  check_turn_tokens(resolved.run.env.max_tokens_per_turn, resolved.longest_replies, count, how)
 
 
 def build_models(resolved: ResolvedRun | RunConfig, mesh: Any = None) -> tuple[Any, Any, Any]:
@@ -555,7 +550,7 @@ def _summarize_run(
   optimizer `updates` done and the memory report; then prints `report.end_lines`."""
   run = resolved.run
   sinks.compact_jsonl(out / "metrics.jsonl")  # one line per step, also after a resume
-  keys = run.metrics.keys()
+  keys = resolved.metric_keys
   return_key = keys.final(RETURN_KEY)  # never dropped: the config check says so
   wall_s = sum(part["wall_s"] for part in parts)
   summary = summarize(out / "metrics.jsonl", max_return, wall_s, return_key)

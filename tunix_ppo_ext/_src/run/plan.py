@@ -43,7 +43,6 @@ from tunix_ppo_ext._src.run.run_config import (
   ResolvedRun,
   RunConfig,
   as_resolved,
-  lora_section,
 )
 from tunix_ppo_ext._src.tunix import compat
 from tunix_ppo_ext._src.tunix.aot import compile_pieces as abstract
@@ -372,7 +371,7 @@ class _Built:
     run = resolved.run
     self.run, self.config, self.meshes = run, planned.config, meshes
     self.ppo, self.cluster = resolved.ppo, resolved.cluster
-    self.lora = lora_section(run.model)
+    self.lora = run.model.lora
     self.rows = step_rows(resolved)
     _check_rows(self.rows, meshes, self.ppo.uses_critic)
     self.actor, self.critic, self.reference = nnx.eval_shape(

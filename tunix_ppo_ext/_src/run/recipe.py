@@ -27,113 +27,33 @@ import optax
 
 from tunix_ppo_ext._src.checks import (
   ConfigError,
-  FieldKeys,
   check_integer,
-  check_number,
   whole_share,
 )
+from tunix_ppo_ext._src.config.recipe_sections import (
+  BatchSection,
+  EnvEntry,
+  OptimSection,
+  SamplingSection,
+  ValidationSection,
+)
 from tunix_ppo_ext._src.config.rollout_sections import FilterSection, ShapingSection
+from tunix_ppo_ext._src.config.run_sections import RunConfig
 from tunix_ppo_ext._src.data.trajectory import SEED_KEY, VAL_ENV_KEY, VAL_SEED_KEY, spread_env_ids
-from tunix_ppo_ext._src.envs.base import EnvSpec, make_env
-from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer
+from tunix_ppo_ext._src.envs.base import EnvSpec
+from tunix_ppo_ext._src.optim.optimizers import build_optimizer
 from tunix_ppo_ext._src.run.dapo_section import DapoSection, dapo_source
 from tunix_ppo_ext._src.tunix.rollout.sources import GroupFilter, ScoreShaping, ValidationEpisodes
 
 
-@dataclasses.dataclass
-class OptimSection:
-  """The actor's and the critic's optimizers (see `OptimizerSpec`).
-
-  The embedded default's actor decays its learning rate along a cosine to a tenth of
-  `train.lr` over `train.steps` (with the constant rate, 2 of 5 seeds of the default reached
-  0.9 of the maximum; with the decay, 4 of 5 and no drop from the peak: README, "Measured").
-  """
-
-  actor: OptimizerSpec = dataclasses.field(
-    default_factory=lambda: OptimizerSpec(schedule="cosine", min_lr_ratio=0.1)
-  )
-  critic: OptimizerSpec = dataclasses.field(default_factory=OptimizerSpec)
-
-
-@dataclasses.dataclass
-class BatchSection:
-  """Batch arithmetic, in episodes (None: the whole `train.batch_size`).
-
-  `mini_batch_size`: episodes per optimizer update (tunix rolls out and trains each
-  mini-batch in turn, so a batch of B makes B / mini_batch_size updates per epoch);
-  `train_micro_batch_size`: episodes per forward/backward pass, gradients accumulated
-  over `mini_batch_size / train_micro_batch_size` passes; or give
-  `gradient_accumulation_steps` instead and the micro-batch is the mini-batch divided by
-  it; `rollout_micro_batch_size` / `logps_micro_batch_size`: episodes per rollout chunk /
-  per log-prob (and value) pass. Every optimizer update counts as one of `train.steps`.
-  """
-
-  mini_batch_size: int | None = None
-  train_micro_batch_size: int | None = None
-  gradient_accumulation_steps: int | None = None
-  rollout_micro_batch_size: int | None = None
-  logps_micro_batch_size: int | None = None
-
-
-@dataclasses.dataclass
-class SamplingSection:
-  """Sampling of rollouts: `top_p` in (0, 1], `top_k` (0: off); evaluation's own
-  `eval_temperature` (0: greedy), `eval_top_p`, `eval_top_k` (None: training's)."""
-
-  top_p: float = 1.0
-  top_k: int = 0
-  eval_temperature: float | None = None
-  eval_top_p: float | None = None
-  eval_top_k: int | None = None
-  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
-
-  def __post_init__(self, keys: FieldKeys | None = None):
-    keys = keys or FieldKeys(prefix="sampling.")
-    name = keys.subject
-    check_number(name("top_p"), self.top_p, low=0.0, high=1.0, low_open=True)
-    check_integer(name("top_k"), self.top_k, low=0)
-    if self.eval_temperature is not None:
-      check_number(name("eval_temperature"), self.eval_temperature, low=0.0)
-    if self.eval_top_p is not None:
-      check_number(name("eval_top_p"), self.eval_top_p, low=0.0, high=1.0, low_open=True)
-    if self.eval_top_k is not None:
-      check_integer(name("eval_top_k"), self.eval_top_k, low=0)
-
-
-@dataclasses.dataclass
-class EnvEntry:
-  """One environment of a mixed run (GRL's `agent_group_num` per agent, RAGEN's
-  `n_groups` per tag): `name` (as `env.name`), `kwargs`, `groups` of `ppo.num_generations`
-  episodes each (in `validation.envs`: of `validation.group_size`), and `tag`, the name of
-  its metrics `{train,eval}/env/<tag>/...` (default: `name`; needed when two entries share
-  one). The groups of all entries make up the batch exactly."""
-
-  name: str | None = None
-  kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-  groups: int = 1
-  tag: str | None = None
-  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
-
-  def __post_init__(self, keys: FieldKeys | None = None):
-    keys = keys or FieldKeys(owner="EnvEntry")
-    if self.name is None:
-      raise ConfigError(f"{keys.subject('name')} is required (an environment name)")
-    check_integer(keys.subject("groups"), self.groups, low=1)
-
-
 def validate_env_entries(key: str, entries: list[EnvEntry], group_size: int, rows: int) -> None:
-  """Each entry buildable, with a unique tag (its name and `groups`: the entry's own
-  checks); the groups of `group_size` episodes filling the `rows` episodes of a batch.
-  ValueError naming `key[i].<field>` and the sum."""
+  """Each entry with a unique tag (its name and `groups`: the entry's own checks; whether
+  it builds: `run_config.resolve`, which builds each environment once); the groups of
+  `group_size` episodes filling the `rows` episodes of a batch. ConfigError naming
+  `key[i].<field>` and the sum."""
   tags: dict[str, int] = {}
   for i, entry in enumerate(entries):
     where = f"{key}[{i}]"
-    try:
-      make_env(entry.name, **entry.kwargs)
-    except (TypeError, ValueError) as err:
-      raise ConfigError(
-        f"config keys '{where}.name'/'{where}.kwargs' ({entry.name!r}, {entry.kwargs!r}): {err}"
-      ) from None
     tag = entry_tag(entry)
     if tag in tags:
       raise ConfigError(
@@ -180,43 +100,12 @@ def validate_filter(section: FilterSection, chunk: int, num_generations: int) ->
     )
 
 
-@dataclasses.dataclass
-class ValidationSection:
-  """Evaluation episodes of their own (GRL's validation agents): `env` / `kwargs` (None:
-  the training environment and its kwargs) or several `envs` (`EnvEntry`s, groups of
-  `group_size`), a fixed set of episode seeds drawn from `seed` (None: the run's
-  `seed + 1`), and `group_size` episodes per seed (None: `ppo.num_generations`). Sampling:
-  the `sampling.eval_*` keys; how often: `train.eval_every`; how many:
-  `train.eval_batches` x `train.batch_size` episodes, each batch with its own seeds."""
-
-  env: str | None = None
-  kwargs: dict[str, Any] | None = None
-  seed: int | None = None
-  group_size: int | None = None
-  envs: list[EnvEntry] = dataclasses.field(default_factory=list)
-  keys: dataclasses.InitVar[FieldKeys | None] = None  # how the checks name the keys
-
-  def __post_init__(self, keys: FieldKeys | None = None):
-    keys = keys or FieldKeys(prefix="validation.")
-    if self.group_size is not None:
-      check_integer(keys.subject("group_size"), self.group_size, low=1)
-    if self.seed is not None:
-      check_integer(keys.subject("seed"), self.seed, low=0)
-    if self.envs and (self.env is not None or self.kwargs is not None):
-      raise ConfigError(
-        f"config keys '{keys.key('envs')}' and '{keys.key('env')}'/'{keys.key('kwargs')}' "
-        "both name the validation environment: give one"
-      )
-
-  def is_default(self) -> bool:
-    return self == ValidationSection()
-
-
 def validate_validation(
-  section: ValidationSection, batch_size: int, train_env: str, chunk: int, num_generations: int
+  section: ValidationSection, batch_size: int, chunk: int, num_generations: int
 ) -> None:
-  """`group_size` dividing the evaluation batch and its rollout chunks, the environment(s)
-  buildable, `envs` filling the batch (each key's own range: the section's checks)."""
+  """`group_size` dividing the evaluation batch and its rollout chunks, `envs` filling the
+  batch (each key's own range: the section's checks; whether its environments build:
+  `run_config.resolve`)."""
   group = section.group_size or num_generations
   if section.group_size is not None:
     batch = f"batch of train.batch_size={batch_size}"
@@ -228,14 +117,6 @@ def validate_validation(
           "groups (chunks: the batch section's rollout / log-prob micro-batches)"
         )
   validate_env_entries("validation.envs", section.envs, group, batch_size)
-  if section.env is not None or section.kwargs is not None:
-    name = section.env or train_env
-    try:
-      make_env(name, **(section.kwargs or {}))
-    except (TypeError, ValueError) as err:
-      raise ConfigError(
-        f"config keys 'validation.env'/'validation.kwargs' ({name!r}, {section.kwargs!r}): {err}"
-      ) from None
 
 
 def validation_seeds(section: ValidationSection, rows: int, group_size: int) -> np.ndarray:
@@ -449,6 +330,44 @@ def sampling_kwargs(section: SamplingSection) -> tuple[dict[str, Any], dict[str,
   if section.eval_top_k is not None:
     evaluation["top_k"] = section.eval_top_k or None
   return train, evaluation
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipePlan:
+  """The recipe sections of a run worked out once (`resolve_recipe`): the batch sizes, the
+  validation entries, the rollouts' environment specs, the optimizers and the sampling
+  settings of training (`sampling`) and of evaluation (`eval_sampling`: what it changes)."""
+
+  batch: BatchPlan
+  validation_entries: tuple[EnvEntry, ...]
+  rollout_envs: tuple[EnvSpec, ...]
+  validation_envs: tuple[EnvSpec, ...]
+  optimizers: tuple[optax.GradientTransformation, optax.GradientTransformation]
+  sampling: dict[str, Any]
+  eval_sampling: dict[str, Any]
+
+
+def resolve_recipe(run: RunConfig, num_generations: int) -> RecipePlan:
+  """Checks the recipe sections of `run` against each other and the batch (the environment
+  mix's groups, the optimizers' schedules, the batch arithmetic, filtering, validation)
+  and works them out once, for groups of `num_generations` episodes."""
+  train = run.train
+  validate_env_entries("envs", run.envs, num_generations, train.batch_size)
+  validate_optim(run.optim, train.steps)
+  batch = resolve_batch(run.batch, train.batch_size, num_generations)
+  validate_filter(run.filter, batch.rollout_chunk, num_generations)
+  validate_validation(run.validation, train.batch_size, batch.rollout_chunk, num_generations)
+  validation = validation_entries(run.validation, run.envs, num_generations)
+  sampling, eval_sampling = sampling_kwargs(run.sampling)
+  return RecipePlan(
+    batch=batch,
+    validation_entries=tuple(validation),
+    rollout_envs=tuple(env_specs(run.envs)),
+    validation_envs=tuple(env_specs(validation)),
+    optimizers=optimizers(run.optim, train.lr, train.critic_lr, train.steps),
+    sampling=sampling,
+    eval_sampling=eval_sampling,
+  )
 
 
 def wrapped_source(

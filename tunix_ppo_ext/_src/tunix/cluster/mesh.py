@@ -19,6 +19,7 @@ import jax
 from tunix.rl import rl_cluster as rl_cluster_lib
 
 from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.config.run_sections import MESH_ROLES
 
 # tunix's absl warnings that every CPU-only run prints and that ask nothing of its user:
 # its memory report's (tunix/sft/utils.py, each learner's start) and RLCluster's note that
@@ -76,39 +77,6 @@ def drop_cpu_notices(record: logging.LogRecord) -> bool:
 
 
 Role = rl_cluster_lib.Role
-MESH_ROLES: tuple[str, ...] = ("actor", "critic", "reference", "rollout")
-REQUIRED_AXES: tuple[str, ...] = ("fsdp", "tp")  # tunix's Qwen3 partition specs, data sharding
-
-
-def check_mesh_spec(key: str, shape: Sequence[int] | None, axis_names: Sequence[str]) -> None:
-  """Static checks of one mesh (no devices needed); raises ValueError naming `key`.
-
-  `shape`: axis sizes (each >= 1, or a single -1 for "the remaining devices"), as many as
-  `axis_names`; None means all devices on the first axis. `axis_names`: distinct, and
-  must include `fsdp` and `tp` (the axes tunix's Qwen3 shards its weights and data on).
-  """
-  names = list(axis_names)
-  if len(set(names)) != len(names):
-    raise ConfigError(f"config key '{key}.axis_names'={names} has repeated names")
-  missing = [n for n in REQUIRED_AXES if n not in names]
-  if missing:
-    raise ConfigError(
-      f"config key '{key}.axis_names'={names} must include {list(REQUIRED_AXES)} (tunix's "
-      f"Qwen3 shards weights on them and data on 'fsdp'); missing {missing}"
-    )
-  if shape is None:
-    return
-  sizes = list(shape)
-  if len(sizes) != len(names):
-    raise ConfigError(
-      f"config key '{key}.shape'={sizes} has {len(sizes)} axes but '{key}.axis_names'={names} "
-      f"has {len(names)}"
-    )
-  if any(s == 0 or s < -1 for s in sizes) or sizes.count(-1) > 1:
-    raise ConfigError(
-      f"config key '{key}.shape'={sizes}: sizes must be >= 1, with at most one -1 "
-      "(the remaining devices)"
-    )
 
 
 def resolve_shape(
@@ -141,7 +109,7 @@ def resolve_shape(
 def role_specs(section: Any) -> dict[str, tuple[list[int] | None, list[str]]]:
   """`{role: (shape, axis_names)}` for the four roles; unlisted roles get the main mesh.
 
-  `section` is a `run_config.MeshSection` (`shape`, `axis_names`, `roles`).
+  `section` is a `run_sections.MeshSection` (`shape`, `axis_names`, `roles`).
   """
   main = (section.shape, list(section.axis_names))
   specs = {}
@@ -150,7 +118,7 @@ def role_specs(section: Any) -> dict[str, tuple[list[int] | None, list[str]]]:
     if entry is None:
       specs[role] = main
     else:
-      specs[role] = (entry.get("shape"), list(entry.get("axis_names") or section.axis_names))
+      specs[role] = (entry.shape, list(entry.axis_names or section.axis_names))
   return specs
 
 

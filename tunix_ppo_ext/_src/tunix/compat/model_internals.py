@@ -48,6 +48,7 @@ from tunix.models.llama3 import model as llama3_model
 from tunix.models.qwen2 import model as qwen2_model
 from tunix.models.qwen3 import model as qwen3_model
 
+from tunix_ppo_ext._src.config.run_sections import FUSED_HEAD_KEY
 from tunix_ppo_ext._src.ops.attention import segment_attention
 
 PINNED: dict[str, tuple[Any, tuple[str, ...]]] = {
@@ -215,7 +216,6 @@ PINNED_HEADS: dict[type, tuple[tuple[str, str, str, str], ...]] = {
   for family in (qwen2_model.Qwen2, qwen3_model.Qwen3, llama3_model.Llama3)
 }
 PINNED_HEADS[gemma3_model.Gemma3] = (("embedder", "decode", "input_embedding", "VD"),)
-FUSED_HEAD_KEY = "model.fused_head"
 
 _HEAD_LOCK = threading.Lock()
 _PASS_THROUGH: dict[tuple[type, str], type] = {}

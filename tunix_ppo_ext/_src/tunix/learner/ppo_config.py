@@ -16,19 +16,15 @@ from tunix.rl.ppo import ppo_learner
 from tunix_ppo_ext._src.checks import (
   ConfigError,
   FieldKeys,
-  check_integer,
-  check_number,
   did_you_mean,
 )
+from tunix_ppo_ext._src.config import ppo_section
 from tunix_ppo_ext._src.config.loss_options import validate_toolbox
-from tunix_ppo_ext._src.data.rewards import NONFINITE_REWARD_MODES
 from tunix_ppo_ext._src.ops import kl_methods as names
 from tunix_ppo_ext._src.ops import ppo_losses as losses
 from tunix_ppo_ext._src.plugins import protocols, registry
 from tunix_ppo_ext._src.tunix import compat
 
-KL_PENALTY_PLACEMENTS = ("reward", "loss", "none")
-KL_CONTROLLERS = ("fixed", "adaptive")
 OWN_KEYS = FieldKeys(owner="PpoExtConfig")  # messages of a config built in Python
 
 
@@ -196,17 +192,9 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     return {"reward": self.beta, "loss": self.kl_loss_coef, "none": 0.0}[self.kl_penalty]
 
   def _validate(self, keys: FieldKeys) -> None:
-    for name, bounds in _NUMBERS:
-      _number(self, keys, name, **bounds)
-    for name, low in _INTEGERS:
-      if name != "critic_warmup_patience" or self.critic_warmup_patience is not None:
-        check_integer(keys.subject(name), getattr(self, name), low)
-    for name in _FLAGS:
-      if not isinstance(getattr(self, name), bool):
-        _fail(keys, name, getattr(self, name), "True or False")
-    _choice(self, keys, "kl_penalty", KL_PENALTY_PLACEMENTS)
-    _choice(self, keys, "kl_ctrl", KL_CONTROLLERS)
-    _choice(self, keys, "nonfinite_rewards", NONFINITE_REWARD_MODES)
+    values = {name: getattr(self, name) for name in ppo_section.FIELDS}
+    for name, value in ppo_section.check_ppo_values(values, keys).items():
+      setattr(self, name, value)  # each field alone (the numbers as floats)
     try:
       self.kl_method = names.canonical_kl_method(self.kl_method, include_full=True)
     except ValueError as e:
@@ -243,43 +231,6 @@ class PpoExtConfig(ppo_learner.PPOConfig):
     _check_tunix_losses(self, keys)
     _check_critic_keys(self, keys)
     check_groups(self.advantage_estimator, self.num_generations, keys)
-
-
-# each number field and its interval (`check_number`'s bounds; `none_ok`: None allowed)
-_OPEN_UNIT = {"low": 0.0, "high": 1.0, "low_open": True, "high_open": True}
-_NUMBERS: tuple[tuple[str, dict[str, float | bool]], ...] = (
-  ("epsilon", _OPEN_UNIT),
-  ("epsilon_low", _OPEN_UNIT),
-  ("epsilon_high", {"low": 0.0, "low_open": True}),
-  ("epsilon_c", {"low": 1.0, "low_open": True, "none_ok": True}),
-  ("entropy_coef", {"low": 0.0}),
-  ("beta", {"low": 0.0}),
-  ("kl_loss_coef", {"low": 0.0}),
-  ("gamma", {"low": 0.0, "high": 1.0}),
-  ("gigpo_step_weight", {"low": 0.0}),
-  ("gae_lambda", {"low": 0.0, "high": 1.0}),
-  ("critic_lambda", {"low": 0.0, "high": 1.0, "none_ok": True}),
-  ("adaptive_lambda_alpha", {"low": 0.0, "low_open": True, "none_ok": True}),
-  ("gamma_turn", {"low": 0.0, "high": 1.0, "none_ok": True}),
-  ("critic_warmup_lambda", {"low": 0.0, "high": 1.0}),
-  ("critic_warmup_until_ev", {"high": 1.0, "none_ok": True}),
-  ("kl_target", {"low": 0.0, "low_open": True}),
-  ("kl_horizon", {"low": 0.0, "low_open": True}),
-  ("kl_clamp_value", {"low": 0.0, "low_open": True, "none_ok": True}),
-  ("logps_temperature", {"low": 0.0, "low_open": True, "none_ok": True}),
-  ("clip_range_value", {"low": 0.0, "low_open": True, "none_ok": True}),
-)
-# each integer field and its least value (`critic_warmup_patience`: also None)
-_INTEGERS = (
-  ("num_iterations", 1),
-  ("critic_warmup_steps", 0),
-  ("critic_warmup_patience", 1),
-  ("logits_chunk_size", 0),
-  ("num_generations", 1),
-  ("max_nonfinite_steps", 1),
-)
-_FLAGS = ("norm_adv_by_std", "gigpo_norm_by_std", "whiten_advantages", "fused_head", "packing")
-_FLAGS += ("recompute_old_logps",)
 
 
 def _check_critic_keys(config: PpoExtConfig, keys: FieldKeys) -> None:
@@ -448,18 +399,6 @@ def _registry_choice(config: PpoExtConfig, keys: FieldKeys, name: str, kind: str
 
 def _fail(keys: FieldKeys, name: str, value: object, allowed: str) -> None:
   raise ConfigError(f"{keys.subject(name)}={value!r} is invalid: must be {allowed}.")
-
-
-def _number(
-  config: PpoExtConfig, keys: FieldKeys, name: str, *, none_ok: bool = False, **bounds: float | bool
-) -> None:
-  """Checks that `config.<name>` is a finite real number inside the interval `bounds`
-  (`check_number`'s `low`, `high`, `low_open`, `high_open`) or None, with `none_ok`; stores
-  a float."""
-  value = getattr(config, name)
-  if value is None and none_ok:
-    return
-  setattr(config, name, check_number(keys.subject(name), value, **bounds))
 
 
 def _choice(config: PpoExtConfig, keys: FieldKeys, name: str, accepted: Iterable[str]) -> None:

@@ -22,7 +22,7 @@ import dataclasses
 import json
 import pathlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -625,12 +625,22 @@ def has_tokenizer(directory: str | pathlib.Path) -> bool:
   return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
+class CheckpointModel(NamedTuple):
+  """What a checkpoint's `config.json` says of its model: the file's dict (`hf`), its
+  family and the family's tunix `ModelConfig`."""
+
+  hf: dict[str, Any]
+  family: Family
+  config: Any
+
+
 def validate_checkpoint(
   directory: str | pathlib.Path, given: dict[str, int], config_name: str | None
-) -> dict[str, Any] | None:
+) -> CheckpointModel | None:
   """Config-time check of `model.checkpoint`: with a `config.json`, its family is supported,
   nothing in it is refused, `given` sizes (`model.<size>` keys the user set) agree with it
-  and no `model.config_name` competes with it. Returns the config dict (None: no file)."""
+  and no `model.config_name` competes with it. Returns its `CheckpointModel` (None: no
+  file)."""
   hf = read_hf_config(directory)
   if hf is None:
     return None
@@ -638,7 +648,7 @@ def validate_checkpoint(
   check_sizes(hf, given)
   if config_name is not None:
     check_named_config(config, config_name)
-  return hf
+  return CheckpointModel(hf, family_of(hf), config)
 
 
 def check_named_config(config: Any, config_name: str) -> None:

@@ -40,10 +40,10 @@ def check_local_model(key: str, model_config: Mapping[str, Any] | None) -> None:
   if not cli_models.is_local_ref(ref):
     raise ConfigError(f"{key}.model_path={ref!r} is no local checkpoint (no such directory)")
   try:
-    hf = hf_models.validate_checkpoint(ref, {}, None)
+    checkpoint = hf_models.validate_checkpoint(ref, {}, None)
   except ConfigError as err:
     raise ConfigError(f"{key}.model_path={ref!r}: {err}") from None
-  if hf is None:
+  if checkpoint is None:
     raise ConfigError(f"{key}.model_path={ref!r} has no {hf_models.CONFIG_FILE}")
 
 

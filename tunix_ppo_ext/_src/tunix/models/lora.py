@@ -26,15 +26,9 @@ from flax import nnx
 from tunix.sft import hooks
 
 from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.config.run_sections import DEFAULT_TARGET_MODULES
+from tunix_ppo_ext._src.config.run_sections import LORA_KEY as KEY
 from tunix_ppo_ext._src.tunix import compat
-
-# The projections of every family tunix-ppo-ext loads (Qwen2/3, Llama 3: q/k/v/o_proj and the
-# MLP's gate/up/down_proj; Gemma 3: q/kv/qkv_einsum and attn_vec_einsum).
-DEFAULT_TARGET_MODULES = (
-  r".*(q_proj|k_proj|v_proj|o_proj|q_einsum|kv_einsum|qkv_einsum|attn_vec_einsum"
-  r"|gate_proj|up_proj|down_proj)"
-)
-KEY = "model.lora"
 
 
 @dataclasses.dataclass(frozen=True)

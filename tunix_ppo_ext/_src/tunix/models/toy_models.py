@@ -18,6 +18,7 @@ from tunix.models.llama3 import model as llama3
 from tunix.models.qwen2 import model as qwen2
 from tunix.models.qwen3 import model as qwen3
 
+from tunix_ppo_ext._src.config.run_sections import VALUE_HEAD_INITS
 from tunix_ppo_ext._src.tunix import compat
 
 
@@ -97,9 +98,6 @@ def abstract_model(config: Any, model_class: type = qwen3.Qwen3) -> nnx.Module:
 def causal_mask(batch: int, length: int) -> jax.Array:
   """`[B, L, L]` boolean lower-triangular attention mask (no padding)."""
   return jnp.broadcast_to(jnp.tril(jnp.ones((length, length), jnp.bool_)), (batch, length, length))
-
-
-VALUE_HEAD_INITS = ("normal", "zero")
 
 
 class ValueModel(nnx.Module):
