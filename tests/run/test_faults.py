@@ -39,6 +39,7 @@ from tunix_ppo_ext._src.checks import ConfigError
 from tunix_ppo_ext._src.metrics import sinks
 from tunix_ppo_ext._src.metrics.sinks import read_jsonl
 from tunix_ppo_ext._src.run import cli, run_dir
+from tunix_ppo_ext._src.run.run_config import config_dict, load_run_config
 
 pytestmark = pytest.mark.tunix
 
@@ -199,6 +200,19 @@ def test_a_rerun_with_another_model_is_refused_before_anything_is_overwritten(fi
   err = capsys.readouterr().err.strip().splitlines()[-1]
   assert "holds checkpoints of another run (model.embed_dim: 32 -> 48)" in err
   assert (finished / "config.json").read_text() == saved
+
+
+def test_a_lora_run_saved_with_its_given_lora_keys_resumes_and_a_changed_key_is_refused(tmp_path):
+  # `config.json` holds the `model.lora` keys that differ from the defaults (as before
+  # `model.lora` became a section), so an earlier run resumes; a change is still refused
+  optimizers = (optax.adam(1e-3), optax.adam(1e-3))
+  requested = config_dict(load_run_config(None, ["model.lora={rank: 4}"]))
+  assert requested["model"]["lora"] == {"rank": 4}
+  _saved_run(tmp_path, requested)
+  assert run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}, **requested}, 4, optimizers) == {}
+  other = config_dict(load_run_config(None, ["model.lora={rank: 4, alpha: 8}"]))
+  with pytest.raises(ConfigError, match=r"model.lora.alpha: None -> 8.0"):
+    run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}, **other}, 4, optimizers)
 
 
 @pytest.mark.parametrize(

@@ -258,7 +258,8 @@ def plan(
   unknown = sorted(set(pieces) - set(PIECES))
   if unknown:
     raise ConfigError(f"--pieces {unknown}: unknown; valid: {list(PIECES)}")
-  resolved = as_resolved(resolved, "plan")  # a RunConfig from Python is resolved here
+  # a RunConfig from Python is resolved here; planning needs no weights, no tokenizer
+  resolved = as_resolved(resolved, "plan", need_files=False)
   run, ppo = resolved.run, resolved.ppo
   built_pieces = [name for name in PIECES if ppo.uses_critic or not name.startswith("critic/")]
   absent = sorted(set(pieces) - set(built_pieces))

@@ -84,7 +84,9 @@ def ppo_section(run: RunConfig) -> PpoExtConfig:
 
 def config_dict(run: RunConfig) -> dict[str, Any]:
   """`run` as `config.json` saves it (W&B and metric sinks receive it too): every section
-  as a mapping, `ppo` with the keys the config gave.
+  as a mapping, `ppo` with the keys the config gave and `model.lora` with those that differ
+  from `LoraSection`'s defaults (as `config.json` held it before `model.lora` was a section
+  of its own, so such a run resumes: its other keys are not refused as new).
 
   Args:
     run: the run config.
@@ -92,7 +94,11 @@ def config_dict(run: RunConfig) -> dict[str, Any]:
   Returns:
     The JSON-ready mapping (loads back into the same run config).
   """
-  return dataclasses.asdict(run)
+  data = dataclasses.asdict(run)
+  if run.model.lora is not None:
+    default = dataclasses.asdict(LoraSection())
+    data["model"]["lora"] = {k: v for k, v in data["model"]["lora"].items() if v != default[k]}
+  return data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +213,7 @@ def resolve_model(run: RunConfig, need_files: bool = True) -> tuple[ModelPlan, s
   if model.config_name is not None:
     names = toy_models.qwen3_config_names()
     check_choice("config key 'model.config_name'", model.config_name, names)
-  checkpoint = _checkpoint_model(model, directory)
+  checkpoint = _checkpoint_model(model, directory, need_files)
   config = checkpoint.config if checkpoint else _qwen3_config(model)
   if section is not None:  # the policy's modules, without weights
     kind = (checkpoint.family.model_class,) if checkpoint else ()  # a toy's: Qwen3
@@ -241,19 +247,20 @@ def _check_files(model: ModelSection, directory: str | None) -> None:
 
 
 def _checkpoint_model(
-  model: ModelSection, directory: str | None
+  model: ModelSection, directory: str | None, need_files: bool
 ) -> hf_models.CheckpointModel | None:
   """The model of the checkpoint's `config.json` in `directory` (None: no checkpoint, or
   none saved), checked against the `model.<size>` keys the config set and
-  `model.config_name`."""
+  `model.config_name` (without `need_files`, `plan`'s: the file's model, whatever they say)."""
   if directory is None:
     return None
   defaults = ModelSection()
   given = {
     k: getattr(model, k) for k in hf_models.SIZE_KEYS if getattr(model, k) != getattr(defaults, k)
   }
+  name = model.config_name if need_files else None
   try:
-    return hf_models.validate_checkpoint(directory, given, model.config_name)
+    return hf_models.validate_checkpoint(directory, given if need_files else {}, name)
   except ValueError as err:
     raise ConfigError(f"config key 'model.checkpoint' ({model.checkpoint!r}): {err}") from None
 
@@ -630,9 +637,12 @@ def _check_attention_rows(run: RunConfig) -> None:
     )
 
 
-def as_resolved(run: ResolvedRun | RunConfig, caller: str = "as_resolved") -> ResolvedRun:
-  """`run` itself when resolved already, else `resolve(run)` (for Python callers); a
-  TypeError naming `caller` for anything else (a config file's path, None)."""
+def as_resolved(
+  run: ResolvedRun | RunConfig, caller: str = "as_resolved", need_files: bool = True
+) -> ResolvedRun:
+  """`run` itself when resolved already, else `resolve(run, need_files=need_files)` (for
+  Python callers); a TypeError naming `caller` for anything else (a config file's path,
+  None)."""
   if isinstance(run, ResolvedRun):
     return run
   if not isinstance(run, RunConfig):
@@ -640,7 +650,7 @@ def as_resolved(run: ResolvedRun | RunConfig, caller: str = "as_resolved") -> Re
       f"{caller}: expected a RunConfig or a ResolvedRun (config.load_run_config(PATH, "
       f"[KEY=VALUE, ...]) or config.load_resolved), got {type(run).__name__} {run!r:.60}"
     )
-  return resolve(run)
+  return resolve(run, need_files=need_files)
 
 
 def episode_budget(run: RunConfig) -> int:
