@@ -16,7 +16,8 @@ seed, `--baseline-steps 0`):
 `run` trains one seed of one arm at a time, always the arm with the fewest finished seeds
 (ties in the order given), so an interrupted study has balanced arms; resumable: a rerun
 skips every finished seed and tunix resumes an unfinished one from its checkpoint (every
-8 steps). A fresh clone's committed `DIR/<arm>/results.json` counts its seeds as finished:
+8 steps); a SIGTERM stops the seed's training process with the study's. A fresh clone's
+committed `DIR/<arm>/results.json` counts its seeds as finished:
 `run --rerun` (or `BENCH_RERUN=1`) runs them again, each seed without its own
 `seed<N>/result.json` in this tree. An arm whose estimator is not available in the
 installed package is skipped with a line saying so.
@@ -35,6 +36,7 @@ import json
 import math
 import os
 import pathlib
+import signal
 import statistics
 import subprocess
 import sys
@@ -126,7 +128,22 @@ def run(args: argparse.Namespace) -> None:
       *GAME,
       *spec["overrides"],
     ]
+    train_seed(command)
+
+
+def train_seed(command: list[str]) -> None:
+  """Runs one seed's `real_model.py` command. A SIGTERM to the study ends that process
+  too (`subprocess.run` kills its child on the exception `_stopped` raises), so a rerun
+  never finds the seed still training in an orphaned process."""
+  previous = signal.signal(signal.SIGTERM, _stopped)
+  try:
     subprocess.run(command, check=True, cwd=ROOT)
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped(signum: int, frame: Any) -> None:
+  raise SystemExit(f"credit study: stopped by signal {signum}; a rerun continues the seed")
 
 
 def seed_success(curve: list[float], warmup: int) -> float:

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -43,3 +49,30 @@ def test_committed_seeds_rerun_with_rerun_or_bench_rerun(how, tmp_path, monkeypa
   ran = [(c[c.index("--out") + 1][-4:], c[c.index("--seed-ids") + 1]) for c in commands]
   assert ran == [("grpo", "0"), ("/ppo", "0"), ("grpo", "1"), ("/ppo", "1")]
   assert all("--rerun" in command for command in commands)
+
+
+def test_a_sigterm_to_the_study_ends_the_seed_s_training_process(tmp_path):
+  """`run` trains each seed in a child process; a SIGTERM to the study (as `kill` sends)
+  ended the study but left the child training, orphaned, beside whatever ran next. Now
+  the child is killed with it and the study says why it stopped."""
+  script = tmp_path / "study.py"
+  script.write_text(
+    textwrap.dedent(
+      f"""\
+      import sys
+      sys.path.insert(0, {str(pathlib.Path(__file__).resolve().parents[1])!r})
+      from tests.helpers.bench import load_bench
+      child = "import os, time; print(os.getpid(), flush=True); time.sleep(600)"
+      load_bench("credit_study").train_seed([sys.executable, "-c", child])
+      """
+    )
+  )
+  study = subprocess.Popen(
+    [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+  )
+  child = int(study.stdout.readline())  # the child is up: it printed its pid
+  study.send_signal(signal.SIGTERM)
+  _, err = study.communicate(timeout=60)
+  assert study.returncode == 1 and "stopped by signal 15" in err, err
+  with pytest.raises(ProcessLookupError):
+    os.kill(child, 0)
