@@ -211,8 +211,20 @@ def test_a_lora_run_saved_with_its_given_lora_keys_resumes_and_a_changed_key_is_
   _saved_run(tmp_path, requested)
   assert run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}, **requested}, 4, optimizers) == {}
   other = config_dict(load_run_config(None, ["model.lora={rank: 4, alpha: 8}"]))
-  with pytest.raises(ConfigError, match=r"model.lora.alpha: None -> 8.0"):
+  with pytest.raises(ConfigError, match=r"model.lora.alpha: 16.0 -> 8.0"):
     run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}, **other}, 4, optimizers)
+
+
+def test_a_lora_run_saved_with_keys_at_their_defaults_resumes(tmp_path):
+  # `configs/smollm2.yaml` gives `lora: {rank: 8, alpha: 16}`, the defaults: a run saved
+  # before 2026-12-07 holds them, the rerun's `config.json` omits them; at 2026-12-07's
+  # first change the rerun was refused ("model.lora.alpha: 16 -> None")
+  optimizers = (optax.adam(1e-3), optax.adam(1e-3))
+  requested = config_dict(load_run_config(None, ["model.lora={rank: 8, alpha: 16}"]))
+  assert requested["model"]["lora"] == {}
+  saved = {**requested, "model": {**requested["model"], "lora": {"rank": 8, "alpha": 16}}}
+  _saved_run(tmp_path, saved)
+  assert run_dir.rerun_changes(tmp_path, {"train": {"steps": 4}, **requested}, 4, optimizers) == {}
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import json
@@ -37,6 +38,7 @@ import jax.numpy as jnp
 import optax
 
 from tunix_ppo_ext._src.checks import ConfigError
+from tunix_ppo_ext._src.config.run_sections import LoraSection
 from tunix_ppo_ext._src.metrics.sinks import write_atomically
 from tunix_ppo_ext._src.optim.optimizers import OptimizerSpec, build_optimizer
 
@@ -81,6 +83,17 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     else:
       out[f"{prefix}{key}"] = value
   return out
+
+
+def _with_lora_defaults(config: dict[str, Any]) -> dict[str, Any]:
+  """`config` with the keys its `model.lora` lacks at `LoraSection`'s defaults: a saved
+  `config.json` holds the keys the config gave (before 2026-12-07) or those that differ
+  from the defaults (since), so a key at its default compares equal written or not."""
+  model = config.get("model")
+  lora = model.get("lora") if isinstance(model, dict) else None
+  if not isinstance(lora, dict):
+    return config
+  return {**config, "model": {**model, "lora": {**dataclasses.asdict(LoraSection()), **lora}}}
 
 
 def _fixed(key: str) -> bool:
@@ -174,7 +187,7 @@ def rerun_changes(
       f"so the rerun's settings cannot be checked against them; restore {CONFIG} or use "
       "another --output-dir"
     )
-  saved, requested = _flat(saved_config), _flat(config)
+  saved, requested = _flat(_with_lora_defaults(saved_config)), _flat(_with_lora_defaults(config))
   changed = {
     k: (saved.get(k), requested.get(k))
     for k in sorted(saved.keys() | requested.keys())
