@@ -10,10 +10,11 @@ Qwen3 architecture, written here from its layer sizes.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +25,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from tests.helpers.compile_settings import large_program_env
 from tests.helpers.runs import SMOKE
 from tunix_ppo_ext._src.optim.guards import guarded_adam
 from tunix_ppo_ext._src.optim.optimizers import build_optimizer
@@ -40,12 +42,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 QWEN3_0P6B = ROOT / "configs" / "qwen3_0p6b_tpu.yaml"
 
 
-def run_plan(tmp_path: pathlib.Path, *args: str) -> dict:
-  """`tunix-ppo-ext plan --compiler cpu ARGS --json ...` in a subprocess; the JSON figures."""
+def run_plan(tmp_path: pathlib.Path, *args: str, env: Mapping[str, str] | None = None) -> dict:
+  """`tunix-ppo-ext plan --compiler cpu ARGS --json ...` in a subprocess (over `env`: none,
+  this process's); the JSON figures."""
   out = tmp_path / "plan.json"
   command = [sys.executable, "-m", "tunix_ppo_ext._src.run.cli", "plan", "--compiler", "cpu"]
   result = subprocess.run(
-    [*command, *args, "--json", str(out)], capture_output=True, text=True, timeout=1800
+    [*command, *args, "--json", str(out)], env=env, capture_output=True, text=True, timeout=1800
   )
   assert result.returncode == 0, result.stderr[-3000:]
   assert "peak:" in result.stdout and "HBM per chip" in result.stdout, result.stdout
@@ -158,7 +161,8 @@ def test_plan_train_step_bytes_are_the_arithmetic(tmp_path, case):
   """The compiled actor train step's arguments are the weights + Adam state + batch on one
   device, to the byte, and the donated bytes are exactly the optimizer state."""
   args, config, dtype, fsdp, batch, prompt, width, fields = CASES[case]
-  figures = run_plan(tmp_path, *args, "--pieces", "actor/train_step")
+  env = large_program_env(os.environ) if case.startswith("qwen3") else None
+  figures = run_plan(tmp_path, *args, "--pieces", "actor/train_step", env=env)
   sharded, replicated = qwen3_elements(config())
   assert figures["parameters"] == sharded + replicated
   if case.startswith("qwen3_0p6b"):
