@@ -52,6 +52,7 @@ GAME = (
   "train.checkpoint_every=8",
 )
 UPDATES = 48  # actor updates an arm
+XLA_CACHE = ROOT / "build" / "credit_study_xla"  # the seeds' compiled programs (`seed_env`)
 WINDOW = (16, 48)  # the batches sampled after this many updates, [first, last)
 ARMS: dict[str, dict[str, Any]] = {
   "grpo": {"config": "configs/smollm2.yaml", "warmup": 0, "overrides": ()},
@@ -132,14 +133,26 @@ def run(args: argparse.Namespace) -> None:
 
 
 def train_seed(command: list[str]) -> None:
-  """Runs one seed's `real_model.py` command. A SIGTERM to the study ends that process
-  too (`subprocess.run` kills its child on the exception `_stopped` raises), so a rerun
-  never finds the seed still training in an orphaned process."""
+  """Runs one seed's `real_model.py` command over `seed_env`. A SIGTERM to the study ends
+  that process too (`subprocess.run` kills its child on the exception `_stopped` raises),
+  so a rerun never finds the seed still training in an orphaned process."""
   previous = signal.signal(signal.SIGTERM, _stopped)
   try:
-    subprocess.run(command, check=True, cwd=ROOT)
+    subprocess.run(command, check=True, cwd=ROOT, env=seed_env(os.environ))
   finally:
     signal.signal(signal.SIGTERM, previous)
+
+
+def seed_env(environ: dict[str, str] | os._Environ) -> dict[str, str]:
+  """`environ` with JAX's persistent compilation cache in `XLA_CACHE`, every program kept,
+  unless the caller chose a cache directory: the seeds of an arm compile the same
+  programs, so each seed after the first loads them (as `tunix-ppo-ext train` keeps its
+  own cache; `jobs.train`, which `real_model.py` calls, leaves JAX's settings to its
+  caller)."""
+  env = dict(environ)
+  env.setdefault("JAX_COMPILATION_CACHE_DIR", str(XLA_CACHE))
+  env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  return env
 
 
 def _stopped(signum: int, frame: Any) -> None:

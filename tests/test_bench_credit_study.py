@@ -29,7 +29,8 @@ def test_committed_seeds_rerun_with_rerun_or_bench_rerun(how, tmp_path, monkeypa
     (tmp_path / arm / "results.json").write_text(json.dumps({"seeds": seeds}))
   commands = []
 
-  def run(command, check, cwd):
+  def run(command, check, cwd, env):
+    assert env == bench.seed_env(os.environ)  # the study's compilation cache settings
     commands.append(command)
     out, seed = command[command.index("--out") + 1], command[command.index("--seed-ids") + 1]
     (tmp_path / out / f"seed{seed}").mkdir(parents=True)
@@ -76,3 +77,17 @@ def test_a_sigterm_to_the_study_ends_the_seed_s_training_process(tmp_path):
   assert study.returncode == 1 and "stopped by signal 15" in err, err
   with pytest.raises(ProcessLookupError):
     os.kill(child, 0)
+
+
+def test_the_seeds_share_a_compilation_cache_unless_the_caller_chose_one():
+  """Each seed's process keeps every program in the study's persistent compilation cache,
+  so the next seeds of an arm load what the first compiled; a caller's own settings win."""
+  bench = load_bench("credit_study")
+  env = bench.seed_env({"PATH": "/bin"})
+  assert env == {
+    "PATH": "/bin",
+    "JAX_COMPILATION_CACHE_DIR": str(bench.XLA_CACHE),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+  }
+  mine = {"JAX_COMPILATION_CACHE_DIR": "/mine", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1"}
+  assert bench.seed_env(mine) == mine
