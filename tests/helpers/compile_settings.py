@@ -22,13 +22,16 @@ prints them as shell `export` lines). A value the caller already set wins.
     (`configs/smoke.yaml`) 22 -> 9 user-s.
   The toy programs still run in milliseconds. An XLA without one of these flags refuses to
   start (XLA's own error names the flag): drop it here.
-- **Real-size programs compile with the fusion emitters** (`LARGE_PROGRAMS`, for the
-  subprocesses that train or plan a real checkpoint: `large_program_env`). The loop
-  emitters' time grows faster than the program: SmolLM2-135M's full fine-tuning train step
-  (about 2,500 fusions) compiled in 58 s with them and 28 s with the fusion emitters, while
-  the toy `train` took 17 user-s with them and 32 with the fusion emitters (2026-12-07,
-  this 2-core machine beside a training run; `tunix-ppo-ext train --config
-  configs/smollm2.yaml model.lora=null train.steps=1` and `--config configs/smoke.yaml`).
+- **A real-size plan compiles with the fusion emitters** (`LARGE_PROGRAMS`, through
+  `large_program_env`): they cost more per program and less per fusion. The toy `train`
+  (`--config configs/smoke.yaml`) took 17 user-s with the loop emitters and 32 with the
+  fusion emitters; SmolLM2-135M's full fine-tuning train step (about 2,500 fusions;
+  `--config configs/smollm2.yaml model.lora=null train.steps=1`) compiled in 58 s with the
+  loop emitters and 28 s with the fusion emitters, and the Qwen3-0.6B train-step plan in
+  `test_plan.py` took 71 s and 43 s (2026-12-07, this 2-core machine beside a training run;
+  `bench/compile_emitters.py` compares the two on one program at growing sizes). The
+  tunix-agentic launcher tests, real models too, were no faster with them (their many
+  small programs).
 """
 
 from __future__ import annotations
