@@ -24,8 +24,12 @@ installed package is skipped with a line saying so.
 
 `report` writes `DIR/report.md`: per arm, each seed's mean success over the batches the
 policy sampled after 16 through 48 updates (batches 17-48 of the actor's), the mean over
-seeds ± its standard error, and Welch's t test for every pair; `DIR/report_success.png`
-the per-batch success, mean over seeds with the seeds' min-max band.
+seeds ± its standard error, and Welch's t test for every pair, then what each arm's own
+batches show over the same window (`BATCH_METRICS`: the advantages' noise per turn on one
+scale, GiGPO's step groups, the critic's explained variance), from the seeds'
+`metrics.jsonl` where this tree has them, kept in `DIR/batches.json`;
+`DIR/report_success.png` the per-batch success, mean over seeds with the seeds' min-max
+band.
 """
 
 from __future__ import annotations
@@ -221,10 +225,72 @@ def report(args: argparse.Namespace) -> str:
     se = math.sqrt(statistics.variance(x) / len(x) + statistics.variance(y) / len(y))
     t, p = welch(x, y)
     lines.append(f"| {a} - {b} | {diff:+.3f} ± {se:.3f} | {t:.2f} | {p:.3f} |")
+  lines += ["", *batch_table(out, list(per_arm))]
   text = "\n".join(lines) + "\n"
   (out / "report.md").write_text(text)
   _plot(out, args.arms)
   return text
+
+
+# What each arm's own batches show over the same window (`actor/...` metrics, metrics guide):
+# the advantages' noise per turn on one scale (each estimator's divided by its signal
+# coefficient; raw, and as trained), GiGPO's step groups, the critic's explained variance
+BATCH_METRICS = {
+  "noise per turn": "actor/advantage_noise_turn",
+  "noise per turn, as trained": "actor/advantage_noise_trained_turn",
+  "GiGPO step group size": "actor/gigpo_step_group_size",
+  "GiGPO singleton share": "actor/gigpo_step_singleton_frac",
+  "critic explained variance": "critic/explained_variance",
+}
+
+
+def seed_batches(metrics: pathlib.Path, warmup: int) -> dict[str, float]:
+  """Each `BATCH_METRICS` value's mean over the window's batches of one seed's
+  `metrics.jsonl` (the steps after `warmup` + 16 through `warmup` + 48 updates' batches)."""
+  from tunix_ppo_ext.metrics import read_jsonl
+
+  first, last = warmup + WINDOW[0] + 1, warmup + WINDOW[1]
+  rows = [r for r in read_jsonl(metrics) if first <= r.get("step", 0) <= last]
+  means = {}
+  for name, key in BATCH_METRICS.items():
+    values = [r[key] for r in rows if key in r and math.isfinite(r[key])]
+    if values:
+      means[name] = statistics.fmean(values)
+  return means
+
+
+def batch_table(out: pathlib.Path, arms: list[str]) -> list[str]:
+  """`BATCH_METRICS` per arm (mean ± standard error over seeds), from each seed's
+  `metrics.jsonl` where this tree has it, kept in `DIR/batches.json` (committed: the seed
+  directories are not) with the seeds measured before."""
+  kept = out / "batches.json"
+  found = json.loads(kept.read_text()) if kept.is_file() else {}
+  for arm in arms:
+    for metrics in sorted((out / arm).glob("seed*/trained/metrics.jsonl")):
+      seed = metrics.parent.parent.name[4:]
+      if seed in {str(s) for s in arm_results(out, arm)}:  # finished seeds only
+        found.setdefault(arm, {})[seed] = seed_batches(metrics, ARMS[arm]["warmup"])
+  kept.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+  lines = [
+    f"The arms' own batches {WINDOW[0] + 1}-{WINDOW[1]}: mean ± standard error over the "
+    "seeds measured (`batches.json`); noise is E[(A/c)^2] per turn, c each estimator's "
+    "signal coefficient.",
+    "",
+    f"| arm | seeds | {' | '.join(BATCH_METRICS)} |",
+    f"| --- | --- |{' --- |' * len(BATCH_METRICS)}",
+  ]
+  for arm in arms:
+    seeds = found.get(arm, {})
+    cells = []
+    for name in BATCH_METRICS:
+      values = [v[name] for v in seeds.values() if name in v]
+      if not values:
+        cells.append("-")
+        continue
+      se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+      cells.append(f"{statistics.fmean(values):.4f} ± {se:.4f}")
+    lines.append(f"| {arm} | {len(seeds)} ({', '.join(sorted(seeds))}) | {' | '.join(cells)} |")
+  return lines
 
 
 def _plot(out: pathlib.Path, arms: list[str]) -> None:

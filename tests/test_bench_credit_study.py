@@ -91,3 +91,28 @@ def test_the_seeds_share_a_compilation_cache_unless_the_caller_chose_one():
   }
   mine = {"JAX_COMPILATION_CACHE_DIR": "/mine", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1"}
   assert bench.seed_env(mine) == mine
+
+
+def test_the_batch_table_averages_each_seed_s_window_and_keeps_the_seeds_measured(tmp_path):
+  """`report`'s second table: per seed, each metric's mean over the window's batches (for
+  PPO after its critic-only steps), kept in `batches.json` for a clone without the seed
+  directories; per arm, the mean ± standard error over seeds."""
+  bench = load_bench("credit_study")
+  for seed, level in (("0", 1.0), ("1", 3.0)):
+    trained = tmp_path / "ppo" / f"seed{seed}" / "trained"
+    trained.mkdir(parents=True)
+    rows = [
+      {"step": step, "actor/advantage_noise_turn": level if step > 24 else 100.0}
+      for step in range(1, 57)
+    ]
+    rows.append({"step": 30, "critic/explained_variance": float("nan")})
+    (trained / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (trained.parent / "result.json").write_text(json.dumps({"trained": {}}))
+  lines = bench.batch_table(tmp_path, ["ppo"])
+  assert json.loads((tmp_path / "batches.json").read_text()) == {
+    "ppo": {"0": {"noise per turn": 1.0}, "1": {"noise per turn": 3.0}}
+  }
+  assert lines[-1].startswith("| ppo | 2 (0, 1) | 2.0000 ± 1.0000 | - |"), lines[-1]
+  for seed in ("0", "1"):  # a clone: the seed directories gone, the kept file read
+    (tmp_path / "ppo" / f"seed{seed}" / "trained" / "metrics.jsonl").unlink()
+  assert bench.batch_table(tmp_path, ["ppo"])[-1] == lines[-1]
