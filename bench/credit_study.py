@@ -24,7 +24,8 @@ installed package is skipped with a line saying so.
 
 `report` writes `DIR/report.md`: per arm, each seed's mean success over the batches the
 policy sampled after 16 through 48 updates (batches 17-48 of the actor's), the mean over
-seeds ± its standard error, and Welch's t test for every pair, then what each arm's own
+seeds ± its standard error, and Welch's t test for every pair; for each arm against GRPO,
+Welch's one-sided test of the least gain theory predicts (`PREDICTED_GAIN`); what each arm's own
 batches show over the same window (`BATCH_METRICS`: the advantages' noise per turn on one
 scale, GiGPO's step groups, the critic's explained variance), from the seeds'
 `metrics.jsonl` where this tree has them, kept in `DIR/batches.json`;
@@ -177,6 +178,12 @@ def welch(a: list[float], b: list[float]) -> tuple[float, float]:
   return float(result.statistic), float(result.pvalue)
 
 
+def difference(a: list[float], b: list[float]) -> tuple[float, float]:
+  """mean(a) - mean(b) and its standard error (Welch's, unequal variances)."""
+  se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+  return statistics.fmean(a) - statistics.fmean(b), se
+
+
 def arm_results(out: pathlib.Path, arm: str) -> dict[int, dict[str, Any]]:
   """Each finished seed's trained summary (`real_model.py`'s), by seed."""
   seeds = {}
@@ -221,15 +228,41 @@ def report(args: argparse.Namespace) -> str:
     x, y = per_arm[a], per_arm[b]
     if len(x) < 2 or len(y) < 2:
       continue
-    diff = statistics.fmean(x) - statistics.fmean(y)
-    se = math.sqrt(statistics.variance(x) / len(x) + statistics.variance(y) / len(y))
+    diff, se = difference(x, y)
     t, p = welch(x, y)
     lines.append(f"| {a} - {b} | {diff:+.3f} ± {se:.3f} | {t:.2f} | {p:.3f} |")
+  lines += ["", *gain_table(per_arm)]
   lines += ["", *batch_table(out, list(per_arm))]
   text = "\n".join(lines) + "\n"
   (out / "report.md").write_text(text)
   _plot(out, args.arms)
   return text
+
+
+PREDICTED_GAIN = 0.05  # the least gain over GRPO theory predicts here (issue 70)
+
+
+def gain_table(per_arm: dict[str, list[float]]) -> list[str]:
+  """For each arm against GRPO: Welch's one-sided p of "its success is `PREDICTED_GAIN`
+  or more above GRPO's" (small: the data rule that gain out)."""
+  from scipy import stats
+
+  lines = [
+    f"Is a gain of {PREDICTED_GAIN} or more over GRPO ruled out (the least gain the theory "
+    "of issue 70 predicts for a perfect critic here)? Welch's one-sided test of that gain.",
+    "",
+    "| arm | difference to GRPO ± SE | p (gain >= predicted) |",
+    "| --- | --- | --- |",
+  ]
+  grpo = per_arm.get("grpo", [])
+  for arm, values in per_arm.items():
+    if arm == "grpo" or len(values) < 2 or len(grpo) < 2:
+      continue
+    diff, se = difference(values, grpo)
+    shifted = [v - PREDICTED_GAIN for v in values]
+    p = stats.ttest_ind(shifted, grpo, equal_var=False, alternative="less").pvalue
+    lines.append(f"| {arm} | {diff:+.3f} ± {se:.3f} | {float(p):.4f} |")
+  return lines
 
 
 # What each arm's own batches show over the same window (`actor/...` metrics, metrics guide):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from tests.helpers.bench import load_bench
@@ -116,3 +117,18 @@ def test_the_batch_table_averages_each_seed_s_window_and_keeps_the_seeds_measure
   for seed in ("0", "1"):  # a clone: the seed directories gone, the kept file read
     (tmp_path / "ppo" / f"seed{seed}" / "trained" / "metrics.jsonl").unlink()
   assert bench.batch_table(tmp_path, ["ppo"])[-1] == lines[-1]
+
+
+def test_the_gain_table_is_welch_s_one_sided_test_of_the_predicted_gain():
+  """p of "the arm's success is 0.05 or more above GRPO's", against Welch's t written out
+  (Welch-Satterthwaite degrees of freedom)."""
+  from scipy import stats
+
+  bench = load_bench("credit_study")
+  grpo, ppo = [0.20, 0.23, 0.25, 0.21], [0.15, 0.19, 0.16]
+  (row,) = [line for line in bench.gain_table({"grpo": grpo, "ppo": ppo}) if "| ppo |" in line]
+  va, vb = np.var(ppo, ddof=1) / 3, np.var(grpo, ddof=1) / 4
+  t = (np.mean(ppo) - 0.05 - np.mean(grpo)) / np.sqrt(va + vb)
+  df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)
+  diff = np.mean(ppo) - np.mean(grpo)
+  assert row == f"| ppo | {diff:+.3f} ± {np.sqrt(va + vb):.3f} | {stats.t.cdf(t, df):.4f} |"
