@@ -299,9 +299,10 @@ def batch_table(out: pathlib.Path, arms: list[str]) -> list[str]:
   kept = out / "batches.json"
   found = json.loads(kept.read_text()) if kept.is_file() else {}
   for arm in arms:
+    finished = {str(s) for s in arm_results(out, arm)}  # finished seeds only
     for metrics in sorted((out / arm).glob("seed*/trained/metrics.jsonl")):
       seed = metrics.parent.parent.name[4:]
-      if seed in {str(s) for s in arm_results(out, arm)}:  # finished seeds only
+      if seed in finished:
         found.setdefault(arm, {})[seed] = seed_batches(metrics, ARMS[arm]["warmup"])
   kept.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
   lines = [
