@@ -239,6 +239,47 @@ def test_a_run_under_a_file_size_limit_ends_with_one_line_naming_the_file(tmp_pa
   assert ": file too large. " in last and "Traceback" not in done.stderr, done.stderr[-3000:]
 
 
+A_SAVE_THAT_LEAVES_COROUTINES = """
+import atexit, errno, os
+from tunix_ppo_ext._src.run import cli
+from tunix_ppo_ext._src.tunix.cluster import disk_space  # as a job imports it
+
+async def write_shard():
+  pass
+
+left = []  # held elsewhere (a thread's loop), freed as the process exits
+atexit.register(left.clear)
+
+def failed_save(args, overrides, own_process):
+  pending = write_shard()  # this frame's: freed with the error
+  left.append(write_shard())
+  raise OSError(errno.EFBIG, "File too large", os.environ["TARGET"])
+
+cli._run_job = failed_save
+cli.console_main()
+"""
+
+
+def test_the_write_failure_line_stays_last_when_the_failed_save_left_coroutines(tmp_path):
+  """orbax's failed save left coroutines never awaited; freed after the command's line,
+  Python's "coroutine ... was never awaited" RuntimeWarning was the last line on CI
+  (2026-12-07). Here the write is refused in a job of the test's own, whose frame and a
+  list freed at exit each hold a coroutine never awaited: the line stays the only one."""
+  target = tmp_path / "ckpt" / "shard"
+  done = subprocess.run(
+    [sys.executable, "-c", A_SAVE_THAT_LEAVES_COROUTINES, "train"],
+    env={**subprocess_env(tmp_path), "TARGET": str(target)},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert done.returncode == cli.EXIT_FAILED, done.stderr
+  assert done.stderr.strip().splitlines() == [
+    f"tunix-ppo-ext: error: cannot write {target}: file too large. Free space (or raise "
+    "the file-size limit) and run the same command to resume from the last checkpoint."
+  ], done.stderr
+
+
 @pytest.mark.parametrize(
   "error, expected",
   [

@@ -186,9 +186,8 @@ def _job_command(args: argparse.Namespace, overrides: list[str], own_process: bo
     full = disk_space.write_failure(err) if disk_space else None  # a full disk unforeseen
     line = full or f"{type(err).__name__}: {err} (rerun with --debug for the traceback)"
     _error(line, args.debug)
-    if full and not args.debug:  # orbax's writes, stopped by the exit, would log after it
-      for name in ("absl", "asyncio"):
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    if full and not args.debug:  # orbax's failed write would complain after the line
+      _quiet_after_write_failure(err, own_process)
     return EXIT_FAILED
 
 
@@ -234,6 +233,20 @@ def _free_quietly(err: BaseException) -> None:
       gc.collect()
   finally:
     sys.unraisablehook = hook
+
+
+def _quiet_after_write_failure(err: BaseException, own_process: bool) -> None:
+  """Keeps the one error line of a write the filesystem refused the last: orbax's writes,
+  stopped by the exit, would log after it, and the coroutines of the failed save, never
+  awaited, warned as they were freed ("coroutine ... was never awaited", on CI after the
+  line, 2026-12-07). Frees what `err`'s frames hold now and, when the command is the
+  process (it exits next), mutes those warnings until it does: the save already failed,
+  and the line names it."""
+  for name in ("absl", "asyncio"):
+    logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+  _free_quietly(err)
+  if own_process:
+    warnings.filterwarnings("ignore", r"coroutine .* was never awaited", RuntimeWarning)
 
 
 def _run_job(args: argparse.Namespace, overrides: list[str], own_process: bool) -> int:
