@@ -19,7 +19,13 @@ and every estimator runs on the same rows through `tunix_ppo_ext.ops`:
 - `MC critic (N), lambda L`: the same over a Monte Carlo oracle, `V(history)` the mean
   return-to-go of `--continuations` N fresh continuations of the policy from that history
   (the secret drawn again from those the history allows; `--continuations 0`: none), whose
-  own sampling error adds about `2 Var(G | h) / N` to each TD error's square.
+  own sampling error adds about `2 Var(G | h) / N` to each TD error's square;
+- `critic EV E, error fixed per history, lambda L` (`--critic-ev E`, games that enumerate):
+  a learned critic's stand-in, the exact critic plus an error `sigma z(h)`, `z(h)` drawn
+  once per history and kept for the run (a critic that errs the same way on every visit),
+  `sigma` set so that the critic explains the share `E` of the return-to-go's variance over
+  the visited turns; `..., error fresh each visit, ...`: the same `sigma`, drawn anew at
+  every visit.
 
 Per estimator, over every agent turn of every batch: `noise` `E[(A / c)^2]` (`c` the signal
 coefficient, `tunix_ppo_ext.metrics.signal_coefficients`), on the true advantage's scale; and `SNR`
@@ -28,7 +34,13 @@ exact score function) divided by `c`, relative to GRPO's as trained: divided by 
 signal coefficients every estimator's gradient has the same expectation (the true policy
 gradient), so the ratio of SNRs `|E g|^2 / E|g - E g|^2` is the inverse ratio of their
 noise `E|g - E g|^2` over batches (estimating `|E g|^2` itself, small next to the noise,
-would add error to every row). The `grpo (raw)`, `rloo` and
+would add error to every row). That holds for an estimator without bias; a critic's
+error that depends on the state it bootstraps from (lambda < 1) biases the gradient, which
+no batch averages away. So, where the exact critic exists, `gradient error` is
+`E|g - g*|^2` relative to GRPO's as trained (`g*` the mean gradient over the batches of the
+exact critic at the first `--lambdas`, unbiased: smaller is better) and `bias share` is
+`|E g - g*|^2` over it. `EV` is each critic's explained variance of the return-to-go over
+the visited turns. The `grpo (raw)`, `rloo` and
 `exact critic` rows' raw `E[A^2]` are printed beside `critic_ceiling.py --noise`'s exact
 figures for the same game and policy, with Monte Carlo standard errors. `signal` is the
 true advantage's `E[A*^2]` per visited turn, `A*(h, a) = Q(h, a) - V(h)` with `Q`
@@ -198,13 +210,57 @@ def estimators(
   return {k: (np.asarray(a, np.float64), name, std) for k, (a, name, std) in found.items()}
 
 
-def _critics(args, env, seeds, known, episodes, rng) -> dict[str, np.ndarray]:
-  """The values `[B, T]` of the exact critic (when the game enumerates) and of the Monte
-  Carlo one (with `--continuations`), in the rows' layout."""
+def error_scale(env: GuessEnv, policy: str, known: dict[tuple, float], ev: float) -> float:
+  """`sigma` of a value error independent of the return that brings the exact critic's
+  explained variance of the return-to-go, over the turns as often as they are visited, down
+  to `ev`: `Var(G - V* - e) = Var(G - V*) + sigma^2 = (1 - ev) Var(G)`."""
+  weight, to_go, value = [], [], []
+  for _, prob, turns, _ in CEILING._episodes(env, CEILING.POLICIES[policy]):
+    returns = np.cumsum([r for _, r in turns][::-1])[::-1]
+    for (history, _), g in zip(turns, returns, strict=True):
+      weight.append(prob)
+      to_go.append(g)
+      value.append(known[history])
+  w, g, v = (np.array(x, np.float64) for x in (weight, to_go, value))
+
+  def var(x: np.ndarray) -> float:
+    return float(np.average((x - np.average(x, weights=w)) ** 2, weights=w))
+
+  extra = (1.0 - ev) * var(g) - var(g - v)
+  if extra < 0:
+    raise SystemExit(f"--critic-ev {ev}: the exact critic explains {1 - var(g - v) / var(g):.3f}")
+  return float(np.sqrt(extra))
+
+
+def _value_error(history: tuple, fixed: dict[tuple, float] | None, rng) -> float:
+  """A standard normal error of `history`'s value: drawn once and kept in `fixed`, or
+  anew at each call (`fixed` None)."""
+  if fixed is None:
+    return float(rng.standard_normal())
+  if history not in fixed:
+    fixed[history] = float(rng.standard_normal())
+  return fixed[history]
+
+
+def _critics(args, env, seeds, known, episodes, rng, errors) -> dict[str, np.ndarray]:
+  """The values `[B, T]` of the exact critic (when the game enumerates), of the Monte
+  Carlo one (with `--continuations`) and of the exact one with errors (`errors`: `{EV:
+  (sigma, {history: z})}` of `--critic-ev`, and their generator under `"rng"`), in the
+  rows' layout."""
   width, critics = 2 * args.max_turns, {}
   if known is not None:
     exact_v = [[known[t["history"]] for t in e["turns"]] for e in episodes]
     critics["exact critic"] = rows(episodes, exact_v, width)[2]
+  for ev, (sigma, fixed) in ((k, v) for k, v in errors.items() if k != "rng"):
+    for kind, table in (("fixed per history", fixed), ("fresh each visit", None)):
+      v = [
+        [
+          known[t["history"]] + sigma * _value_error(t["history"], table, errors["rng"])
+          for t in e["turns"]
+        ]
+        for e in episodes
+      ]
+      critics[f"critic EV {ev:g}, error {kind}"] = rows(episodes, v, width)[2]
   if args.continuations:
     mc = [
       [
@@ -229,19 +285,21 @@ def _anchors(episodes: list[dict], turns: int) -> np.ndarray:
 
 def run(args) -> dict[str, dict[str, float]]:
   """Every estimator on `--batches` batches: per-turn noise on one scale, raw `E[A^2]`,
-  the batch gradients (for the SNR) and the true advantage's `E[A*^2]`."""
+  the batch gradients (SNR, and error against the exact gradient where it exists), each
+  critic's explained variance and the true advantage's `E[A*^2]`."""
   env = GuessEnv(1, args.high, args.max_turns, 0.2, 0.1, info_gain_reward=args.info_gain)
   seeds = CEILING._seed_for_each_secret(env)
   rng = np.random.default_rng(args.seed)
   known = exact_values(env, args.policy)
-  noise, raw, grads = defaultdict(list), defaultdict(list), defaultdict(list)
+  errors = _errors(args, env, known)
+  noise, raw, grads, fits = (defaultdict(list) for _ in range(4))
   groups = np.repeat(np.arange(args.secrets), args.group)
   for _ in range(args.batches):
     secrets = rng.choice(sorted(seeds), size=args.secrets, replace=False)
     episodes = [
       play(env, seeds[int(s)], args.policy, rng) for s in secrets for _ in range(args.group)
     ]
-    critics = _critics(args, env, seeds, known, episodes, rng)
+    critics = _critics(args, env, seeds, known, episodes, rng, errors)
     if known is not None:
       visited = [t for e in episodes for t in e["turns"]]
       signal_sq = (
@@ -260,24 +318,57 @@ def run(args) -> dict[str, dict[str, float]]:
     }
     terms["anchors"] = _anchors(episodes, args.max_turns)
     terms["returns"] = np.asarray(ops.compute_reinforce_plus_plus_advantages(rewards, mask, 1.0)[1])
+    agent = mask[:, 0::2] > 0
+    for critic, values in critics.items():
+      fits[critic].append((terms["returns"][:, 0::2][agent], values[:, 0::2][agent]))
     scores = [score_vectors(e, args.high) for e in episodes]
     found = estimators(args, mask, rewards, critics, groups, terms["anchors"])
     for row, (adv, name, std) in found.items():
       terms["advantages_raw"] = adv
       c = signal_coefficients(name, terms, std_division=std, whiten=False)
       scaled = np.where(c != 0, adv / np.where(c != 0, c, 1.0), 0.0)
-      noise[row].extend((scaled[:, 0::2][mask[:, 0::2] > 0] ** 2).tolist())
-      raw[row].append(adv[:, 0::2][mask[:, 0::2] > 0] ** 2)
+      noise[row].extend((scaled[:, 0::2][agent] ** 2).tolist())
+      raw[row].append(adv[:, 0::2][agent] ** 2)
       grads[row].append(sum(scaled[i, 0 : 2 * len(g) : 2] @ g for i, g in enumerate(scores)))
+  return _summary(args, noise, raw, grads, fits)
+
+
+def _errors(args, env: GuessEnv, known) -> dict[Any, Any]:
+  """`{EV: (sigma, {})}` for each `--critic-ev` (`error_scale`), and under `"rng"` the
+  errors' own generator (the batches stay those of a run without them)."""
+  evs = getattr(args, "critic_ev", None) or []
+  if evs and known is None:
+    raise SystemExit("--critic-ev needs a game small enough to enumerate (the exact critic)")
+  errors: dict[Any, Any] = {ev: (error_scale(env, args.policy, known, ev), {}) for ev in evs}
+  return errors | {"rng": np.random.default_rng([args.seed, 1])}
+
+
+def _summary(args, noise, raw, grads, fits) -> dict[str, dict[str, float]]:
+  """Each row's figures (`run`): the gradient's error against `g*`, the mean gradient of
+  the exact critic at the first `--lambdas`, where that row exists."""
   grpo = _spread(grads["grpo (as trained)"])
-  return {
-    row: {
-      "noise": float(np.mean(noise[row])),
-      **_per_turn_mean(raw[row]),
-      "snr_vs_grpo": grpo / _spread(grads[row]) if row in grads else float("nan"),
-    }
-    for row in noise
-  }
+  reference = grads.get(f"exact critic, lambda {args.lambdas[0]:g}")
+  exact = None if reference is None else np.mean(reference, axis=0)
+  out = {}
+  for row in noise:
+    m = {"noise": float(np.mean(noise[row])), **_per_turn_mean(raw[row])}
+    m["snr_vs_grpo"] = grpo / _spread(grads[row]) if row in grads else float("nan")
+    m["error_vs_grpo"] = m["bias_share"] = float("nan")
+    if exact is not None and row in grads:
+      m["error_vs_grpo"] = _error(grads[row], exact) / _error(grads["grpo (as trained)"], exact)
+      bias = np.sum((np.mean(grads[row], axis=0) - exact) ** 2)
+      m["bias_share"] = float(bias / _error(grads[row], exact))
+    critic = row.rsplit(", lambda", 1)[0]
+    if critic in fits:
+      returns, values = (np.concatenate(x) for x in zip(*fits[critic], strict=True))
+      m["ev"] = float(1.0 - np.var(returns - values) / np.var(returns))
+    out[row] = m
+  return out
+
+
+def _error(batch_grads: list[np.ndarray], exact: np.ndarray) -> float:
+  """`E|g - g*|^2` over batches: the batch gradient's noise and bias together."""
+  return float(np.mean(np.sum((np.array(batch_grads) - exact) ** 2, axis=1)))
 
 
 def _per_turn_mean(batches: list[np.ndarray]) -> dict[str, float]:
@@ -314,7 +405,11 @@ def main() -> None:
   parser.add_argument("--group", type=int, default=4)
   parser.add_argument("--lambdas", type=float, nargs="+", default=[0.0, 0.5, 1.0])
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--critic-ev", type=float, nargs="*", default=[])
   args = parser.parse_args()
+  for ev in args.critic_ev:
+    if not 0.0 <= ev < 1.0:
+      parser.error(f"--critic-ev {ev}: an explained variance in [0, 1)")
   least = {"batches": 2, "continuations": 0, "secrets": 1, "group": 2}
   for name, low in least.items():
     if getattr(args, name) < low:
@@ -333,15 +428,19 @@ def main() -> None:
   )
   print(
     "| estimator | noise E[(A/c)^2] per turn | gradient SNR / GRPO's (as trained) | "
-    "raw E[A^2] per turn ± SE | exact (critic_ceiling.py --noise) |"
+    "gradient error / GRPO's | bias share | EV | raw E[A^2] per turn ± SE | "
+    "exact (critic_ceiling.py --noise) |"
   )
-  print("| --- | --- | --- | --- | --- |")
+  print("| --- | --- | --- | --- | --- | --- | --- | --- |")
   for row, m in measured.items():
     ref = reference.get(check.get(row, ""), None)
-    shown = "-" if ref is None else f"{ref:.4f}"
+    shown = [
+      "-" if x is None or np.isnan(x) else f"{x:.{d}f}"
+      for x, d in ((m["error_vs_grpo"], 2), (m["bias_share"], 2), (m.get("ev"), 3), (ref, 4))
+    ]
     print(
-      f"| {row} | {m['noise']:.4f} | {m['snr_vs_grpo']:.2f} | {m['raw']:.4f} ± "
-      f"{m['raw_se']:.4f} | {shown} |"
+      f"| {row} | {m['noise']:.4f} | {m['snr_vs_grpo']:.2f} | {shown[0]} | {shown[1]} | "
+      f"{shown[2]} | {m['raw']:.4f} ± {m['raw_se']:.4f} | {shown[3]} |"
     )
 
 
