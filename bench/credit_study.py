@@ -11,7 +11,13 @@ seed, `--baseline-steps 0`):
   groups are the episodes of a group that reached the same allowed interval).
 
   python bench/credit_study.py run [--seeds 8] [--arms grpo ppo gigpo] [--out DIR] [--rerun]
+  python bench/credit_study.py run --arms ppo_shadows --seeds 1
   python bench/credit_study.py report [--out DIR]
+
+`ppo_shadows`, not one of the study's arms: PPO's arm with 2 secrets x 4 a batch, 8
+critic-only steps + 24 updates, with `metrics.shadow_estimators=[grpo,gigpo]`, so that on
+each of its batches the learned critic's policy gradient, GRPO's and GiGPO's are measured
+on the same episodes (`shadow/<name>/grad_cosine`, the agreement of the batch's halves).
 
 `run` trains one seed of one arm at a time, always the arm with the fewest finished seeds
 (ties in the order given), so an interrupted study has balanced arms; resumable: a rerun
@@ -30,7 +36,8 @@ batches show over the same window (`BATCH_METRICS`: the advantages' noise per tu
 scale, GiGPO's step groups, the critic's explained variance), from the seeds'
 `metrics.jsonl` where this tree has them, kept in `DIR/batches.json`;
 `DIR/report_success.png` the per-batch success, mean over seeds with the seeds' min-max
-band.
+band; and, where `ppo_shadows` ran, each estimator's gradient agreement on its batches after
+8 updates and its paired difference from GRPO's (`shadow_table`, kept in `DIR/shadows.json`).
 """
 
 from __future__ import annotations
@@ -72,6 +79,17 @@ ARMS: dict[str, dict[str, Any]] = {
     "overrides": ("ppo.advantage_estimator=gigpo",),
   },
 }
+STUDY = ("grpo", "ppo", "gigpo")  # the arms compared; `ppo_shadows` measures, on one seed
+# PPO's arm with 2 secrets x 4 a batch, so that the group estimators have groups: on every
+# batch the policy gradients' agreement (`shadow/<name>/grad_cosine`) of the learned
+# critic's advantages and of GRPO's and GiGPO's on the same episodes
+ARMS["ppo_shadows"] = {
+  "config": "configs/smollm2_ppo.yaml",
+  "warmup": 8,
+  "updates": 24,
+  "overrides": ("ppo.gae_lambda=0.5", "metrics.shadow_estimators=[grpo,gigpo]"),
+}
+SHADOWS = ("turn_gae", "grpo", "gigpo")
 
 
 def finished(out: pathlib.Path, arm: str, rerun: bool = False) -> set[int]:
@@ -123,7 +141,7 @@ def run(args: argparse.Namespace) -> None:
       "--config",
       str(ROOT / spec["config"]),
       "--steps",
-      str(spec["warmup"] + UPDATES),
+      str(spec["warmup"] + spec.get("updates", UPDATES)),
       "--baseline-steps",
       "0",
       "--seed-ids",
@@ -233,6 +251,7 @@ def report(args: argparse.Namespace) -> str:
     lines.append(f"| {a} - {b} | {diff:+.3f} ± {se:.3f} | {t:.2f} | {p:.3f} |")
   lines += ["", *gain_table(per_arm)]
   lines += ["", *batch_table(out, list(per_arm))]
+  lines += ["", *shadow_table(out)]
   text = "\n".join(lines) + "\n"
   (out / "report.md").write_text(text)
   _plot(out, args.arms)
@@ -327,6 +346,48 @@ def batch_table(out: pathlib.Path, arms: list[str]) -> list[str]:
   return lines
 
 
+def shadow_table(out: pathlib.Path, skip: int = 8) -> list[str]:
+  """`ppo_shadows`' gradient agreement per estimator on the same batches: the mean over the
+  batches after `skip` updates of each `shadow/<name>/grad_cosine`, and each one's paired
+  difference from GRPO's (mean ± standard error over batches), kept in
+  `DIR/shadows.json` (committed: the seed directories are not)."""
+  from tunix_ppo_ext.metrics import read_jsonl
+
+  kept, spec = out / "shadows.json", ARMS["ppo_shadows"]
+  found = json.loads(kept.read_text()) if kept.is_file() else {}
+  for metrics in sorted((out / "ppo_shadows").glob("seed*/trained/metrics.jsonl")):
+    first = spec["warmup"] + skip + 1
+    rows = [r for r in read_jsonl(metrics) if r.get("step", 0) >= first]
+    keys = [f"shadow/{name}/grad_cosine" for name in SHADOWS]
+    rows = [r for r in rows if all(math.isfinite(r.get(k, math.nan)) for k in keys)]
+    found[metrics.parent.parent.name[4:]] = {
+      name: [r[k] for r in rows] for name, k in zip(SHADOWS, keys, strict=True)
+    }
+  if not found:
+    return []
+  kept.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+  cosines = {name: sum((seed[name] for seed in found.values()), []) for name in SHADOWS}
+  lines = [
+    f"PPO's arm with 2 secrets x 4 a batch (`ppo_shadows`, seeds {', '.join(sorted(found))}):"
+    f" the policy gradients' agreement of the two halves of each batch after {skip} updates "
+    f"({len(cosines['grpo'])} batches; `shadows.json`), every estimator on the same batches; "
+    "a higher cosine is a cleaner gradient.",
+    "",
+    "| estimator | grad cosine, mean ± SE | minus GRPO's (paired) ± SE |",
+    "| --- | --- | --- |",
+  ]
+  for name, values in cosines.items():
+    paired = [a - b for a, b in zip(values, cosines["grpo"], strict=True)]
+    cells = [_mean_se(values), "-" if name == "grpo" else _mean_se(paired, signed=True)]
+    lines.append(f"| {name} | {' | '.join(cells)} |")
+  return lines
+
+
+def _mean_se(values: list[float], signed: bool = False) -> str:
+  se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+  return f"{statistics.fmean(values):{'+' if signed else ''}.3f} ± {se:.3f}"
+
+
 def _plot(out: pathlib.Path, arms: list[str]) -> None:
   from tunix_ppo_ext.metrics import plot_spread
 
@@ -344,7 +405,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("command", choices=("run", "report"))
   parser.add_argument("--seeds", type=int, default=8)
-  parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+  parser.add_argument("--arms", nargs="+", default=list(STUDY), choices=list(ARMS))
   parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "credit_study"))
   parser.add_argument(
     "--rerun",

@@ -132,3 +132,32 @@ def test_the_gain_table_is_welch_s_one_sided_test_of_the_predicted_gain():
   df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)
   diff = np.mean(ppo) - np.mean(grpo)
   assert row == f"| ppo | {diff:+.3f} ± {np.sqrt(va + vb):.3f} | {stats.t.cdf(t, df):.4f} |"
+
+
+def test_the_shadow_table_pairs_each_estimator_s_cosine_with_grpo_s_on_the_same_batches(
+  tmp_path,
+):
+  """`ppo_shadows`: each estimator's `grad_cosine` over the batches after 8 critic-only
+  steps and 8 updates, and its difference from GRPO's batch by batch (a paired standard
+  error), kept in `shadows.json`; a batch without every cosine (a shadow that failed to
+  give one) is left out, not half counted; the study's arms stay the default."""
+  bench = load_bench("credit_study")
+  trained = tmp_path / "ppo_shadows" / "seed0" / "trained"
+  trained.mkdir(parents=True)
+  rng = np.random.default_rng(0)
+  rows, grpo, gae = [], [], []
+  for step in range(1, 33):
+    cos = {name: float(rng.uniform(-0.2, 0.6)) for name in bench.SHADOWS}
+    rows.append({"step": step, **{f"shadow/{n}/grad_cosine": v for n, v in cos.items()}})
+    if step >= 17 and step != 20:  # step 20's GRPO cosine is NaN below
+      grpo.append(cos["grpo"])
+      gae.append(cos["turn_gae"])
+  rows.append({"step": 20, "shadow/grpo/grad_cosine": float("nan")})  # read with step 20's
+  (trained / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  lines = bench.shadow_table(tmp_path)
+  assert json.loads((tmp_path / "shadows.json").read_text())["0"]["grpo"] == grpo
+  paired = np.subtract(gae, grpo)
+  se = np.std(paired, ddof=1) / np.sqrt(len(paired))
+  (row,) = [line for line in lines if line.startswith("| turn_gae |")]
+  assert row.endswith(f"| {np.mean(paired):+.3f} ± {se:.3f} |"), row
+  assert "(15 batches" in lines[0] and "ppo_shadows" not in bench.STUDY
