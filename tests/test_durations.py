@@ -88,3 +88,46 @@ def test_the_tests_subprocesses_run_without_torch_and_the_tests_with_it():
   assert done.stdout.strip() == "None"
   done = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True)
   assert done.returncode != 0 and "import of torch halted" in done.stderr
+
+
+def test_under_worksteal_the_long_files_lead_different_workers_first_blocks():
+  """`for_work_stealing`: the collection dealt into one block per worker, each the size
+  xdist's own `worksteal` scheduler first sends that worker (checked against the scheduler,
+  driven with three stand-in workers): the three long files lead the three blocks, a file
+  too big for a block's room continues in the next, and every test runs once."""
+  from types import SimpleNamespace
+
+  from xdist.scheduler.worksteal import WorkStealingScheduling
+
+  from tests.helpers.scheduling import for_work_stealing, worker_blocks
+
+  seconds = {"long1.py::t": 100.0, "long2.py::t": 90.0, "long3.py::t": 80.0}
+  ids = ["long3.py::t", "many.py::t0", "long1.py::t", "long2.py::t"]
+  ids += [f"many.py::t{k}" for k in range(1, 9)] + ["mid.py::t0", "mid.py::t1"]
+  seconds |= {"mid.py::t0": 5.0, "mid.py::t1": 5.0} | {f"many.py::t{k}": 1.0 for k in range(9)}
+  items = [SimpleNamespace(nodeid=i) for i in ids]
+  ordered = [i.nodeid for i in for_work_stealing(items, seconds, 3)]
+  assert sorted(ordered) == sorted(ids)
+  sizes = worker_blocks(len(ids), 3)
+  assert sizes == [4, 5, 5]
+  starts = [0, sizes[0], sizes[0] + sizes[1]]
+  assert {ordered[s] for s in starts} == {"long1.py::t", "long2.py::t", "long3.py::t"}
+
+  class Worker:
+    shutting_down = False
+
+    def __init__(self, name: str):
+      self.sent, self.gateway = [], SimpleNamespace(id=name)
+
+    def send_runtest_some(self, indices):
+      self.sent += indices
+
+  scheduler = WorkStealingScheduling(SimpleNamespace(getvalue=lambda name: ["3*popen"]))
+  workers = [Worker(f"gw{k}") for k in range(3)]
+  for worker in workers:
+    scheduler.add_node(worker)
+  for worker in workers:
+    scheduler.add_node_collection(worker, ordered)
+  scheduler.schedule()
+  assert [len(w.sent) for w in workers] == sizes
+  assert [ordered[w.sent[0]] for w in workers] == [ordered[s] for s in starts]
