@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.helpers import compile_settings
 from tests.helpers.lanes import declares
-from tests.helpers.scheduling import by_file_longest_first, for_work_stealing
+from tests.helpers.scheduling import by_file_longest_first
 
 # How the suite compiles (the persistent cache, XLA:CPU's flags): set before jax is imported,
 # inherited by every subprocess the tests start (tests/helpers/compile_settings.py)
@@ -127,27 +127,18 @@ def pytest_addoption(parser) -> None:
 # together, in their own order: a file's module-scoped fixtures (a trained run, a loaded
 # model) are built once, and its compiled programs are released once (above), where a
 # test-by-test order rebuilt them at every change of file (354 changes on one worker).
-# Under xdist's `worksteal` (pyproject's addopts) the files are dealt into one block per
-# worker, the long ones leading different blocks (`scheduling.for_work_stealing`).
 # Data for the order only: no test reads it.
 DURATIONS = pathlib.Path(__file__).with_name("durations.json")
 
 
 def pytest_collection_modifyitems(config, items):
   """The test files run longest first by their tests' seconds in `DURATIONS`, each file's
-  tests together in their collected order; in an xdist worker under `worksteal`, dealt into
-  the workers' blocks (every worker orders the same collection the same way, as xdist
-  requires). With `--shuffle-seed N` the tests run in an order shuffled with `N` instead
-  (reproducible)."""
+  tests together in their collected order. With `--shuffle-seed N` the tests run in an
+  order shuffled with `N` instead (reproducible)."""
   seed = config.getoption("shuffle_seed")
   if seed is not None:
     import random
 
     random.Random(seed).shuffle(items)
     return
-  seconds = json.loads(DURATIONS.read_text())
-  workers = getattr(config, "workerinput", {}).get("workercount", 1)
-  if workers > 1 and config.getoption("dist", None) == "worksteal":
-    items[:] = for_work_stealing(items, seconds, workers)
-  else:
-    items[:] = by_file_longest_first(items, seconds)
+  items[:] = by_file_longest_first(items, json.loads(DURATIONS.read_text()))
