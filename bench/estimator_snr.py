@@ -349,13 +349,14 @@ def _summary(args, noise, raw, grads, fits) -> dict[str, dict[str, float]]:
   grpo = _spread(grads["grpo (as trained)"])
   reference = grads.get(f"exact critic, lambda {args.lambdas[0]:g}")
   exact = None if reference is None else np.mean(reference, axis=0)
+  grpo_error = None if exact is None else _error(grads["grpo (as trained)"], exact)
   out = {}
   for row in noise:
     m = {"noise": float(np.mean(noise[row])), **_per_turn_mean(raw[row])}
     m["snr_vs_grpo"] = grpo / _spread(grads[row]) if row in grads else float("nan")
     m["error_vs_grpo"] = m["bias_share"] = float("nan")
     if exact is not None and row in grads:
-      m["error_vs_grpo"] = _error(grads[row], exact) / _error(grads["grpo (as trained)"], exact)
+      m["error_vs_grpo"] = _error(grads[row], exact) / grpo_error
       bias = np.sum((np.mean(grads[row], axis=0) - exact) ** 2)
       m["bias_share"] = float(bias / _error(grads[row], exact))
     critic = row.rsplit(", lambda", 1)[0]
