@@ -131,6 +131,34 @@ def test_registered_loss_is_the_ops_loss_of_the_policy_pass(name):
   np.testing.assert_allclose(float(doubled["pg_loss"]), 2 * float(expected), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("name", ["ppo_ext", "gspo"])
+def test_a_warm_up_example_skips_only_the_policy_s_backward_pass(name):
+  """An example with `actor_scale` runs the pass through `loss_fns.backward_unless_zero`: at
+  scale 1 and 0.5 its loss, metrics and gradient are those of the same example without a
+  scale (plain autodiff) times the scale; at 0 (a critic warm-up step) the loss and the
+  gradient are 0 and the metrics are the same."""
+  model = toy_policy(16)
+  config = PpoExtConfig(policy_loss_fn=name, entropy_coef=0.01, epsilon_high=0.28)
+  fn = registry.get(registry.POLICY_LOSSES, name)
+  grad = nnx.value_and_grad(lambda m, e: fn(m, e, config, pad_id=0, eos_id=2), has_aux=True)
+  (loss, metrics), grads = grad(model, _example())
+  assert any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(grads))
+  for scale in (1.0, 0.5, 0.0):
+    example = dataclasses.replace(_example(), actor_scale=jnp.full((3,), scale, jnp.float32))
+    (scaled_loss, scaled_metrics), scaled_grads = grad(model, example)
+    np.testing.assert_allclose(float(scaled_loss), scale * float(loss), rtol=1e-5, atol=1e-7)
+    for key, value in metrics.items():
+      np.testing.assert_allclose(scaled_metrics[key], value, rtol=1e-5, atol=1e-7, err_msg=key)
+    for plain, gated in zip(jax.tree.leaves(grads), jax.tree.leaves(scaled_grads), strict=True):
+      np.testing.assert_allclose(gated, scale * np.asarray(plain), rtol=1e-5, atol=1e-7)
+  graphdef, state = nnx.split(model)  # the backward pass sits behind a `cond` on the scale
+  traced = jax.make_jaxpr(lambda s, e: grad(nnx.merge(graphdef, s), e))(state, example)
+  assert "cond[" in str(traced)
+  assert "cond[" not in str(
+    jax.make_jaxpr(lambda s: grad(nnx.merge(graphdef, s), _example()))(state)
+  )
+
+
 @pytest.mark.parametrize("name", ["ppo_ext", "gspo", "cispo"])
 def test_an_example_without_old_logps_trains_on_the_rollout_policy_exactly(name):
   """With no old log-probs on the example (`old_logps_in_update`) the loss takes the pass's

@@ -1,7 +1,8 @@
 """`CriticWarmup`: value pretraining (VC-PPO, arXiv:2503.01491; VAPO, arXiv:2504.05118).
 
 The first steps of a run train only the critic, on rollouts of the initial policy (the
-actor's loss is scaled by 0), with value targets of their own lambda (1.0: Monte Carlo
+actor's loss is scaled by 0, and its update skips the policy's backward pass:
+`loss_fns.backward_unless_zero`), with value targets of their own lambda (1.0: Monte Carlo
 returns). The warm-up lasts `critic_warmup_steps` global steps, or ends earlier after the
 first step whose explained variance (the critic's values before that step's update, against
 the warm-up's targets) reaches `critic_warmup_until_ev`, or after `critic_warmup_patience`

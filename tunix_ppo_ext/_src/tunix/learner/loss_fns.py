@@ -96,13 +96,23 @@ def policy_pass(
   pass_kw = dict(pad_id=pad_id, eos_id=eos_id, attention_mask=attention_mask)
   pass_kw["packing"] = example_packing(train_example)
   ids = (train_example.prompt_ids, train_example.completion_ids)
-  head = passes.completion_head(model, *ids, fused_head=fused, stop_gradient=False, **pass_kw)
   kw = dict(temperature=temperature, chunk_size=chunk_size)
-  if fused:  # head: (hidden [B, T, D], weight [D, V])
-    logps, entropy = fused_logps_and_entropy(*head, ids[1], **kw)
-  else:  # head: logits [B, T, V]
-    logps, entropy = logps_and_entropy(head, ids[1], **kw)
+
+  def head_of(policy: nnx.Module) -> Any:
+    return passes.completion_head(policy, *ids, fused_head=fused, stop_gradient=False, **pass_kw)
+
+  def logps_of(head: Any) -> tuple[jax.Array, jax.Array]:
+    if fused:  # head: (hidden [B, T, D], weight [D, V])
+      return fused_logps_and_entropy(*head, ids[1], **kw)
+    return logps_and_entropy(head, ids[1], **kw)  # head: logits [B, T, V]
+
   kl_in_loss = getattr(algo_config, "kl_penalty", "reward") == "loss"
+  scale = getattr(train_example, "actor_scale", None)
+  if scale is not None and not (kl_in_loss and ref_model is not None):  # the KL needs `head`
+    logps, entropy = backward_unless_zero(lambda m: logps_of(head_of(m)), model, jnp.mean(scale))
+  else:
+    head = head_of(model)
+    logps, entropy = logps_of(head)
   per_token_kl = None
   if kl_in_loss and ref_model is not None:
     ref_head = passes.completion_head(nnx.merge(*ref_model), *ids, fused_head=fused, **pass_kw)
@@ -123,6 +133,41 @@ def policy_pass(
   }
 
 
+def backward_unless_zero(
+  fn: Callable[[nnx.Module], Any], model: nnx.Module, scale: jax.Array
+) -> Any:
+  """`fn(model)`, whose backward pass to the trained parameters runs only where `scale` (a
+  scalar) is not 0.
+
+  A critic warm-up step multiplies the actor's loss by 0 (`actor_scale`): its gradient is
+  0 whatever the policy's backward pass computes, so the pass is skipped there (a
+  `lax.cond` in a custom VJP; both branches are compiled once). The forward pass, and so
+  the loss's metrics, are the same; elsewhere the gradient is `fn`'s own. The trained
+  parameters are the ones tunix's trainer differentiates: the LoRA adapters when the model
+  has any, else every `nnx.Param`.
+  """
+  has_lora = bool(jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
+  graphdef, trained, rest = nnx.split(model, nnx.LoRAParam if has_lora else nnx.Param, ...)
+
+  @jax.custom_vjp
+  def gated(trained: Any, rest: Any, scale: jax.Array) -> Any:
+    return fn(nnx.merge(graphdef, trained, rest))
+
+  def forward(trained: Any, rest: Any, scale: jax.Array) -> tuple[Any, Any]:
+    out, pullback = jax.vjp(lambda t: fn(nnx.merge(graphdef, t, rest)), trained)
+    return out, (pullback, trained, rest, scale)
+
+  def backward(residuals: Any, cotangent: Any) -> tuple[Any, Any, jax.Array]:
+    pullback, trained, rest, scale = residuals
+    grads = jax.lax.cond(
+      scale == 0, lambda: jax.tree.map(jnp.zeros_like, trained), lambda: pullback(cotangent)[0]
+    )
+    return grads, jax.tree.map(jnp.zeros_like, rest), jnp.zeros_like(scale)
+
+  gated.defvjp(forward, backward)
+  return gated(trained, rest, scale)
+
+
 PolicyLoss = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
 # `(policy_pass's terms, train_example, algo_config) -> (loss, metrics)`
 LossOfPass = Callable[[dict[str, Any], Any, Any], tuple[jax.Array, dict[str, jax.Array]]]
@@ -132,7 +177,8 @@ _POLICY_LOSS_DOC = """
 
   `ref_model`, `(graphdef, pure state dict)` of the reference, enables the exact
   full-vocabulary KL (`kl_method="full"`): the reference runs here with no gradient.
-  An `actor_scale` of 0 on the example (critic warm-up) zeroes the loss and its gradient.
+  An `actor_scale` of 0 on the example (critic warm-up) zeroes the loss and its gradient,
+  without running the policy's backward pass (`backward_unless_zero`).
 
   Args:
     model: the policy being trained (an `nnx.Module`).
