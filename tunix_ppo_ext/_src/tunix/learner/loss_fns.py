@@ -146,8 +146,7 @@ def backward_unless_zero(
   parameters are the ones tunix's trainer differentiates: the LoRA adapters when the model
   has any, else every `nnx.Param`.
   """
-  has_lora = bool(jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
-  graphdef, trained, rest = nnx.split(model, nnx.LoRAParam if has_lora else nnx.Param, ...)
+  graphdef, trained, rest = nnx.split(model, passes.trained_filter(model), ...)
 
   @jax.custom_vjp
   def gated(trained: Any, rest: Any, scale: jax.Array) -> Any:

@@ -285,6 +285,12 @@ def compute_completion_hidden(
   return jax.lax.stop_gradient(hidden) if stop_gradient else hidden
 
 
+def trained_filter(model: nnx.Module) -> Any:
+  """What tunix's trainer differentiates and its optimizer updates: `nnx.LoRAParam` when
+  the model has adapters, else `nnx.Param`."""
+  return nnx.LoRAParam if jax.tree.leaves(nnx.state(model, nnx.LoRAParam)) else nnx.Param
+
+
 def completion_head(
   model: nnx.Module,
   prompt_tokens: jax.Array,

@@ -23,18 +23,13 @@ from tunix_ppo_ext._src.tunix.learner import passes
 from tunix_ppo_ext._src.tunix.learner.role_passes import ModelInputs
 
 
-def trained_filter(model: nnx.Module) -> Any:
-  """What the actor's optimizer updates: `nnx.LoRAParam` when the model has adapters."""
-  return nnx.LoRAParam if jax.tree.leaves(nnx.state(model, nnx.LoRAParam)) else nnx.Param
-
-
 def gradient_agreement(
   model: nnx.Module, inputs: ModelInputs, advantages: np.ndarray, first_half: np.ndarray
 ) -> np.ndarray:
   """`[E]` the cosine between the two halves' policy gradients for each of `E` advantage
   arrays (`advantages` `[E, B, T]`; `first_half` `[B]` bool). 0 where a half has no
   agent token or a zero gradient."""
-  graphdef, trained, rest = nnx.split(model, trained_filter(model), ...)
+  graphdef, trained, rest = nnx.split(model, passes.trained_filter(model), ...)
   halves = jnp.asarray(first_half, jnp.float32)[:, None] * inputs.loss_mask
   weights = jnp.stack([halves, inputs.loss_mask - halves])  # [2, B, T]
   sizes = jnp.maximum(weights.sum(axis=(1, 2), keepdims=True), 1.0)
